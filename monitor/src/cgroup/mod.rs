@@ -1,0 +1,1 @@
+//! cgroup discovery and reading, v1 and v2.

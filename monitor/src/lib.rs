@@ -1,0 +1,13 @@
+//! monitor: guards the memory of a group of server processes that share one cgroup.
+//!
+//! Data flows one way: cgroup files, /proc and eBPF maps -> [`sampler`] -> [`snapshot::Snapshot`] ->
+//! [`policy::decide`] -> consumers (api, proxy, alerts, history).
+
+pub mod api;
+pub mod cgroup;
+pub mod config;
+pub mod policy;
+pub mod probes;
+pub mod procs;
+pub mod sampler;
+pub mod snapshot;

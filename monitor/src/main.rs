@@ -1,0 +1,3 @@
+//! The `monitor` command line.
+
+fn main() {}

@@ -1,0 +1,92 @@
+//! The data the sampler publishes each tick: the group's memory and every process's RSS and traffic.
+
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Which cgroup hierarchy the group lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// Where the group's limit came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitSource {
+    /// `memory.max` (v2, smallest up the tree) or `hierarchical_memory_limit` (v1).
+    Cgroup,
+    /// No limit anywhere: the host's MemTotal.
+    Host,
+    /// `policy.limit_bytes` from the config.
+    Config,
+}
+
+/// The group as a whole.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupSample {
+    pub cgroup: PathBuf,
+    pub version: CgroupVersion,
+    /// v2 `memory.stat anon`; v1 `memory.stat total_rss`.
+    pub usage_bytes: u64,
+    pub limit_bytes: u64,
+    pub limit_source: LimitSource,
+}
+
+impl GroupSample {
+    /// usage / limit; 0 when the limit is 0 (never divides by zero).
+    pub fn ratio(&self) -> f64 {
+        if self.limit_bytes == 0 {
+            0.0
+        } else {
+            self.usage_bytes as f64 / self.limit_bytes as f64
+        }
+    }
+}
+
+/// Request counters of one process, from the eBPF probes (all zero when probes are off).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Traffic {
+    pub accepts_total: u64,
+    pub requests_total: u64,
+    /// Responses by status class: index 0 = 1xx … 4 = 5xx.
+    pub responses_by_class: [u64; 5],
+    pub responses_total: u64,
+    pub inflight: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Latency percentiles in microseconds (from the log2 histogram), None before the first response.
+    pub latency_p50_us: Option<u64>,
+    pub latency_p99_us: Option<u64>,
+    /// The log2 latency histogram in microseconds: bucket i counts latencies in [2^i, 2^(i+1)) µs.
+    pub latency_hist_us: Vec<u64>,
+}
+
+/// One process of the group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcSample {
+    pub pid: u32,
+    /// `/proc/<pid>/comm`.
+    pub name: String,
+    /// Start time in clock ticks since boot (`/proc/<pid>/stat` field 22): with the pid, identifies the process.
+    pub start_ticks: u64,
+    /// Resident set (statm resident × page size).
+    pub rss_bytes: u64,
+    /// `RssAnon` from `/proc/<pid>/status`.
+    pub anon_bytes: u64,
+    pub traffic: Traffic,
+}
+
+/// One sample of the whole group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Snapshot {
+    /// Sample number since the agent started.
+    pub seq: u64,
+    /// Wall clock, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Monotonic milliseconds since the agent started (what the policy's timers use).
+    pub mono_ms: u64,
+    pub group: GroupSample,
+    pub processes: Vec<ProcSample>,
+}

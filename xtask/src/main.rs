@@ -1,0 +1,42 @@
+//! Project tasks: `cargo xtask setup | build | demo | test | bench`.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod build;
+mod demo;
+mod setup;
+mod test;
+mod util;
+
+#[derive(Parser)]
+#[command(about = "monitor's project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what the eBPF build needs (rust-src on nightly, bpf-linker), idempotently.
+    Setup,
+    /// Build the eBPF object and the agent (release).
+    Build,
+    /// Run the whole system on this host: a limited test cgroup, processes in it, the agent, a small load.
+    Demo(demo::Args),
+    /// Run every test (unit, integration, root and eBPF ones when allowed).
+    Test(test::Args),
+    /// Benchmarks: `sampler`, `agent-cpu`.
+    Bench(bench::Args),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup::run(),
+        Task::Build => build::run(),
+        Task::Demo(a) => demo::run(a),
+        Task::Test(a) => test::run(a),
+        Task::Bench(a) => bench::run(a),
+    }
+}

@@ -1,0 +1,24 @@
+//! `cargo xtask test`: the whole suite. Builds the agent first (the integration tests run the real binary), then
+//! runs `cargo test --workspace`. Tests that need root or eBPF skip with a printed reason locally and fail in CI.
+
+use crate::util::{root, run as sh};
+use anyhow::Result;
+use std::process::Command;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Extra arguments passed to `cargo test` (e.g. a test name filter).
+    #[arg(trailing_var_arg = true)]
+    rest: Vec<String>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let root = root();
+    sh(Command::new("cargo").current_dir(&root).args(["build", "-p", "monitor", "--bins"]))?;
+    let bin = root.join("target/debug/monitor");
+    sh(Command::new("cargo")
+        .current_dir(&root)
+        .env("MONITOR_BIN", &bin)
+        .args(["test", "--workspace"])
+        .args(&args.rest))
+}
