@@ -1,0 +1,269 @@
+//! Runs the real `monitor` binary: `Agent` (a `monitor agent` on a free loopback port, killed on drop, its stderr
+//! kept for failure messages) and `run_monitor` (a one-shot command with a time limit).
+
+use crate::child::ChildGuard;
+use crate::http;
+use serde_json::Value;
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long an agent may take to answer `/healthz` after it starts.
+pub const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// The time limit of one HTTP request to the agent.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The workspace root (the folder above tests/).
+pub fn workspace_root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| here.to_path_buf())
+}
+
+/// The agent binary: `$MONITOR_BIN`, else `<workspace>/target/debug/monitor`. Panics if it does not exist.
+pub fn monitor_bin() -> PathBuf {
+    let bin = match std::env::var_os("MONITOR_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => workspace_root().join("target/debug/monitor"),
+    };
+    if !bin.is_file() {
+        panic!(
+            "monitor binary not found at {}: run `cargo build -p monitor` (or `cargo xtask test`), \
+             or set MONITOR_BIN",
+            bin.display()
+        );
+    }
+    bin
+}
+
+/// A free loopback port (bound and released; the small race with other binders is accepted).
+pub fn free_port() -> u16 {
+    match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(a) => a.port(),
+        Err(e) => panic!("cannot find a free port: {e}"),
+    }
+}
+
+/// Collects a child's output stream on a thread.
+fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if let Ok(mut v) = into.lock() {
+                v.extend_from_slice(&buf[..n]);
+            }
+        }
+    })
+}
+
+fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
+    buf.lock()
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .unwrap_or_default()
+}
+
+/// A running `monitor agent`, killed (and its stderr printed if the test is failing) on drop.
+pub struct Agent {
+    child: ChildGuard,
+    addr: SocketAddr,
+    args: Vec<String>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Agent {
+    /// Starts `monitor agent --cgroup <cgroup> --listen 127.0.0.1:<free port> --interval-ms 50 <extra…>` and
+    /// waits until `/healthz` answers 200.
+    pub fn start(cgroup: &str, extra: &[&str]) -> Agent {
+        let port = free_port();
+        let mut args: Vec<String> = vec!["agent".into(), "--cgroup".into(), cgroup.into()];
+        args.extend([
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--interval-ms".into(),
+            "50".into(),
+        ]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start_args(args, port)
+    }
+
+    /// Starts `monitor <args…>` (which must make it listen on `127.0.0.1:<port>`) and waits for `/healthz`.
+    pub fn start_args(args: Vec<String>, port: u16) -> Agent {
+        let mut cmd = Command::new(monitor_bin());
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = ChildGuard::spawn(&mut cmd);
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        if let Some(err) = child.stderr.take() {
+            collect(err, stderr.clone());
+        }
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut agent = Agent {
+            child,
+            addr,
+            args,
+            stderr,
+        };
+        agent.wait_healthy();
+        agent
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.wait_timeout(Duration::ZERO) {
+                panic!(
+                    "monitor {:?} exited ({status}) before answering /healthz; stderr:\n{}",
+                    self.args,
+                    self.stderr()
+                );
+            }
+            match http::get(self.addr, "/healthz", REQUEST_TIMEOUT) {
+                Ok(r) if r.status == 200 => return,
+                Ok(r) => last = format!("status {}: {}", r.status, r.text()),
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "monitor {:?}: no /healthz within {START_TIMEOUT:?} (last: {last}); stderr:\n{}",
+            self.args,
+            self.stderr()
+        );
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The agent's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// What the agent has written to stderr so far.
+    pub fn stderr(&self) -> String {
+        text(&self.stderr)
+    }
+
+    /// `GET path`: (status code, body). Panics if the agent does not answer.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        match http::get(self.addr, path, REQUEST_TIMEOUT) {
+            Ok(r) => (r.status, r.text()),
+            Err(e) => panic!(
+                "GET {path} from the agent: {e}; agent stderr:\n{}",
+                self.stderr()
+            ),
+        }
+    }
+
+    /// `GET /api/v1/status` as JSON. Panics on a non-200 answer or bad JSON.
+    pub fn status(&self) -> Value {
+        let (code, body) = self.get("/api/v1/status");
+        if code != 200 {
+            panic!(
+                "GET /api/v1/status: {code}: {body}; agent stderr:\n{}",
+                self.stderr()
+            );
+        }
+        match serde_json::from_str(&body) {
+            Ok(v) => v,
+            Err(e) => panic!("GET /api/v1/status: bad JSON ({e}): {body}"),
+        }
+    }
+
+    /// Polls `/api/v1/status` every 50 ms until `pred` holds, returning that status; panics after `timeout` with
+    /// the last status and the agent's stderr.
+    pub fn wait_for(&self, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.status();
+            if pred(&s) {
+                return s;
+            }
+            if Instant::now() >= deadline {
+                let pretty = serde_json::to_string_pretty(&s).unwrap_or_default();
+                panic!("condition not met within {timeout:?}; last status:\n{pretty}\nagent stderr:\n{}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.child.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- monitor {:?} stderr ---\n{}--- end ---",
+                self.args,
+                self.stderr()
+            );
+        }
+    }
+}
+
+/// What a finished one-shot `monitor` command did.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// Runs `monitor <args…>` with no stdin, killing it and panicking if it runs longer than `timeout`.
+pub fn run_monitor(args: &[&str], timeout: Duration) -> Finished {
+    let mut cmd = Command::new(monitor_bin());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = ChildGuard::spawn(&mut cmd);
+    let (out, err) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let mut readers = Vec::new();
+    if let Some(s) = child.stdout.take() {
+        readers.push(collect(s, out.clone()));
+    }
+    if let Some(s) = child.stderr.take() {
+        readers.push(collect(s, err.clone()));
+    }
+    let status = child.wait_timeout(timeout);
+    let elapsed = started.elapsed();
+    let Some(status) = status else {
+        child.kill();
+        panic!(
+            "monitor {args:?} still running after {timeout:?}; stderr so far:\n{}",
+            text(&err)
+        );
+    };
+    for r in readers {
+        let _ = r.join();
+    }
+    Finished {
+        status,
+        stdout: text(&out),
+        stderr: text(&err),
+        elapsed,
+    }
+}

@@ -1,0 +1,50 @@
+//! Requirement checks: a test that cannot run here prints `skipping <test>: <reason>` and returns, except in CI
+//! (`CI=true`), where a missing requirement is a failure.
+
+/// True when the `CI` environment variable is `true` (or `1`).
+pub fn in_ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
+}
+
+/// True when the effective uid is 0.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Returns `cond`; when it is false, prints `skipping <test>: <reason>` (or panics in CI).
+pub fn require(cond: bool, test: &str, reason: &str) -> bool {
+    if cond {
+        return true;
+    }
+    if in_ci() {
+        panic!("{test}: {reason} (CI=true: tests that need it must run in CI)");
+    }
+    eprintln!("skipping {test}: {reason}");
+    false
+}
+
+/// True when running as root; otherwise prints `skipping <test>: needs root` (or panics in CI).
+pub fn require_root(test: &str) -> bool {
+    require(is_root(), test, "needs root")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_met_requirement_is_true() {
+        assert!(require(true, "t", "never printed"));
+    }
+
+    #[test]
+    fn an_unmet_requirement_skips_or_fails_in_ci() {
+        if in_ci() {
+            let r = std::panic::catch_unwind(|| require(false, "t", "reason"));
+            assert!(r.is_err());
+        } else {
+            assert!(!require(false, "t", "reason"));
+        }
+    }
+}
