@@ -44,6 +44,12 @@ impl CgroupV1 {
         Self::create_under(&self.path, name, limit)
     }
 
+    /// Creates a uniquely named group under `parent` in any hierarchy (a v1 `cpu` one, a cgroup2 mount without
+    /// a memory controller, …), with no limit: for tests of what the agent refuses. Removed on drop likewise.
+    pub fn create_in(parent: &Path, name: &str) -> CgroupV1 {
+        Self::create_under(parent, name, None)
+    }
+
     fn create_under(parent: &Path, name: &str, limit: Option<u64>) -> CgroupV1 {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = parent.join(format!("monitor-test-{}-{n}-{name}", std::process::id()));
