@@ -1,1 +1,225 @@
-//! api
+//! The agent's HTTP API: `GET /api/v1/status`, `GET /api/v1/decision?pid=N`, `GET /healthz`. Reads only the
+//! latest published sample; never calls back into the sampler.
+
+use crate::policy::{Action, ProcId, Thresholds};
+use crate::sampler::{ProbeStatus, Published};
+use crate::snapshot::{CgroupVersion, LimitSource, ProcSample};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// What the routes read.
+#[derive(Clone)]
+pub struct ApiState {
+    pub latest: watch::Receiver<Arc<Published>>,
+    pub thresholds: Thresholds,
+}
+
+/// The agent's routes.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/decision", get(decision))
+        .with_state(state)
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatusView {
+    pub group: GroupView,
+    pub policy: PolicyView,
+    pub processes: Vec<ProcessView>,
+    pub probes: ProbeStatus,
+    pub sample: SampleView,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GroupView {
+    pub cgroup: PathBuf,
+    pub version: String,
+    pub usage_bytes: u64,
+    pub limit_bytes: u64,
+    pub limit_source: String,
+    pub ratio: f64,
+    /// Why the latest sample failed (the values are from the last good one).
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PolicyView {
+    pub state: String,
+    pub refuse_at: f64,
+    pub abort_at: f64,
+    pub hysteresis: f64,
+    pub largest_pid: Option<u32>,
+    pub victim_pid: Option<u32>,
+    pub abort_round: u32,
+    pub shadow: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ProcessView {
+    pub pid: u32,
+    pub name: String,
+    pub role: String,
+    pub ppid: u32,
+    pub rss_bytes: u64,
+    pub anon_bytes: u64,
+    /// What the process should do now (`serve` in shadow mode).
+    pub action: String,
+    /// What the policy decided, enforced or not.
+    pub decided: String,
+    pub requests_total: u64,
+    pub responses_total: u64,
+    pub responses_by_class: [u64; 5],
+    pub accepts_total: u64,
+    pub inflight: u64,
+    pub latency_p50_us: Option<u64>,
+    pub latency_p99_us: Option<u64>,
+    pub restarts: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SampleView {
+    pub seq: u64,
+    pub unix_ms: u64,
+}
+
+/// Roles inferred from the process tree: a process whose parent is outside the group and that has children in
+/// it is the `master`; a process whose parent is in the group is a `worker`; any other is a `process`.
+pub fn infer_roles(procs: &[ProcSample]) -> Vec<&'static str> {
+    let in_group = |pid: u32| procs.iter().any(|p| p.pid == pid);
+    procs
+        .iter()
+        .map(|p| {
+            if in_group(p.ppid) {
+                "worker"
+            } else if procs.iter().any(|c| c.ppid == p.pid) {
+                "master"
+            } else {
+                "process"
+            }
+        })
+        .collect()
+}
+
+fn version(v: CgroupVersion) -> &'static str {
+    match v {
+        CgroupVersion::V1 => "v1",
+        CgroupVersion::V2 => "v2",
+    }
+}
+
+fn source(s: LimitSource) -> &'static str {
+    match s {
+        LimitSource::Cgroup => "cgroup",
+        LimitSource::Host => "host",
+        LimitSource::Config => "config",
+    }
+}
+
+/// The status document of design.md, from one published sample.
+pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
+    let s = &p.snapshot;
+    let d = &p.decision;
+    let roles = infer_roles(&s.processes);
+    StatusView {
+        group: GroupView {
+            cgroup: s.group.cgroup.clone(),
+            version: version(s.group.version).into(),
+            usage_bytes: s.group.usage_bytes,
+            limit_bytes: s.group.limit_bytes,
+            limit_source: source(s.group.limit_source).into(),
+            ratio: d.ratio,
+            error: p.error.clone(),
+        },
+        policy: PolicyView {
+            state: d.state.as_str().into(),
+            refuse_at: t.refuse_at,
+            abort_at: t.abort_at,
+            hysteresis: t.hysteresis,
+            largest_pid: d.largest_pid,
+            victim_pid: d.victim.map(|v| v.pid),
+            abort_round: d.abort_round,
+            shadow: d.shadow,
+        },
+        processes: s
+            .processes
+            .iter()
+            .zip(roles)
+            .map(|(proc, role)| {
+                let id = ProcId { pid: proc.pid, start_ticks: proc.start_ticks };
+                let t = &proc.traffic;
+                ProcessView {
+                    pid: proc.pid,
+                    name: proc.name.clone(),
+                    role: role.into(),
+                    ppid: proc.ppid,
+                    rss_bytes: proc.rss_bytes,
+                    anon_bytes: proc.anon_bytes,
+                    action: d.action_for(id).as_str().into(),
+                    decided: d.decided_for(id).as_str().into(),
+                    requests_total: t.requests_total,
+                    responses_total: t.responses_total,
+                    responses_by_class: t.responses_by_class,
+                    accepts_total: t.accepts_total,
+                    inflight: t.inflight,
+                    latency_p50_us: t.latency_p50_us,
+                    latency_p99_us: t.latency_p99_us,
+                    restarts: 0,
+                }
+            })
+            .collect(),
+        probes: p.probes.clone(),
+        sample: SampleView { seq: s.seq, unix_ms: s.unix_ms },
+    }
+}
+
+async fn status(State(st): State<ApiState>) -> Json<StatusView> {
+    let p = st.latest.borrow().clone();
+    Json(status_view(&p, &st.thresholds))
+}
+
+#[derive(Deserialize)]
+struct DecisionQuery {
+    pid: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DecisionView {
+    pub pid: u32,
+    pub action: Action,
+    pub decided: Action,
+    pub state: String,
+    pub shadow: bool,
+}
+
+fn error(code: StatusCode, msg: String) -> Response {
+    (code, Json(serde_json::json!({ "error": msg }))).into_response()
+}
+
+async fn decision(State(st): State<ApiState>, Query(q): Query<DecisionQuery>) -> Response {
+    let Some(raw) = q.pid else { return error(StatusCode::BAD_REQUEST, "missing ?pid=N".into()) };
+    let Ok(pid) = raw.parse::<u32>() else {
+        return error(StatusCode::BAD_REQUEST, format!("pid is not a number: {raw:?}"));
+    };
+    let p = st.latest.borrow().clone();
+    let Some(proc) = p.snapshot.processes.iter().find(|x| x.pid == pid) else {
+        return error(StatusCode::NOT_FOUND, format!("pid {pid} is not in the group"));
+    };
+    let id = ProcId { pid, start_ticks: proc.start_ticks };
+    Json(DecisionView {
+        pid,
+        action: p.decision.action_for(id),
+        decided: p.decision.decided_for(id),
+        state: p.decision.state.as_str().into(),
+        shadow: p.decision.shadow,
+    })
+    .into_response()
+}

@@ -1,1 +1,528 @@
-//! config
+//! The TOML config: `load -> from_toml -> validate`. Unknown keys and bad values stop start-up with the key and
+//! its line. Every field's default is in its doc comment.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// A config that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// Bad TOML, an unknown key, or a value of the wrong type.
+    #[error("{path}:{line}: {msg}")]
+    Syntax { path: PathBuf, line: usize, msg: String },
+    /// A value of the right type that is not allowed; `line` is 0 when the key is not in the file.
+    #[error("{path}:{line}: {key}: {msg}")]
+    Invalid { path: PathBuf, line: usize, key: String, msg: String },
+}
+
+/// `[group]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupConfig {
+    /// The group's cgroup: `auto` (the agent's own memory cgroup), an absolute path under /sys/fs/cgroup, or a path
+    /// relative to the memory controller's mount. Default `auto`.
+    pub cgroup: String,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig { cgroup: "auto".into() }
+    }
+}
+
+/// `[policy]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Every process refuses new requests at or above this fraction of the limit. Default 0.85.
+    pub refuse_at: f64,
+    /// The largest process aborts its in-flight work at or above this fraction. Default 0.92.
+    pub abort_at: f64,
+    /// A state is left this far below its threshold. Default 0.02.
+    pub hysteresis: f64,
+    /// Sampling interval in milliseconds (10..=60000). Default 100.
+    pub interval_ms: u64,
+    /// Use this limit instead of the cgroup's (bytes). Default: none (the cgroup's, else the host's MemTotal).
+    pub limit_bytes: Option<u64>,
+    /// Decide and record everything, enforce nothing. Default false.
+    pub shadow: bool,
+    /// While still at or above abort_at this long after an abort, abort the (new) largest again. Default 5000.
+    pub abort_repeat_ms: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            refuse_at: 0.85,
+            abort_at: 0.92,
+            hysteresis: 0.02,
+            interval_ms: 100,
+            limit_bytes: None,
+            shadow: false,
+            abort_repeat_ms: 5000,
+        }
+    }
+}
+
+impl PolicyConfig {
+    pub fn thresholds(&self) -> crate::policy::Thresholds {
+        crate::policy::Thresholds {
+            refuse_at: self.refuse_at,
+            abort_at: self.abort_at,
+            hysteresis: self.hysteresis,
+            abort_repeat_ms: self.abort_repeat_ms,
+            shadow: self.shadow,
+        }
+    }
+}
+
+/// `[web]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebConfig {
+    /// Address of the API, metrics and home page. Default `127.0.0.1:9464`.
+    pub listen: String,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig { listen: "127.0.0.1:9464".into() }
+    }
+}
+
+/// `[stats]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatsConfig {
+    /// SQLite file of per-minute history. Default: none (history in memory only).
+    pub path: Option<PathBuf>,
+    /// Rows older than this many days are deleted. Default 30.
+    pub retention_days: u32,
+}
+
+impl Default for StatsConfig {
+    fn default() -> Self {
+        StatsConfig { path: None, retention_days: 30 }
+    }
+}
+
+/// `[probes]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbesConfig {
+    /// Count requests per process with eBPF. Default true (the agent runs on without them if they cannot load).
+    pub enabled: bool,
+}
+
+impl Default for ProbesConfig {
+    fn default() -> Self {
+        ProbesConfig { enabled: true }
+    }
+}
+
+/// `[proxy]`: the front door of `monitor run`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Address the front door listens on. Default `127.0.0.1:8080`.
+    pub listen: String,
+    /// Path regexes served by tx processes (the rest goes to the master). Default `["^/"]` (every path).
+    pub tx_paths: Vec<String>,
+    /// Path regexes only the master serves. Default `$closure`/`%24closure` anywhere, `^/syndication`, `^/info/`.
+    pub master_paths: Vec<String>,
+    /// Header whose prefix (text before the first `.`) names the owning process. Default `X-Cache-Id`.
+    pub cache_id_header: String,
+    /// The master is in the least-loaded pool of tx processes. Default true.
+    pub master_serves_tx: bool,
+    /// `Retry-After` seconds on a shed request. Default 5.
+    pub retry_after_s: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: "127.0.0.1:8080".into(),
+            tx_paths: vec!["^/".into()],
+            master_paths: vec![r"(\$|%24)closure".into(), "^/syndication".into(), "^/info/".into()],
+            cache_id_header: "X-Cache-Id".into(),
+            master_serves_tx: true,
+            retry_after_s: 5,
+        }
+    }
+}
+
+/// `[[process]]`: one process the launcher starts.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessConfig {
+    /// Unique name, also the cache-id prefix it issues (e.g. `m0`, `tx1`). Required.
+    pub name: String,
+    /// `master` or `worker`. Required.
+    pub role: String,
+    /// argv, run without a shell. Required.
+    pub command: Vec<String>,
+    /// Loopback port the process listens on. Required.
+    pub port: u16,
+    /// Health path. Default `/health`.
+    #[serde(default = "default_health")]
+    pub health: String,
+    /// Extra environment. Default none.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn default_health() -> String {
+    "/health".into()
+}
+
+/// `[alerts]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertsConfig {
+    /// argv of a hook run (without a shell) on every alert. Default none.
+    pub command: Option<Vec<String>>,
+    /// URL receiving Alertmanager-style webhook JSON. Default none.
+    pub webhook: Option<String>,
+    /// Base URL of an Alertmanager (alerts go to `/api/v2/alerts`). Default none.
+    pub alertmanager: Option<String>,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub group: GroupConfig,
+    pub policy: PolicyConfig,
+    pub web: WebConfig,
+    pub stats: StatsConfig,
+    pub probes: ProbesConfig,
+    pub proxy: ProxyConfig,
+    #[serde(rename = "process")]
+    pub processes: Vec<ProcessConfig>,
+    pub alerts: AlertsConfig,
+}
+
+/// A bad value: its key path (`policy.refuse_at`, `process[1].port`) and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub key: Vec<KeyPart>,
+    pub msg: String,
+}
+
+/// One step of a key path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyPart {
+    Key(&'static str),
+    Index(usize),
+}
+
+fn problem(key: &[KeyPart], msg: impl Into<String>) -> Problem {
+    Problem { key: key.to_vec(), msg: msg.into() }
+}
+
+use KeyPart::{Index, Key};
+
+impl Config {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        Config::from_toml(&text, path)
+    }
+
+    /// Parses and checks config text; `path` only names the file in errors.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            line: e.span().map(|s| line_of(text, s.start)).unwrap_or(0),
+            msg: e.message().trim().to_string(),
+        })?;
+        if let Some(p) = cfg.validate().into_iter().next() {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                line: locate(text, &p.key).unwrap_or(0),
+                key: key_name(&p.key),
+                msg: p.msg,
+            });
+        }
+        Ok(cfg)
+    }
+
+    /// Every value that is not allowed, in file order of sections.
+    pub fn validate(&self) -> Vec<Problem> {
+        let mut out = Vec::new();
+        let p = &self.policy;
+        if self.group.cgroup.trim().is_empty() {
+            out.push(problem(&[Key("group"), Key("cgroup")], "must not be empty (use \"auto\")"));
+        }
+        if !(p.refuse_at > 0.0 && p.refuse_at <= 1.0) {
+            out.push(problem(&[Key("policy"), Key("refuse_at")], format!("{} is not in (0, 1]", p.refuse_at)));
+        }
+        if !(p.abort_at > 0.0 && p.abort_at <= 1.0) {
+            out.push(problem(&[Key("policy"), Key("abort_at")], format!("{} is not in (0, 1]", p.abort_at)));
+        } else if p.abort_at <= p.refuse_at {
+            out.push(problem(
+                &[Key("policy"), Key("abort_at")],
+                format!("{} must be above refuse_at ({})", p.abort_at, p.refuse_at),
+            ));
+        }
+        if !(p.hysteresis >= 0.0 && p.hysteresis < p.refuse_at) {
+            out.push(problem(
+                &[Key("policy"), Key("hysteresis")],
+                format!("{} must be >= 0 and below refuse_at ({})", p.hysteresis, p.refuse_at),
+            ));
+        }
+        if !(10..=60_000).contains(&p.interval_ms) {
+            out.push(problem(&[Key("policy"), Key("interval_ms")], format!("{} is not in 10..=60000", p.interval_ms)));
+        }
+        if p.limit_bytes == Some(0) {
+            out.push(problem(&[Key("policy"), Key("limit_bytes")], "must be above 0"));
+        }
+        if p.abort_repeat_ms < p.interval_ms {
+            out.push(problem(
+                &[Key("policy"), Key("abort_repeat_ms")],
+                format!("{} is below interval_ms ({})", p.abort_repeat_ms, p.interval_ms),
+            ));
+        }
+        if let Err(e) = self.web.listen.parse::<SocketAddr>() {
+            out.push(problem(&[Key("web"), Key("listen")], format!("{:?} is not an address: {e}", self.web.listen)));
+        }
+        if self.stats.retention_days == 0 {
+            out.push(problem(&[Key("stats"), Key("retention_days")], "must be at least 1"));
+        }
+        if let Err(e) = self.proxy.listen.parse::<SocketAddr>() {
+            out.push(problem(
+                &[Key("proxy"), Key("listen")],
+                format!("{:?} is not an address: {e}", self.proxy.listen),
+            ));
+        }
+        if self.proxy.cache_id_header.parse::<http_header_name::Name>().is_err() {
+            out.push(problem(&[Key("proxy"), Key("cache_id_header")], "is not a valid header name"));
+        }
+        let mut masters = 0;
+        for (i, proc) in self.processes.iter().enumerate() {
+            let at = |k: &'static str| [Key("process"), Index(i), Key(k)];
+            if proc.name.is_empty() || !proc.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                out.push(problem(&at("name"), format!("{:?} must be letters, digits, - or _", proc.name)));
+            } else if self.processes[..i].iter().any(|o| o.name == proc.name) {
+                out.push(problem(&at("name"), format!("{:?} is used twice", proc.name)));
+            }
+            match proc.role.as_str() {
+                "master" => masters += 1,
+                "worker" => {}
+                r => out.push(problem(&at("role"), format!("{r:?} is neither \"master\" nor \"worker\""))),
+            }
+            if proc.command.is_empty() || proc.command[0].is_empty() {
+                out.push(problem(&at("command"), "must name a program"));
+            }
+            if proc.port == 0 {
+                out.push(problem(&at("port"), "must be 1..=65535"));
+            } else if self.processes[..i].iter().any(|o| o.port == proc.port) {
+                out.push(problem(&at("port"), format!("{} is used twice", proc.port)));
+            }
+            if !proc.health.starts_with('/') {
+                out.push(problem(&at("health"), format!("{:?} must be a path starting with /", proc.health)));
+            }
+        }
+        if !self.processes.is_empty() && masters != 1 {
+            out.push(problem(&[Key("process")], format!("needs exactly one master, has {masters}")));
+        }
+        for (k, v) in [("webhook", &self.alerts.webhook), ("alertmanager", &self.alerts.alertmanager)] {
+            if let Some(url) = v {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    out.push(problem(&[Key("alerts"), Key(k)], format!("{url:?} is not an http(s) URL")));
+                }
+            }
+        }
+        if let Some(cmd) = &self.alerts.command {
+            if cmd.is_empty() || cmd[0].is_empty() {
+                out.push(problem(&[Key("alerts"), Key("command")], "must name a program"));
+            }
+        }
+        out
+    }
+}
+
+/// Header-name syntax (RFC 9110 token), without pulling in a crate for it.
+mod http_header_name {
+    pub struct Name;
+    impl std::str::FromStr for Name {
+        type Err = ();
+        fn from_str(s: &str) -> Result<Self, ()> {
+            let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+            if !s.is_empty() && s.chars().all(tchar) {
+                Ok(Name)
+            } else {
+                Err(())
+            }
+        }
+    }
+}
+
+/// `policy.refuse_at`, `process[1].port`.
+pub fn key_name(key: &[KeyPart]) -> String {
+    let mut s = String::new();
+    for part in key {
+        match part {
+            Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// The line where a key path is written, if it is.
+fn locate(text: &str, key: &[KeyPart]) -> Option<usize> {
+    enum Node<'a> {
+        Item(&'a toml_edit::Item),
+        Table(&'a toml_edit::Table),
+    }
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut node = Node::Table(doc.as_table());
+    let mut span = None;
+    for part in key {
+        node = match (part, node) {
+            (Key(k), Node::Table(t)) => {
+                let (key, value) = t.get_key_value(k)?;
+                span = key.span().or(span);
+                Node::Item(value)
+            }
+            (Key(k), Node::Item(item)) => {
+                let (key, value) = item.as_table_like()?.get_key_value(k)?;
+                span = key.span().or(span);
+                Node::Item(value)
+            }
+            (Index(i), Node::Item(item)) => {
+                let t = item.as_array_of_tables()?.get(*i)?;
+                span = t.span().or(span);
+                Node::Table(t)
+            }
+            (Index(_), Node::Table(_)) => return None,
+        };
+    }
+    span.map(|s| line_of(text, s.start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        match Config::from_toml(text, Path::new("m.toml")) {
+            Ok(c) => panic!("accepted: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn empty_file_gives_the_defaults() {
+        let c = Config::from_toml("", Path::new("m.toml")).expect("empty");
+        assert_eq!(c, Config::default());
+        assert_eq!(c.policy.thresholds(), crate::policy::Thresholds::default());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let e = err("[policy]\nrefuse_at = 0.8\nrefuse_att = 0.9\n");
+        assert!(e.starts_with("m.toml:3:"), "{e}");
+        assert!(e.contains("refuse_att"), "{e}");
+        let e = err("[group]\ncgroup = \"auto\"\n[nonsense]\n");
+        assert!(e.starts_with("m.toml:3:") && e.contains("nonsense"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_names_line() {
+        let e = err("\n[policy]\ninterval_ms = \"fast\"\n");
+        assert!(e.starts_with("m.toml:3:"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_key_and_line() {
+        let cases = [
+            ("[policy]\nrefuse_at = 0.95\nabort_at = 0.9\n", "m.toml:3: policy.abort_at:"),
+            ("[policy]\n\nrefuse_at = 1.5\n", "m.toml:3: policy.refuse_at:"),
+            ("[policy]\nhysteresis = -0.1\n", "m.toml:2: policy.hysteresis:"),
+            ("[policy]\ninterval_ms = 1\n", "m.toml:2: policy.interval_ms:"),
+            ("[web]\nlisten = \"nowhere\"\n", "m.toml:2: web.listen:"),
+            ("[stats]\nretention_days = 0\n", "m.toml:2: stats.retention_days:"),
+            (
+                "[[process]]\nname = \"m0\"\nrole = \"master\"\ncommand = [\"x\"]\nport = 1\n\
+                 [[process]]\nname = \"tx1\"\nrole = \"boss\"\ncommand = [\"x\"]\nport = 2\n",
+                "m.toml:8: process[1].role:",
+            ),
+            ("[alerts]\nwebhook = \"ftp://x\"\n", "m.toml:2: alerts.webhook:"),
+            // Not written in the file: line 0.
+            ("[policy]\nabort_repeat_ms = 10\ninterval_ms = 20\n", "m.toml:2: policy.abort_repeat_ms:"),
+        ];
+        for (text, want) in cases {
+            let e = err(text);
+            assert!(e.starts_with(want), "{text:?}: got {e:?}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn a_full_config_loads() {
+        let text = r#"
+[group]
+cgroup = "/sys/fs/cgroup/memory/app"
+[policy]
+refuse_at = 0.8
+abort_at = 0.9
+hysteresis = 0.05
+interval_ms = 250
+limit_bytes = 1073741824
+shadow = true
+abort_repeat_ms = 2000
+[web]
+listen = "127.0.0.1:9000"
+[stats]
+path = "/var/lib/monitor/stats.db"
+retention_days = 7
+[probes]
+enabled = false
+[proxy]
+listen = "[::1]:8080"
+master_serves_tx = false
+[[process]]
+name = "m0"
+role = "master"
+command = ["node", "server.js", "--role=master"]
+port = 3001
+[[process]]
+name = "tx1"
+role = "worker"
+command = ["node", "server.js", "--role=tx-worker"]
+port = 3002
+env = { NODE_ENV = "production" }
+[alerts]
+command = ["/usr/local/bin/page", "--team", "tx"]
+alertmanager = "http://127.0.0.1:9093"
+"#;
+        let c = Config::from_toml(text, Path::new("m.toml")).expect("valid");
+        assert_eq!(c.processes.len(), 2);
+        assert_eq!(c.processes[1].health, "/health");
+        assert_eq!(c.policy.limit_bytes, Some(1 << 30));
+        assert!(c.policy.shadow && !c.probes.enabled && !c.proxy.master_serves_tx);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,300}") {
+            let _ = Config::from_toml(&s, Path::new("x.toml"));
+        }
+    }
+}

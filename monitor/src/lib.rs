@@ -5,9 +5,11 @@
 
 pub mod api;
 pub mod cgroup;
+pub mod client;
 pub mod config;
 pub mod policy;
 pub mod probes;
 pub mod procs;
 pub mod sampler;
 pub mod snapshot;
+pub mod table;

@@ -1,3 +1,180 @@
-//! The `monitor` command line.
+//! The `monitor` command line: `agent`, `status`, `check-config`.
 
-fn main() {}
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use monitor::api::{self, ApiState, StatusView};
+use monitor::cgroup::{self, Mounts};
+use monitor::config::Config;
+use monitor::probes::Probes;
+use monitor::sampler::{self, Sampler};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "monitor", version, about = "Guards the memory of a group of server processes sharing one cgroup")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The daemon: samples the group, decides, serves the API.
+    Agent(AgentArgs),
+    /// Prints the group as a table, from a running agent.
+    Status {
+        /// The agent's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:9464")]
+        url: String,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validates a config file; names the first bad key and its line.
+    CheckConfig { file: PathBuf },
+}
+
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// TOML config file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The group's cgroup: `auto`, an absolute path under /sys/fs/cgroup, or relative to the memory mount.
+    #[arg(long)]
+    cgroup: Option<String>,
+    /// API address (default 127.0.0.1:9464).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Sampling interval in milliseconds (default 100).
+    #[arg(long)]
+    interval_ms: Option<u64>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Agent(a) => agent(a),
+        Cmd::Status { url, json } => status(&url, json),
+        Cmd::CheckConfig { file } => {
+            Config::load(&file).map(|_| println!("{}: ok", file.display())).map_err(Into::into)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("monitor: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MONITOR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+/// The config file (or the defaults) with the command line's overrides, checked again.
+fn agent_config(a: &AgentArgs) -> Result<Config> {
+    let mut cfg = match &a.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(c) = &a.cgroup {
+        cfg.group.cgroup.clone_from(c);
+    }
+    if let Some(l) = a.listen {
+        cfg.web.listen = l.to_string();
+    }
+    if let Some(i) = a.interval_ms {
+        cfg.policy.interval_ms = i;
+    }
+    if let Some(p) = cfg.validate().into_iter().next() {
+        bail!("{}: {}", monitor::config::key_name(&p.key), p.msg);
+    }
+    Ok(cfg)
+}
+
+fn agent(a: AgentArgs) -> Result<()> {
+    let cfg = agent_config(&a)?;
+    init_logs();
+    let mounts = Mounts::read().context("reading /proc/self/mountinfo")?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let group = cgroup::resolve(&cfg.group.cgroup, &mounts, &own)?;
+    let probes = if cfg.probes.enabled {
+        Probes::load().map_err(|e| {
+            // The verifier's log can run to hundreds of lines: the status shows the first, the debug log all.
+            let full = e.to_string();
+            tracing::debug!("eBPF load failed: {full}");
+            full.lines().next().unwrap_or_default().to_string()
+        })
+    } else {
+        Err("disabled in the config ([probes] enabled = false)".to_string())
+    };
+    if let Err(reason) = &probes {
+        tracing::warn!("request counting is off: {reason}");
+    }
+    let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
+    let thresholds = cfg.policy.thresholds();
+    let (state, first) = sampler::first(&mut sampler, &thresholds)?;
+    tracing::info!(
+        cgroup = %first.snapshot.group.cgroup.display(),
+        version = ?first.snapshot.group.version,
+        limit_bytes = first.snapshot.group.limit_bytes,
+        limit_source = ?first.snapshot.group.limit_source,
+        processes = first.snapshot.processes.len(),
+        "watching group"
+    );
+    let listen: SocketAddr = cfg.web.listen.parse().context("web.listen")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+        let (tx, rx) = tokio::sync::watch::channel(Arc::new(first));
+        let stop = Arc::new(AtomicBool::new(false));
+        let interval = Duration::from_millis(cfg.policy.interval_ms);
+        let handle = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())
+            .context("starting the sampler thread")?;
+        tracing::info!(%listen, "serving the API");
+        let app = api::router(ApiState { latest: rx, thresholds });
+        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving")?;
+        stop.store(true, Ordering::Relaxed);
+        let _ = handle.join();
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot watch SIGTERM: {e}");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+fn status(url: &str, json: bool) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let body = rt.block_on(monitor::client::get(&format!("{}/api/v1/status", url.trim_end_matches('/'))))?;
+    if json {
+        println!("{body}");
+        return Ok(());
+    }
+    let v: StatusView = serde_json::from_str(&body).context("the agent's answer is not a status document")?;
+    print!("{}", monitor::table::render(&v));
+    Ok(())
+}

@@ -1,1 +1,341 @@
-//! policy
+//! The decision: a pure function of (previous state, snapshot, thresholds). No I/O.
+//!
+//! ratio >= refuse_at: every process refuses new requests. ratio >= abort_at: the process with the largest RSS
+//! aborts its in-flight work, the others refuse; if still >= abort_at after `abort_repeat_ms`, the (new) largest
+//! is aborted again. Leaving a state needs the ratio to fall `hysteresis` below its threshold.
+
+use crate::snapshot::{ProcSample, Snapshot};
+use serde::Serialize;
+
+/// The thresholds and switches of the policy (`[policy]` in the config).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Thresholds {
+    pub refuse_at: f64,
+    pub abort_at: f64,
+    pub hysteresis: f64,
+    pub abort_repeat_ms: u64,
+    pub shadow: bool,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds { refuse_at: 0.85, abort_at: 0.92, hysteresis: 0.02, abort_repeat_ms: 5000, shadow: false }
+    }
+}
+
+/// The group's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    #[default]
+    Normal,
+    Refusing,
+    Aborting,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Normal => "normal",
+            State::Refusing => "refusing",
+            State::Aborting => "aborting",
+        }
+    }
+}
+
+/// What one process should do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Serve,
+    Refuse,
+    Abort,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Serve => "serve",
+            Action::Refuse => "refuse",
+            Action::Abort => "abort",
+        }
+    }
+}
+
+/// A process named by pid and start time (a pid alone can be reused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProcId {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+/// What the policy remembers between samples.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyState {
+    pub state: State,
+    /// The process told to abort, while aborting.
+    pub victim: Option<ProcId>,
+    /// When the current victim was chosen (monotonic ms).
+    pub victim_since_ms: u64,
+    /// How many victims have been chosen since entering `aborting` (1 = the first).
+    pub abort_round: u32,
+}
+
+/// The policy's output for one sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub state: State,
+    pub ratio: f64,
+    /// The process with the largest RSS now (None with no processes).
+    pub largest_pid: Option<u32>,
+    /// The process told to abort (only while aborting).
+    pub victim: Option<ProcId>,
+    pub abort_round: u32,
+    /// Decide and record, enforce nothing.
+    pub shadow: bool,
+    /// The state or the victim changed with this sample.
+    pub changed: bool,
+}
+
+impl Decision {
+    /// What the policy decided for `p`, whether or not it is enforced.
+    pub fn decided_for(&self, p: ProcId) -> Action {
+        match self.state {
+            State::Normal => Action::Serve,
+            State::Refusing => Action::Refuse,
+            State::Aborting if self.victim == Some(p) => Action::Abort,
+            State::Aborting => Action::Refuse,
+        }
+    }
+
+    /// What `p` should do now: the decided action, or `serve` in shadow mode.
+    pub fn action_for(&self, p: ProcId) -> Action {
+        if self.shadow {
+            Action::Serve
+        } else {
+            self.decided_for(p)
+        }
+    }
+}
+
+/// The largest process by RSS; ties go to the larger RssAnon, then to the lower pid (deterministic).
+pub fn largest(processes: &[ProcSample]) -> Option<&ProcSample> {
+    processes
+        .iter()
+        .max_by(|a, b| a.rss_bytes.cmp(&b.rss_bytes).then(a.anon_bytes.cmp(&b.anon_bytes)).then(b.pid.cmp(&a.pid)))
+}
+
+fn id(p: &ProcSample) -> ProcId {
+    ProcId { pid: p.pid, start_ticks: p.start_ticks }
+}
+
+/// The policy. `prev` is what the previous call returned (or `PolicyState::default()` at start).
+pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicyState, Decision) {
+    let ratio = snap.group.ratio();
+    let now = snap.mono_ms;
+    let big = largest(&snap.processes);
+
+    let state = match prev.state {
+        _ if ratio >= t.abort_at => State::Aborting,
+        State::Aborting if ratio >= t.abort_at - t.hysteresis => State::Aborting,
+        State::Aborting | State::Refusing if ratio >= t.refuse_at - t.hysteresis => State::Refusing,
+        State::Normal if ratio >= t.refuse_at => State::Refusing,
+        _ => State::Normal,
+    };
+
+    let mut next = PolicyState { state, ..PolicyState::default() };
+    if state == State::Aborting {
+        let entering = prev.state != State::Aborting;
+        let repeat_due =
+            !entering && ratio >= t.abort_at && now.saturating_sub(prev.victim_since_ms) >= t.abort_repeat_ms;
+        if entering || repeat_due || prev.victim.is_none() && ratio >= t.abort_at {
+            next.victim = big.map(id);
+            next.victim_since_ms = now;
+            next.abort_round = if entering { 1 } else { prev.abort_round + 1 };
+        } else {
+            next.victim = prev.victim;
+            next.victim_since_ms = prev.victim_since_ms;
+            next.abort_round = prev.abort_round;
+        }
+    }
+
+    let changed = next.state != prev.state || next.victim != prev.victim;
+    let decision = Decision {
+        state,
+        ratio,
+        largest_pid: big.map(|p| p.pid),
+        victim: next.victim,
+        abort_round: next.abort_round,
+        shadow: t.shadow,
+        changed,
+    };
+    (next, decision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{CgroupVersion, GroupSample, LimitSource, Traffic};
+
+    fn proc(pid: u32, rss: u64) -> ProcSample {
+        ProcSample {
+            pid,
+            name: format!("p{pid}"),
+            start_ticks: 1000 + pid as u64,
+            ppid: 1,
+            rss_bytes: rss,
+            anon_bytes: rss,
+            traffic: Traffic::default(),
+        }
+    }
+
+    fn snap(usage: u64, limit: u64, mono_ms: u64, procs: Vec<ProcSample>) -> Snapshot {
+        Snapshot {
+            seq: 0,
+            unix_ms: 0,
+            mono_ms,
+            group: GroupSample {
+                cgroup: "/g".into(),
+                version: CgroupVersion::V1,
+                usage_bytes: usage,
+                limit_bytes: limit,
+                limit_source: LimitSource::Cgroup,
+            },
+            processes: procs,
+        }
+    }
+
+    fn three() -> Vec<ProcSample> {
+        vec![proc(10, 100), proc(11, 300), proc(12, 200)]
+    }
+
+    /// Runs the policy over a sequence of usage percentages (limit 1000), returning the states.
+    fn run(usages: &[u64], t: &Thresholds) -> Vec<State> {
+        let mut st = PolicyState::default();
+        usages
+            .iter()
+            .enumerate()
+            .map(|(i, &u)| {
+                let (n, d) = decide(&st, &snap(u, 1000, i as u64 * 100, three()), t);
+                st = n;
+                d.state
+            })
+            .collect()
+    }
+
+    #[test]
+    fn transitions_with_hysteresis() {
+        use State::*;
+        let t = Thresholds::default();
+        let cases: &[(&[u64], &[State])] = &[
+            (&[0, 849, 850], &[Normal, Normal, Refusing]),
+            // refusing holds down to refuse_at - h = 0.83 and is left below it
+            (&[850, 840, 831, 829], &[Refusing, Refusing, Refusing, Normal]),
+            (&[919, 920], &[Refusing, Aborting]),
+            // straight from normal to aborting
+            (&[100, 950], &[Normal, Aborting]),
+            // aborting holds until below 0.90, then refusing, which holds until below 0.83
+            (&[920, 905, 901, 899, 840, 829], &[Aborting, Aborting, Aborting, Refusing, Refusing, Normal]),
+            // aborting straight to normal on a big drop
+            (&[950, 100], &[Aborting, Normal]),
+            // re-entering aborting from refusing
+            (&[950, 880, 930], &[Aborting, Refusing, Aborting]),
+            // at the exact line
+            (&[1000], &[Aborting]),
+        ];
+        for (usages, want) in cases {
+            assert_eq!(run(usages, &t), *want, "usages {usages:?}");
+        }
+    }
+
+    #[test]
+    fn largest_is_aborted_others_refuse() {
+        let t = Thresholds::default();
+        let (_, d) = decide(&PolicyState::default(), &snap(950, 1000, 0, three()), &t);
+        assert_eq!(d.largest_pid, Some(11));
+        assert_eq!(d.victim.map(|v| v.pid), Some(11));
+        let acts: Vec<Action> = three().iter().map(|p| d.action_for(id(p))).collect();
+        assert_eq!(acts, vec![Action::Refuse, Action::Abort, Action::Refuse]);
+        assert!(d.changed);
+        let (_, d) = decide(&PolicyState::default(), &snap(860, 1000, 0, three()), &t);
+        assert!(three().iter().all(|p| d.action_for(id(p)) == Action::Refuse));
+        let (_, d) = decide(&PolicyState::default(), &snap(10, 1000, 0, three()), &t);
+        assert!(three().iter().all(|p| d.action_for(id(p)) == Action::Serve));
+        assert!(!d.changed);
+    }
+
+    #[test]
+    fn victim_is_kept_until_repeat_then_the_new_largest() {
+        let t = Thresholds { abort_repeat_ms: 1000, ..Thresholds::default() };
+        let (s1, d1) = decide(&PolicyState::default(), &snap(950, 1000, 0, three()), &t);
+        assert_eq!((d1.victim.map(|v| v.pid), d1.abort_round), (Some(11), 1));
+        // Another process is now larger, but the repeat time has not come: the victim stays.
+        let grown = vec![proc(10, 500), proc(11, 300), proc(12, 200)];
+        let (s2, d2) = decide(&s1, &snap(950, 1000, 500, grown.clone()), &t);
+        assert_eq!((d2.victim.map(|v| v.pid), d2.largest_pid, d2.changed), (Some(11), Some(10), false));
+        // After abort_repeat_ms, still over abort_at: the new largest.
+        let (s3, d3) = decide(&s2, &snap(950, 1000, 1000, grown.clone()), &t);
+        assert_eq!((d3.victim.map(|v| v.pid), d3.abort_round, d3.changed), (Some(10), 2, true));
+        // In the hysteresis band (0.90..0.92) no repeat happens even after the time.
+        let (_, d4) = decide(&s3, &snap(910, 1000, 5000, vec![proc(12, 900)]), &t);
+        assert_eq!((d4.state, d4.victim.map(|v| v.pid), d4.abort_round), (State::Aborting, Some(10), 2));
+    }
+
+    #[test]
+    fn pid_reuse_is_not_the_victim() {
+        let t = Thresholds::default();
+        let (s, d) = decide(&PolicyState::default(), &snap(950, 1000, 0, three()), &t);
+        let victim = d.victim.expect("victim");
+        let reused = ProcId { pid: victim.pid, start_ticks: victim.start_ticks + 1 };
+        let (_, d) = decide(&s, &snap(950, 1000, 100, three()), &t);
+        assert_eq!(d.decided_for(reused), Action::Refuse);
+        assert_eq!(d.decided_for(victim), Action::Abort);
+    }
+
+    #[test]
+    fn ties_go_to_larger_anon_then_lower_pid() {
+        let mut a = proc(20, 500);
+        a.anon_bytes = 100;
+        let b = proc(21, 500);
+        assert_eq!(largest(&[a.clone(), b.clone()]).map(|p| p.pid), Some(21));
+        assert_eq!(largest(&[proc(30, 5), proc(29, 5), proc(31, 5)]).map(|p| p.pid), Some(29));
+    }
+
+    #[test]
+    fn one_process_and_no_processes() {
+        let t = Thresholds::default();
+        let (_, d) = decide(&PolicyState::default(), &snap(950, 1000, 0, vec![proc(7, 1)]), &t);
+        assert_eq!(d.victim.map(|v| v.pid), Some(7));
+        let (s, d) = decide(&PolicyState::default(), &snap(950, 1000, 0, vec![]), &t);
+        assert_eq!((d.state, d.victim, d.largest_pid), (State::Aborting, None, None));
+        // A process that appears while aborting with no victim is chosen at once.
+        let (_, d) = decide(&s, &snap(950, 1000, 100, vec![proc(8, 1)]), &t);
+        assert_eq!(d.victim.map(|v| v.pid), Some(8));
+    }
+
+    #[test]
+    fn limit_changing_at_run_time() {
+        let t = Thresholds::default();
+        let (s, d) = decide(&PolicyState::default(), &snap(800, 1000, 0, three()), &t);
+        assert_eq!(d.state, State::Normal);
+        // The limit is lowered under the same usage.
+        let (s, d) = decide(&s, &snap(800, 850, 100, three()), &t);
+        assert_eq!(d.state, State::Aborting);
+        // And raised again.
+        let (_, d) = decide(&s, &snap(800, 2000, 200, three()), &t);
+        assert_eq!(d.state, State::Normal);
+        // A zero limit (unknown) never divides by zero.
+        let (_, d) = decide(&PolicyState::default(), &snap(800, 0, 0, three()), &t);
+        assert_eq!((d.state, d.ratio), (State::Normal, 0.0));
+    }
+
+    #[test]
+    fn shadow_decides_but_enforces_nothing() {
+        let t = Thresholds { shadow: true, ..Thresholds::default() };
+        let (_, d) = decide(&PolicyState::default(), &snap(950, 1000, 0, three()), &t);
+        assert_eq!(d.state, State::Aborting);
+        let victim = d.victim.expect("victim");
+        assert_eq!(d.decided_for(victim), Action::Abort);
+        assert_eq!(d.action_for(victim), Action::Serve);
+    }
+}

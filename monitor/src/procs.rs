@@ -1,1 +1,275 @@
-//! procs
+//! Per-process memory from /proc: RSS from `statm`, RssAnon from `status`, name from `comm`, start time and
+//! parent from `stat`. The hot files stay open between samples: an open `/proc/<pid>` file is bound to that
+//! process, so a reused pid can never be read through it (the read fails with ESRCH and the entry is dropped).
+
+use crate::cgroup::pread_all;
+use crate::snapshot::{ProcSample, Traffic};
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// `/proc/<pid>/statm` fields, in pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Statm {
+    pub size: u64,
+    pub resident: u64,
+    pub shared: u64,
+}
+
+/// Parses `statm` (`size resident shared text lib data dt`; only the first three are used).
+pub fn parse_statm(text: &str) -> Result<Statm, String> {
+    let mut it = text.split_ascii_whitespace().map(|f| f.parse::<u64>());
+    let mut next = |name: &str| match it.next() {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(_)) => Err(format!("statm: {name} is not a number")),
+        None => Err(format!("statm: no {name} field")),
+    };
+    Ok(Statm { size: next("size")?, resident: next("resident")?, shared: next("shared")? })
+}
+
+/// `RssAnon` from `/proc/<pid>/status`, in bytes. A kernel thread has no such line: 0.
+pub fn parse_status_rss_anon(text: &str) -> Result<u64, String> {
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("RssAnon:") {
+            let mut it = rest.split_ascii_whitespace();
+            let n: u64 = it
+                .next()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("status: RssAnon is not a number: {rest:?}"))?;
+            return match it.next() {
+                Some("kB") => Ok(n.saturating_mul(1024)),
+                other => Err(format!("status: RssAnon unit is {other:?}, expected kB")),
+            };
+        }
+    }
+    Ok(0)
+}
+
+/// What `/proc/<pid>/stat` gives once per process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatInfo {
+    pub comm: String,
+    pub ppid: u32,
+    /// Field 22, clock ticks after boot.
+    pub start_ticks: u64,
+}
+
+/// Parses `/proc/<pid>/stat`. The command name is in parentheses and may itself contain spaces and `)`, so the
+/// fields are counted from the last `)`.
+pub fn parse_stat(text: &str) -> Result<StatInfo, String> {
+    let open = text.find('(').ok_or("stat: no '('")?;
+    let close = text.rfind(')').ok_or("stat: no ')'")?;
+    if close < open {
+        return Err("stat: ')' before '('".into());
+    }
+    let comm = text[open + 1..close].to_string();
+    // After ") ": field 3 (state) is index 0, ppid (4) is 1, starttime (22) is 19.
+    let rest: Vec<&str> = text[close + 1..].split_ascii_whitespace().collect();
+    let field = |i: usize, name: &str| -> Result<u64, String> {
+        rest.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| format!("stat: bad or missing {name}"))
+    };
+    Ok(StatInfo { comm, ppid: field(1, "ppid")? as u32, start_ticks: field(19, "starttime")? })
+}
+
+struct Entry {
+    statm: File,
+    status: File,
+    stat: StatInfo,
+}
+
+/// Why a process could not be read. A process that exits mid-sample is [`ReadError::Gone`] and is dropped silently.
+#[derive(Debug)]
+pub enum ReadError {
+    Gone,
+    Other(String),
+}
+
+fn classify(e: std::io::Error) -> ReadError {
+    match e.raw_os_error() {
+        Some(libc::ESRCH) | Some(libc::ENOENT) => ReadError::Gone,
+        _ => ReadError::Other(e.to_string()),
+    }
+}
+
+/// The group's processes with their open files, sampled each tick.
+pub struct ProcTable {
+    proc_root: PathBuf,
+    page_size: u64,
+    entries: HashMap<u32, Entry>,
+    buf: Vec<u8>,
+}
+
+impl ProcTable {
+    /// A table reading `/proc`.
+    pub fn new() -> ProcTable {
+        ProcTable::with_root(Path::new("/proc"))
+    }
+
+    /// A table reading another proc root (tests).
+    pub fn with_root(proc_root: &Path) -> ProcTable {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        ProcTable {
+            proc_root: proc_root.to_path_buf(),
+            page_size: if page > 0 { page as u64 } else { 4096 },
+            entries: HashMap::new(),
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    fn open(&mut self, pid: u32) -> Result<Entry, ReadError> {
+        let dir = self.proc_root.join(pid.to_string());
+        // Open the hot files first, then read stat: if the pid was reused in between, the start time we record
+        // belongs to the process those files are bound to only if stat is read after them. A later failing read
+        // on the open files drops the entry, so at worst one sample is attributed to the newcomer.
+        let statm = File::open(dir.join("statm")).map_err(classify)?;
+        let status = File::open(dir.join("status")).map_err(classify)?;
+        let text = std::fs::read_to_string(dir.join("stat")).map_err(classify)?;
+        let stat = parse_stat(&text).map_err(ReadError::Other)?;
+        Ok(Entry { statm, status, stat })
+    }
+
+    fn read_entry(buf: &mut Vec<u8>, e: &Entry, page: u64) -> Result<(u64, u64), ReadError> {
+        pread_all(&e.statm, buf).map_err(classify)?;
+        if buf.is_empty() {
+            return Err(ReadError::Gone);
+        }
+        let statm = parse_statm(&String::from_utf8_lossy(buf)).map_err(ReadError::Other)?;
+        pread_all(&e.status, buf).map_err(classify)?;
+        let anon = parse_status_rss_anon(&String::from_utf8_lossy(buf)).map_err(ReadError::Other)?;
+        Ok((statm.resident.saturating_mul(page), anon))
+    }
+
+    /// Samples `pids` (sorted) into `out`. Entries of processes no longer listed are closed; processes that exit
+    /// during the sample are left out without an error. Other read errors are logged once per process and the
+    /// process is left out of this sample.
+    pub fn sample(&mut self, pids: &[u32], out: &mut Vec<ProcSample>) {
+        out.clear();
+        self.entries.retain(|pid, _| pids.binary_search(pid).is_ok());
+        for &pid in pids {
+            let entry = match self.entries.remove(&pid) {
+                Some(e) => e,
+                None => match self.open(pid) {
+                    Ok(e) => e,
+                    Err(ReadError::Gone) => continue,
+                    Err(ReadError::Other(msg)) => {
+                        tracing::warn!(pid, "cannot read process: {msg}");
+                        continue;
+                    }
+                },
+            };
+            match Self::read_entry(&mut self.buf, &entry, self.page_size) {
+                Ok((rss, anon)) => {
+                    out.push(ProcSample {
+                        pid,
+                        name: entry.stat.comm.clone(),
+                        start_ticks: entry.stat.start_ticks,
+                        ppid: entry.stat.ppid,
+                        rss_bytes: rss,
+                        anon_bytes: anon,
+                        traffic: Traffic::default(),
+                    });
+                    self.entries.insert(pid, entry);
+                }
+                // The process exited (or the pid now names another process: its next listing reopens it).
+                Err(ReadError::Gone) => {}
+                Err(ReadError::Other(msg)) => tracing::warn!(pid, "cannot read process: {msg}"),
+            }
+        }
+    }
+
+    /// How many processes have open entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no process is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl Default for ProcTable {
+    fn default() -> Self {
+        ProcTable::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATM: &str = include_str!("../../tests/fixtures/proc/python-64m.statm");
+    const STATUS: &str = include_str!("../../tests/fixtures/proc/python-64m.status");
+    const STAT: &str = include_str!("../../tests/fixtures/proc/python-64m.stat");
+
+    #[test]
+    fn captured_python_process() {
+        assert_eq!(parse_statm(STATM), Ok(Statm { size: 20526, resident: 19808, shared: 1706 }));
+        assert_eq!(parse_status_rss_anon(STATUS), Ok(72408 * 1024));
+        let s = parse_stat(STAT).expect("stat");
+        assert_eq!(s.comm, "python3");
+        assert!(s.start_ticks > 0 && s.ppid > 0, "{s:?}");
+    }
+
+    #[test]
+    fn stat_with_parens_and_spaces_in_name() {
+        let t = "42 (a) b (c) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 1000 10 1 1 1 1 1 1 0 0 0 0";
+        let s = parse_stat(t).expect("stat");
+        assert_eq!(s, StatInfo { comm: "a) b (c".into(), ppid: 7, start_ticks: 12345 });
+        assert!(parse_stat("42 (x S 1").is_err());
+        assert!(parse_stat("42 (x) S").is_err());
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        assert!(parse_statm("").is_err());
+        assert!(parse_statm("1 x 3").is_err());
+        assert!(parse_status_rss_anon("RssAnon: lots kB").is_err());
+        assert!(parse_status_rss_anon("RssAnon: 12 MB").is_err());
+        assert_eq!(parse_status_rss_anon("Name: kthreadd\n"), Ok(0));
+    }
+
+    #[test]
+    fn samples_this_process_and_drops_vanished_pids() {
+        let me = std::process::id();
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let gone = child.id();
+        child.wait().expect("wait");
+        let mut t = ProcTable::new();
+        let mut out = Vec::new();
+        let mut pids = vec![me, gone, u32::MAX - 1];
+        pids.sort_unstable();
+        t.sample(&pids, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].pid, me);
+        assert!(out[0].rss_bytes > 0 && out[0].anon_bytes > 0 && out[0].anon_bytes <= out[0].rss_bytes);
+        assert_eq!(t.len(), 1);
+        t.sample(&[], &mut out);
+        assert!(out.is_empty() && t.is_empty());
+    }
+
+    #[test]
+    fn an_exited_process_behind_an_open_entry_is_dropped() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn");
+        let pid = child.id();
+        let mut t = ProcTable::new();
+        let mut out = Vec::new();
+        t.sample(&[pid], &mut out);
+        assert_eq!(out.len(), 1);
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+        // Still listed (as a stale cgroup.procs read could be): the open files say the process is gone.
+        t.sample(&[pid], &mut out);
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,300}") {
+            let _ = parse_statm(&s);
+            let _ = parse_status_rss_anon(&s);
+            let _ = parse_stat(&s);
+        }
+    }
+}

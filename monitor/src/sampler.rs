@@ -1,1 +1,234 @@
-//! sampler
+//! The sampler: reads the group (cgroup files, /proc, eBPF maps) every interval, runs the policy, and
+//! publishes the latest Snapshot + Decision on a `tokio::sync::watch` channel. It runs on its own thread so a
+//! sample never waits on the async runtime and its cost stays measurable.
+
+use crate::cgroup::{CgroupError, Group, GroupReader};
+use crate::policy::{decide, Decision, PolicyState, Thresholds};
+use crate::probes::Probes;
+use crate::procs::ProcTable;
+use crate::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+
+/// Descendant cgroups are re-listed this often (their processes belong to the group).
+const RESCAN_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether request counting runs, and why not.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ProbeStatus {
+    pub enabled: bool,
+    pub reason: Option<String>,
+}
+
+/// What every consumer reads: the latest sample and the decision taken on it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Published {
+    pub snapshot: Snapshot,
+    pub decision: Decision,
+    pub probes: ProbeStatus,
+    /// Set when the latest sample failed (the group vanished, a file became unreadable); the snapshot is the last
+    /// good one.
+    pub error: Option<String>,
+}
+
+/// Reads one sample of the group.
+pub struct Sampler {
+    reader: GroupReader,
+    procs: ProcTable,
+    probes: Option<Probes>,
+    probe_status: ProbeStatus,
+    synced_pids: Vec<u32>,
+    limit_override: Option<u64>,
+    host_total: u64,
+    start: Instant,
+    seq: u64,
+    pids: Vec<u32>,
+    samples: Vec<ProcSample>,
+    last_rescan: Instant,
+}
+
+/// The host's MemTotal in bytes (0 if /proc/meminfo cannot be read).
+pub fn host_mem_total() -> u64 {
+    use procfs::FromBufRead;
+    std::fs::read("/proc/meminfo")
+        .ok()
+        .and_then(|b| procfs::Meminfo::from_buf_read(b.as_slice()).ok())
+        .map(|m| m.mem_total)
+        .unwrap_or(0)
+}
+
+impl Sampler {
+    /// Opens the group. `probes` is the loaded eBPF side, or the reason it is not running.
+    pub fn new(
+        group: Group,
+        limit_override: Option<u64>,
+        probes: Result<Probes, String>,
+    ) -> Result<Sampler, CgroupError> {
+        let reader = GroupReader::open(group)?;
+        let (probes, probe_status) = match probes {
+            Ok(p) => (Some(p), ProbeStatus { enabled: true, reason: None }),
+            Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason) }),
+        };
+        Ok(Sampler {
+            reader,
+            procs: ProcTable::new(),
+            probes,
+            probe_status,
+            synced_pids: Vec::new(),
+            limit_override,
+            host_total: host_mem_total(),
+            start: Instant::now(),
+            seq: 0,
+            pids: Vec::new(),
+            samples: Vec::new(),
+            last_rescan: Instant::now(),
+        })
+    }
+
+    pub fn group(&self) -> &Group {
+        self.reader.group()
+    }
+
+    pub fn probe_status(&self) -> &ProbeStatus {
+        &self.probe_status
+    }
+
+    /// One sample of the group.
+    pub fn sample(&mut self) -> Result<Snapshot, CgroupError> {
+        if self.last_rescan.elapsed() >= RESCAN_EVERY {
+            self.reader.rescan()?;
+            self.last_rescan = Instant::now();
+        }
+        let mem = self.reader.memory()?;
+        self.reader.pids(&mut self.pids)?;
+        self.procs.sample(&self.pids, &mut self.samples);
+        self.add_traffic();
+        let (limit_bytes, limit_source) = match (self.limit_override, mem.limit_bytes) {
+            (Some(l), _) => (l, LimitSource::Config),
+            (None, Some(l)) => (l, LimitSource::Cgroup),
+            (None, None) => (self.host_total, LimitSource::Host),
+        };
+        self.seq += 1;
+        let group = self.reader.group();
+        Ok(Snapshot {
+            seq: self.seq,
+            unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+            mono_ms: self.start.elapsed().as_millis() as u64,
+            group: GroupSample {
+                cgroup: group.dir.clone(),
+                version: group.version,
+                usage_bytes: mem.usage_bytes,
+                limit_bytes,
+                limit_source,
+            },
+            processes: self.samples.clone(),
+        })
+    }
+
+    fn add_traffic(&mut self) {
+        let Some(probes) = self.probes.as_mut() else { return };
+        let result = (|| {
+            if self.synced_pids != self.pids {
+                probes.sync_pids(&self.pids)?;
+                self.synced_pids.clone_from(&self.pids);
+            }
+            probes.read()
+        })();
+        match result {
+            Ok(mut traffic) => {
+                for p in &mut self.samples {
+                    if let Some(t) = traffic.remove(&p.pid) {
+                        p.traffic = t;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!("eBPF probes stopped: {e}");
+                self.probe_status = ProbeStatus { enabled: false, reason: Some(format!("stopped: {e}")) };
+                self.probes = None;
+            }
+        }
+    }
+}
+
+/// Runs the sampler every `interval` until `stop` is set, publishing on `tx`. The first sample must already be
+/// published (see [`first`]), so consumers always have a value.
+pub fn spawn(
+    mut sampler: Sampler,
+    thresholds: Thresholds,
+    interval: Duration,
+    mut state: PolicyState,
+    tx: watch::Sender<Arc<Published>>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("sampler".into()).spawn(move || {
+        let mut next = Instant::now() + interval;
+        let mut failing = false;
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+            next += interval;
+            if next < Instant::now() {
+                next = Instant::now() + interval; // fell behind (suspend, overload): do not burst
+            }
+            match sampler.sample() {
+                Ok(snap) => {
+                    if failing {
+                        tracing::info!(cgroup = %sampler.group().dir.display(), "group readable again");
+                        failing = false;
+                    }
+                    let (s, decision) = decide(&state, &snap, &thresholds);
+                    state = s;
+                    log_decision(&decision, &snap);
+                    let probes = sampler.probe_status().clone();
+                    tx.send_replace(Arc::new(Published { snapshot: snap, decision, probes, error: None }));
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::error!("sample failed: {e}");
+                        failing = true;
+                    }
+                    let msg = e.to_string();
+                    tx.send_modify(|p| {
+                        let mut np = (**p).clone();
+                        np.error = Some(msg);
+                        *p = Arc::new(np);
+                    });
+                }
+            }
+        }
+    })
+}
+
+/// Takes the first sample synchronously (so start-up fails fast on an unreadable group) and decides on it.
+pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicyState, Published), CgroupError> {
+    let snap = sampler.sample()?;
+    let (state, decision) = decide(&PolicyState::default(), &snap, thresholds);
+    log_decision(&decision, &snap);
+    let probes = sampler.probe_status().clone();
+    Ok((state, Published { snapshot: snap, decision, probes, error: None }))
+}
+
+/// Logs a decision once, when it changes.
+fn log_decision(d: &Decision, snap: &Snapshot) {
+    if !d.changed {
+        return;
+    }
+    let victim = d.victim.and_then(|v| snap.processes.iter().find(|p| p.pid == v.pid));
+    tracing::warn!(
+        state = d.state.as_str(),
+        ratio = format!("{:.3}", d.ratio),
+        usage_bytes = snap.group.usage_bytes,
+        limit_bytes = snap.group.limit_bytes,
+        victim_pid = victim.map(|v| v.pid),
+        victim_name = victim.map(|v| v.name.as_str()),
+        victim_rss_bytes = victim.map(|v| v.rss_bytes),
+        shadow = d.shadow,
+        "decision changed"
+    );
+}

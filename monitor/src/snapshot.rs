@@ -71,6 +71,8 @@ pub struct ProcSample {
     pub name: String,
     /// Start time in clock ticks since boot (`/proc/<pid>/stat` field 22): with the pid, identifies the process.
     pub start_ticks: u64,
+    /// Parent pid (from `/proc/<pid>/stat`): tells a master from its workers.
+    pub ppid: u32,
     /// Resident set (statm resident × page size).
     pub rss_bytes: u64,
     /// `RssAnon` from `/proc/<pid>/status`.

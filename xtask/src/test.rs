@@ -14,7 +14,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let root = root();
-    sh(Command::new("cargo").current_dir(&root).args(["build", "-p", "monitor", "--bins"]))?;
+    sh(Command::new("cargo")
+        .current_dir(&root)
+        .args(["build", "-p", "monitor", "--bins"]))?;
     let bin = root.join("target/debug/monitor");
     sh(Command::new("cargo")
         .current_dir(&root)

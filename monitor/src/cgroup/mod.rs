@@ -1,1 +1,395 @@
-//! cgroup discovery and reading, v1 and v2.
+//! The group's cgroup: finding it (`--cgroup PATH` or `auto`), and reading its memory and its processes.
+//!
+//! Pure parsers live in [`v1`], [`v2`] and [`mounts`]; [`GroupReader`] keeps the files open and re-reads them with
+//! `pread`, so a sample costs close to the raw reads.
+
+pub mod mounts;
+pub mod v1;
+pub mod v2;
+
+use crate::snapshot::CgroupVersion;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+pub use mounts::Mounts;
+
+/// Everything that can go wrong finding or reading the group.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cgroup {0} does not exist")]
+    NotFound(PathBuf),
+    #[error("{0} is not inside a cgroup hierarchy with a memory controller (mounted: {1})")]
+    NotMemoryHierarchy(PathBuf, String),
+    #[error("cgroup {0} has no memory controller (no memory.stat)")]
+    NoMemoryController(PathBuf),
+    #[error(
+        "no memory controller is mounted (neither cgroup v1 'memory' nor cgroup2 with 'memory' in cgroup.controllers)"
+    )]
+    NoController,
+    #[error("cannot find this process's memory cgroup in /proc/self/cgroup")]
+    NoOwnCgroup,
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {msg}")]
+    Parse { path: PathBuf, msg: String },
+}
+
+impl CgroupError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            // A file of the group vanished: the group itself was removed.
+            CgroupError::NotFound(path.parent().unwrap_or(path).to_path_buf())
+        } else {
+            CgroupError::Io { path: path.to_path_buf(), source }
+        }
+    }
+}
+
+/// The group: a cgroup directory in a hierarchy that has the memory controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub version: CgroupVersion,
+    /// Absolute path of the group's directory.
+    pub dir: PathBuf,
+    /// The hierarchy's mount point (the root of the tree the limit walk stops at).
+    pub mount: PathBuf,
+}
+
+/// Finds the group from a `--cgroup` value: `auto` (this process's own memory cgroup, from `/proc/self/cgroup`),
+/// an absolute path inside a memory hierarchy, or a path relative to the memory controller's mount.
+/// Checks that the directory exists and has `memory.stat`.
+pub fn resolve(spec: &str, mounts: &Mounts, proc_self_cgroup: &str) -> Result<Group, CgroupError> {
+    let group = locate(spec, mounts, proc_self_cgroup)?;
+    if !group.dir.is_dir() {
+        return Err(CgroupError::NotFound(group.dir));
+    }
+    if !group.dir.join("memory.stat").is_file() {
+        return Err(CgroupError::NoMemoryController(group.dir));
+    }
+    Ok(group)
+}
+
+/// The pure part of [`resolve`]: which hierarchy and directory a spec names (no filesystem access).
+pub fn locate(spec: &str, mounts: &Mounts, proc_self_cgroup: &str) -> Result<Group, CgroupError> {
+    if spec == "auto" {
+        let own = mounts::parse_proc_cgroup(proc_self_cgroup);
+        if let (Some(mount), Some(rel)) = (&mounts.v1_memory, &own.v1_memory) {
+            return Ok(Group { version: CgroupVersion::V1, dir: join_rel(mount, rel), mount: mount.clone() });
+        }
+        if let (Some(mount), Some(rel)) = (&mounts.v2_memory, &own.v2) {
+            return Ok(Group { version: CgroupVersion::V2, dir: join_rel(mount, rel), mount: mount.clone() });
+        }
+        return Err(CgroupError::NoOwnCgroup);
+    }
+    let path = Path::new(spec);
+    if path.is_absolute() {
+        let clean = normalize(path);
+        let candidates = [(&mounts.v1_memory, CgroupVersion::V1), (&mounts.v2_memory, CgroupVersion::V2)];
+        for (mount, version) in candidates {
+            if let Some(mount) = mount {
+                if clean.starts_with(mount) {
+                    return Ok(Group { version, dir: clean, mount: mount.clone() });
+                }
+            }
+        }
+        if !clean.exists() {
+            return Err(CgroupError::NotFound(clean));
+        }
+        return Err(CgroupError::NotMemoryHierarchy(clean, mounts.describe()));
+    }
+    match (&mounts.v1_memory, &mounts.v2_memory) {
+        (Some(mount), _) => Ok(Group { version: CgroupVersion::V1, dir: join_rel(mount, spec), mount: mount.clone() }),
+        (None, Some(mount)) => {
+            Ok(Group { version: CgroupVersion::V2, dir: join_rel(mount, spec), mount: mount.clone() })
+        }
+        (None, None) => Err(CgroupError::NoController),
+    }
+}
+
+fn join_rel(mount: &Path, rel: &str) -> PathBuf {
+    normalize(&mount.join(rel.trim_start_matches('/')))
+}
+
+/// Removes `.` and `..` and trailing slashes without touching the filesystem (`..` never climbs above `/`).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            std::path::Component::Normal(s) => out.push(s),
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Reads a whole file from offset 0 with `pread` into `buf` (cleared first). Kernel files (kernfs, procfs
+/// seq files) re-generate their content on each read at offset 0, so an open file can be sampled again and again.
+pub fn pread_all(file: &File, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    buf.clear();
+    if buf.capacity() < 4096 {
+        buf.reserve(4096);
+    }
+    loop {
+        let len = buf.len();
+        if buf.capacity() == len {
+            buf.reserve(len);
+        }
+        let spare = buf.capacity() - len;
+        buf.resize(len + spare, 0);
+        let n = match file.read_at(&mut buf[len..], len as u64) {
+            Ok(n) => n,
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        };
+        buf.truncate(len + n);
+        if n == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// Parses `cgroup.procs`: one pid a line. Blank lines are ignored; anything else is an error.
+pub fn parse_procs(text: &str, out: &mut Vec<u32>) -> Result<(), String> {
+    for line in text.lines() {
+        let t = line.trim();
+        if t.is_empty() {
+            continue;
+        }
+        out.push(t.parse().map_err(|_| format!("not a pid: {t:?}"))?);
+    }
+    Ok(())
+}
+
+/// The group's memory at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    pub usage_bytes: u64,
+    /// None when no cgroup up the tree sets a limit.
+    pub limit_bytes: Option<u64>,
+}
+
+struct OpenFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl OpenFile {
+    fn open(path: PathBuf) -> Result<OpenFile, CgroupError> {
+        match File::open(&path) {
+            Ok(file) => Ok(OpenFile { path, file }),
+            Err(e) => Err(CgroupError::io(&path, e)),
+        }
+    }
+
+    fn read<'a>(&self, buf: &'a mut Vec<u8>) -> Result<&'a str, CgroupError> {
+        pread_all(&self.file, buf).map_err(|e| CgroupError::io(&self.path, e))?;
+        std::str::from_utf8(buf).map_err(|_| CgroupError::Parse { path: self.path.clone(), msg: "not UTF-8".into() })
+    }
+}
+
+/// Keeps the group's files open and samples them.
+pub struct GroupReader {
+    group: Group,
+    stat: OpenFile,
+    /// v2: `memory.max` of the group and each ancestor below the mount that has one.
+    max_files: Vec<OpenFile>,
+    /// `cgroup.procs` of the group and of every descendant cgroup.
+    procs_files: Vec<OpenFile>,
+    buf: Vec<u8>,
+}
+
+impl GroupReader {
+    /// Opens the group's files. Fails if the group has no memory controller.
+    pub fn open(group: Group) -> Result<GroupReader, CgroupError> {
+        let stat = OpenFile::open(group.dir.join("memory.stat")).map_err(|e| match e {
+            CgroupError::NotFound(_) if group.dir.is_dir() => CgroupError::NoMemoryController(group.dir.clone()),
+            other => other,
+        })?;
+        let mut max_files = Vec::new();
+        if group.version == CgroupVersion::V2 {
+            for dir in v2::dirs_up_to(&group.dir, &group.mount) {
+                let path = dir.join("memory.max");
+                if path.exists() {
+                    max_files.push(OpenFile::open(path)?);
+                }
+            }
+        }
+        let mut reader = GroupReader { group, stat, max_files, procs_files: Vec::new(), buf: Vec::with_capacity(8192) };
+        reader.rescan()?;
+        Ok(reader)
+    }
+
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    /// Re-lists the descendant cgroups (their `cgroup.procs` belong to the group too).
+    pub fn rescan(&mut self) -> Result<(), CgroupError> {
+        let mut dirs = vec![self.group.dir.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            if let Ok(entries) = std::fs::read_dir(&dirs[i]) {
+                for entry in entries.flatten() {
+                    if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                        dirs.push(entry.path());
+                    }
+                }
+            }
+            i += 1;
+        }
+        let mut files = Vec::with_capacity(dirs.len());
+        for (n, dir) in dirs.into_iter().enumerate() {
+            match OpenFile::open(dir.join("cgroup.procs")) {
+                Ok(f) => files.push(f),
+                // A child cgroup removed between the listing and the open is not an error; the group itself is.
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => {}
+            }
+        }
+        self.procs_files = files;
+        Ok(())
+    }
+
+    /// Usage and limit of the group.
+    pub fn memory(&mut self) -> Result<Memory, CgroupError> {
+        let text = self.stat.read(&mut self.buf)?;
+        match self.group.version {
+            CgroupVersion::V1 => {
+                let stat = v1::parse_memory_stat(text).map_err(|msg| self.parse_err(msg))?;
+                Ok(Memory { usage_bytes: stat.total_rss, limit_bytes: stat.limit_bytes })
+            }
+            CgroupVersion::V2 => {
+                let usage_bytes = v2::parse_anon(text).map_err(|msg| self.parse_err(msg))?;
+                let mut limit: Option<u64> = None;
+                for f in &self.max_files {
+                    let text = f.read(&mut self.buf)?;
+                    let max =
+                        v2::parse_memory_max(text).map_err(|msg| CgroupError::Parse { path: f.path.clone(), msg })?;
+                    limit = v2::min_limit(limit, max);
+                }
+                Ok(Memory { usage_bytes, limit_bytes: limit })
+            }
+        }
+    }
+
+    /// The pids of the group and its descendants, sorted and unique.
+    pub fn pids(&mut self, out: &mut Vec<u32>) -> Result<(), CgroupError> {
+        out.clear();
+        for (n, f) in self.procs_files.iter().enumerate() {
+            let text = match f.read(&mut self.buf) {
+                Ok(t) => t,
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => continue, // a descendant removed since the last rescan
+            };
+            parse_procs(text, out).map_err(|msg| CgroupError::Parse { path: f.path.clone(), msg })?;
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(())
+    }
+
+    fn parse_err(&self, msg: String) -> CgroupError {
+        CgroupError::Parse { path: self.stat.path.clone(), msg }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v1_mounts() -> Mounts {
+        Mounts::parse(include_str!("../../../tests/fixtures/proc/v1-host.mountinfo"))
+    }
+
+    #[test]
+    fn auto_on_v1_host_takes_the_memory_line() {
+        let g =
+            locate("auto", &v1_mounts(), include_str!("../../../tests/fixtures/proc/v1-host.cgroup")).expect("locate");
+        assert_eq!(g.version, CgroupVersion::V1);
+        assert_eq!(g.dir, PathBuf::from("/sys/fs/cgroup/memory/monitor-capture-1061/child"));
+        assert_eq!(g.mount, PathBuf::from("/sys/fs/cgroup/memory"));
+    }
+
+    #[test]
+    fn auto_on_v2_host_takes_the_0_line() {
+        let m = Mounts::parse(include_str!("../../../tests/fixtures/proc/v2-only.mountinfo"));
+        let g = locate("auto", &m, include_str!("../../../tests/fixtures/proc/v2-only.cgroup")).expect("locate");
+        assert_eq!(g.version, CgroupVersion::V2);
+        assert_eq!(g.dir, PathBuf::from("/sys/fs/cgroup/system.slice/app.service"));
+    }
+
+    #[test]
+    fn relative_and_absolute_specs() {
+        let mut m = v1_mounts();
+        m.v2_memory = None; // as Mounts::read() finds on this host: cgroup2 without the memory controller
+        let g = locate("a/b", &m, "").expect("relative");
+        assert_eq!(g.dir, PathBuf::from("/sys/fs/cgroup/memory/a/b"));
+        let g = locate("/sys/fs/cgroup/memory/a/../c/", &m, "").expect("absolute");
+        assert_eq!(g.dir, PathBuf::from("/sys/fs/cgroup/memory/c"));
+        // The v2 hierarchy here has no memory controller, so a path in it is not a memory hierarchy.
+        assert!(matches!(locate("/sys/fs/cgroup/unified/x", &m, ""), Err(CgroupError::NotFound(_))));
+        assert!(matches!(locate("/tmp", &m, ""), Err(CgroupError::NotMemoryHierarchy(..))));
+    }
+
+    #[test]
+    fn escaping_the_mount_is_not_allowed() {
+        let m = v1_mounts();
+        let g = locate("../../etc", &m, "").expect("relative");
+        assert!(!g.dir.starts_with("/sys/fs/cgroup/memory"), "{g:?}");
+        // resolve() then refuses it because it has no memory.stat (and it is not a cgroup).
+        assert!(resolve("../../etc", &m, "").is_err());
+    }
+
+    #[test]
+    fn procs_parse() {
+        let mut v = Vec::new();
+        parse_procs("1\n22\n\n333\n", &mut v).expect("parse");
+        assert_eq!(v, vec![1, 22, 333]);
+        assert!(parse_procs("1\nx\n", &mut v).is_err());
+        assert!(parse_procs("-1\n", &mut v).is_err());
+    }
+
+    #[test]
+    fn reader_on_v2_fixture_tree_takes_smallest_limit() {
+        let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/v2/nested"));
+        let root = normalize(&root);
+        let group = Group {
+            version: CgroupVersion::V2,
+            dir: root.join("system.slice/app.service/workers"),
+            mount: root.clone(),
+        };
+        let mut r = GroupReader::open(group).expect("open");
+        let m = r.memory().expect("memory");
+        assert_eq!(m, Memory { usage_bytes: 41996288, limit_bytes: Some(402653184) });
+        let mut pids = Vec::new();
+        r.pids(&mut pids).expect("pids");
+        assert_eq!(pids, vec![4301, 4302, 4303]);
+
+        // The app.service level sees its own and its child's processes.
+        let group = Group { version: CgroupVersion::V2, dir: root.join("system.slice/app.service"), mount: root };
+        let mut r = GroupReader::open(group).expect("open");
+        r.pids(&mut pids).expect("pids");
+        assert_eq!(pids, vec![4242, 4243, 4301, 4302, 4303]);
+        assert_eq!(r.memory().expect("memory").limit_bytes, Some(402653184));
+    }
+
+    #[test]
+    fn reader_on_v2_unlimited_and_missing_controller() {
+        let base = normalize(&PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/v2")));
+        let group =
+            Group { version: CgroupVersion::V2, dir: base.join("unlimited/a/b"), mount: base.join("unlimited") };
+        let mut r = GroupReader::open(group).expect("open");
+        assert_eq!(r.memory().expect("memory").limit_bytes, None);
+
+        let group = Group { version: CgroupVersion::V2, dir: base.join("missing/nomem"), mount: base.join("missing") };
+        assert!(matches!(GroupReader::open(group), Err(CgroupError::NoMemoryController(_))));
+        let group = Group { version: CgroupVersion::V2, dir: base.join("missing/gone"), mount: base.join("missing") };
+        assert!(matches!(GroupReader::open(group), Err(CgroupError::NotFound(_))));
+    }
+}

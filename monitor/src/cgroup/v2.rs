@@ -1,0 +1,101 @@
+//! cgroup v2 memory controller: usage is `memory.stat anon`; the limit is the smallest `memory.max` from the
+//! group up to the hierarchy's root (`max` = none).
+
+use std::path::{Path, PathBuf};
+
+/// The value of `key` in a flat keyed file (`key value` lines). None if the key is absent; an error if its value is
+/// not a non-negative integer. The first occurrence wins.
+pub fn keyed(text: &str, key: &str) -> Result<Option<u64>, String> {
+    for line in text.lines() {
+        let mut it = line.split_ascii_whitespace();
+        if it.next() == Some(key) {
+            let v = it.next().ok_or_else(|| format!("{key} has no value"))?;
+            return v.parse().map(Some).map_err(|_| format!("{key} is not a number: {v:?}"));
+        }
+    }
+    Ok(None)
+}
+
+/// The `anon` value of a v2 `memory.stat`.
+pub fn parse_anon(text: &str) -> Result<u64, String> {
+    keyed(text, "anon")?.ok_or_else(|| "no anon line".to_string())
+}
+
+/// A `memory.max` file: a number of bytes, or `max` for none.
+pub fn parse_memory_max(text: &str) -> Result<Option<u64>, String> {
+    match text.trim() {
+        "max" => Ok(None),
+        t => t.parse().map(Some).map_err(|_| format!("memory.max is neither a number nor max: {t:?}")),
+    }
+}
+
+/// The smaller of two optional limits (None = unlimited).
+pub fn min_limit(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// The group's directory and each ancestor strictly below `mount` (the root cgroup has no `memory.max`).
+pub fn dirs_up_to(dir: &Path, mount: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut cur = Some(dir);
+    while let Some(d) = cur {
+        if d == mount || !d.starts_with(mount) {
+            break;
+        }
+        out.push(d.to_path_buf());
+        cur = d.parent();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anon_from_fixture() {
+        let t = include_str!("../../../tests/fixtures/v2/nested/system.slice/app.service/workers/memory.stat");
+        assert_eq!(parse_anon(t), Ok(41996288));
+        // `anon_thp` and `inactive_anon` must not be mistaken for `anon`.
+        assert_eq!(parse_anon("anon_thp 5\ninactive_anon 7\nanon 9\n"), Ok(9));
+        assert!(parse_anon("anon_thp 5\n").is_err());
+        assert!(parse_anon("anon\n").is_err());
+    }
+
+    #[test]
+    fn memory_max_values() {
+        assert_eq!(parse_memory_max("max\n"), Ok(None));
+        assert_eq!(parse_memory_max("536870912\n"), Ok(Some(512 << 20)));
+        assert!(parse_memory_max("").is_err());
+        assert!(parse_memory_max("12k").is_err());
+    }
+
+    #[test]
+    fn smallest_limit_wins() {
+        assert_eq!(min_limit(None, None), None);
+        assert_eq!(min_limit(Some(5), None), Some(5));
+        assert_eq!(min_limit(None, Some(5)), Some(5));
+        assert_eq!(min_limit(Some(7), Some(5)), Some(5));
+    }
+
+    #[test]
+    fn walk_stops_at_the_mount() {
+        let d = dirs_up_to(Path::new("/sys/fs/cgroup/a/b"), Path::new("/sys/fs/cgroup"));
+        assert_eq!(d, vec![PathBuf::from("/sys/fs/cgroup/a/b"), PathBuf::from("/sys/fs/cgroup/a")]);
+        assert!(dirs_up_to(Path::new("/sys/fs/cgroup"), Path::new("/sys/fs/cgroup")).is_empty());
+        assert!(dirs_up_to(Path::new("/elsewhere"), Path::new("/sys/fs/cgroup")).is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,300}") {
+            let _ = parse_anon(&s);
+            let _ = parse_memory_max(&s);
+            let _ = keyed(&s, "x");
+        }
+    }
+}
