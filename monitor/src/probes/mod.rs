@@ -1,32 +1,166 @@
 //! eBPF request counting (issue 3): loads the embedded object, keeps the tgid filter equal to the group,
 //! reads per-process counters.
+//!
+//! Kernel side: `monitor-ebpf` (syscall tracepoints only); map types: `monitor-common`. See docs/probes.md.
+
+mod attach;
+mod counters;
+mod object;
+
+pub use counters::percentile;
 
 use crate::snapshot::Traffic;
-use std::collections::HashMap;
+use aya::maps::{HashMap as BpfHashMap, MapData, MapError, PerCpuHashMap, PerCpuValues};
+use aya::programs::{ProgramError, TracePoint};
+use aya::{Ebpf, EbpfError};
+use monitor_common::socks::{SockKey, SockState};
+use monitor_common::stats::Counters;
+use monitor_common::{filter, socks, stats};
+use std::collections::{BTreeSet, HashMap};
 
-/// Why the probes are not running.
+/// Why the probes are not running, or what failed while they ran.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error("eBPF probes are not built into this binary")]
-    NotBuilt,
+    #[error("eBPF object not built into this binary ({0})")]
+    NotBuilt(&'static str),
+    #[error("loading the eBPF object (needs root or CAP_BPF+CAP_PERFMON): {0}")]
+    Load(#[source] Box<EbpfError>),
+    #[error("eBPF program `{0}` is missing from the object")]
+    MissingProgram(&'static str),
+    #[error("eBPF map `{0}` is missing from the object")]
+    MissingMap(&'static str),
+    #[error("loading eBPF program `{name}`: {source}")]
+    Program { name: &'static str, source: Box<ProgramError> },
+    #[error("attaching `{name}` to tracepoint syscalls/{tracepoint}: {source}")]
+    Attach { name: &'static str, tracepoint: &'static str, source: Box<ProgramError> },
+    #[error("eBPF map `{name}`: {source}")]
+    Map { name: &'static str, source: Box<MapError> },
+    #[error("mounting tracefs at /sys/kernel/tracing: {0}")]
+    Tracefs(#[source] std::io::Error),
+    #[error("counting possible CPUs: {0}")]
+    Cpus(#[source] std::io::Error),
 }
 
-/// The loaded and attached probes.
-pub struct Probes {}
+fn map_err(name: &'static str) -> impl Fn(MapError) -> ProbeError {
+    move |e| ProbeError::Map { name, source: Box::new(e) }
+}
+
+/// The loaded and attached probes. Dropping it detaches and unloads every program.
+pub struct Probes {
+    filter: BpfHashMap<MapData, u32, u8>,
+    stats: PerCpuHashMap<MapData, u32, Counters>,
+    socks: BpfHashMap<MapData, SockKey, SockState>,
+    /// The tgids in `filter` (we are its only writer).
+    traced: BTreeSet<u32>,
+    nr_cpus: usize,
+    /// Holds the programs and their links; declared last so the maps above are closed first.
+    ebpf: Ebpf,
+}
 
 impl Probes {
     /// Loads the embedded object and attaches every program.
     pub fn load() -> Result<Probes, ProbeError> {
-        Err(ProbeError::NotBuilt)
+        if object::OBJECT.is_empty() {
+            return Err(ProbeError::NotBuilt(object::SKIPPED));
+        }
+        let nr_cpus = aya::util::nr_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
+        let mut ebpf = Ebpf::load(object::OBJECT).map_err(|e| ProbeError::Load(Box::new(e)))?;
+        attach::ensure_tracefs()?;
+        for &(name, tracepoints) in attach::ATTACHMENTS {
+            let prog: &mut TracePoint = ebpf
+                .program_mut(name)
+                .ok_or(ProbeError::MissingProgram(name))?
+                .try_into()
+                .map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+            prog.load().map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+            for &tp in tracepoints {
+                prog.attach("syscalls", tp).map_err(|e| ProbeError::Attach {
+                    name,
+                    tracepoint: tp,
+                    source: Box::new(e),
+                })?;
+            }
+        }
+        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
+        let filter = BpfHashMap::try_from(take(filter::MAP)?).map_err(map_err(filter::MAP))?;
+        let stats = PerCpuHashMap::try_from(take(stats::MAP)?).map_err(map_err(stats::MAP))?;
+        let socks = BpfHashMap::try_from(take(socks::MAP)?).map_err(map_err(socks::MAP))?;
+        Ok(Probes { filter, stats, socks, traced: BTreeSet::new(), nr_cpus, ebpf })
     }
 
-    /// Makes the kernel's tgid filter equal to `pids`.
-    pub fn sync_pids(&mut self, _pids: &[u32]) -> Result<(), ProbeError> {
+    /// Makes the kernel's tgid filter equal to `pids`. New tgids start from zero counters; the counters and
+    /// tracked sockets of tgids that left are dropped.
+    pub fn sync_pids(&mut self, pids: &[u32]) -> Result<(), ProbeError> {
+        let want: BTreeSet<u32> = pids.iter().copied().collect();
+        let added: Vec<u32> = want.difference(&self.traced).copied().collect();
+        let removed: BTreeSet<u32> = self.traced.difference(&want).copied().collect();
+        for &pid in &removed {
+            // Filter first, so the kernel stops counting before the counters go.
+            remove_present(&mut self.filter, &pid).map_err(map_err(filter::MAP))?;
+            self.traced.remove(&pid);
+            remove_present_percpu(&mut self.stats, &pid).map_err(map_err(stats::MAP))?;
+        }
+        if !removed.is_empty() {
+            self.forget_sockets(&removed)?;
+        }
+        for pid in added {
+            // Counters first, so nothing the filter lets through is lost.
+            let zeros = PerCpuValues::try_from(vec![Counters::ZERO; self.nr_cpus]).map_err(ProbeError::Cpus)?;
+            self.stats.insert(pid, zeros, 0).map_err(map_err(stats::MAP))?;
+            self.filter.insert(pid, filter::PRESENT, 0).map_err(map_err(filter::MAP))?;
+            self.traced.insert(pid);
+        }
         Ok(())
     }
 
-    /// Per-tgid counters summed over CPUs.
+    /// Per-tgid counters summed over CPUs, for every traced tgid.
     pub fn read(&mut self) -> Result<HashMap<u32, Traffic>, ProbeError> {
-        Ok(HashMap::new())
+        let mut out = HashMap::with_capacity(self.traced.len());
+        for &pid in &self.traced {
+            match self.stats.get(&pid, 0) {
+                Ok(per_cpu) => {
+                    out.insert(pid, counters::traffic(&counters::sum(&per_cpu)));
+                }
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err(stats::MAP)(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The tgids currently traced.
+    pub fn traced(&self) -> impl Iterator<Item = u32> + '_ {
+        self.traced.iter().copied()
+    }
+
+    /// Kernel ids of the loaded programs (as `bpftool prog list` shows them).
+    pub fn program_ids(&self) -> Vec<u32> {
+        self.ebpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.id()).collect()
+    }
+
+    /// Drops the tracked sockets of tgids that left the group.
+    fn forget_sockets(&mut self, gone: &BTreeSet<u32>) -> Result<(), ProbeError> {
+        let stale: Vec<SockKey> = self.socks.keys().filter_map(Result::ok).filter(|k| gone.contains(&k.tgid)).collect();
+        for k in stale {
+            remove_present(&mut self.socks, &k).map_err(map_err(socks::MAP))?;
+        }
+        Ok(())
+    }
+}
+
+/// Removes a key, treating "already gone" as done.
+fn remove_present<K: aya::Pod, V: aya::Pod>(m: &mut BpfHashMap<MapData, K, V>, k: &K) -> Result<(), MapError> {
+    match m.remove(k) {
+        Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        r => r,
+    }
+}
+
+fn remove_present_percpu(m: &mut PerCpuHashMap<MapData, u32, Counters>, k: &u32) -> Result<(), MapError> {
+    match m.remove(k) {
+        Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        r => r,
     }
 }

@@ -1,0 +1,36 @@
+//! `sys_exit_accept4` and `sys_exit_accept`: remember each socket a traced tgid accepts and count it.
+
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use monitor_common::socks::{SockKey, SockState};
+
+use crate::{
+    io::{current, ret, traced},
+    maps::{SOCKS, STATS},
+};
+
+/// Attached to `syscalls/sys_exit_accept4` and `syscalls/sys_exit_accept`.
+#[tracepoint]
+pub fn accept_exit(ctx: TracePointContext) -> u32 {
+    match try_accept_exit(&ctx) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+fn try_accept_exit(ctx: &TracePointContext) -> Result<(), i32> {
+    let (_, tgid) = current();
+    if !traced(tgid) {
+        return Ok(());
+    }
+    let fd = ret(ctx)?;
+    if fd < 0 {
+        return Ok(());
+    }
+    // A new socket on a reused fd number starts clean.
+    SOCKS.insert(SockKey { tgid, fd: fd as u32 }, SockState::default(), 0)?;
+    if let Some(s) = STATS.get_ptr_mut(tgid) {
+        // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
+        unsafe { (*s).accepts += 1 };
+    }
+    Ok(())
+}

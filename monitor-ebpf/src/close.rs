@@ -1,0 +1,39 @@
+//! `sys_enter_close`: forget a tracked socket; a request still waiting for its response counts as unanswered.
+
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use monitor_common::socks::SockKey;
+
+use crate::{
+    io::{arg, current, traced},
+    maps::{SOCKS, STATS},
+};
+
+/// Attached to `syscalls/sys_enter_close`.
+#[tracepoint]
+pub fn close_enter(ctx: TracePointContext) -> u32 {
+    match try_close_enter(&ctx) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+fn try_close_enter(ctx: &TracePointContext) -> Result<(), i32> {
+    let (_, tgid) = current();
+    if !traced(tgid) {
+        return Ok(());
+    }
+    let key = SockKey { tgid, fd: arg(ctx, 0)? as u32 };
+    let Some(sock) = SOCKS.get_ptr(key) else {
+        return Ok(());
+    };
+    // SAFETY: a pointer into our own map's value, read before the element is removed.
+    let waiting = unsafe { (*sock).request_ns } != 0;
+    let _ = SOCKS.remove(key);
+    if waiting {
+        if let Some(s) = STATS.get_ptr_mut(tgid) {
+            // SAFETY: this CPU's value of our own per-CPU map.
+            unsafe { (*s).unanswered += 1 };
+        }
+    }
+    Ok(())
+}

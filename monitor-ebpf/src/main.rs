@@ -1,0 +1,25 @@
+//! monitor's kernel programs: count the HTTP/1.x traffic of the traced tgids from syscall tracepoints only.
+//!
+//! accept/accept4 exits record accepted sockets; read-family entries save the buffer of a tracked socket and
+//! their exits look for a request line; write-family exits look for a status line; close forgets the socket.
+//! Counters go to the per-CPU `STATS` map, which user space sums.
+#![no_std]
+#![no_main]
+
+mod accept;
+mod close;
+mod io;
+mod maps;
+mod recv;
+mod send;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+/// `bpf_probe_read_user` is only lent to GPL-compatible programs.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

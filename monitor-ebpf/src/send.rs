@@ -1,0 +1,115 @@
+//! The write family (`write`, `sendto`, `writev`, `sendmsg`, `sendfile`): bytes out, and responses = writes
+//! whose first bytes are an `HTTP/1.x NNN` status line, by class, with the latency since the request.
+
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
+use monitor_common::{
+    http::{parse_status, RESPONSE_PEEK},
+    pending::kind,
+    socks::SockKey,
+    stats::log2_bucket,
+};
+
+use crate::{
+    io::{current, first_buffer, peek, ret, save_if_tracked, take_pending},
+    maps::{SOCKS, STATS},
+};
+
+/// Attached to `syscalls/sys_enter_write` and `syscalls/sys_enter_sendto` (fd, buf, count, …).
+#[tracepoint]
+pub fn send_enter_buf(ctx: TracePointContext) -> u32 {
+    status(save_if_tracked(&ctx, kind::SEND_BUF))
+}
+
+/// Attached to `syscalls/sys_enter_writev` (fd, iov, iovcnt).
+#[tracepoint]
+pub fn send_enter_iov(ctx: TracePointContext) -> u32 {
+    status(save_if_tracked(&ctx, kind::SEND_IOV))
+}
+
+/// Attached to `syscalls/sys_enter_sendmsg` (fd, msg, flags).
+#[tracepoint]
+pub fn send_enter_msg(ctx: TracePointContext) -> u32 {
+    status(save_if_tracked(&ctx, kind::SEND_MSG))
+}
+
+/// Attached to `syscalls/sys_enter_sendfile64` (out_fd, in_fd, offset, count): only bytes out.
+#[tracepoint]
+pub fn sendfile_enter(ctx: TracePointContext) -> u32 {
+    status(save_if_tracked(&ctx, kind::SENDFILE))
+}
+
+/// Attached to the five `syscalls/sys_exit_*` of the write family.
+#[tracepoint]
+pub fn send_exit(ctx: TracePointContext) -> u32 {
+    status(try_send_exit(&ctx))
+}
+
+fn status(r: Result<(), i32>) -> u32 {
+    match r {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+fn try_send_exit(ctx: &TracePointContext) -> Result<(), i32> {
+    let (id, tgid) = current();
+    let Some(p) = take_pending(id) else {
+        return Ok(());
+    };
+    if kind::is_recv(p.kind) {
+        return Ok(());
+    }
+    let n = ret(ctx)?;
+    if n <= 0 {
+        return Ok(());
+    }
+    let Some(s) = STATS.get_ptr_mut(tgid) else {
+        return Ok(());
+    };
+    // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
+    unsafe { (*s).bytes_out += n as u64 };
+    // The status line is read from the caller's buffer, which holds it whole even after a short write.
+    let Some((buf, len)) = first_buffer(&p) else {
+        return Ok(());
+    };
+    if len < RESPONSE_PEEK as u64 {
+        return Ok(());
+    }
+    let Some(head) = peek::<RESPONSE_PEEK>(buf) else {
+        return Ok(());
+    };
+    let Some(st) = parse_status(&head) else {
+        return Ok(());
+    };
+    let class = (st.class - 1) as usize;
+    // SAFETY: as above.
+    unsafe {
+        if let Some(c) = (*s).responses_by_class.get_mut(class) {
+            *c += 1;
+        }
+    }
+    if !st.is_final() {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    unsafe { (*s).responses += 1 };
+    let Some(sock) = SOCKS.get_ptr_mut(SockKey { tgid, fd: p.fd }) else {
+        return Ok(());
+    };
+    // SAFETY: our own map's value; one socket is served by one thread at a time.
+    let start = unsafe { (*sock).request_ns };
+    if start == 0 {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    unsafe { (*sock).request_ns = 0 };
+    // SAFETY: a helper with no arguments.
+    let us = unsafe { bpf_ktime_get_ns() }.saturating_sub(start) / 1000;
+    // SAFETY: as above.
+    unsafe {
+        if let Some(b) = (*s).latency_hist_us.get_mut(log2_bucket(us)) {
+            *b += 1;
+        }
+    }
+    Ok(())
+}
