@@ -1,0 +1,115 @@
+//! eBPF request counting against Python's `http.server` (HTTP/1.1): exact per-pid accepts, requests and
+//! responses by class for one-per-connection, keep-alive, HEAD, POST (501) and 404 traffic; a server outside
+//! the filter counts nothing; a pid added later starts from zero; programs are gone after the probes drop.
+
+mod probes_support;
+
+use probes_support::*;
+use std::process::Command;
+
+fn python_server(dir: &TempDir) -> Server {
+    let port = free_port();
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "http.server", "--protocol", "HTTP/1.1", "--bind", "127.0.0.1", "--directory"])
+        .arg(dir.path())
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    Server::start(&mut cmd, port)
+}
+
+#[test]
+fn python_http_server_counts_exactly() {
+    if !require_root("python_http_server_counts_exactly")
+        || !require_program("python_http_server_counts_exactly", "curl")
+    {
+        return;
+    }
+    let dir = TempDir::new("py");
+    dir.write("hello.txt", b"hello from python\n");
+    let traced = python_server(&dir);
+    let outside = python_server(&dir);
+    let mut probes = load_probes();
+    sync(&mut probes, &[traced.pid()]);
+    let url = |s: &Server, p: &str| format!("http://127.0.0.1:{}{p}", s.port);
+
+    let mut sent = Sent::default();
+    // One request per connection.
+    for _ in 0..7 {
+        sent.add(&curl(&[&url(&traced, "/hello.txt")]));
+    }
+    // Many requests on one keep-alive connection.
+    let ok = url(&traced, "/hello.txt");
+    sent.add(&curl(&[&ok, &ok, &ok, &ok, &ok, &ok, &ok, &ok, &ok, &ok]));
+    // HEAD on one connection.
+    sent.add(&curl(&["-I", &ok, &ok, &ok]));
+    // 404s (http.server closes the connection after an error; curl reconnects and num_connects counts it).
+    let missing = url(&traced, "/missing");
+    sent.add(&curl(&[&missing, &missing, &ok, &missing]));
+    // POST with a body: SimpleHTTPRequestHandler has no do_POST, so 501.
+    for _ in 0..3 {
+        sent.add(&curl(&["--data-binary", "a=1&b=two", &url(&traced, "/form")]));
+    }
+    // Traffic to a server outside the filter.
+    for _ in 0..5 {
+        curl(&[&url(&outside, "/hello.txt"), &url(&outside, "/missing")]);
+    }
+    assert_eq!(sent.requests, 27);
+    assert!(sent.by_class[1] >= 20 && sent.by_class[3] == 3 && sent.by_class[4] == 3, "{sent:?}");
+
+    let t = assert_counts(&mut probes, &[traced.pid()], &sent, "python http.server");
+    assert_eq!(t.inflight, 0);
+    assert!(t.bytes_in > 0 && t.bytes_out > 0, "{t:?}");
+    let all = read(&mut probes);
+    let mine = &all[&traced.pid()];
+    assert!(mine.latency_p50_us.is_some() && mine.latency_p99_us.is_some(), "{mine:?}");
+    assert_eq!(mine.latency_hist_us.iter().sum::<u64>(), sent.responses());
+    assert!(!all.contains_key(&outside.pid()), "a server outside the filter has counters: {all:?}");
+
+    // Adding the other server: it starts from zero, then counts exactly.
+    sync(&mut probes, &[traced.pid(), outside.pid()]);
+    let mut sent2 = Sent::default();
+    sent2.add(&curl(&[&url(&outside, "/hello.txt"), &url(&outside, "/hello.txt")]));
+    assert_counts(&mut probes, &[outside.pid()], &sent2, "python server added later");
+    // The first one is unchanged by the second one's traffic.
+    assert_counts(&mut probes, &[traced.pid()], &sent, "python http.server after the other was added");
+
+    // Removing the first one drops its counters.
+    sync(&mut probes, &[outside.pid()]);
+    assert!(!read(&mut probes).contains_key(&traced.pid()));
+}
+
+#[test]
+fn programs_unload_when_probes_drop() {
+    if !require_root("programs_unload_when_probes_drop")
+        || !require_program("programs_unload_when_probes_drop", "bpftool")
+    {
+        return;
+    }
+    let probes = load_probes();
+    let ids = probes.program_ids();
+    assert_eq!(ids.len(), 11, "one kernel program per ATTACHMENTS entry: {ids:?}");
+    let listed = || {
+        let out = Command::new("bpftool").args(["-j", "prog", "list"]).output();
+        let out = out.unwrap_or_else(|e| panic!("bpftool: {e}"));
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bpftool -j prog list: {e}"));
+        v.as_array().map(|a| a.iter().filter_map(|p| p["id"].as_u64()).collect::<Vec<_>>()).unwrap_or_default()
+    };
+    let before = listed();
+    for id in &ids {
+        assert!(before.contains(&(*id as u64)), "program {id} not in bpftool prog list");
+    }
+    drop(probes);
+    // The kernel frees programs once their last fd and link are gone; allow it a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let after = listed();
+        let left: Vec<_> = ids.iter().filter(|id| after.contains(&(**id as u64))).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "programs still loaded after drop: {left:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

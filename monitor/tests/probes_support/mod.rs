@@ -1,0 +1,305 @@
+//! Shared by the `probes_*` integration tests: the root/CI rule, loading the probes, real servers in their own
+//! process groups (killed on drop), free loopback ports, curl and wrk drivers, and waiting for exact counts.
+#![allow(dead_code)] // each test binary uses a different part
+
+use monitor::probes::Probes;
+use monitor::snapshot::Traffic;
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// True when the `CI` environment variable is `true` (or `1`).
+pub fn in_ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
+}
+
+/// True when the test may run: as root. Otherwise prints `skipping <test>: needs root`, or panics in CI.
+pub fn require_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if in_ci() {
+        panic!("{test}: needs root (CI=true: the eBPF tests must run in CI)");
+    }
+    eprintln!("skipping {test}: needs root");
+    false
+}
+
+/// True when `program` is on PATH; otherwise skips (or panics in CI) like [`require_root`].
+pub fn require_program(test: &str, program: &str) -> bool {
+    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
+    if found {
+        return true;
+    }
+    if in_ci() {
+        panic!("{test}: needs {program} on PATH");
+    }
+    eprintln!("skipping {test}: needs {program}");
+    false
+}
+
+/// Loads and attaches the probes, panicking with the reason (the object must be built for these tests).
+pub fn load_probes() -> Probes {
+    match Probes::load() {
+        Ok(p) => p,
+        Err(e) => panic!("Probes::load: {e} (build the object with `cargo xtask setup`)"),
+    }
+}
+
+/// A server started in its own process group; the whole group is SIGKILLed and the leader reaped on drop.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub dir: Option<TempDir>,
+}
+
+impl Server {
+    /// Spawns `cmd` in a new process group and waits (bounded) until `port` accepts connections.
+    pub fn start(cmd: &mut Command, port: u16) -> Server {
+        cmd.process_group(0).stdin(Stdio::null());
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => panic!("cannot start {cmd:?}: {e}"),
+        };
+        let mut s = Server { child, port, dir: None };
+        s.wait_listening(Duration::from_secs(15));
+        s
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Connects until the port answers. These probe connections happen before the pid is traced.
+    fn wait_listening(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("server pid {} exited before listening: {status}", self.child.id());
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server pid {} did not listen on {} within {timeout:?}", self.child.id(), self.port);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory preconditions; the group is the one we created for this child.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let p = std::env::temp_dir().join(format!("monitor-probes-{tag}-{}-{nanos}", std::process::id()));
+        if let Err(e) = std::fs::create_dir_all(&p) {
+            panic!("mkdir {}: {e}", p.display());
+        }
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, name: &str, body: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        if let Err(e) = std::fs::write(&p, body) {
+            panic!("write {}: {e}", p.display());
+        }
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(a) => a.port(),
+        Err(e) => panic!("no free port: {e}"),
+    }
+}
+
+/// What one curl invocation did: the status of every transfer and how many connections it opened.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CurlRun {
+    pub statuses: Vec<u16>,
+    pub connects: u64,
+}
+
+/// Runs curl once with `args` (URLs and options; several URLs share one keep-alive connection when the server
+/// allows). Reports each transfer's status and the number of new connections (`%{num_connects}`).
+pub fn curl(args: &[&str]) -> CurlRun {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-w", "%{stderr}%{http_code} %{num_connects}\\n"])
+        .args(args)
+        .stdout(Stdio::null())
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => panic!("curl {args:?}: {e}"),
+    };
+    // Bodies go to /dev/null (stdout); the write-out lines, one per transfer, to stderr.
+    let text = String::from_utf8_lossy(&out.stderr);
+    let mut run = CurlRun::default();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(code), Some(conns)) = (it.next(), it.next()) else {
+            panic!("curl {args:?}: unexpected output {text:?}");
+        };
+        run.statuses.push(code.parse().unwrap_or_else(|e| panic!("curl status {code:?}: {e}")));
+        run.connects += conns.parse::<u64>().unwrap_or_else(|e| panic!("curl num_connects {conns:?}: {e}"));
+    }
+    run
+}
+
+/// What a set of curl runs amounts to: requests, responses by class, connections.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Sent {
+    pub requests: u64,
+    pub by_class: [u64; 5],
+    pub connects: u64,
+}
+
+impl Sent {
+    pub fn add(&mut self, run: &CurlRun) {
+        self.connects += run.connects;
+        for &s in &run.statuses {
+            assert!((100..600).contains(&s), "transfer failed (status {s})");
+            self.requests += 1;
+            self.by_class[(s / 100 - 1) as usize] += 1;
+        }
+    }
+
+    pub fn add_wrk(&mut self, w: &WrkRun) {
+        self.requests += w.requests;
+        self.connects += w.connects;
+        self.by_class[1] += w.requests;
+    }
+
+    pub fn responses(&self) -> u64 {
+        self.by_class[1..].iter().sum()
+    }
+}
+
+/// Sums the traffic of several tgids (nginx workers).
+pub fn total(m: &HashMap<u32, Traffic>, pids: &[u32]) -> Traffic {
+    let mut t = Traffic::default();
+    for p in pids {
+        if let Some(x) = m.get(p) {
+            t.accepts_total += x.accepts_total;
+            t.requests_total += x.requests_total;
+            t.responses_total += x.responses_total;
+            for i in 0..5 {
+                t.responses_by_class[i] += x.responses_by_class[i];
+            }
+            t.inflight += x.inflight;
+            t.bytes_in += x.bytes_in;
+            t.bytes_out += x.bytes_out;
+        }
+    }
+    t
+}
+
+/// The counts the test compares: (accepts, requests, responses, by class).
+pub fn counts(t: &Traffic) -> (u64, u64, u64, [u64; 5]) {
+    (t.accepts_total, t.requests_total, t.responses_total, t.responses_by_class)
+}
+
+/// Reads the probes until the summed counts of `pids` equal `want` (bounded: the server's exit tracepoint may
+/// run just after the client saw the response), then once more after a pause to be sure nothing more arrives.
+/// Returns the final summed traffic; panics with both sides when they differ.
+pub fn assert_counts(probes: &mut Probes, pids: &[u32], want: &Sent, what: &str) -> Traffic {
+    let want = (want.connects, want.requests, want.responses(), want.by_class);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got;
+    loop {
+        got = total(&read(probes), pids);
+        if counts(&got) == want || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    got = total(&read(probes), pids);
+    assert_eq!(counts(&got), want, "{what}: (accepts, requests, responses, by class) counted vs sent");
+    eprintln!(
+        "{what}: counted {:?} as sent; in-flight {}, p50 {:?} µs",
+        counts(&got),
+        got.inflight,
+        got.latency_p50_us
+    );
+    got
+}
+
+pub fn read(probes: &mut Probes) -> HashMap<u32, Traffic> {
+    match probes.read() {
+        Ok(m) => m,
+        Err(e) => panic!("probes.read: {e}"),
+    }
+}
+
+pub fn sync(probes: &mut Probes, pids: &[u32]) {
+    if let Err(e) = probes.sync_pids(pids) {
+        panic!("sync_pids({pids:?}): {e}");
+    }
+}
+
+/// What a bounded wrk run did.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct WrkRun {
+    /// Responses wrk completed (each to one request it sent).
+    pub requests: u64,
+    /// Connections wrk opened.
+    pub connects: u64,
+}
+
+/// Runs `wrk -t1 -c1` with a script that stops the thread after exactly `n` responses on its one keep-alive
+/// connection, so exactly `n` requests reach the server (bounded by a 30 s duration).
+pub fn wrk_exact(url: &str, n: u64, dir: &TempDir) -> WrkRun {
+    let script = dir.write(
+        "exact.lua",
+        format!(
+            "local left = {n}\n\
+             response = function(status, headers, body)\n\
+               left = left - 1\n\
+               if left == 0 then wrk.thread:stop() end\n\
+             end\n\
+             done = function(summary, latency, requests)\n\
+               io.write(string.format(\"RESULT %d %d\\n\", summary.requests, summary.errors.connect))\n\
+             end\n"
+        )
+        .as_bytes(),
+    );
+    let out = Command::new("wrk").args(["-t1", "-c1", "-d30s", "--timeout", "5s", "-s"]).arg(&script).arg(url).output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => panic!("wrk: {e}"),
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = text.lines().find(|l| l.starts_with("RESULT ")) else {
+        panic!("wrk printed no RESULT: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let mut it = line.split_whitespace().skip(1).map(|v| v.parse::<u64>().unwrap_or(u64::MAX));
+    let requests = it.next().unwrap_or(u64::MAX);
+    assert_eq!(requests, n, "wrk completed {requests} responses, wanted {n}: {text}");
+    WrkRun { requests, connects: 1 }
+}
