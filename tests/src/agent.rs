@@ -20,9 +20,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The workspace root (the folder above tests/).
 pub fn workspace_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    here.parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| here.to_path_buf())
+    here.parent().map(Path::to_path_buf).unwrap_or_else(|| here.to_path_buf())
 }
 
 /// The agent binary: `$MONITOR_BIN`, else `<workspace>/target/debug/monitor`. Panics if it does not exist.
@@ -65,9 +63,7 @@ fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> Join
 }
 
 fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
-    buf.lock()
-        .map(|v| String::from_utf8_lossy(&v).into_owned())
-        .unwrap_or_default()
+    buf.lock().map(|v| String::from_utf8_lossy(&v).into_owned()).unwrap_or_default()
 }
 
 /// A running `monitor agent`, killed (and its stderr printed if the test is failing) on drop.
@@ -84,12 +80,7 @@ impl Agent {
     pub fn start(cgroup: &str, extra: &[&str]) -> Agent {
         let port = free_port();
         let mut args: Vec<String> = vec!["agent".into(), "--cgroup".into(), cgroup.into()];
-        args.extend([
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--interval-ms".into(),
-            "50".into(),
-        ]);
+        args.extend(["--listen".into(), format!("127.0.0.1:{port}"), "--interval-ms".into(), "50".into()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         Self::start_args(args, port)
     }
@@ -97,22 +88,14 @@ impl Agent {
     /// Starts `monitor <args…>` (which must make it listen on `127.0.0.1:<port>`) and waits for `/healthz`.
     pub fn start_args(args: Vec<String>, port: u16) -> Agent {
         let mut cmd = Command::new(monitor_bin());
-        cmd.args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = ChildGuard::spawn(&mut cmd);
         let stderr = Arc::new(Mutex::new(Vec::new()));
         if let Some(err) = child.stderr.take() {
             collect(err, stderr.clone());
         }
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let mut agent = Agent {
-            child,
-            addr,
-            args,
-            stderr,
-        };
+        let mut agent = Agent { child, addr, args, stderr };
         agent.wait_healthy();
         agent
     }
@@ -166,10 +149,7 @@ impl Agent {
     pub fn get(&self, path: &str) -> (u16, String) {
         match http::get(self.addr, path, REQUEST_TIMEOUT) {
             Ok(r) => (r.status, r.text()),
-            Err(e) => panic!(
-                "GET {path} from the agent: {e}; agent stderr:\n{}",
-                self.stderr()
-            ),
+            Err(e) => panic!("GET {path} from the agent: {e}; agent stderr:\n{}", self.stderr()),
         }
     }
 
@@ -177,10 +157,7 @@ impl Agent {
     pub fn status(&self) -> Value {
         let (code, body) = self.get("/api/v1/status");
         if code != 200 {
-            panic!(
-                "GET /api/v1/status: {code}: {body}; agent stderr:\n{}",
-                self.stderr()
-            );
+            panic!("GET /api/v1/status: {code}: {body}; agent stderr:\n{}", self.stderr());
         }
         match serde_json::from_str(&body) {
             Ok(v) => v,
@@ -199,7 +176,10 @@ impl Agent {
             }
             if Instant::now() >= deadline {
                 let pretty = serde_json::to_string_pretty(&s).unwrap_or_default();
-                panic!("condition not met within {timeout:?}; last status:\n{pretty}\nagent stderr:\n{}", self.stderr());
+                panic!(
+                    "condition not met within {timeout:?}; last status:\n{pretty}\nagent stderr:\n{}",
+                    self.stderr()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -210,11 +190,7 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.child.kill();
         if std::thread::panicking() {
-            eprintln!(
-                "--- monitor {:?} stderr ---\n{}--- end ---",
-                self.args,
-                self.stderr()
-            );
+            eprintln!("--- monitor {:?} stderr ---\n{}--- end ---", self.args, self.stderr());
         }
     }
 }
@@ -231,16 +207,10 @@ pub struct Finished {
 /// Runs `monitor <args…>` with no stdin, killing it and panicking if it runs longer than `timeout`.
 pub fn run_monitor(args: &[&str], timeout: Duration) -> Finished {
     let mut cmd = Command::new(monitor_bin());
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let started = Instant::now();
     let mut child = ChildGuard::spawn(&mut cmd);
-    let (out, err) = (
-        Arc::new(Mutex::new(Vec::new())),
-        Arc::new(Mutex::new(Vec::new())),
-    );
+    let (out, err) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
     let mut readers = Vec::new();
     if let Some(s) = child.stdout.take() {
         readers.push(collect(s, out.clone()));
@@ -252,18 +222,10 @@ pub fn run_monitor(args: &[&str], timeout: Duration) -> Finished {
     let elapsed = started.elapsed();
     let Some(status) = status else {
         child.kill();
-        panic!(
-            "monitor {args:?} still running after {timeout:?}; stderr so far:\n{}",
-            text(&err)
-        );
+        panic!("monitor {args:?} still running after {timeout:?}; stderr so far:\n{}", text(&err));
     };
     for r in readers {
         let _ = r.join();
     }
-    Finished {
-        status,
-        stdout: text(&out),
-        stderr: text(&err),
-        elapsed,
-    }
+    Finished { status, stdout: text(&out), stderr: text(&err), elapsed }
 }

@@ -23,9 +23,7 @@ impl CgroupV1 {
     pub fn unavailable_reason() -> Option<String> {
         let mount = Path::new(V1_MEMORY_MOUNT);
         if !mount.join("memory.limit_in_bytes").exists() {
-            return Some(format!(
-                "no cgroup v1 memory controller at {V1_MEMORY_MOUNT}"
-            ));
+            return Some(format!("no cgroup v1 memory controller at {V1_MEMORY_MOUNT}"));
         }
         if !crate::is_root() {
             return Some("needs root".into());
@@ -174,13 +172,11 @@ mod tests {
 
     #[test]
     fn parses_memory_stat() {
-        let text = "cache 0\nrss 1048576\nrss_huge 0\nhierarchical_memory_limit 9223372036854771712\ntotal_rss 2097152\n";
+        let text =
+            "cache 0\nrss 1048576\nrss_huge 0\nhierarchical_memory_limit 9223372036854771712\ntotal_rss 2097152\n";
         assert_eq!(parse_stat(text, "rss"), Some(1_048_576));
         assert_eq!(parse_stat(text, "total_rss"), Some(2_097_152));
-        assert_eq!(
-            parse_stat(text, "hierarchical_memory_limit"),
-            Some(9_223_372_036_854_771_712)
-        );
+        assert_eq!(parse_stat(text, "hierarchical_memory_limit"), Some(9_223_372_036_854_771_712));
         assert_eq!(parse_stat(text, "missing"), None);
     }
 

@@ -21,9 +21,7 @@ impl Hog {
     /// has touched all of it.
     pub fn spawn(bin: impl AsRef<Path>, cgroup: &Path, mib: u64, thp: bool) -> Hog {
         let mut cmd = Command::new(bin.as_ref());
-        cmd.arg(mib.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        cmd.arg(mib.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped());
         if thp {
             cmd.arg("--thp");
         }
@@ -31,18 +29,9 @@ impl Hog {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             panic!("alloc-hog started without pipes");
         };
-        let mut hog = Hog {
-            child,
-            stdin,
-            stdout: BufReader::new(stdout),
-            bytes: 0,
-        };
+        let mut hog = Hog { child, stdin, stdout: BufReader::new(stdout), bytes: 0 };
         hog.bytes = hog.expect_reply("ready");
-        assert_eq!(
-            hog.bytes,
-            mib * MIB,
-            "alloc-hog holds another amount than asked"
-        );
+        assert_eq!(hog.bytes, mib * MIB, "alloc-hog holds another amount than asked");
         hog
     }
 
@@ -84,13 +73,11 @@ impl Hog {
 
     /// Its `RssAnon` now, from `/proc/<pid>/status`.
     pub fn rss_anon(&self) -> u64 {
-        crate::proc::rss_anon(self.pid())
-            .unwrap_or_else(|| panic!("alloc-hog {} is gone", self.pid()))
+        crate::proc::rss_anon(self.pid()).unwrap_or_else(|| panic!("alloc-hog {} is gone", self.pid()))
     }
 
     /// Its `VmRSS` now, from `/proc/<pid>/status`.
     pub fn vm_rss(&self) -> u64 {
-        crate::proc::vm_rss(self.pid())
-            .unwrap_or_else(|| panic!("alloc-hog {} is gone", self.pid()))
+        crate::proc::vm_rss(self.pid()).unwrap_or_else(|| panic!("alloc-hog {} is gone", self.pid()))
     }
 }

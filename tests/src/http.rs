@@ -18,10 +18,7 @@ impl Response {
     /// The first header of that name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
     }
 
     /// The body as text (lossy).
@@ -43,22 +40,17 @@ pub fn request(
     headers: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<Response, String> {
-    let mut s =
-        TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes())
-        .map_err(|e| format!("send to {addr}: {e}"))?;
+    s.write_all(req.as_bytes()).map_err(|e| format!("send to {addr}: {e}"))?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .map_err(|e| format!("read from {addr}: {e}"))?;
+    s.read_to_end(&mut raw).map_err(|e| format!("read from {addr}: {e}"))?;
     parse_response(&raw)
 }
 
@@ -75,34 +67,19 @@ pub fn parse_response(raw: &[u8]) -> Result<Response, String> {
     if !version.starts_with("HTTP/1.") {
         return Err(format!("not an HTTP/1 status line: {status_line:?}"));
     }
-    let status: u16 = parts
-        .next()
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let status: u16 =
+        parts.next().and_then(|c| c.parse().ok()).ok_or_else(|| format!("bad status line {status_line:?}"))?;
     let mut headers = Vec::new();
     for line in lines {
-        let (k, v) = line
-            .split_once(':')
-            .ok_or_else(|| format!("bad header line {line:?}"))?;
+        let (k, v) = line.split_once(':').ok_or_else(|| format!("bad header line {line:?}"))?;
         headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
     }
-    let mut resp = Response {
-        status,
-        headers,
-        body: Vec::new(),
-    };
-    resp.body = if resp
-        .header("transfer-encoding")
-        .is_some_and(|te| te.eq_ignore_ascii_case("chunked"))
-    {
+    let mut resp = Response { status, headers, body: Vec::new() };
+    resp.body = if resp.header("transfer-encoding").is_some_and(|te| te.eq_ignore_ascii_case("chunked")) {
         dechunk(rest)?
     } else if let Some(len) = resp.header("content-length") {
-        let len: usize = len
-            .parse()
-            .map_err(|_| format!("bad content-length {len:?}"))?;
-        rest.get(..len)
-            .ok_or("body shorter than content-length")?
-            .to_vec()
+        let len: usize = len.parse().map_err(|_| format!("bad content-length {len:?}"))?;
+        rest.get(..len).ok_or("body shorter than content-length")?.to_vec()
     } else {
         rest.to_vec()
     };
@@ -115,8 +92,7 @@ fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
         let eol = find(rest, b"\r\n").ok_or("truncated chunk size")?;
         let size_text = std::str::from_utf8(&rest[..eol]).map_err(|_| "bad chunk size")?;
         let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| format!("bad chunk size {size_text:?}"))?;
+        let size = usize::from_str_radix(size_text, 16).map_err(|_| format!("bad chunk size {size_text:?}"))?;
         rest = &rest[eol + 2..];
         if size == 0 {
             return Ok(body);
@@ -137,10 +113,8 @@ mod tests {
 
     #[test]
     fn content_length_body() {
-        let r = parse_response(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}junk",
-        )
-        .expect("parses");
+        let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}junk")
+            .expect("parses");
         assert_eq!(r.status, 200);
         assert_eq!(r.header("content-type"), Some("application/json"));
         assert_eq!(r.body, b"{}");
@@ -169,11 +143,7 @@ mod tests {
             b"HTTP/1.1 abc\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nx",
         ] {
-            assert!(
-                parse_response(raw).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(raw)
-            );
+            assert!(parse_response(raw).is_err(), "{:?}", String::from_utf8_lossy(raw));
         }
     }
 
@@ -187,8 +157,7 @@ mod tests {
             let mut buf = [0u8; 1024];
             let n = s.read(&mut buf).expect("read");
             let req = String::from_utf8_lossy(&buf[..n]).into_owned();
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                .expect("write");
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").expect("write");
             req
         });
         let r = get(addr, "/healthz", Duration::from_secs(5)).expect("get");

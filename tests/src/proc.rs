@@ -43,7 +43,8 @@ pub fn anon_huge_pages(pid: u32) -> Option<u64> {
 mod tests {
     use super::*;
 
-    const STATUS: &str = "Name:\talloc-hog\nVmRSS:\t  102876 kB\nRssAnon:\t  102500 kB\nRssFile:\t     376 kB\nThreads:\t1\n";
+    const STATUS: &str =
+        "Name:\talloc-hog\nVmRSS:\t  102876 kB\nRssAnon:\t  102500 kB\nRssFile:\t     376 kB\nThreads:\t1\n";
 
     #[test]
     fn reads_kib_fields_as_bytes() {

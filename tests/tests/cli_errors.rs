@@ -15,63 +15,40 @@ const LIMIT: Duration = Duration::from_secs(20);
 fn agent_must_refuse(cgroup: &str) -> Finished {
     let listen = format!("127.0.0.1:{}", free_port());
     let out = run_monitor(&["agent", "--cgroup", cgroup, "--listen", &listen], LIMIT);
-    assert!(
-        !out.status.success(),
-        "agent --cgroup {cgroup} succeeded: {out:?}"
-    );
-    assert!(
-        out.elapsed < QUICK,
-        "agent --cgroup {cgroup} took {:?} to fail",
-        out.elapsed
-    );
+    assert!(!out.status.success(), "agent --cgroup {cgroup} succeeded: {out:?}");
+    assert!(out.elapsed < QUICK, "agent --cgroup {cgroup} took {:?} to fail", out.elapsed);
     assert_one_line_no_panic(&out.stderr, &format!("agent --cgroup {cgroup}"));
     out
 }
 
 fn assert_no_panic(text: &str, what: &str) {
     for bad in ["panicked", "stack backtrace", "RUST_BACKTRACE"] {
-        assert!(
-            !text.contains(bad),
-            "{what}: output looks like a panic:\n{text}"
-        );
+        assert!(!text.contains(bad), "{what}: output looks like a panic:\n{text}");
     }
 }
 
 fn assert_one_line_no_panic(stderr: &str, what: &str) {
     assert_no_panic(stderr, what);
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "{what}: want a one-line reason on stderr, got:\n{stderr}"
-    );
+    assert_eq!(lines.len(), 1, "{what}: want a one-line reason on stderr, got:\n{stderr}");
 }
 
 #[test]
 fn agent_on_a_missing_cgroup_fails_with_one_line() {
     let out = agent_must_refuse("/does/not/exist");
-    assert!(
-        out.stderr.contains("/does/not/exist"),
-        "the reason should name the path: {}",
-        out.stderr
-    );
+    assert!(out.stderr.contains("/does/not/exist"), "the reason should name the path: {}", out.stderr);
 }
 
 #[test]
 fn agent_on_a_missing_relative_cgroup_fails_with_one_line() {
     let name = format!("monitor-test-{}-no-such-group", std::process::id());
     let out = agent_must_refuse(&name);
-    assert!(
-        out.stderr.contains(&name),
-        "the reason should name the group: {}",
-        out.stderr
-    );
+    assert!(out.stderr.contains(&name), "the reason should name the group: {}", out.stderr);
 }
 
 /// Whether a cgroup2 directory offers the memory controller.
 fn v2_has_memory(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("cgroup.controllers"))
-        .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"))
+    std::fs::read_to_string(dir.join("cgroup.controllers")).is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"))
 }
 
 const UNIFIED: &str = "/sys/fs/cgroup/unified";
@@ -82,11 +59,7 @@ fn agent_on_cgroup2_without_memory_controller_fails_with_one_line() {
     let test = "agent_on_cgroup2_without_memory_controller_fails_with_one_line";
     let unified = Path::new(UNIFIED);
     let here = unified.join("cgroup.controllers").exists() && !v2_has_memory(unified);
-    if !require(
-        here,
-        test,
-        &format!("no cgroup2 mount without a memory controller at {UNIFIED}"),
-    ) {
+    if !require(here, test, &format!("no cgroup2 mount without a memory controller at {UNIFIED}")) {
         return;
     }
     agent_must_refuse(UNIFIED);
@@ -97,11 +70,8 @@ fn agent_on_a_new_cgroup2_group_without_memory_controller_fails_with_one_line() 
     let test = "agent_on_a_new_cgroup2_group_without_memory_controller_fails_with_one_line";
     let unified = Path::new(UNIFIED);
     let here = unified.join("cgroup.controllers").exists() && !v2_has_memory(unified);
-    if !require(
-        here,
-        test,
-        &format!("no cgroup2 mount without a memory controller at {UNIFIED}"),
-    ) || !require_root(test)
+    if !require(here, test, &format!("no cgroup2 mount without a memory controller at {UNIFIED}"))
+        || !require_root(test)
     {
         return;
     }
@@ -114,20 +84,14 @@ fn agent_on_the_v1_cpu_hierarchy_fails_with_one_line() {
     let test = "agent_on_the_v1_cpu_hierarchy_fails_with_one_line";
     let cpu = Path::new(V1_CPU);
     let here = cpu.join("cpu.shares").exists() && !cpu.join("memory.stat").exists();
-    if !require(
-        here,
-        test,
-        &format!("no v1 cpu hierarchy (without memory) at {V1_CPU}"),
-    ) {
+    if !require(here, test, &format!("no v1 cpu hierarchy (without memory) at {V1_CPU}")) {
         return;
     }
     agent_must_refuse(V1_CPU);
 }
 
 fn fixtures(kind: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/configs")
-        .join(kind)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/configs").join(kind)
 }
 
 fn toml_files(dir: &Path) -> Vec<PathBuf> {
@@ -153,13 +117,7 @@ fn check_config_accepts_every_valid_fixture() {
     assert!(!files.is_empty());
     for f in files {
         let out = check_config(&f);
-        assert!(
-            out.status.success(),
-            "check-config {} failed:\n{}{}",
-            f.display(),
-            out.stdout,
-            out.stderr
-        );
+        assert!(out.status.success(), "check-config {} failed:\n{}{}", f.display(), out.stdout, out.stderr);
     }
 }
 
@@ -182,9 +140,7 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
 
 /// Whether an error message names line `n` (`file:3:`, `line 3`, `line: 3`).
 fn names_line(text: &str, n: usize) -> bool {
-    [format!(":{n}:"), format!("line {n}"), format!("line: {n}")]
-        .iter()
-        .any(|f| text.contains(f.as_str()))
+    [format!(":{n}:"), format!("line {n}"), format!("line: {n}")].iter().any(|f| text.contains(f.as_str()))
 }
 
 #[test]
@@ -200,37 +156,21 @@ fn check_config_names_the_bad_key_and_its_line() {
         }
         for f in *fragments {
             if !text.contains(f) {
-                failures.push(format!(
-                    "{file}: error does not name {f:?}: {}",
-                    text.trim()
-                ));
+                failures.push(format!("{file}: error does not name {f:?}: {}", text.trim()));
             }
         }
         if !lines.iter().any(|&n| names_line(&text, n)) {
-            failures.push(format!(
-                "{file}: error does not name line {lines:?}: {}",
-                text.trim()
-            ));
+            failures.push(format!("{file}: error does not name line {lines:?}: {}", text.trim()));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "check-config errors:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "check-config errors:\n{}", failures.join("\n"));
 }
 
 #[test]
 fn every_invalid_fixture_has_an_expectation() {
     for f in toml_files(&fixtures("invalid")) {
-        let name = f
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        assert!(
-            INVALID.iter().any(|(n, _, _)| *n == name),
-            "add {name} to INVALID in cli_errors.rs"
-        );
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        assert!(INVALID.iter().any(|(n, _, _)| *n == name), "add {name} to INVALID in cli_errors.rs");
     }
 }
 

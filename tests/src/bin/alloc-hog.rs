@@ -21,11 +21,7 @@ struct Region {
 
 impl Region {
     fn advise(&self, start: usize, len: usize) -> Result<(), String> {
-        let advice = if self.thp {
-            libc::MADV_HUGEPAGE
-        } else {
-            libc::MADV_NOHUGEPAGE
-        };
+        let advice = if self.thp { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
         // SAFETY: [addr+start, addr+start+len) lies inside our mapping.
         let r = unsafe { libc::madvise(self.addr.add(start).cast(), len, advice) };
         if r != 0 {
@@ -100,10 +96,7 @@ impl Region {
             // SAFETY: addr/len describe our mapping; MAYMOVE lets the kernel relocate it, returning the new address.
             let p = unsafe { libc::mremap(self.addr.cast(), self.len, len, libc::MREMAP_MAYMOVE) };
             if p == libc::MAP_FAILED {
-                return Err(format!(
-                    "mremap to {len}: {}",
-                    std::io::Error::last_os_error()
-                ));
+                return Err(format!("mremap to {len}: {}", std::io::Error::last_os_error()));
             }
             let old = self.len;
             self.addr = p.cast();
@@ -116,10 +109,7 @@ impl Region {
 }
 
 fn parse_mib(s: &str) -> Result<usize, String> {
-    s.parse::<usize>()
-        .ok()
-        .and_then(|m| m.checked_mul(MIB))
-        .ok_or_else(|| format!("not a size in MiB: {s:?}"))
+    s.parse::<usize>().ok().and_then(|m| m.checked_mul(MIB)).ok_or_else(|| format!("not a size in MiB: {s:?}"))
 }
 
 fn run() -> Result<(), String> {
@@ -136,26 +126,17 @@ fn run() -> Result<(), String> {
     let len = mib.ok_or("usage: alloc-hog <MiB> [--thp]")?;
     // SAFETY: sysconf has no preconditions.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-    let mut region = Region {
-        addr: ptr::null_mut(),
-        len: 0,
-        thp,
-        page,
-    };
+    let mut region = Region { addr: ptr::null_mut(), len: 0, thp, page };
     region.resize(len)?;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "ready {}", region.len)
-        .and_then(|()| out.flush())
-        .map_err(|e| e.to_string())?;
+    writeln!(out, "ready {}", region.len).and_then(|()| out.flush()).map_err(|e| e.to_string())?;
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| e.to_string())?;
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["set", m] => {
                 region.resize(parse_mib(m)?)?;
-                writeln!(out, "ok {}", region.len)
-                    .and_then(|()| out.flush())
-                    .map_err(|e| e.to_string())?;
+                writeln!(out, "ok {}", region.len).and_then(|()| out.flush()).map_err(|e| e.to_string())?;
             }
             [] => {}
             _ => return Err(format!("unknown command {line:?} (want `set <MiB>`)")),
