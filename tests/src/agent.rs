@@ -23,9 +23,11 @@ pub fn workspace_root() -> PathBuf {
     here.parent().map(Path::to_path_buf).unwrap_or_else(|| here.to_path_buf())
 }
 
-/// The agent binary: `$MONITOR_BIN`, else `<workspace>/target/debug/monitor`. Panics if it does not exist.
+/// The agent binary: `$MONITOR_BIN` (relative: to the workspace root), else `<workspace>/target/debug/monitor`. Panics if it does not exist.
 pub fn monitor_bin() -> PathBuf {
     let bin = match std::env::var_os("MONITOR_BIN") {
+        // cargo runs tests in the package's folder: a relative path is taken from the workspace root.
+        Some(p) if Path::new(&p).is_relative() => workspace_root().join(p),
         Some(p) => PathBuf::from(p),
         None => workspace_root().join("target/debug/monitor"),
     };
