@@ -20,8 +20,15 @@ pub fn require(cond: bool, test: &str, reason: &str) -> bool {
     if in_ci() {
         panic!("{test}: {reason} (CI=true: tests that need it must run in CI)");
     }
-    eprintln!("skipping {test}: {reason}");
+    skip(test, reason);
     false
+}
+
+/// Prints `skipping <test>: <reason>` straight to stderr, past the test harness's output capture, so skips show
+/// in a plain `cargo test` run.
+pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipping {test}: {reason}");
 }
 
 /// True when running as root; otherwise prints `skipping <test>: needs root` (or panics in CI).

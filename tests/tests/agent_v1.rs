@@ -3,7 +3,7 @@
 //! processes' RssAnon), each process's RSS, and follow the policy as the group grows past 85% and 92% and shrinks
 //! back below the hysteresis. Also: THP-backed memory is counted, relative and nested groups, no limit = host.
 
-use monitor_tests::{proc, require, Agent, CgroupV1, Hog, MIB};
+use monitor_tests::{proc, require, require::skip, Agent, CgroupV1, Hog, MIB};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -208,7 +208,7 @@ fn thp_backed_memory_is_counted() {
     let huge = proc::anon_huge_pages(hog.pid()).unwrap_or(0);
     if huge < 64 * MIB {
         // Not a missing setup (THP is on): the kernel found no free huge pages. Skip, even in CI.
-        eprintln!("skipping {test}: the kernel backed only {huge} bytes with huge pages (memory fragmented?)");
+        skip(test, &format!("the kernel backed only {huge} bytes with huge pages (memory fragmented?)"));
         return;
     }
     let charged_huge = cg.stat("total_rss_huge").unwrap_or(0);
