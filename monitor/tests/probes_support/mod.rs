@@ -5,6 +5,7 @@
 use monitor::probes::Probes;
 use monitor::snapshot::Traffic;
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -272,8 +273,10 @@ pub struct WrkRun {
     pub connects: u64,
 }
 
-/// Runs `wrk -t1 -c1` with a script that stops the thread after exactly `n` responses on its one keep-alive
-/// connection, so exactly `n` requests reach the server (bounded by a 30 s duration).
+/// Runs `wrk -t1 -c1` with a script that stops its thread after exactly `n` responses on its one keep-alive
+/// connection, so exactly `n` requests reach the server; then SIGINTs wrk so it reports at once (its `-d30s`
+/// bounds the run otherwise). Connections: wrk's `script_resolve` first opens and closes one connection to
+/// check the address (no request on it), then the run's one.
 pub fn wrk_exact(url: &str, n: u64, dir: &TempDir) -> WrkRun {
     let script = dir.write(
         "exact.lua",
@@ -281,25 +284,45 @@ pub fn wrk_exact(url: &str, n: u64, dir: &TempDir) -> WrkRun {
             "local left = {n}\n\
              response = function(status, headers, body)\n\
                left = left - 1\n\
-               if left == 0 then wrk.thread:stop() end\n\
+               if left == 0 then\n\
+                 io.write(\"DONE\\n\")\n\
+                 io.flush()\n\
+                 wrk.thread:stop()\n\
+               end\n\
              end\n\
              done = function(summary, latency, requests)\n\
-               io.write(string.format(\"RESULT %d %d\\n\", summary.requests, summary.errors.connect))\n\
+               io.write(string.format(\"RESULT %d\\n\", summary.requests))\n\
              end\n"
         )
         .as_bytes(),
     );
-    let out = Command::new("wrk").args(["-t1", "-c1", "-d30s", "--timeout", "5s", "-s"]).arg(&script).arg(url).output();
-    let out = match out {
-        Ok(o) => o,
+    let mut child = match Command::new("wrk")
+        .args(["-t1", "-c1", "-d30s", "--timeout", "5s", "-s"])
+        .arg(&script)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
         Err(e) => panic!("wrk: {e}"),
     };
-    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(stdout) = child.stdout.take() else { panic!("wrk: no stdout") };
+    let mut text = String::new();
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        if line == "DONE" {
+            // SAFETY: kill has no memory preconditions; the pid is our child's.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let _ = child.wait();
     let Some(line) = text.lines().find(|l| l.starts_with("RESULT ")) else {
-        panic!("wrk printed no RESULT: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+        panic!("wrk printed no RESULT: {text}");
     };
-    let mut it = line.split_whitespace().skip(1).map(|v| v.parse::<u64>().unwrap_or(u64::MAX));
-    let requests = it.next().unwrap_or(u64::MAX);
+    let requests = line[7..].trim().parse::<u64>().unwrap_or(u64::MAX);
     assert_eq!(requests, n, "wrk completed {requests} responses, wanted {n}: {text}");
-    WrkRun { requests, connects: 1 }
+    WrkRun { requests, connects: 2 }
 }

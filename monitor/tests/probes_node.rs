@@ -1,0 +1,76 @@
+//! eBPF request counting against Node 20's own `http` server: exact per-pid counts for one request per
+//! connection, keep-alive runs with curl and wrk, HEAD, POST with bodies, and 200/404/500 responses.
+
+mod probes_support;
+
+use probes_support::*;
+use std::process::{Command, Stdio};
+
+/// A plain Node `http` server: /ok answers 200 (echoing a POST body), /fail 500, anything else 404.
+const SERVER: &str = r#"
+const http = require('http');
+const port = Number(process.argv[1]);
+const srv = http.createServer((req, res) => {
+  const chunks = [];
+  req.on('data', (c) => chunks.push(c));
+  req.on('end', () => {
+    if (req.url === '/ok') {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end(req.method === 'POST' ? Buffer.concat(chunks) : 'ok\n');
+    } else if (req.url === '/fail') {
+      res.writeHead(500, { 'content-type': 'text/plain' });
+      res.end('failed\n');
+    } else {
+      res.writeHead(404, { 'content-type': 'text/plain' });
+      res.end('missing\n');
+    }
+  });
+});
+srv.keepAliveTimeout = 60000;
+srv.listen(port, '127.0.0.1');
+"#;
+
+#[test]
+fn node_http_server_counts_exactly() {
+    let name = "node_http_server_counts_exactly";
+    if !require_root(name) || !require_program(name, "node") || !require_program(name, "curl") {
+        return;
+    }
+    let wrk = require_program(name, "wrk");
+    let dir = TempDir::new("node");
+    let port = free_port();
+    let server = Server::start(
+        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
+        port,
+    );
+    let mut probes = load_probes();
+    sync(&mut probes, &[server.pid()]);
+    let url = |p: &str| format!("http://127.0.0.1:{port}{p}");
+    let (ok, fail, missing) = (url("/ok"), url("/fail"), url("/missing"));
+
+    let mut sent = Sent::default();
+    for _ in 0..6 {
+        sent.add(&curl(&[&ok]));
+    }
+    sent.add(&curl(&[&ok, &missing, &fail, &ok, &ok, &missing, &fail, &ok]));
+    sent.add(&curl(&["-I", &ok, &ok, &missing]));
+    let body = "x".repeat(3000);
+    for _ in 0..4 {
+        sent.add(&curl(&["--data-binary", &body, &ok]));
+    }
+    sent.add(&curl(&["--data-binary", "small", &ok, &ok]));
+    sent.add(&curl(&["-X", "DELETE", &missing]));
+    assert_eq!(sent.requests, 24);
+    assert_eq!(sent.by_class, [0, 18, 0, 4, 2], "{sent:?}");
+    let t = assert_counts(&mut probes, &[server.pid()], &sent, "node http (curl)");
+    assert_eq!(t.inflight, 0);
+
+    if wrk {
+        // Exactly 500 requests on one keep-alive connection.
+        sent.add_wrk(&wrk_exact(&ok, 500, &dir));
+        assert_counts(&mut probes, &[server.pid()], &sent, "node http (curl + wrk)");
+    }
+    let all = read(&mut probes);
+    let mine = &all[&server.pid()];
+    assert!(mine.latency_p99_us.is_some_and(|v| v > 0), "{mine:?}");
+}
