@@ -6,7 +6,7 @@ use monitor::probes::Probes;
 use monitor::snapshot::Traffic;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -75,20 +75,38 @@ impl Server {
         self.child.id()
     }
 
-    /// Connects until the port answers. These probe connections happen before the pid is traced.
+    /// Waits until the port is in LISTEN state (read from /proc/net/tcp: connecting would be an accept of its own).
     fn wait_listening(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("server pid {} exited before listening: {status}", self.child.id());
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if listening(self.port) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("server pid {} did not listen on {} within {timeout:?}", self.child.id(), self.port);
     }
+
+    /// Child processes of the server (nginx workers), from /proc.
+    pub fn children(&self) -> Vec<u32> {
+        let pid = self.child.id();
+        let path = format!("/proc/{pid}/task/{pid}/children");
+        std::fs::read_to_string(path).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect()
+    }
+}
+
+/// True when some socket listens on 127.0.0.1:`port` (state 0A in /proc/net/tcp).
+pub fn listening(port: u16) -> bool {
+    let want = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
+        t.lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1] == want && f[3] == "0A"
+        })
+    })
 }
 
 impl Drop for Server {

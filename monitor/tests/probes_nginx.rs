@@ -1,0 +1,144 @@
+//! eBPF request counting against nginx (master + 2 workers, its own config on 127.0.0.1): exact counts summed
+//! over the workers (the master accepts nothing) for curl traffic (200/404/500, HEAD, POST, a static file sent
+//! with sendfile) and wrk runs: exact on one keep-alive connection, and equal to nginx's own access log with 8.
+
+mod probes_support;
+
+use probes_support::*;
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// nginx's own configuration for the test: everything under `dir`, loopback only, 2 workers.
+fn config(dir: &TempDir, port: u16) -> String {
+    let d = dir.path().display();
+    format!(
+        "daemon off;\n\
+         master_process on;\n\
+         worker_processes 2;\n\
+         user root;\n\
+         pid {d}/nginx.pid;\n\
+         error_log {d}/error.log warn;\n\
+         events {{ worker_connections 512; }}\n\
+         http {{\n\
+           log_format counts '$status $connection $connection_requests';\n\
+           access_log {d}/access.log counts;\n\
+           client_body_temp_path {d}/body;\n\
+           proxy_temp_path {d}/proxy;\n\
+           fastcgi_temp_path {d}/fastcgi;\n\
+           uwsgi_temp_path {d}/uwsgi;\n\
+           scgi_temp_path {d}/scgi;\n\
+           sendfile on;\n\
+           keepalive_requests 100000;\n\
+           server {{\n\
+             listen 127.0.0.1:{port};\n\
+             root {d}/www;\n\
+             location = /ok {{ return 200 \"ok\\n\"; }}\n\
+             location = /fail {{ return 500; }}\n\
+           }}\n\
+         }}\n"
+    )
+}
+
+/// Starts nginx and waits (bounded) for its two workers.
+fn nginx(dir: &TempDir) -> (Server, Vec<u32>) {
+    let port = free_port();
+    let conf = dir.write("nginx.conf", config(dir, port).as_bytes());
+    let server = Server::start(
+        Command::new("nginx")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        port,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let workers = server.children();
+        if workers.len() == 2 {
+            return (server, workers);
+        }
+        assert!(Instant::now() < deadline, "nginx workers did not start: {workers:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// (requests, distinct connections) in nginx's access log (`status connection connection_requests`).
+fn access_log(dir: &TempDir) -> (u64, [u64; 5], u64) {
+    let text = std::fs::read_to_string(dir.path().join("access.log")).unwrap_or_default();
+    let mut by_class = [0u64; 5];
+    let mut conns = BTreeSet::new();
+    let mut n = 0;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(status), Some(conn)) = (f.first().and_then(|s| s.parse::<u16>().ok()), f.get(1)) else {
+            panic!("access log line {line:?}");
+        };
+        n += 1;
+        if (100..600).contains(&status) {
+            by_class[(status / 100 - 1) as usize] += 1;
+        }
+        conns.insert(conn.to_string());
+    }
+    (n, by_class, conns.len() as u64)
+}
+
+#[test]
+fn nginx_counts_exactly() {
+    let name = "nginx_counts_exactly";
+    if !require_root(name) || !require_program(name, "curl") || !require_program(name, "nginx") {
+        return;
+    }
+    let wrk = require_program(name, "wrk");
+    let dir = TempDir::new("nginx");
+    std::fs::create_dir_all(dir.path().join("www")).unwrap_or_else(|e| panic!("mkdir www: {e}"));
+    let file = vec![b'z'; 64 * 1024];
+    dir.write("www/static.bin", &file);
+    let (server, workers) = nginx(&dir);
+    let mut probes = load_probes();
+    let mut all_pids = workers.clone();
+    all_pids.push(server.pid());
+    sync(&mut probes, &all_pids);
+    let url = |p: &str| format!("http://127.0.0.1:{}{p}", server.port);
+    let (ok, fail, missing, stat) = (url("/ok"), url("/fail"), url("/missing"), url("/static.bin"));
+
+    let mut sent = Sent::default();
+    for _ in 0..8 {
+        sent.add(&curl(&[&ok]));
+    }
+    sent.add(&curl(&[&ok, &missing, &fail, &stat, &ok, &missing, &fail, &ok, &stat]));
+    sent.add(&curl(&["-I", &ok, &stat, &missing]));
+    for _ in 0..3 {
+        sent.add(&curl(&["--data-binary", "name=value&other=thing", &ok]));
+    }
+    sent.add(&curl(&["--data-binary", &"p".repeat(5000), &ok, &ok]));
+    assert_eq!(sent.requests, 25);
+    assert_eq!(sent.by_class, [0, 20, 0, 3, 2], "{sent:?}");
+    let t = assert_counts(&mut probes, &workers, &sent, "nginx (curl)");
+    assert_eq!(t.inflight, 0);
+    assert!(t.bytes_out >= 2 * file.len() as u64, "sendfile bytes not counted: {t:?}");
+    let master = total(&read(&mut probes), &[server.pid()]);
+    assert_eq!(counts(&master), (0, 0, 0, [0; 5]), "the master serves nothing");
+    assert_eq!(access_log(&dir), (sent.requests, sent.by_class, sent.connects), "nginx's own log");
+
+    if wrk {
+        sent.add_wrk(&wrk_exact(&ok, 2000, &dir));
+        assert_counts(&mut probes, &workers, &sent, "nginx (curl + exact wrk)");
+
+        // 8 connections for a second: compare with nginx's own access log (wrk cannot stop all of them at
+        // once, so the log is the ground truth). Each wrk run adds one address-check connection with no request: 2.
+        let out = Command::new("wrk")
+            .args(["-t2", "-c8", "-d1s", "--timeout", "5s", &ok])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        assert!(out.is_ok_and(|s| s.success()), "wrk -c8 failed");
+        let (requests, by_class, connections) = access_log(&dir);
+        let logged = Sent { requests, by_class, connects: connections + 2 };
+        assert_counts(&mut probes, &workers, &logged, "nginx (after wrk -c8, vs its access log)");
+    }
+}
