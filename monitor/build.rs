@@ -3,7 +3,8 @@
 //!
 //! Without the eBPF toolchain (a `nightly` with rust-src, and `bpf-linker` on PATH) the build still succeeds:
 //! the object is left empty and `MONITOR_EBPF_SKIPPED` says why, so the agent runs with probes disabled.
-//! In CI (`CI=true`) a missing toolchain fails the build instead. `AYA_BUILD_SKIP=1` skips on purpose.
+//! In CI (`CI=true`) or with `MONITOR_EBPF_REQUIRED=1` (`cargo xtask build`) a missing toolchain fails the build
+//! instead. `AYA_BUILD_SKIP=1` skips on purpose.
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::env;
@@ -14,7 +15,7 @@ use std::process::Command;
 const OBJECT: &str = "monitor-ebpf";
 
 fn main() -> Result<()> {
-    for var in ["CI", "AYA_BUILD_SKIP", "PATH"] {
+    for var in ["CI", "MONITOR_EBPF_REQUIRED", "AYA_BUILD_SKIP", "PATH"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR")?);
@@ -27,13 +28,14 @@ fn main() -> Result<()> {
     let object = out_dir.join(OBJECT);
 
     let ci = env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let required = ci || env::var("MONITOR_EBPF_REQUIRED").is_ok_and(|v| v == "1");
     let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     if skip {
         return skipped(&object, "AYA_BUILD_SKIP is set");
     }
     if let Err(missing) = toolchain() {
-        if ci {
-            bail!("eBPF toolchain missing in CI ({missing}): run `cargo xtask setup`");
+        if required {
+            bail!("eBPF toolchain missing ({missing}) and the object is required (CI=true or MONITOR_EBPF_REQUIRED=1): run `cargo xtask setup`");
         }
         return skipped(&object, &format!("{missing}; run `cargo xtask setup`"));
     }

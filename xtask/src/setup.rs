@@ -1,8 +1,106 @@
-//! `cargo xtask setup`: installs what the eBPF build needs (issue 3).
+//! `cargo xtask setup`: installs what the eBPF build needs, idempotently and quickly when it is there already:
+//! rust-src on the `nightly` toolchain (installing a minimal nightly only when none exists, never updating one)
+//! and bpf-linker 0.13.0 linked against that nightly's own libLLVM (docs: shared/notes/ebpf-toolchain.md).
 
-use anyhow::Result;
+use crate::util::run as sh;
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The bpf-linker that works with aya 0.14 / aya-ebpf 0.2.1.
+const BPF_LINKER_VERSION: &str = "0.13.0";
 
 pub fn run() -> Result<()> {
-    eprintln!("setup: nothing to install yet");
+    nightly_with_rust_src()?;
+    bpf_linker()?;
+    eprintln!("setup: eBPF toolchain ready (nightly + rust-src, bpf-linker {BPF_LINKER_VERSION})");
     Ok(())
+}
+
+/// The stdout of a command, or None when it cannot run or fails.
+fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn nightly_with_rust_src() -> Result<()> {
+    let toolchains = output(Command::new("rustup").args(["toolchain", "list"]))
+        .context("`rustup toolchain list` failed: is rustup installed?")?;
+    if !toolchains.lines().any(|l| l.starts_with("nightly-") || l.starts_with("nightly ")) {
+        // None at all: install a minimal one. (Never `toolchain install` over an existing nightly: it updates it.)
+        return sh(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+            "--no-self-update",
+        ]));
+    }
+    let installed = output(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
+        .unwrap_or_default();
+    if installed.lines().any(|l| l.starts_with("rust-src")) {
+        eprintln!("setup: nightly has rust-src");
+        return Ok(());
+    }
+    sh(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn bpf_linker() -> Result<()> {
+    if let Some(v) = output(Command::new("bpf-linker").arg("--version")) {
+        if v.split_whitespace().any(|w| w == BPF_LINKER_VERSION) {
+            eprintln!("setup: {} already installed", v.trim());
+            return Ok(());
+        }
+        eprintln!("setup: found {}, installing {BPF_LINKER_VERSION}", v.trim());
+    }
+    let sysroot = output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))
+        .map(|s| PathBuf::from(s.trim()))
+        .context("`rustc +nightly --print sysroot` failed")?;
+    let version = output(Command::new("rustc").args(["+nightly", "-vV"])).context("`rustc +nightly -vV` failed")?;
+    let major = llvm_major(&version).context("no `LLVM version:` in `rustc +nightly -vV`")?;
+
+    // bpf-linker links the same libLLVM the nightly uses: copy it into our own prefix, as `libLLVM.so` too.
+    let home = std::env::var_os("HOME").map(PathBuf::from).context("HOME is not set")?;
+    let prefix = home.join(".local/share/monitor-bpf/llvm");
+    let lib = prefix.join("lib");
+    std::fs::create_dir_all(&lib).with_context(|| format!("mkdir {}", lib.display()))?;
+    let mut copied = None;
+    for entry in std::fs::read_dir(sysroot.join("lib")).with_context(|| format!("reading {}/lib", sysroot.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("libLLVM.so.") {
+            let dst = lib.join(&name);
+            std::fs::copy(entry.path(), &dst)
+                .with_context(|| format!("copying {} to {}", entry.path().display(), dst.display()))?;
+            copied = Some(name);
+        }
+    }
+    let Some(name) = copied else { bail!("no libLLVM.so.* in {}/lib", sysroot.display()) };
+    let link = lib.join("libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&name, &link).with_context(|| format!("symlink {}", link.display()))?;
+
+    sh(Command::new("cargo")
+        .env("LLVM_PREFIX", &prefix)
+        .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features"])
+        .args(["--features", &format!("llvm-{major}")]))
+}
+
+/// The LLVM major version from `rustc -vV` output (`LLVM version: 22.1.4` -> 22).
+fn llvm_major(version: &str) -> Option<u32> {
+    version.lines().find_map(|l| l.strip_prefix("LLVM version:")).and_then(|v| v.trim().split('.').next()?.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::llvm_major;
+
+    #[test]
+    fn llvm_major_from_rustc() {
+        assert_eq!(llvm_major("rustc 1.97.0-nightly\nhost: x\nLLVM version: 22.1.4\n"), Some(22));
+        assert_eq!(llvm_major("rustc 1.95.0\n"), None);
+    }
 }
