@@ -236,10 +236,20 @@ impl Config {
 
     /// Parses and checks config text; `path` only names the file in errors.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax {
-            path: path.to_path_buf(),
-            line: e.span().map(|s| line_of(text, s.start)).unwrap_or(0),
-            msg: e.message().trim().to_string(),
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+            let (line, msg) = match e.span() {
+                Some(span) => {
+                    // A value of the wrong type: the span covers the value; name its key.
+                    let msg = match key_at(text, span.start) {
+                        Some(key) if !msg.contains(&key) => format!("{key}: {msg}"),
+                        _ => msg,
+                    };
+                    (line_of(text, span.start), msg)
+                }
+                None => (0, msg),
+            };
+            ConfigError::Syntax { path: path.to_path_buf(), line, msg }
         })?;
         if let Some(p) = cfg.validate().into_iter().next() {
             return Err(ConfigError::Invalid {
@@ -385,6 +395,43 @@ fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
+/// The dotted key (`policy.refuse_at`, `process[1].port`) whose value covers byte `offset`, if any.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    fn walk(t: &dyn toml_edit::TableLike, offset: usize, prefix: &str) -> Option<String> {
+        for (k, item) in t.iter() {
+            let name = if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
+            match item {
+                toml_edit::Item::Value(v) => {
+                    if let Some(inner) = v.as_inline_table() {
+                        if let Some(found) = walk(inner, offset, &name) {
+                            return Some(found);
+                        }
+                    }
+                    if v.span().is_some_and(|s| s.contains(&offset)) {
+                        return Some(name);
+                    }
+                }
+                toml_edit::Item::Table(t) => {
+                    if let Some(found) = walk(t, offset, &name) {
+                        return Some(found);
+                    }
+                }
+                toml_edit::Item::ArrayOfTables(a) => {
+                    for (i, t) in a.iter().enumerate() {
+                        if let Some(found) = walk(t, offset, &format!("{name}[{i}]")) {
+                            return Some(found);
+                        }
+                    }
+                }
+                toml_edit::Item::None => {}
+            }
+        }
+        None
+    }
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    walk(doc.as_table(), offset, "")
+}
+
 /// The line where a key path is written, if it is.
 fn locate(text: &str, key: &[KeyPart]) -> Option<usize> {
     enum Node<'a> {
@@ -445,9 +492,19 @@ mod tests {
     }
 
     #[test]
-    fn wrong_type_names_line() {
+    fn wrong_type_names_key_and_line() {
         let e = err("\n[policy]\ninterval_ms = \"fast\"\n");
-        assert!(e.starts_with("m.toml:3:"), "{e}");
+        assert!(e.starts_with("m.toml:3: policy.interval_ms:"), "{e}");
+        let e = err("[[process]]\nname = \"m0\"\nrole = \"master\"\ncommand = [\"x\"]\nport = \"http\"\n");
+        assert!(e.starts_with("m.toml:5: process[0].port:"), "{e}");
+        let e = err("[proxy]\nlisten = 5\n");
+        assert!(e.starts_with("m.toml:2: proxy.listen:"), "{e}");
+    }
+
+    #[test]
+    fn syntax_errors_are_one_line() {
+        let e = err("[policy]\nrefuse_at = \n");
+        assert!(e.starts_with("m.toml:2:") && !e.contains('\n'), "{e:?}");
     }
 
     #[test]
@@ -465,7 +522,6 @@ mod tests {
                 "m.toml:8: process[1].role:",
             ),
             ("[alerts]\nwebhook = \"ftp://x\"\n", "m.toml:2: alerts.webhook:"),
-            // Not written in the file: line 0.
             ("[policy]\nabort_repeat_ms = 10\ninterval_ms = 20\n", "m.toml:2: policy.abort_repeat_ms:"),
         ];
         for (text, want) in cases {

@@ -75,7 +75,12 @@ fn main() -> ExitCode {
 fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MONITOR_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 /// The config file (or the defaults) with the command line's overrides, checked again.

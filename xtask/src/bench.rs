@@ -1,13 +1,103 @@
-//! `cargo xtask bench <name>`: benchmarks whose figures go to docs/benchmarks.md.
+//! `cargo xtask bench <name>`: benchmarks whose figures go to docs/benchmarks.md. Each reports a ratio against a
+//! baseline measured in the same run.
+//!
+//! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion).
+//! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
 
-use anyhow::Result;
+use crate::util::{root, run as sh};
+use anyhow::{bail, Context, Result};
+use monitor_tests::{spawn_in_cgroup, CgroupV1, ChildGuard};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Which benchmark: sampler, agent-cpu.
     name: String,
+    /// agent-cpu: how long to measure, in seconds.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    anyhow::bail!("bench {}: not built yet", args.name)
+    match args.name.as_str() {
+        "sampler" => sampler(),
+        "agent-cpu" => agent_cpu(args.seconds),
+        other => bail!("unknown benchmark {other:?} (sampler, agent-cpu)"),
+    }
+}
+
+fn estimate_ns(id: &str) -> Result<f64> {
+    let path = root().join("target/criterion").join(id).join("new/estimates.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    v["mean"]["point_estimate"].as_f64().context("no mean.point_estimate")
+}
+
+fn sampler() -> Result<()> {
+    if let Some(reason) = CgroupV1::unavailable_reason() {
+        bail!("the sampler benchmark creates a v1 memory cgroup: {reason}");
+    }
+    sh(Command::new("cargo").current_dir(root()).args(["bench", "-p", "monitor", "--bench", "sampler"]))?;
+    let raw = estimate_ns("sampler-16/raw-pread")?;
+    let full = estimate_ns("sampler-16/full-sample")?;
+    println!("16 processes: raw pread of the same files {:.1} µs, full sample {:.1} µs", raw / 1e3, full / 1e3);
+    println!("ratio full/raw = {:.2} (goal <= 1.5)", full / raw);
+    println!("at a 100 ms interval that is {:.3}% of one core spent sampling", full / 100e6 * 100.0);
+    Ok(())
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let close = text.rfind(')').context("bad stat")?;
+    let f: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    // After ")": state is index 0; utime (field 14) is index 11, stime (15) index 12.
+    let utime: u64 = f.get(11).context("no utime")?.parse()?;
+    let stime: u64 = f.get(12).context("no stime")?.parse()?;
+    Ok(utime + stime)
+}
+
+fn agent_cpu(seconds: u64) -> Result<()> {
+    if let Some(reason) = CgroupV1::unavailable_reason() {
+        bail!("the agent-cpu benchmark creates a v1 memory cgroup: {reason}");
+    }
+    sh(Command::new("cargo").current_dir(root()).args(["build", "--release", "-p", "monitor"]))?;
+    let cg = CgroupV1::create("bench-agent-cpu", Some(1 << 30));
+    let _children: Vec<ChildGuard> =
+        (0..16).map(|_| spawn_in_cgroup(Command::new("sleep").arg("3600"), cg.path())).collect();
+    let port = monitor_tests::agent::free_port();
+    let mut agent = ChildGuard::spawn(
+        Command::new(root().join("target/release/monitor"))
+            .args(["agent", "--cgroup"])
+            .arg(cg.path())
+            .args(["--interval-ms", "100", "--listen", &format!("127.0.0.1:{port}")])
+            .env("MONITOR_LOG", "warn")
+            .stdout(Stdio::null()),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    if agent.wait_timeout(Duration::from_millis(1)).is_some() {
+        bail!("the agent exited at start");
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        v if v > 0 => v as f64,
+        _ => 100.0,
+    };
+    let t0 = Instant::now();
+    let c0 = cpu_ticks(agent.pid())?;
+    // The baseline in the same run: this xtask process sleeping for the same time.
+    let me0 = cpu_ticks(std::process::id())?;
+    std::thread::sleep(Duration::from_secs(seconds));
+    let c1 = cpu_ticks(agent.pid())?;
+    let me1 = cpu_ticks(std::process::id())?;
+    let wall = t0.elapsed().as_secs_f64();
+    let pct = (c1 - c0) as f64 / hz / wall * 100.0;
+    let base = (me1 - me0) as f64 / hz / wall * 100.0;
+    println!(
+        "agent at 100 ms, 16 processes, {wall:.0} s: {} ticks = {pct:.3}% of one core (goal < 0.5%); \
+         idle baseline (this sleeping process): {base:.3}%",
+        c1 - c0
+    );
+    Ok(())
 }

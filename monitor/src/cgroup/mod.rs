@@ -355,6 +355,22 @@ mod tests {
         assert!(parse_procs("-1\n", &mut v).is_err());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn procs_parser_never_panics(s in "\\PC{0,200}") {
+            let mut v = Vec::new();
+            let _ = parse_procs(&s, &mut v);
+        }
+
+        #[test]
+        fn procs_read_back(pids in proptest::collection::vec(0u32.., 0..50)) {
+            let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
+            let mut v = Vec::new();
+            parse_procs(&text, &mut v).expect("parse");
+            proptest::prop_assert_eq!(v, pids);
+        }
+    }
+
     #[test]
     fn reader_on_v2_fixture_tree_takes_smallest_limit() {
         let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/v2/nested"));
