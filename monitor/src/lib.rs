@@ -10,6 +10,7 @@ pub mod config;
 pub mod policy;
 pub mod probes;
 pub mod procs;
+pub mod route;
 pub mod sampler;
 pub mod snapshot;
 pub mod table;

@@ -1,0 +1,332 @@
+//! Routing selection for the front door: a pure function of (routing table, request, live view of the processes).
+//! No I/O; the proxy feeds it the outstanding counts, readiness and the policy's action per process.
+//!
+//! Rules, in order (design.md "Front door"):
+//! 1. A cache id whose prefix (text before the first `.`) names a process goes to it. Owner down or prefix unknown:
+//!    any tx process, with `X-Route-Fallback: owner-down|unknown-prefix`. A signed (verified) id whose owner is
+//!    down is not re-routed: the caller answers 503.
+//! 2. Master-only paths (`$closure`/`%24closure` anywhere, `^/syndication`, `^/info/`) go to the master.
+//! 3. Paths outside `tx_paths` go to the master.
+//! 4. The rest: the ready, serving tx process with the fewest outstanding requests; ties rotate.
+
+use regex::RegexSet;
+
+/// A process's role in the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Master,
+    Worker,
+}
+
+/// What the proxy knows about one process at the moment of the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Live {
+    /// Running and past its health check.
+    pub ready: bool,
+    /// The policy lets it take new requests (`serve`; always true in shadow mode).
+    pub serving: bool,
+    /// Requests sent to it and not yet finished.
+    pub outstanding: u32,
+}
+
+/// The request facts routing looks at.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Request<'a> {
+    /// The path as received (percent-encoding kept, so `%24closure` is seen as such).
+    pub path: &'a str,
+    /// The prefix of the cache id header, if the request has one.
+    pub cache_prefix: Option<&'a str>,
+    /// The cache id was signed by the front door and verified: never fall back to another process.
+    pub signed: bool,
+    /// A health path: the policy's refusal does not apply.
+    pub exempt: bool,
+}
+
+/// Why a fallback was taken (the `X-Route-Fallback` value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    OwnerDown,
+    UnknownPrefix,
+}
+
+impl Fallback {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::OwnerDown => "owner-down",
+            Fallback::UnknownPrefix => "unknown-prefix",
+        }
+    }
+}
+
+/// Which rule chose the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    CacheOwner,
+    MasterOnly,
+    NotTx,
+    LeastOutstanding,
+}
+
+/// Why no process can take the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unavailable {
+    /// The process that must answer (master, or a signed id's owner) is not ready.
+    Down,
+    /// Every candidate is refused or aborting by the memory guard.
+    Shed,
+    /// No candidate process is ready at all.
+    NoneReady,
+}
+
+/// The outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    To { index: usize, rule: Rule, fallback: Option<Fallback> },
+    Unavailable(Unavailable),
+}
+
+/// A bad regex in the config.
+#[derive(Debug, thiserror::Error)]
+#[error("bad path regex: {0}")]
+pub struct TableError(#[from] regex::Error);
+
+/// The static part: process names and roles, and the path rules.
+#[derive(Debug, Clone)]
+pub struct Table {
+    names: Vec<String>,
+    roles: Vec<Role>,
+    master: Option<usize>,
+    master_paths: RegexSet,
+    tx_paths: RegexSet,
+    master_serves_tx: bool,
+}
+
+impl Table {
+    /// `procs` are (name, role) in config order.
+    pub fn new(
+        procs: &[(String, Role)],
+        master_paths: &[String],
+        tx_paths: &[String],
+        master_serves_tx: bool,
+    ) -> Result<Table, TableError> {
+        Ok(Table {
+            names: procs.iter().map(|(n, _)| n.clone()).collect(),
+            roles: procs.iter().map(|(_, r)| *r).collect(),
+            master: procs.iter().position(|(_, r)| *r == Role::Master),
+            master_paths: RegexSet::new(master_paths)?,
+            tx_paths: RegexSet::new(tx_paths)?,
+            master_serves_tx,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// The index of the process with this name.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    fn in_tx_pool(&self, i: usize) -> bool {
+        self.roles[i] == Role::Worker || self.master_serves_tx
+    }
+
+    /// Chooses the process for `req`. `live(i)` describes process `i` now; `rotor` breaks ties (pass a counter
+    /// that moves with every request).
+    pub fn select(&self, req: &Request<'_>, live: impl Fn(usize) -> Live, rotor: u64) -> Route {
+        let usable = |l: Live| l.ready && (l.serving || req.exempt);
+        if let Some(prefix) = req.cache_prefix {
+            let fallback = match self.index_of(prefix) {
+                Some(i) => {
+                    let l = live(i);
+                    if usable(l) {
+                        return Route::To { index: i, rule: Rule::CacheOwner, fallback: None };
+                    }
+                    if l.ready {
+                        // Up but refusing or aborting: the memory guard answers, not another process.
+                        return Route::Unavailable(Unavailable::Shed);
+                    }
+                    Fallback::OwnerDown
+                }
+                None => Fallback::UnknownPrefix,
+            };
+            if req.signed {
+                return Route::Unavailable(Unavailable::Down);
+            }
+            return match self.least_outstanding(req, &live, rotor) {
+                Route::To { index, .. } => Route::To { index, rule: Rule::CacheOwner, fallback: Some(fallback) },
+                other => other,
+            };
+        }
+        let master_only = self.master_paths.is_match(req.path);
+        if master_only || !self.tx_paths.is_match(req.path) {
+            let rule = if master_only { Rule::MasterOnly } else { Rule::NotTx };
+            let Some(m) = self.master else { return Route::Unavailable(Unavailable::Down) };
+            let l = live(m);
+            return if usable(l) {
+                Route::To { index: m, rule, fallback: None }
+            } else if l.ready {
+                Route::Unavailable(Unavailable::Shed)
+            } else {
+                Route::Unavailable(Unavailable::Down)
+            };
+        }
+        self.least_outstanding(req, &live, rotor)
+    }
+
+    fn least_outstanding(&self, req: &Request<'_>, live: &impl Fn(usize) -> Live, rotor: u64) -> Route {
+        let mut best = u32::MAX;
+        let mut ties = 0u64;
+        let mut any_ready = false;
+        for i in (0..self.len()).filter(|&i| self.in_tx_pool(i)) {
+            let l = live(i);
+            any_ready |= l.ready;
+            if !(l.ready && (l.serving || req.exempt)) {
+                continue;
+            }
+            if l.outstanding < best {
+                best = l.outstanding;
+                ties = 1;
+            } else if l.outstanding == best {
+                ties += 1;
+            }
+        }
+        if ties == 0 {
+            return Route::Unavailable(if any_ready { Unavailable::Shed } else { Unavailable::NoneReady });
+        }
+        let mut pick = rotor % ties;
+        for i in (0..self.len()).filter(|&i| self.in_tx_pool(i)) {
+            let l = live(i);
+            if l.ready && (l.serving || req.exempt) && l.outstanding == best {
+                if pick == 0 {
+                    return Route::To { index: i, rule: Rule::LeastOutstanding, fallback: None };
+                }
+                pick -= 1;
+            }
+        }
+        Route::Unavailable(Unavailable::NoneReady)
+    }
+}
+
+/// The prefix of a cache id: the text before the first `.` (the whole id when it has none).
+pub fn cache_prefix(id: &str) -> &str {
+    id.split('.').next().unwrap_or(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ProxyConfig;
+
+    const UP: Live = Live { ready: true, serving: true, outstanding: 0 };
+    const DOWN: Live = Live { ready: false, serving: true, outstanding: 0 };
+    const REFUSING: Live = Live { ready: true, serving: false, outstanding: 0 };
+
+    fn table(master_serves_tx: bool, tx_paths: &[&str]) -> Table {
+        let d = ProxyConfig::default();
+        let procs = [("m0", Role::Master), ("tx1", Role::Worker), ("tx2", Role::Worker)];
+        let procs: Vec<(String, Role)> = procs.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+        let tx: Vec<String> = tx_paths.iter().map(|s| s.to_string()).collect();
+        Table::new(&procs, &d.master_paths, &tx, master_serves_tx).expect("valid table")
+    }
+
+    fn to(index: usize, rule: Rule, fallback: Option<Fallback>) -> Route {
+        Route::To { index, rule, fallback }
+    }
+
+    fn req<'a>(path: &'a str, cache: Option<&'a str>) -> Request<'a> {
+        Request { path, cache_prefix: cache, ..Request::default() }
+    }
+
+    #[test]
+    fn the_rules_in_order() {
+        let t = table(true, &["^/r4/", "^/tx/"]);
+        let tx1_busiest = |i: usize| Live { outstanding: [1, 5, 0][i], ..UP };
+        let cases: &[(&str, Option<&str>, Route)] = &[
+            ("/r4/ValueSet/$expand", Some("tx1"), to(1, Rule::CacheOwner, None)),
+            ("/r4/ValueSet/$expand", Some("m0"), to(0, Rule::CacheOwner, None)),
+            ("/r4/ValueSet/$expand", Some("zz9"), to(2, Rule::CacheOwner, Some(Fallback::UnknownPrefix))),
+            ("/r4/ConceptMap/$closure", None, to(0, Rule::MasterOnly, None)),
+            ("/r4/ConceptMap/%24closure", None, to(0, Rule::MasterOnly, None)),
+            ("/r4/$closure?x=1", None, to(0, Rule::MasterOnly, None)),
+            ("/syndication/feed", None, to(0, Rule::MasterOnly, None)),
+            ("/info/vsac", None, to(0, Rule::MasterOnly, None)),
+            ("/tx/info/vsac", None, to(2, Rule::LeastOutstanding, None)),
+            ("/packages/list", None, to(0, Rule::NotTx, None)),
+            ("/", None, to(0, Rule::NotTx, None)),
+            ("/r4/CodeSystem/$lookup", None, to(2, Rule::LeastOutstanding, None)),
+        ];
+        for (path, cache, want) in cases {
+            assert_eq!(t.select(&req(path, *cache), tx1_busiest, 0), *want, "{path} {cache:?}");
+        }
+    }
+
+    #[test]
+    fn owner_down_falls_back_to_a_tx_process_unless_signed() {
+        let t = table(false, &["^/"]);
+        let live = |i: usize| if i == 1 { DOWN } else { UP };
+        let r = t.select(&req("/r4/x", Some("tx1")), live, 0);
+        assert_eq!(r, to(2, Rule::CacheOwner, Some(Fallback::OwnerDown)));
+        let signed = Request { signed: true, ..req("/r4/x", Some("tx1")) };
+        assert_eq!(t.select(&signed, live, 0), Route::Unavailable(Unavailable::Down));
+        // An owner that is up but refused by the memory guard is not bypassed.
+        let live = |i: usize| if i == 1 { REFUSING } else { UP };
+        assert_eq!(t.select(&req("/r4/x", Some("tx1")), live, 0), Route::Unavailable(Unavailable::Shed));
+    }
+
+    #[test]
+    fn least_outstanding_ties_rotate_and_master_joins_unless_told_not_to() {
+        let t = table(true, &["^/"]);
+        let picks: Vec<usize> = (0..6)
+            .map(|r| match t.select(&req("/r4/x", None), |_| UP, r) {
+                Route::To { index, .. } => index,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+        let t = table(false, &["^/"]);
+        let picks: Vec<usize> = (0..4)
+            .map(|r| match t.select(&req("/r4/x", None), |_| UP, r) {
+                Route::To { index, .. } => index,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(picks, [1, 2, 1, 2]);
+        let uneven = |i: usize| Live { outstanding: [0, 3, 2][i], ..UP };
+        assert_eq!(t.select(&req("/r4/x", None), uneven, 7), to(2, Rule::LeastOutstanding, None));
+    }
+
+    #[test]
+    fn not_ready_and_refusing_processes_are_skipped() {
+        let t = table(true, &["^/"]);
+        let live = |i: usize| [REFUSING, DOWN, UP][i];
+        assert_eq!(t.select(&req("/r4/x", None), live, 0), to(2, Rule::LeastOutstanding, None));
+        assert_eq!(
+            t.select(&req("/r4/x", None), |i| [REFUSING, DOWN, REFUSING][i], 0),
+            Route::Unavailable(Unavailable::Shed)
+        );
+        assert_eq!(t.select(&req("/r4/x", None), |_| DOWN, 0), Route::Unavailable(Unavailable::NoneReady));
+        assert_eq!(t.select(&req("/info/x", None), |_| DOWN, 0), Route::Unavailable(Unavailable::Down));
+        assert_eq!(t.select(&req("/info/x", None), |_| REFUSING, 0), Route::Unavailable(Unavailable::Shed));
+        // Health paths are exempt from the refusal.
+        let health = Request { exempt: true, ..req("/health", None) };
+        assert!(matches!(t.select(&health, |_| REFUSING, 0), Route::To { .. }));
+    }
+
+    #[test]
+    fn cache_prefix_is_the_text_before_the_first_dot() {
+        assert_eq!(cache_prefix("tx1.6f1c.abc"), "tx1");
+        assert_eq!(cache_prefix("tx1"), "tx1");
+        assert_eq!(cache_prefix(""), "");
+        assert_eq!(cache_prefix(".x"), "");
+    }
+}
