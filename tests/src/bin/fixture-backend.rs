@@ -1,0 +1,245 @@
+//! `fixture-backend --name tx1 --port 3002`: an HTTP server that behaves like a FHIRsmith tx process behind the
+//! front door, for the proxy and launcher tests, the demo and the benchmark.
+//!
+//! - `GET /health` answers `ok`; `GET /stats` answers `{"name","served","abandoned","inflight"}`; `/crash` exits 3.
+//! - Any other path answers 200 with a JSON echo (`name`, `pid`, `method`, `path`, `xff`, `cache_id`,
+//!   `body_bytes`) and `X-Served-By: <name>`, after reading the request body.
+//! - `?cache=start` issues a cache id `<name>.<n>` in `X-Cache-Id`; a request carrying `X-Cache-Id` that this
+//!   process did not issue gets 404 `cache-id-unknown`.
+//! - `?alloc_mib=N` allocates and touches N MiB, held until the answer is sent; `?sleep_ms=N` waits N ms first;
+//!   `?body_kib=N` pads the answer to N KiB.
+//! - A request whose client goes away before the answer is abandoned (its memory freed) and counted.
+//! - Idle keep-alive connections close after `--keepalive-ms` (default 5000, Node's default).
+//!   Logs nothing unless `--verbose`.
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const MIB: usize = 1024 * 1024;
+
+struct Args {
+    name: String,
+    port: u16,
+    keepalive: Duration,
+    health_delay: Duration,
+    verbose: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        name: String::new(),
+        port: 0,
+        keepalive: Duration::from_millis(5000),
+        health_delay: Duration::ZERO,
+        verbose: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let (key, inline) = match a.split_once('=') {
+            Some((k, v)) => (k.to_string(), Some(v.to_string())),
+            None => (a.clone(), None),
+        };
+        if key == "--verbose" {
+            args.verbose = true;
+            continue;
+        }
+        let value = match inline.or_else(|| it.next()) {
+            Some(v) => v,
+            None => return Err(format!("{key} needs a value")),
+        };
+        let num = |v: &str| v.parse::<u64>().map_err(|_| format!("{key}: {v:?} is not a number"));
+        match key.as_str() {
+            "--name" | "--instance-code" => args.name = value,
+            "--port" => args.port = u16::try_from(num(&value)?).map_err(|_| format!("{key}: {value} too big"))?,
+            "--keepalive-ms" => args.keepalive = Duration::from_millis(num(&value)?),
+            "--health-delay-ms" => args.health_delay = Duration::from_millis(num(&value)?),
+            _ => return Err(format!("unknown argument {key}")),
+        }
+    }
+    if args.name.is_empty() || args.port == 0 {
+        return Err("usage: fixture-backend --name NAME --port PORT [--keepalive-ms N] [--verbose]".into());
+    }
+    Ok(args)
+}
+
+struct State {
+    name: String,
+    issued: Mutex<HashSet<String>>,
+    next_id: AtomicU64,
+    served: AtomicU64,
+    abandoned: AtomicU64,
+    inflight: AtomicU64,
+    started: std::time::Instant,
+    health_delay: Duration,
+    verbose: bool,
+}
+
+/// Counts a request in flight; a request dropped before it answers (the client went away) is abandoned.
+struct InFlight<'a> {
+    state: &'a State,
+    done: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.state.inflight.fetch_sub(1, Ordering::Relaxed);
+        if !self.done {
+            self.state.abandoned.fetch_add(1, Ordering::Relaxed);
+            if self.state.verbose {
+                eprintln!("{}: request abandoned (client gone)", self.state.name);
+            }
+        }
+    }
+}
+
+fn query_u64(query: &str, key: &str) -> Option<u64> {
+    query.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    match path.as_str() {
+        "/health" if state.started.elapsed() >= state.health_delay => return Ok(text(StatusCode::OK, "ok\n")),
+        "/health" => return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "starting\n")),
+        "/crash" => std::process::exit(3),
+        "/stats" => {
+            let v = serde_json::json!({
+                "name": state.name,
+                "served": state.served.load(Ordering::Relaxed),
+                "abandoned": state.abandoned.load(Ordering::Relaxed),
+                "inflight": state.inflight.load(Ordering::Relaxed),
+            });
+            return Ok(text(StatusCode::OK, v.to_string()));
+        }
+        _ => {}
+    }
+    state.inflight.fetch_add(1, Ordering::Relaxed);
+    let mut flight = InFlight { state: &state, done: false };
+    let header = |n: &str| req.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let (xff, cache_id) = (header("x-forwarded-for"), header("x-cache-id"));
+    let method = req.method().to_string();
+    if let Some(id) = &cache_id {
+        let known = state.issued.lock().map(|s| s.contains(id)).unwrap_or(false);
+        if !known {
+            flight.done = true;
+            let v = serde_json::json!({"error": "cache-id-unknown", "name": state.name, "cache_id": id});
+            return Ok(text(StatusCode::NOT_FOUND, v.to_string()));
+        }
+    }
+    let body_bytes = req.into_body().collect().await?.to_bytes().len();
+    let hold: Vec<u8> = match query_u64(&query, "alloc_mib") {
+        Some(mib) => vec![1u8; usize::try_from(mib).unwrap_or(0).saturating_mul(MIB)],
+        None => Vec::new(),
+    };
+    if let Some(ms) = query_u64(&query, "sleep_ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let mut issued = None;
+    if query.split('&').any(|kv| kv == "cache=start") {
+        let id = format!("{}.{:x}", state.name, state.next_id.fetch_add(1, Ordering::Relaxed) + 1);
+        if let Ok(mut s) = state.issued.lock() {
+            s.insert(id.clone());
+        }
+        issued = Some(id);
+    }
+    let mut v = serde_json::json!({
+        "name": state.name, "pid": std::process::id(), "method": method, "path": path, "xff": xff,
+        "cache_id": cache_id.or(issued.clone()), "body_bytes": body_bytes, "held_bytes": hold.len(),
+    })
+    .to_string();
+    if let Some(kib) = query_u64(&query, "body_kib") {
+        let want = usize::try_from(kib).unwrap_or(0).saturating_mul(1024);
+        if want > v.len() {
+            v.push_str(&" ".repeat(want - v.len()));
+        }
+    }
+    drop(hold);
+    let mut resp = text(StatusCode::OK, v);
+    resp.headers_mut().insert(
+        "x-served-by",
+        hyper::header::HeaderValue::from_str(&state.name)
+            .unwrap_or_else(|_| hyper::header::HeaderValue::from_static("?")),
+    );
+    if let Some(id) = issued.and_then(|id| hyper::header::HeaderValue::from_str(&id).ok()) {
+        resp.headers_mut().insert("x-cache-id", id);
+    }
+    state.served.fetch_add(1, Ordering::Relaxed);
+    flight.done = true;
+    Ok(resp)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("fixture-backend: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fixture-backend: runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fixture-backend: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> std::io::Result<()> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], args.port));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let state = Arc::new(State {
+        name: args.name,
+        issued: Mutex::new(HashSet::new()),
+        next_id: AtomicU64::new(0),
+        served: AtomicU64::new(0),
+        abandoned: AtomicU64::new(0),
+        inflight: AtomicU64::new(0),
+        started: std::time::Instant::now(),
+        health_delay: args.health_delay,
+        verbose: args.verbose,
+    });
+    if state.verbose {
+        eprintln!("{}: listening on {addr}", state.name);
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => r?,
+            _ = term.recv() => return Ok(()),
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let keepalive = args.keepalive;
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| handle(state.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(keepalive)
+                .serve_connection(TokioIo::new(stream), svc);
+            let _ = conn.await;
+        });
+    }
+}
