@@ -26,11 +26,16 @@ pub struct GroupConfig {
     /// The group's cgroup: `auto` (the agent's own memory cgroup), an absolute path under /sys/fs/cgroup, or a path
     /// relative to the memory controller's mount. Default `auto`.
     pub cgroup: String,
+    /// `monitor run`: create the cgroup if it does not exist (and remove it on exit if it created it). Default false.
+    pub create: bool,
+    /// `monitor run`: write this memory limit (bytes) to the group at start (`memory.limit_in_bytes` on v1,
+    /// `memory.max` on v2). Default: none (the limit is left as it is).
+    pub limit_bytes: Option<u64>,
 }
 
 impl Default for GroupConfig {
     fn default() -> Self {
-        GroupConfig { cgroup: "auto".into() }
+        GroupConfig { cgroup: "auto".into(), create: false, limit_bytes: None }
     }
 }
 
@@ -140,6 +145,23 @@ pub struct ProxyConfig {
     pub master_serves_tx: bool,
     /// `Retry-After` seconds on a shed request. Default 5.
     pub retry_after_s: u64,
+    /// A process that has not sent a response head this long after the request gets a 504. Default 60.
+    pub upstream_timeout_s: u64,
+    /// Idle upstream keep-alive connections are closed after this, below the backends' own (Node: 5 s). Default 4000.
+    pub idle_timeout_ms: u64,
+    /// On SIGTERM/SIGINT, in-flight requests get this long to finish. Default 30.
+    pub drain_timeout_s: u64,
+    /// After SIGTERM, children get this long to exit before SIGKILL. Default 10.
+    pub stop_grace_s: u64,
+    /// A restarted process's backoff goes back to 1 s once it has been healthy this long. Default 30.
+    pub backoff_reset_s: u64,
+    /// Largest request head (request line + headers) in bytes; larger gets 431. Default 65536 (at least 8192).
+    pub max_header_bytes: usize,
+    /// HMAC-SHA256 key for signed cache ids (`<prefix>.<id>.<hmac>`, at least 16 bytes). Default: none (cache ids
+    /// are passed through unsigned).
+    pub token_secret: Option<String>,
+    /// Lifetime of a signed cache id in seconds. Default 3600.
+    pub token_ttl_s: u64,
 }
 
 impl Default for ProxyConfig {
@@ -151,6 +173,14 @@ impl Default for ProxyConfig {
             cache_id_header: "X-Cache-Id".into(),
             master_serves_tx: true,
             retry_after_s: 5,
+            upstream_timeout_s: 60,
+            idle_timeout_ms: 4000,
+            drain_timeout_s: 30,
+            stop_grace_s: 10,
+            backoff_reset_s: 30,
+            max_header_bytes: 65536,
+            token_secret: None,
+            token_ttl_s: 3600,
         }
     }
 }
@@ -173,6 +203,14 @@ pub struct ProcessConfig {
     /// Extra environment. Default none.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Seconds the launcher waits for the health path to answer 200 at start-up (the master's start fails
+    /// after it). Default 60.
+    #[serde(default = "default_start_timeout_s")]
+    pub start_timeout_s: u64,
+}
+
+fn default_start_timeout_s() -> u64 {
+    60
 }
 
 fn default_health() -> String {
@@ -313,6 +351,36 @@ impl Config {
         if self.proxy.cache_id_header.parse::<http_header_name::Name>().is_err() {
             out.push(problem(&[Key("proxy"), Key("cache_id_header")], "is not a valid header name"));
         }
+        for (k, list) in [("tx_paths", &self.proxy.tx_paths), ("master_paths", &self.proxy.master_paths)] {
+            if let Some(e) = list.iter().find_map(|r| regex::Regex::new(r).err()) {
+                let msg = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+                out.push(problem(&[Key("proxy"), Key(k)], format!("bad regex: {msg}")));
+            }
+        }
+        let px = &self.proxy;
+        for (k, v) in [
+            ("upstream_timeout_s", px.upstream_timeout_s),
+            ("idle_timeout_ms", px.idle_timeout_ms),
+            ("drain_timeout_s", px.drain_timeout_s),
+            ("backoff_reset_s", px.backoff_reset_s),
+            ("token_ttl_s", px.token_ttl_s),
+        ] {
+            if v == 0 {
+                out.push(problem(&[Key("proxy"), Key(k)], "must be above 0"));
+            }
+        }
+        if px.max_header_bytes < 8192 {
+            out.push(problem(
+                &[Key("proxy"), Key("max_header_bytes")],
+                format!("{} is below 8192", px.max_header_bytes),
+            ));
+        }
+        if px.token_secret.as_ref().is_some_and(|s| s.len() < 16) {
+            out.push(problem(&[Key("proxy"), Key("token_secret")], "must be at least 16 bytes"));
+        }
+        if self.group.limit_bytes == Some(0) {
+            out.push(problem(&[Key("group"), Key("limit_bytes")], "must be above 0"));
+        }
         let mut masters = 0;
         for (i, proc) in self.processes.iter().enumerate() {
             let at = |k: &'static str| [Key("process"), Index(i), Key(k)];
@@ -336,6 +404,9 @@ impl Config {
             }
             if !proc.health.starts_with('/') {
                 out.push(problem(&at("health"), format!("{:?} must be a path starting with /", proc.health)));
+            }
+            if proc.start_timeout_s == 0 {
+                out.push(problem(&at("start_timeout_s"), "must be above 0"));
             }
         }
         if !self.processes.is_empty() && masters != 1 {
@@ -523,6 +594,11 @@ mod tests {
             ),
             ("[alerts]\nwebhook = \"ftp://x\"\n", "m.toml:2: alerts.webhook:"),
             ("[policy]\nabort_repeat_ms = 10\ninterval_ms = 20\n", "m.toml:2: policy.abort_repeat_ms:"),
+            ("[proxy]\nmaster_paths = [\"(\"]\n", "m.toml:2: proxy.master_paths: bad regex"),
+            ("[proxy]\n\ntoken_secret = \"short\"\n", "m.toml:3: proxy.token_secret:"),
+            ("[proxy]\nupstream_timeout_s = 0\n", "m.toml:2: proxy.upstream_timeout_s:"),
+            ("[proxy]\nmax_header_bytes = 100\n", "m.toml:2: proxy.max_header_bytes:"),
+            ("[group]\nlimit_bytes = 0\n", "m.toml:2: group.limit_bytes:"),
         ];
         for (text, want) in cases {
             let e = err(text);
