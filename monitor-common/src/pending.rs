@@ -1,4 +1,5 @@
 //! `PENDING`: arguments of a read or write on a tracked socket, saved at syscall entry for the exit program.
+//! One slot per thread, updated in place (no insert or delete per syscall); an LRU map forgets dead threads.
 
 use crate::user_pod;
 
@@ -26,6 +27,8 @@ pub mod kind {
     pub const SEND_MSG: u32 = 5;
     /// `sendfile`: no buffer; only the byte count matters.
     pub const SENDFILE: u32 = 6;
+    /// The slot is empty (its syscall has exited).
+    pub const EMPTY: u32 = 7;
 
     /// True for the receiving kinds.
     #[inline(always)]

@@ -4,8 +4,8 @@ use crate::user_pod;
 
 /// Name of the map in the object.
 pub const MAP: &str = "STATS";
-/// Capacity: same as the filter.
-pub const MAX_ENTRIES: u32 = crate::filter::MAX_ENTRIES;
+/// Capacity: the most processes one group may have.
+pub const MAX_ENTRIES: u32 = 4096;
 /// Buckets of the latency histogram: bucket i counts latencies in [2^i, 2^(i+1)) µs (bucket 0 also holds < 1 µs).
 pub const HIST_BUCKETS: usize = 32;
 

@@ -22,7 +22,7 @@ fn try_accept_exit(ctx: &TracePointContext) -> Result<(), i32> {
     if !traced(tgid) {
         return Ok(());
     }
-    let fd = ret(ctx)?;
+    let fd = ret(ctx);
     if fd < 0 {
         return Ok(());
     }

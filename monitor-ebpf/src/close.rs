@@ -22,7 +22,7 @@ fn try_close_enter(ctx: &TracePointContext) -> Result<(), i32> {
     if !traced(tgid) {
         return Ok(());
     }
-    let key = SockKey { tgid, fd: arg(ctx, 0)? as u32 };
+    let key = SockKey { tgid, fd: arg(ctx, 0) as u32 };
     let Some(sock) = SOCKS.get_ptr(key) else {
         return Ok(());
     };

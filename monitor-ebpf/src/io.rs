@@ -3,27 +3,30 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
     programs::TracePointContext,
+    EbpfContext,
 };
 use monitor_common::{
+    filter,
     pending::{kind, PendingIo},
     socks::SockKey,
 };
 
 use crate::maps::{FILTER, PENDING, SOCKS};
 
-/// Offset of the n-th syscall argument in a `syscalls/sys_enter_*` record (after 8 bytes of common fields
-/// and `__syscall_nr` padded to 8).
+/// The n-th syscall argument of a `syscalls/sys_enter_*` record: six 8-byte slots from offset 16 (after the
+/// 8 bytes of common fields and `__syscall_nr` padded to 8). Read straight from the context, which the
+/// verifier bounds-checks, instead of through a helper call.
 #[inline(always)]
-pub fn arg(ctx: &TracePointContext, n: usize) -> Result<u64, i32> {
-    // SAFETY: the tracepoint record holds six 8-byte arguments from offset 16; read_at checks the read.
-    unsafe { ctx.read_at::<u64>(16 + 8 * n) }
+pub fn arg(ctx: &TracePointContext, n: usize) -> u64 {
+    // SAFETY: the record is at least 16 + 6 * 8 bytes for every sys_enter tracepoint; n < 6 at every call site.
+    unsafe { *(ctx.as_ptr() as *const u64).add(2 + n) }
 }
 
-/// The return value in a `syscalls/sys_exit_*` record.
+/// The return value in a `syscalls/sys_exit_*` record (`long ret` at offset 16).
 #[inline(always)]
-pub fn ret(ctx: &TracePointContext) -> Result<i64, i32> {
-    // SAFETY: `long ret` sits at offset 16 of every sys_exit record.
-    unsafe { ctx.read_at::<i64>(16) }
+pub fn ret(ctx: &TracePointContext) -> i64 {
+    // SAFETY: every sys_exit record holds `ret` at offset 16.
+    unsafe { *(ctx.as_ptr() as *const i64).add(2) }
 }
 
 /// The current thread id and its tgid.
@@ -33,10 +36,14 @@ pub fn current() -> (u64, u32) {
     (id, (id >> 32) as u32)
 }
 
-/// True when the tgid is traced.
+/// True when the tgid is traced: one bit of the FILTER bitmap (an inlined array lookup).
 #[inline(always)]
 pub fn traced(tgid: u32) -> bool {
-    FILTER.get_ptr(tgid).is_some()
+    let (word, bit) = filter::slot(tgid);
+    match FILTER.get(word) {
+        Some(w) => *w & bit != 0,
+        None => false,
+    }
 }
 
 /// At a read or write entry: when `fd` is an accepted socket of a traced tgid, saves the arguments for the exit.
@@ -46,23 +53,35 @@ pub fn save_if_tracked(ctx: &TracePointContext, io_kind: u32) -> Result<(), i32>
     if !traced(tgid) {
         return Ok(());
     }
-    let fd = arg(ctx, 0)? as u32;
+    let fd = arg(ctx, 0) as u32;
     if SOCKS.get_ptr(SockKey { tgid, fd }).is_none() {
         return Ok(());
     }
-    let addr = if io_kind == kind::SENDFILE { 0 } else { arg(ctx, 1)? };
-    let len = if io_kind == kind::RECV_BUF || io_kind == kind::SEND_BUF { arg(ctx, 2)? } else { 0 };
-    PENDING.insert(id, PendingIo { addr, len, fd, kind: io_kind }, 0)
+    let addr = if io_kind == kind::SENDFILE { 0 } else { arg(ctx, 1) };
+    let len = if io_kind == kind::RECV_BUF || io_kind == kind::SEND_BUF { arg(ctx, 2) } else { 0 };
+    let p = PendingIo { addr, len, fd, kind: io_kind };
+    match PENDING.get_ptr_mut(id) {
+        // SAFETY: our own map's value; only this thread uses its slot.
+        Some(slot) => unsafe { *slot = p },
+        None => PENDING.insert(id, p, 0)?,
+    }
+    Ok(())
 }
 
-/// At an exit: takes the saved arguments of this thread's syscall, if it was on a tracked socket.
+/// At an exit of a traced tgid: takes the saved arguments of this thread's syscall, if it was on a tracked
+/// socket, and marks the slot empty.
 #[inline(always)]
 pub fn take_pending(id: u64) -> Option<PendingIo> {
-    let p = PENDING.get_ptr(id)?;
-    // SAFETY: a pointer into our own map's value, copied out before the element is removed.
-    let p = unsafe { *p };
-    let _ = PENDING.remove(id);
-    Some(p)
+    let slot = PENDING.get_ptr_mut(id)?;
+    // SAFETY: our own map's value; only this thread uses its slot.
+    unsafe {
+        let p = *slot;
+        if p.kind == kind::EMPTY {
+            return None;
+        }
+        (*slot).kind = kind::EMPTY;
+        Some(p)
+    }
 }
 
 /// The first buffer of a syscall and its length: the plain buffer, `iov[0]`, or `msg->msg_iov[0]`.

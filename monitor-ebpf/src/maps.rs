@@ -2,13 +2,13 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuHashMap},
+    maps::{Array, LruHashMap, PerCpuHashMap},
 };
 use monitor_common::{filter, pending, socks, stats};
 
-/// Traced tgids (filled by user space).
+/// Traced tgids as a bitmap (filled by user space, resized at load time to `pid_max`).
 #[map(name = "FILTER")]
-pub static FILTER: HashMap<filter::Key, u8> = HashMap::with_max_entries(filter::MAX_ENTRIES, 0);
+pub static FILTER: Array<u64> = Array::with_max_entries(filter::MAX_ENTRIES, 0);
 
 /// Accepted sockets of traced tgids.
 #[map(name = "SOCKS")]

@@ -9,7 +9,7 @@ use monitor_common::{
 };
 
 use crate::{
-    io::{current, first_buffer, peek, ret, save_if_tracked, take_pending},
+    io::{current, first_buffer, peek, ret, save_if_tracked, take_pending, traced},
     maps::{SOCKS, STATS},
 };
 
@@ -46,13 +46,16 @@ fn status(r: Result<(), i32>) -> u32 {
 
 fn try_recv_exit(ctx: &TracePointContext) -> Result<(), i32> {
     let (id, tgid) = current();
+    if !traced(tgid) {
+        return Ok(());
+    }
     let Some(p) = take_pending(id) else {
         return Ok(());
     };
     if !kind::is_recv(p.kind) {
         return Ok(());
     }
-    let n = ret(ctx)?;
+    let n = ret(ctx);
     if n <= 0 {
         return Ok(());
     }

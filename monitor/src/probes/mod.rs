@@ -10,9 +10,9 @@ mod object;
 pub use counters::percentile;
 
 use crate::snapshot::Traffic;
-use aya::maps::{HashMap as BpfHashMap, MapData, MapError, PerCpuHashMap, PerCpuValues};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuHashMap, PerCpuValues};
 use aya::programs::{ProgramError, TracePoint};
-use aya::{Ebpf, EbpfError};
+use aya::{Ebpf, EbpfError, EbpfLoader};
 use monitor_common::socks::{SockKey, SockState};
 use monitor_common::stats::Counters;
 use monitor_common::{filter, socks, stats};
@@ -47,7 +47,8 @@ fn map_err(name: &'static str) -> impl Fn(MapError) -> ProbeError {
 
 /// The loaded and attached probes. Dropping it detaches and unloads every program.
 pub struct Probes {
-    filter: BpfHashMap<MapData, u32, u8>,
+    /// Bitmap of traced tgids: bit `tgid % 64` of word `tgid / 64`.
+    filter: Array<MapData, u64>,
     stats: PerCpuHashMap<MapData, u32, Counters>,
     socks: BpfHashMap<MapData, SockKey, SockState>,
     /// The tgids in `filter` (we are its only writer).
@@ -64,7 +65,11 @@ impl Probes {
             return Err(ProbeError::NotBuilt(object::SKIPPED));
         }
         let nr_cpus = aya::util::nr_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
-        let mut ebpf = Ebpf::load(object::OBJECT).map_err(|e| ProbeError::Load(Box::new(e)))?;
+        let words = filter::words(pid_max());
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(filter::MAP, words)
+            .load(object::OBJECT)
+            .map_err(|e| ProbeError::Load(Box::new(e)))?;
         attach::ensure_tracefs()?;
         for &(name, tracepoints) in attach::ATTACHMENTS {
             let prog: &mut TracePoint = ebpf
@@ -82,7 +87,7 @@ impl Probes {
             }
         }
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
-        let filter = BpfHashMap::try_from(take(filter::MAP)?).map_err(map_err(filter::MAP))?;
+        let filter = Array::try_from(take(filter::MAP)?).map_err(map_err(filter::MAP))?;
         let stats = PerCpuHashMap::try_from(take(stats::MAP)?).map_err(map_err(stats::MAP))?;
         let socks = BpfHashMap::try_from(take(socks::MAP)?).map_err(map_err(socks::MAP))?;
         Ok(Probes { filter, stats, socks, traced: BTreeSet::new(), nr_cpus, ebpf })
@@ -94,21 +99,40 @@ impl Probes {
         let want: BTreeSet<u32> = pids.iter().copied().collect();
         let added: Vec<u32> = want.difference(&self.traced).copied().collect();
         let removed: BTreeSet<u32> = self.traced.difference(&want).copied().collect();
-        for &pid in &removed {
-            // Filter first, so the kernel stops counting before the counters go.
-            remove_present(&mut self.filter, &pid).map_err(map_err(filter::MAP))?;
-            self.traced.remove(&pid);
-            remove_present_percpu(&mut self.stats, &pid).map_err(map_err(stats::MAP))?;
-        }
         if !removed.is_empty() {
+            // Filter first, so the kernel stops counting before the counters go.
+            let kept: BTreeSet<u32> = self.traced.difference(&removed).copied().collect();
+            self.write_filter(&kept, &removed)?;
+            self.traced = kept;
+            for pid in &removed {
+                remove_present_percpu(&mut self.stats, pid).map_err(map_err(stats::MAP))?;
+            }
             self.forget_sockets(&removed)?;
         }
-        for pid in added {
+        if !added.is_empty() {
             // Counters first, so nothing the filter lets through is lost.
-            let zeros = PerCpuValues::try_from(vec![Counters::ZERO; self.nr_cpus]).map_err(ProbeError::Cpus)?;
-            self.stats.insert(pid, zeros, 0).map_err(map_err(stats::MAP))?;
-            self.filter.insert(pid, filter::PRESENT, 0).map_err(map_err(filter::MAP))?;
-            self.traced.insert(pid);
+            for &pid in &added {
+                let zeros = PerCpuValues::try_from(vec![Counters::ZERO; self.nr_cpus]).map_err(ProbeError::Cpus)?;
+                self.stats.insert(pid, zeros, 0).map_err(map_err(stats::MAP))?;
+            }
+            self.write_filter(&want, &added)?;
+            self.traced = want;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the bitmap words holding `changed` so that exactly the tgids of `set` are on in them.
+    fn write_filter<'a>(
+        &mut self,
+        set: &BTreeSet<u32>,
+        changed: impl IntoIterator<Item = &'a u32>,
+    ) -> Result<(), ProbeError> {
+        let words: BTreeSet<u32> = changed.into_iter().map(|&p| filter::slot(p).0).collect();
+        for w in words {
+            let value = set
+                .range(w * 64..w.saturating_mul(64).saturating_add(64))
+                .fold(0u64, |acc, &p| acc | filter::slot(p).1);
+            self.filter.set(w, value, 0).map_err(map_err(filter::MAP))?;
         }
         Ok(())
     }
@@ -138,6 +162,15 @@ impl Probes {
         self.ebpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.id()).collect()
     }
 
+    /// Per program: (name, time spent in it, times it ran). The kernel only counts while BPF statistics are
+    /// enabled (`aya::sys::enable_stats` or `kernel.bpf_stats_enabled=1`).
+    pub fn run_stats(&self) -> Vec<(String, std::time::Duration, u64)> {
+        self.ebpf
+            .programs()
+            .filter_map(|(name, p)| p.info().ok().map(|i| (name.to_string(), i.run_time(), i.run_count())))
+            .collect()
+    }
+
     /// Drops the tracked sockets of tgids that left the group.
     fn forget_sockets(&mut self, gone: &BTreeSet<u32>) -> Result<(), ProbeError> {
         let stale: Vec<SockKey> = self.socks.keys().filter_map(Result::ok).filter(|k| gone.contains(&k.tgid)).collect();
@@ -146,6 +179,11 @@ impl Probes {
         }
         Ok(())
     }
+}
+
+/// The kernel's `pid_max` (tgids are below it), or the 64-bit default when it cannot be read.
+fn pid_max() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(4_194_304)
 }
 
 /// Removes a key, treating "already gone" as done.
