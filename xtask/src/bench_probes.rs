@@ -1,0 +1,20 @@
+//! `cargo xtask bench probes`: wrk against nginx with the eBPF probes attached vs detached, interleaved rounds
+//! in one run (the `probes_overhead_nginx` benchmark in monitor/tests/probes_bench.rs, run as root). Prints the
+//! throughput ratio and the probe cost per request; the figures go to docs/benchmarks-probes.md.
+//!
+//! Knobs passed through: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32).
+
+use crate::util::{is_root, root, run as sh};
+use anyhow::{bail, Result};
+use std::process::Command;
+
+pub fn run() -> Result<()> {
+    if !is_root() {
+        bail!("bench probes: needs root (loads eBPF programs); run it with sudo -E");
+    }
+    sh(Command::new("cargo")
+        .current_dir(root())
+        .env("MONITOR_EBPF_REQUIRED", "1")
+        .args(["test", "-p", "monitor", "--test", "probes_bench", "--", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"]))
+}
