@@ -1,0 +1,234 @@
+//! The launcher of `monitor run`: starts the master, waits for its health path, then starts the workers; restarts
+//! a process that exits after 1, 2, 4 … 60 s (back to 1 s once it has been healthy for `backoff_reset_s`); on stop,
+//! SIGTERMs every child and SIGKILLs those still running after the grace. Children die with the launcher.
+
+mod member;
+mod spawn;
+
+pub use member::{LauncherInfo, Member, Phase};
+
+use crate::config::ProcessConfig;
+use crate::route::Role;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::process::Child;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The longest wait between restarts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How often a starting process's health path is asked.
+const PROBE_EVERY: Duration = Duration::from_millis(50);
+
+/// Why the group could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("process {name}: cannot start {program:?}: {source}")]
+    Spawn { name: String, program: String, source: std::io::Error },
+    #[error("process {name} (master) exited with {status} before its health path {health} answered")]
+    MasterExited { name: String, health: String, status: std::process::ExitStatus },
+    #[error("process {name} (master): http://127.0.0.1:{port}{health} did not answer 200 within {secs} s")]
+    MasterNotHealthy { name: String, port: u16, health: String, secs: u64 },
+    #[error("the config has no master process")]
+    NoMaster,
+    #[error("stopped by a signal during start-up")]
+    Interrupted,
+}
+
+/// Launcher settings outside `[[process]]`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The group's cgroup directory the children join (None: the launcher's own).
+    pub cgroup: Option<PathBuf>,
+    pub backoff_reset: Duration,
+    pub stop_grace: Duration,
+}
+
+/// The running group.
+pub struct Launcher {
+    members: Arc<[Member]>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn role(p: &ProcessConfig) -> Role {
+    if p.role == "master" {
+        Role::Master
+    } else {
+        Role::Worker
+    }
+}
+
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn spawn_err(p: &ProcessConfig, source: std::io::Error) -> LaunchError {
+    LaunchError::Spawn { name: p.name.clone(), program: p.command[0].clone(), source }
+}
+
+impl Launcher {
+    /// Starts the group: the master first (until healthy, or a clear error), then the workers. `cancel` resolving
+    /// aborts the start-up (a signal): every child started so far is killed.
+    pub async fn start(
+        procs: &[ProcessConfig],
+        opts: Options,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> Result<Launcher, LaunchError> {
+        let members: Arc<[Member]> =
+            procs.iter().map(|p| Member::new(&p.name, role(p), p.port, &p.health)).collect::<Vec<_>>().into();
+        let master = procs.iter().position(|p| p.role == "master").ok_or(LaunchError::NoMaster)?;
+        let (stop, _) = watch::channel(false);
+        let mut launcher = Launcher { members, stop, tasks: Vec::new() };
+        let opts = Arc::new(opts);
+        let mp = &procs[master];
+        let mut child = spawn::spawn(mp, opts.cgroup.as_deref()).map_err(|e| spawn_err(mp, e))?;
+        let pid = child.id().unwrap_or(0);
+        launcher.members[master].set(Phase::Starting, pid, None);
+        tracing::info!(name = %mp.name, pid, "started the master; waiting for its health path");
+        let deadline = Instant::now() + Duration::from_secs(mp.start_timeout_s);
+        tokio::pin!(cancel);
+        loop {
+            if spawn::probe(mp.port, &mp.health, Duration::from_secs(1)).await {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(LaunchError::MasterExited { name: mp.name.clone(), health: mp.health.clone(), status });
+            }
+            if Instant::now() >= deadline {
+                return Err(LaunchError::MasterNotHealthy {
+                    name: mp.name.clone(),
+                    port: mp.port,
+                    health: mp.health.clone(),
+                    secs: mp.start_timeout_s,
+                });
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(PROBE_EVERY) => {}
+                _ = &mut cancel => return Err(LaunchError::Interrupted),
+            }
+        }
+        launcher.members[master].set(Phase::Ready, pid, None);
+        tracing::info!(name = %mp.name, pid, "master ready; starting the workers");
+        launcher.supervise(master, mp.clone(), child, true, opts.clone());
+        for (i, p) in procs.iter().enumerate().filter(|(i, _)| *i != master) {
+            let child = spawn::spawn(p, opts.cgroup.as_deref()).map_err(|e| spawn_err(p, e))?;
+            launcher.members[i].set(Phase::Starting, child.id().unwrap_or(0), None);
+            tracing::info!(name = %p.name, pid = child.id().unwrap_or(0), "started");
+            launcher.supervise(i, p.clone(), child, false, opts.clone());
+        }
+        Ok(launcher)
+    }
+
+    /// The processes, in config order.
+    pub fn members(&self) -> Arc<[Member]> {
+        self.members.clone()
+    }
+
+    fn supervise(&mut self, i: usize, p: ProcessConfig, child: Child, ready: bool, opts: Arc<Options>) {
+        let members = self.members.clone();
+        let stop = self.stop.subscribe();
+        self.tasks.push(tokio::spawn(async move { supervise(&members[i], p, child, ready, stop, &opts).await }));
+    }
+
+    /// SIGTERMs every child, SIGKILLs those still running after the grace, and waits for them.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        for t in std::mem::take(&mut self.tasks) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        // Dropped without stop() (an error path): the supervisors kill their children (kill_on_drop) as they end.
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Runs, watches and restarts one process until the launcher stops.
+async fn supervise(
+    m: &Member,
+    p: ProcessConfig,
+    mut child: Child,
+    mut ready: bool,
+    mut stop: watch::Receiver<bool>,
+    opts: &Options,
+) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let pid = child.id().unwrap_or(0);
+        let mut healthy_since = ready.then(Instant::now);
+        let status = loop {
+            if *stop.borrow() {
+                break None;
+            }
+            tokio::select! {
+                st = child.wait() => break Some(st),
+                _ = stop.changed() => {}
+                ok = async {
+                    tokio::time::sleep(PROBE_EVERY).await;
+                    spawn::probe(p.port, &p.health, Duration::from_secs(1)).await
+                }, if healthy_since.is_none() => {
+                    if ok {
+                        tracing::info!(name = %p.name, pid, "ready");
+                        m.set(Phase::Ready, pid, None);
+                        healthy_since = Some(Instant::now());
+                    }
+                }
+            }
+        };
+        let Some(status) = status else {
+            terminate(m, &p.name, &mut child, opts.stop_grace).await;
+            return;
+        };
+        if healthy_since.is_some_and(|t| t.elapsed() >= opts.backoff_reset) {
+            backoff = Duration::from_secs(1);
+        }
+        let next = SystemTime::now() + backoff;
+        m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
+        let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+        tracing::warn!(name = %p.name, pid, %status, backoff_s = backoff.as_secs(), "process exited; restarting");
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.wait_for(|s| *s) => {
+                    m.set(Phase::Stopped, 0, None);
+                    return;
+                }
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            m.count_restart();
+            match spawn::spawn(&p, opts.cgroup.as_deref()) {
+                Ok(c) => {
+                    child = c;
+                    ready = false;
+                    m.set(Phase::Starting, child.id().unwrap_or(0), None);
+                    break;
+                }
+                Err(e) => {
+                    let next = SystemTime::now() + backoff;
+                    m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
+                    tracing::error!(name = %p.name, "restart failed: {e}; next try in {} s", backoff.as_secs());
+                }
+            }
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after `grace`.
+async fn terminate(m: &Member, name: &str, child: &mut Child, grace: Duration) {
+    let pid = child.id().unwrap_or(0);
+    m.set(Phase::Stopped, pid, None);
+    spawn::signal(pid, libc::SIGTERM);
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(_) => tracing::info!(name, pid, "stopped"),
+        Err(_) => {
+            tracing::warn!(name, pid, "still running {} s after SIGTERM: SIGKILL", grace.as_secs());
+            let _ = child.kill().await;
+        }
+    }
+    m.set(Phase::Stopped, 0, None);
+}

@@ -1,0 +1,77 @@
+//! Starting one child: argv without a shell, joined to the group's cgroup before exec (so every page it touches is
+//! charged to the group), killed with the launcher (PR_SET_PDEATHSIG and kill-on-drop), in its own process group
+//! (a terminal's Ctrl-C reaches the launcher, which drains, not the children). Also the health probe.
+
+use crate::config::ProcessConfig;
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+/// Starts `p` inside the cgroup directory `cgroup` (None: stays in the launcher's own cgroup).
+pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
+    let mut cmd = Command::new(&p.command[0]);
+    cmd.args(&p.command[1..]).envs(&p.env).kill_on_drop(true).process_group(0).stdin(std::process::Stdio::null());
+    let procs = match cgroup {
+        Some(dir) => Some(
+            CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+        ),
+        None => None,
+    };
+    // SAFETY: getpid is async-signal-safe and has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe system calls
+    // (prctl, getppid, open, write, close) on memory allocated before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                // The launcher died between fork and prctl.
+                return Err(io::Error::other("launcher exited"));
+            }
+            if let Some(path) = &procs {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let err = io::Error::last_os_error();
+                libc::close(fd);
+                if n != 1 {
+                    return Err(err);
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// One `GET <path>` to `127.0.0.1:<port>`: true on a 2xx answer within `timeout`.
+pub async fn probe(port: u16, path: &str, timeout: Duration) -> bool {
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await?;
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).await?;
+        Ok::<bool, io::Error>(head.starts_with(b"HTTP/1.") && head[9] == b'2')
+    };
+    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(true)))
+}
+
+/// Sends `sig` to a child we started (pid 0 is never signalled).
+pub fn signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        if pid > 0 {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our own un-reaped child.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+}
