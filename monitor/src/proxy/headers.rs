@@ -1,0 +1,95 @@
+//! Header rewriting on the way through: hop-by-hop fields dropped (RFC 9110 §7.6.1: `Connection` and every field
+//! it names, plus `Proxy-Connection`, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`), and the
+//! client's address appended to `X-Forwarded-For`.
+
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use std::net::IpAddr;
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
+/// Removes the hop-by-hop fields of one connection, before the message goes out on another.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    if h.contains_key(CONNECTION) {
+        let listed: Vec<HeaderName> = h
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|s| s.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        for n in listed {
+            h.remove(n);
+        }
+        h.remove(CONNECTION);
+    }
+    for n in [&PROXY_CONNECTION, &KEEP_ALIVE, &TE, &TRAILER, &TRANSFER_ENCODING, &UPGRADE] {
+        if h.contains_key(n) {
+            h.remove(n);
+        }
+    }
+}
+
+/// Appends `client` to `X-Forwarded-For` (several fields are joined into one, in order).
+pub fn append_forwarded_for(h: &mut HeaderMap, client: IpAddr) {
+    let ip = client.to_string();
+    let joined = {
+        let mut prior = h.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).peekable();
+        if prior.peek().is_none() {
+            ip
+        } else {
+            let mut s: Vec<&str> = prior.collect();
+            s.push(&ip);
+            s.join(", ")
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&joined) {
+        h.insert(X_FORWARDED_FOR.clone(), v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::from_bytes(k.as_bytes()).expect("name"), HeaderValue::from_str(v).expect("value"));
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_named_by_connection_go() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Secret"),
+            ("connection", "close"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-connection", "keep-alive"),
+            ("trailer", "x"),
+            ("x-cache-id", "tx1.1"),
+            ("content-length", "3"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-cache-id", "content-length"]);
+    }
+
+    #[test]
+    fn forwarded_for_is_appended() {
+        let ip: IpAddr = "127.0.0.9".parse().expect("ip");
+        let mut h = HeaderMap::new();
+        append_forwarded_for(&mut h, ip);
+        assert_eq!(h["x-forwarded-for"], "127.0.0.9");
+        let mut h = map(&[("x-forwarded-for", "203.0.113.7"), ("X-Forwarded-For", "10.1.1.1, 10.2.2.2")]);
+        append_forwarded_for(&mut h, ip);
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.1.1.1, 10.2.2.2, 127.0.0.9");
+    }
+}

@@ -1,0 +1,281 @@
+//! The front door of `monitor run`: a hyper HTTP/1.1 reverse proxy in front of the launched processes. Routes each
+//! request with [`crate::route`], sheds and aborts by the policy's Decision ([`shed`]), streams both bodies, keeps
+//! upstream keep-alive pools with an idle timeout below the backends', retries an idempotent bodiless request once
+//! when it fails before any response byte, and drains on shutdown ([`server`]).
+
+pub mod body;
+pub mod headers;
+pub mod server;
+pub mod shed;
+
+use crate::config::ProxyConfig;
+use crate::launcher::Member;
+use crate::route::{self, Live, Route, Unavailable};
+use crate::token::{TokenError, Tokens};
+use body::{aborted, Outstanding, ProxyBody};
+use http_body_util::{Either, Empty};
+use hyper::body::{Body, Bytes, Incoming};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::http::uri::{Authority, Scheme};
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What can stop the proxy from starting or serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("listening on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error(transparent)]
+    Table(#[from] route::TableError),
+    #[error("proxy.cache_id_header: {0}")]
+    Header(String),
+}
+
+type ReqBody = Either<Incoming, Empty<Bytes>>;
+
+/// The proxy's side of one process: outstanding requests, the policy's action, the abort signal.
+pub struct Backend {
+    pub outstanding: AtomicU32,
+    /// [`shed::encode`]d action.
+    pub action: AtomicU8,
+    /// Moves each time the process is told to abort; every in-flight request watches it.
+    pub abort: watch::Sender<u64>,
+    authority: Authority,
+}
+
+/// The shared state of the front door.
+pub struct Proxy {
+    table: route::Table,
+    members: Arc<[Member]>,
+    backends: Vec<Arc<Backend>>,
+    client: Client<HttpConnector, ReqBody>,
+    rotor: AtomicU64,
+    cache_header: HeaderName,
+    health_paths: Vec<String>,
+    draining: AtomicBool,
+    ratio_bits: AtomicU64,
+    retry_after: HeaderValue,
+    retry_after_s: u64,
+    upstream_timeout: Duration,
+    tokens: Option<Tokens>,
+}
+
+static X_ROUTE_FALLBACK: HeaderName = HeaderName::from_static("x-route-fallback");
+
+fn status(code: StatusCode, msg: String) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::text(msg));
+    *r.status_mut() = code;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+fn idempotent(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
+}
+
+/// The error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+impl Proxy {
+    pub fn new(cfg: &ProxyConfig, members: Arc<[Member]>) -> Result<Proxy, ProxyError> {
+        let procs: Vec<(String, route::Role)> = members.iter().map(|m| (m.name.clone(), m.role)).collect();
+        let table = route::Table::new(&procs, &cfg.master_paths, &cfg.tx_paths, cfg.master_serves_tx)?;
+        let backends = members
+            .iter()
+            .map(|m| {
+                let authority = Authority::try_from(format!("127.0.0.1:{}", m.port).as_str())
+                    .map_err(|e| ProxyError::Header(e.to_string()))?;
+                Ok(Arc::new(Backend {
+                    outstanding: AtomicU32::new(0),
+                    action: AtomicU8::new(0),
+                    abort: watch::channel(0).0,
+                    authority,
+                }))
+            })
+            .collect::<Result<Vec<_>, ProxyError>>()?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_millis(cfg.idle_timeout_ms))
+            .pool_timer(TokioTimer::new())
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        let mut health_paths: Vec<String> = members.iter().map(|m| m.health.clone()).collect();
+        health_paths.dedup();
+        Ok(Proxy {
+            table,
+            members,
+            backends,
+            client,
+            rotor: AtomicU64::new(0),
+            cache_header: HeaderName::from_bytes(cfg.cache_id_header.as_bytes())
+                .map_err(|e| ProxyError::Header(e.to_string()))?,
+            health_paths,
+            draining: AtomicBool::new(false),
+            ratio_bits: AtomicU64::new(0),
+            retry_after: HeaderValue::from(cfg.retry_after_s),
+            retry_after_s: cfg.retry_after_s,
+            upstream_timeout: Duration::from_secs(cfg.upstream_timeout_s),
+            tokens: cfg.token_secret.as_deref().map(|s| Tokens::new(s.as_bytes(), cfg.token_ttl_s)),
+        })
+    }
+
+    /// Turns readiness off: health paths answer 503 from now on.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    fn live(&self, i: usize) -> Live {
+        let b = &self.backends[i];
+        Live {
+            ready: self.members[i].is_ready(),
+            serving: b.action.load(Ordering::Acquire) == 0,
+            outstanding: b.outstanding.load(Ordering::Acquire),
+        }
+    }
+
+    /// Answers one request from a client at `peer`.
+    pub async fn handle(&self, mut req: Request<Incoming>, peer: IpAddr) -> Response<ProxyBody> {
+        let exempt = self.health_paths.iter().any(|h| h == req.uri().path());
+        if exempt && self.draining.load(Ordering::Acquire) {
+            return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
+        }
+        let mut signed = false;
+        let mut cache_owner: Option<String> = None;
+        if let Some(v) = req.headers().get(&self.cache_header) {
+            let Ok(id) = v.to_str() else { return status(StatusCode::BAD_REQUEST, "bad cache id\n".into()) };
+            match &self.tokens {
+                Some(t) => match t.verify(id) {
+                    Ok(inner) => {
+                        signed = true;
+                        cache_owner = Some(route::cache_prefix(&inner).to_string());
+                        match HeaderValue::from_str(&inner) {
+                            Ok(v) => req.headers_mut().insert(&self.cache_header, v),
+                            Err(_) => return status(StatusCode::UNAUTHORIZED, "bad cache id\n".into()),
+                        };
+                    }
+                    Err(e @ TokenError::Expired) => return status(StatusCode::GONE, format!("{e}\n")),
+                    Err(e) => return status(StatusCode::UNAUTHORIZED, format!("{e}\n")),
+                },
+                None => cache_owner = Some(route::cache_prefix(id).to_string()),
+            }
+        }
+        let rq = route::Request { path: req.uri().path(), cache_prefix: cache_owner.as_deref(), signed, exempt };
+        let rotor = self.rotor.fetch_add(1, Ordering::Relaxed);
+        let (index, fallback) = match self.table.select(&rq, |i| self.live(i), rotor) {
+            Route::To { index, fallback, .. } => (index, fallback),
+            Route::Unavailable(Unavailable::Shed) => return self.refused(),
+            Route::Unavailable(Unavailable::Down) if signed => {
+                let owner = cache_owner.unwrap_or_default();
+                return self.unavailable(&format!("the owner of this cache id ({owner}) is not available"));
+            }
+            Route::Unavailable(Unavailable::Down) => return self.unavailable("the master process is not ready"),
+            Route::Unavailable(Unavailable::NoneReady) => return self.unavailable("no process is ready"),
+        };
+        let fallback = fallback.map(|f| HeaderValue::from_static(f.as_str()));
+        let mut resp = self.forward(index, req, peer, fallback.clone()).await;
+        if let Some(f) = fallback {
+            resp.headers_mut().insert(X_ROUTE_FALLBACK.clone(), f);
+        }
+        resp
+    }
+
+    async fn forward(
+        &self,
+        index: usize,
+        req: Request<Incoming>,
+        peer: IpAddr,
+        fallback: Option<HeaderValue>,
+    ) -> Response<ProxyBody> {
+        let backend = &self.backends[index];
+        let name = &self.members[index].name;
+        let (mut parts, body) = req.into_parts();
+        let pq = parts.uri.path_and_query().cloned();
+        let mut uri = Uri::builder().scheme(Scheme::HTTP).authority(backend.authority.clone());
+        if let Some(pq) = pq {
+            uri = uri.path_and_query(pq);
+        } else {
+            uri = uri.path_and_query("/");
+        }
+        parts.uri = match uri.build() {
+            Ok(u) => u,
+            Err(e) => return status(StatusCode::BAD_REQUEST, format!("bad request target: {e}\n")),
+        };
+        headers::strip_hop_by_hop(&mut parts.headers);
+        headers::append_forwarded_for(&mut parts.headers, peer);
+        if let Some(f) = fallback {
+            parts.headers.insert(X_ROUTE_FALLBACK.clone(), f);
+        }
+        let bodiless = body.is_end_stream();
+        let retry = (bodiless && idempotent(&parts.method)).then(|| {
+            let mut r = Request::new(Either::Right(Empty::new()));
+            *r.method_mut() = parts.method.clone();
+            *r.uri_mut() = parts.uri.clone();
+            *r.headers_mut() = parts.headers.clone();
+            r
+        });
+        let body = if bodiless { Either::Right(Empty::new()) } else { Either::Left(body) };
+        let outstanding = Outstanding::new(backend.clone());
+        let abort_rx = backend.abort.subscribe();
+        let attempt = async {
+            match self.client.request(Request::from_parts(parts, body)).await {
+                Err(e) if retry.is_some() => {
+                    tracing::debug!(name = %name, "retrying once after: {}", chain(&e));
+                    match retry {
+                        Some(r) => self.client.request(r).await,
+                        None => Err(e),
+                    }
+                }
+                other => other,
+            }
+        };
+        let result = tokio::select! {
+            r = tokio::time::timeout(self.upstream_timeout, attempt) => r,
+            _ = aborted(abort_rx.clone()) => return self.aborted(name),
+        };
+        match result {
+            Ok(Ok(resp)) => {
+                let (mut parts, inner) = resp.into_parts();
+                headers::strip_hop_by_hop(&mut parts.headers);
+                if let Some(t) = &self.tokens {
+                    if let Some(v) = parts.headers.get(&self.cache_header).and_then(|v| v.to_str().ok()) {
+                        if let Ok(signed) = HeaderValue::from_str(&t.sign(v)) {
+                            parts.headers.insert(&self.cache_header, signed);
+                        }
+                    }
+                }
+                let abort = Box::pin(aborted(abort_rx));
+                Response::from_parts(parts, ProxyBody::Upstream { inner, abort, _outstanding: outstanding })
+            }
+            Ok(Err(e)) => {
+                let msg = chain(&e);
+                tracing::warn!(name = %name, "upstream request failed: {msg}");
+                status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name}: {msg}\n"))
+            }
+            Err(_) => status(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "gateway timeout: process {name} sent no answer within {} s\n",
+                    self.upstream_timeout.as_secs()
+                ),
+            ),
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Load shedding from the latest Decision: a task that turns each published decision into a per-process action
+//! (read lock-free on the request path) and cancels the in-flight requests of a process told to abort; and the
+//! 503 answers that name the memory guard.
+
+use super::body::ProxyBody;
+use super::Proxy;
+use crate::policy::{Action, ProcId, State};
+use crate::sampler::Published;
+use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Response, StatusCode};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The action for the process with this pid now (`serve` in shadow mode, and for a pid not running).
+pub fn action_of(p: &Published, pid: u32) -> Action {
+    let d = &p.decision;
+    if pid == 0 || d.shadow {
+        return Action::Serve;
+    }
+    match p.snapshot.processes.iter().find(|s| s.pid == pid) {
+        Some(s) => d.action_for(ProcId { pid, start_ticks: s.start_ticks }),
+        // Not sampled yet (just started): it cannot be the victim, but it refuses with the others.
+        None if d.state == State::Normal => Action::Serve,
+        None => Action::Refuse,
+    }
+}
+
+pub fn encode(a: Action) -> u8 {
+    match a {
+        Action::Serve => 0,
+        Action::Refuse => 1,
+        Action::Abort => 2,
+    }
+}
+
+/// Applies every published decision until the channel closes.
+pub async fn follow(proxy: Arc<Proxy>, mut rx: watch::Receiver<Arc<Published>>) {
+    let mut rounds = vec![0u32; proxy.backends.len()];
+    loop {
+        let p = rx.borrow_and_update().clone();
+        apply(&proxy, &p, &mut rounds);
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn apply(proxy: &Proxy, p: &Published, rounds: &mut [u32]) {
+    proxy.ratio_bits.store(p.decision.ratio.to_bits(), Ordering::Relaxed);
+    for (i, (b, m)) in proxy.backends.iter().zip(proxy.members.iter()).enumerate() {
+        let action = action_of(p, m.pid());
+        let prev = b.action.swap(encode(action), Ordering::AcqRel);
+        if action == Action::Abort && (prev != encode(Action::Abort) || rounds[i] != p.decision.abort_round) {
+            rounds[i] = p.decision.abort_round;
+            let inflight = b.outstanding.load(Ordering::Relaxed);
+            tracing::warn!(name = %m.name, pid = m.pid(), inflight, ratio = p.decision.ratio, "memory guard: aborting the process's in-flight requests");
+            b.abort.send_modify(|g| *g += 1);
+        }
+    }
+}
+
+fn guard_response(status: StatusCode, body: String, retry_after: &HeaderValue) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::text(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(RETRY_AFTER, retry_after.clone());
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+impl Proxy {
+    fn ratio_pct(&self) -> f64 {
+        f64::from_bits(self.ratio_bits.load(Ordering::Relaxed)) * 100.0
+    }
+
+    /// 503 for a new request refused by the memory guard.
+    pub(super) fn refused(&self) -> Response<ProxyBody> {
+        let body = format!(
+            "memory guard: the group is at {:.0}% of its memory limit and refuses new requests; retry after {} s\n",
+            self.ratio_pct(),
+            self.retry_after_s
+        );
+        guard_response(StatusCode::SERVICE_UNAVAILABLE, body, &self.retry_after)
+    }
+
+    /// 503 for an in-flight request cancelled because its process was told to abort.
+    pub(super) fn aborted(&self, name: &str) -> Response<ProxyBody> {
+        let body = format!(
+            "memory guard: request cancelled: the group is at {:.0}% of its memory limit and process {name}, the \
+             largest, was told to abort its work; retry after {} s\n",
+            self.ratio_pct(),
+            self.retry_after_s
+        );
+        guard_response(StatusCode::SERVICE_UNAVAILABLE, body, &self.retry_after)
+    }
+
+    /// 503 when no process can take the request (not the memory guard: nothing is ready).
+    pub(super) fn unavailable(&self, what: &str) -> Response<ProxyBody> {
+        guard_response(StatusCode::SERVICE_UNAVAILABLE, format!("{what}\n"), &self.retry_after)
+    }
+}
