@@ -1,6 +1,7 @@
 //! The agent's HTTP API: `GET /api/v1/status`, `GET /api/v1/decision?pid=N`, `GET /healthz`. Reads only the
 //! latest published sample; never calls back into the sampler.
 
+use crate::launcher::LauncherInfo;
 use crate::policy::{Action, ProcId, Thresholds};
 use crate::sampler::{ProbeStatus, Published};
 use crate::snapshot::{CgroupVersion, LimitSource, ProcSample};
@@ -19,6 +20,8 @@ use tokio::sync::watch;
 pub struct ApiState {
     pub latest: watch::Receiver<Arc<Published>>,
     pub thresholds: Thresholds,
+    /// Under `monitor run`: the launched processes (role from the config, state, restarts). None for `agent`.
+    pub launcher: Option<Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>>,
 }
 
 /// The agent's routes.
@@ -37,6 +40,9 @@ pub struct StatusView {
     pub processes: Vec<ProcessView>,
     pub probes: ProbeStatus,
     pub sample: SampleView,
+    /// Under `monitor run`: every launched process, running or backing off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<Vec<LauncherInfo>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -178,12 +184,24 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             .collect(),
         probes: p.probes.clone(),
         sample: SampleView { seq: s.seq, unix_ms: s.unix_ms },
+        launcher: None,
     }
 }
 
 async fn status(State(st): State<ApiState>) -> Json<StatusView> {
     let p = st.latest.borrow().clone();
-    Json(status_view(&p, &st.thresholds))
+    let mut view = status_view(&p, &st.thresholds);
+    if let Some(launched) = st.launcher.as_ref().map(|f| f()) {
+        // A launched process's role and restarts come from the launcher, not the process tree.
+        for proc in &mut view.processes {
+            if let Some(info) = launched.iter().find(|i| i.pid == Some(proc.pid)) {
+                proc.role.clone_from(&info.role);
+                proc.restarts = info.restarts;
+            }
+        }
+        view.launcher = Some(launched);
+    }
+    Json(view)
 }
 
 #[derive(Deserialize)]

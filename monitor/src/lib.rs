@@ -3,14 +3,19 @@
 //! Data flows one way: cgroup files, /proc and eBPF maps -> [`sampler`] -> [`snapshot::Snapshot`] ->
 //! [`policy::decide`] -> consumers (api, proxy, alerts, history).
 
+pub mod alerts;
 pub mod api;
 pub mod cgroup;
 pub mod client;
 pub mod config;
+pub mod launcher;
 pub mod policy;
 pub mod probes;
 pub mod procs;
+pub mod proxy;
 pub mod route;
+pub mod run;
 pub mod sampler;
 pub mod snapshot;
 pub mod table;
+pub mod token;

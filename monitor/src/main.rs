@@ -36,6 +36,12 @@ enum Cmd {
     },
     /// Validates a config file; names the first bad key and its line.
     CheckConfig { file: PathBuf },
+    /// The launcher, the front door and the agent in one process: starts `[[process]]`, proxies `[proxy] listen`.
+    Run {
+        /// TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -59,6 +65,10 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Agent(a) => agent(a),
         Cmd::Status { url, json } => status(&url, json),
+        Cmd::Run { config } => {
+            init_logs();
+            monitor::run::run(&config).map_err(Into::into)
+        }
         Cmd::CheckConfig { file } => {
             Config::load(&file).map(|_| println!("{}: ok", file.display())).map_err(Into::into)
         }
@@ -148,7 +158,7 @@ fn agent(a: AgentArgs) -> Result<()> {
         let handle = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())
             .context("starting the sampler thread")?;
         tracing::info!(%listen, "serving the API");
-        let app = api::router(ApiState { latest: rx, thresholds });
+        let app = api::router(ApiState { latest: rx, thresholds, launcher: None });
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving")?;
         stop.store(true, Ordering::Relaxed);
         let _ = handle.join();

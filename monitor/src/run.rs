@@ -1,0 +1,219 @@
+//! `monitor run --config FILE`: the agent, the launcher and the front door in one process. Config -> the group's
+//! cgroup (created with its limit when asked) -> sampler -> launcher (master, health, workers) -> proxy on
+//! `[proxy] listen` + agent API on `[web] listen`; SIGTERM/SIGINT drains and stops it all, exit 0.
+
+use crate::api::{self, ApiState};
+use crate::cgroup::{self, CgroupError, Mounts};
+use crate::config::{Config, ConfigError};
+use crate::launcher::{self, LaunchError, Launcher};
+use crate::probes::Probes;
+use crate::proxy::{self, Proxy, ProxyError};
+use crate::sampler::{self, Sampler};
+use crate::snapshot::CgroupVersion;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Why `monitor run` could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}: no [[process]] to run")]
+    NoProcesses(PathBuf),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("{what} {path}: {source}")]
+    CgroupSetup { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Proxy(#[from] ProxyError),
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.into();
+    move |source| RunError::Io { what, source }
+}
+
+/// A cgroup `monitor run` created, removed again when dropped (once its processes are gone).
+struct Created(Option<PathBuf>);
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        let Some(dir) = self.0.take() else { return };
+        for _ in 0..50 {
+            if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        tracing::warn!(cgroup = %dir.display(), "could not remove the group's cgroup");
+    }
+}
+
+/// Finds (and when asked creates and limits) the group's cgroup.
+fn prepare_group(cfg: &Config) -> Result<(cgroup::Group, Created), RunError> {
+    let mounts = Mounts::read().map_err(io("reading /proc/self/mountinfo"))?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let spec = &cfg.group.cgroup;
+    let mut created = Created(None);
+    if cfg.group.create && spec != "auto" {
+        let g = cgroup::locate(spec, &mounts, &own)?;
+        if !g.dir.exists() {
+            std::fs::create_dir(&g.dir).map_err(|source| RunError::CgroupSetup {
+                what: "creating",
+                path: g.dir.clone(),
+                source,
+            })?;
+            tracing::info!(cgroup = %g.dir.display(), "created the group's cgroup");
+            created = Created(Some(g.dir.clone()));
+        }
+    }
+    let group = cgroup::resolve(spec, &mounts, &own)?;
+    if let Some(limit) = cfg.group.limit_bytes {
+        let file = match group.version {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        };
+        let path = group.dir.join(file);
+        std::fs::write(&path, limit.to_string()).map_err(|source| RunError::CgroupSetup {
+            what: "setting the limit in",
+            path,
+            source,
+        })?;
+    }
+    Ok((group, created))
+}
+
+fn load_probes(enabled: bool) -> Result<Probes, String> {
+    if !enabled {
+        return Err("disabled in the config ([probes] enabled = false)".to_string());
+    }
+    Probes::load().map_err(|e| {
+        let full = e.to_string();
+        tracing::debug!("eBPF load failed: {full}");
+        full.lines().next().unwrap_or_default().to_string()
+    })
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: draining"),
+                _ = int.recv() => tracing::info!("SIGINT: draining"),
+            }
+        }
+        _ => {
+            tracing::error!("cannot watch SIGTERM/SIGINT");
+            std::future::pending::<()>().await
+        }
+    }
+}
+
+/// Runs everything until a signal, then drains. Ok after a clean drain.
+pub fn run(config: &Path) -> Result<(), RunError> {
+    let cfg = Config::load(config)?;
+    if cfg.processes.is_empty() {
+        return Err(RunError::NoProcesses(config.to_path_buf()));
+    }
+    let (group, created) = prepare_group(&cfg)?;
+    let children_cgroup = (cfg.group.cgroup != "auto").then(|| group.dir.clone());
+    let probes = load_probes(cfg.probes.enabled);
+    if let Err(reason) = &probes {
+        tracing::warn!("request counting is off: {reason}");
+    }
+    let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
+    let thresholds = cfg.policy.thresholds();
+    let (state, first) = sampler::first(&mut sampler, &thresholds)?;
+    tracing::info!(
+        cgroup = %first.snapshot.group.cgroup.display(),
+        limit_bytes = first.snapshot.group.limit_bytes,
+        "watching group"
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(io("starting the runtime"))?;
+    let result = rt.block_on(async move {
+        let web: SocketAddr = cfg.web.listen.parse().map_err(|e| RunError::Io {
+            what: "web.listen".into(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+        })?;
+        let web = tokio::net::TcpListener::bind(web).await.map_err(io(format!("listening on {web} (web.listen)")))?;
+        let front = &cfg.proxy.listen;
+        let front = tokio::net::TcpListener::bind(front.as_str())
+            .await
+            .map_err(|source| ProxyError::Bind { addr: front.clone(), source })?;
+        let (tx, rx) = watch::channel(Arc::new(first));
+        let stop = Arc::new(AtomicBool::new(false));
+        let interval = Duration::from_millis(cfg.policy.interval_ms);
+        let sampler = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())
+            .map_err(io("starting the sampler thread"))?;
+        let (drain_tx, drain_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            signalled().await;
+            let _ = drain_tx.send(true);
+        });
+        let opts = launcher::Options {
+            cgroup: children_cgroup,
+            backoff_reset: Duration::from_secs(cfg.proxy.backoff_reset_s),
+            stop_grace: Duration::from_secs(cfg.proxy.stop_grace_s),
+        };
+        let mut cancel = drain_rx.clone();
+        let started = Launcher::start(&cfg.processes, opts, async move {
+            let _ = cancel.wait_for(|d| *d).await;
+        })
+        .await;
+        let launcher = match started {
+            Ok(l) => l,
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(e.into());
+            }
+        };
+        let members = launcher.members();
+        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone())?);
+        tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
+        let view = members.clone();
+        let app = api::router(ApiState {
+            latest: rx,
+            thresholds,
+            launcher: Some(Arc::new(move || view.iter().map(|m| m.info()).collect())),
+        });
+        let mut web_drain = drain_rx.clone();
+        let api = tokio::spawn(async move {
+            let _ = axum::serve(web, app)
+                .with_graceful_shutdown(async move {
+                    let _ = web_drain.wait_for(|d| *d).await;
+                })
+                .await;
+        });
+        tracing::info!(proxy = %cfg.proxy.listen, web = %cfg.web.listen, "serving");
+        let deadline = Duration::from_secs(cfg.proxy.drain_timeout_s);
+        let drained = proxy::server::serve(proxy, front, cfg.proxy.max_header_bytes, drain_rx, deadline).await;
+        if drained.left > 0 {
+            tracing::warn!(connections = drained.left, "drain deadline passed with requests in flight");
+        } else {
+            tracing::info!("every in-flight request finished");
+        }
+        launcher.stop().await;
+        stop.store(true, Ordering::Relaxed);
+        let _ = tokio::time::timeout(Duration::from_secs(2), api).await;
+        let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
+        tracing::info!("stopped");
+        Ok(())
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+    drop(created);
+    result
+}
