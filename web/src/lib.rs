@@ -1,1 +1,13 @@
-//! The dashboard: axum routes, HTML and SVG charts drawn from plain view types. It never depends on `monitor`.
+//! The dashboard: axum routes, HTML and SVG charts drawn from plain view types. It never depends on `monitor`:
+//! the agent implements [`Source`] over its history and hands it to [`router`].
+//!
+//! - `GET /?range=5m|1h|24h|7d`: the home page (server-rendered, inline SVG, no external resources).
+//! - `GET /api/v1/dashboard?range=…`: the same data as JSON.
+
+pub mod chart;
+pub mod page;
+mod routes;
+pub mod view;
+
+pub use routes::router;
+pub use view::{Dashboard, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source};

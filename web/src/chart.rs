@@ -1,0 +1,365 @@
+//! The home page's charts, drawn with plotters' SVG backend from a [`Dashboard`]. Each chart is a plot on the
+//! left and a legend on the right naming every series (one per process), so the SVG text names the processes.
+
+use crate::view::{Dashboard, Series};
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+
+/// The width of every chart in pixels.
+pub const WIDTH: u32 = 1000;
+/// The height of every chart in pixels.
+pub const HEIGHT: u32 = 270;
+const LEGEND_W: u32 = 170;
+const Y_LABELS_W: u32 = 64;
+const RIGHT_MARGIN: u32 = 10;
+/// The plot's width in pixels: the series are downsampled to this many buckets.
+pub const PLOT_WIDTH: usize = (WIDTH - LEGEND_W - Y_LABELS_W - RIGHT_MARGIN) as usize;
+
+const PALETTE: [RGBColor; 16] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+    RGBColor(57, 59, 121),
+    RGBColor(173, 73, 74),
+    RGBColor(99, 121, 57),
+    RGBColor(206, 109, 189),
+    RGBColor(140, 162, 82),
+    RGBColor(107, 110, 207),
+];
+const REFUSING: RGBColor = RGBColor(255, 200, 120);
+const ABORTING: RGBColor = RGBColor(240, 120, 120);
+
+/// A chart could not be drawn.
+#[derive(Debug, thiserror::Error)]
+#[error("drawing the {chart} chart: {msg}")]
+pub struct ChartError {
+    pub chart: &'static str,
+    pub msg: String,
+}
+
+/// The colour of the process at `index` (the same in every chart).
+pub fn color(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
+}
+
+type Ctx<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// One legend line: a name and its colour.
+struct Entry {
+    name: String,
+    color: RGBColor,
+}
+
+/// "-90" seconds -> "1.5 min ago"; 0 -> "now".
+fn ago(x: f64) -> String {
+    let s = -x;
+    if s < 1.0 {
+        "now".into()
+    } else if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 2.0 * 86_400.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.1} d", s / 86_400.0)
+    }
+}
+
+/// The x (seconds before now, negative) of the middle of each bucket.
+fn xs(d: &Dashboard) -> Vec<f64> {
+    let s = &d.series;
+    (0..s.len()).map(|i| (s.start_ms as f64 + (i as f64 + 0.5) * s.step_ms as f64 - d.now_ms as f64) / 1000.0).collect()
+}
+
+/// The x of a time in ms.
+fn x_of(d: &Dashboard, t_ms: u64) -> f64 {
+    (t_ms as f64 - d.now_ms as f64) / 1000.0
+}
+
+/// Runs of finite values as point lists (a NaN breaks the line).
+fn segments(xs: &[f64], ys: &[f64]) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut cur = Vec::new();
+    for (&x, &y) in xs.iter().zip(ys) {
+        if y.is_finite() {
+            cur.push((x, y));
+        } else if !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The largest finite value of all the vectors (at least `floor`).
+fn max_of<'a>(vs: impl IntoIterator<Item = &'a Vec<f64>>, floor: f64) -> f64 {
+    vs.into_iter().flatten().copied().filter(|v| v.is_finite()).fold(floor, f64::max)
+}
+
+/// Draws one line series (broken at gaps).
+fn line(chart: &mut Ctx, xs: &[f64], ys: &[f64], style: ShapeStyle) -> DrawResult {
+    for seg in segments(xs, ys) {
+        chart.draw_series(LineSeries::new(seg, style))?;
+    }
+    Ok(())
+}
+
+/// Draws the frame, calls `body` to draw the series, then the legend it returns on the right.
+fn render(
+    name: &'static str,
+    d: &Dashboard,
+    y_max: f64,
+    y_desc: &str,
+    body: impl FnOnce(&mut Ctx, &[f64]) -> Result<Vec<Entry>, Box<dyn std::error::Error>>,
+) -> Result<String, ChartError> {
+    let mut svg = String::with_capacity(64 * 1024);
+    let xs = xs(d);
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let result = (|| -> DrawResult {
+            root.fill(&WHITE)?;
+            let (plot, legend) = root.split_horizontally(WIDTH - LEGEND_W);
+            let span = d.range.seconds() as f64;
+            let mut chart = ChartBuilder::on(&plot)
+                .margin_top(8)
+                .margin_right(RIGHT_MARGIN)
+                .x_label_area_size(26)
+                .y_label_area_size(Y_LABELS_W)
+                .build_cartesian_2d(-span..0.0, 0.0..y_max)?;
+            chart
+                .configure_mesh()
+                .x_labels(8)
+                .y_labels(6)
+                .x_label_formatter(&|x| ago(*x))
+                .y_label_formatter(&|y| short(*y))
+                .y_desc(y_desc)
+                .label_style(("sans-serif", 15))
+                .light_line_style(RGBColor(240, 240, 240))
+                .draw()?;
+            let entries = body(&mut chart, &xs)?;
+            let font = ("sans-serif", if entries.len() > 14 { 14 } else { 16 }).into_font();
+            let step = (HEIGHT as i32 - 16) / (entries.len().max(1) as i32);
+            let step = step.clamp(10, 18);
+            for (i, e) in entries.iter().enumerate() {
+                let y = 10 + i as i32 * step;
+                legend.draw(&Rectangle::new([(6, y), (20, y + 10)], e.color.filled()))?;
+                legend.draw_text(&e.name, &font.color(&BLACK), (26, y))?;
+            }
+            root.present()?;
+            Ok(())
+        })();
+        result.map_err(|e| ChartError { chart: name, msg: e.to_string() })?;
+    }
+    Ok(svg)
+}
+
+/// 1234567 -> "1.2M"; small values as they are.
+fn short(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.1}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 10.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn mib(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|b| b / MIB).collect()
+}
+
+/// Shaded spans where the group was refusing (orange) or aborting (red).
+fn state_spans(chart: &mut Ctx, d: &Dashboard, y_max: f64) -> DrawResult {
+    let s: &Series = &d.series;
+    let mut i = 0;
+    while i < s.state.len() {
+        let st = s.state[i];
+        let mut j = i;
+        while j < s.state.len() && s.state[j] == st {
+            j += 1;
+        }
+        if st > 0 {
+            let x0 = x_of(d, s.start_ms + i as u64 * s.step_ms);
+            let x1 = x_of(d, s.start_ms + j as u64 * s.step_ms).min(0.0);
+            let c = if st >= 2 { ABORTING } else { REFUSING };
+            chart.draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x1, y_max)], c.mix(0.45).filled())))?;
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+/// Group memory: per-process RSS stacked, group usage, the limit and the refuse/abort lines, state spans,
+/// restart markers.
+pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
+    let s = &d.series;
+    let n = s.len();
+    // Cumulative RSS per process, in MiB; a bucket with no data at all stays NaN (a gap).
+    let mut cum: Vec<Vec<f64>> = Vec::with_capacity(s.procs.len());
+    let mut acc = vec![0.0; n];
+    let any: Vec<bool> = (0..n)
+        .map(|i| s.usage_bytes[i].is_finite() || s.procs.iter().any(|p| p_at(&p.rss_bytes, i).is_finite()))
+        .collect();
+    for p in &s.procs {
+        for (i, a) in acc.iter_mut().enumerate() {
+            let v = p_at(&p.rss_bytes, i);
+            if v.is_finite() {
+                *a += v / MIB;
+            }
+        }
+        cum.push(acc.iter().zip(&any).map(|(&a, &ok)| if ok { a } else { f64::NAN }).collect());
+    }
+    let usage = mib(&s.usage_bytes);
+    let limit = mib(&s.limit_bytes);
+    let y_max = max_of(cum.iter().chain([&usage, &limit]), 1.0) * 1.05;
+    let (refuse_at, abort_at) = (d.group.refuse_at, d.group.abort_at);
+    render("memory", d, y_max, "MiB", |chart, xs| {
+        state_spans(chart, d, y_max)?;
+        let mut entries = Vec::new();
+        for k in (0..s.procs.len()).rev() {
+            let c = color(k);
+            for seg in segments(xs, &cum[k]) {
+                chart.draw_series(AreaSeries::new(seg, 0.0, lighten(c).filled()).border_style(c))?;
+            }
+        }
+        for (k, p) in s.procs.iter().enumerate() {
+            entries.push(Entry { name: p.name.clone(), color: color(k) });
+        }
+        line(chart, xs, &usage, BLACK.stroke_width(2))?;
+        line(chart, xs, &limit, RGBColor(60, 60, 60).stroke_width(1))?;
+        let at = |f: f64| limit.iter().map(|l| l * f).collect::<Vec<_>>();
+        line(chart, xs, &at(refuse_at), RGBColor(230, 140, 0).stroke_width(1))?;
+        line(chart, xs, &at(abort_at), RGBColor(200, 0, 0).stroke_width(1))?;
+        for m in &s.restarts {
+            let x = x_of(d, m.t_ms);
+            let k = s.procs.iter().position(|p| p.name == m.name).unwrap_or(0);
+            chart.draw_series(LineSeries::new([(x, 0.0), (x, y_max)], color(k).stroke_width(2)))?;
+            chart.draw_series(std::iter::once(TriangleMarker::new((x, y_max * 0.97), 5, color(k).filled())))?;
+        }
+        entries.push(Entry { name: "group usage".into(), color: BLACK });
+        entries.push(Entry { name: "limit".into(), color: RGBColor(60, 60, 60) });
+        entries.push(Entry { name: format!("refuse {:.0}%", refuse_at * 100.0), color: RGBColor(230, 140, 0) });
+        entries.push(Entry { name: format!("abort {:.0}%", abort_at * 100.0), color: RGBColor(200, 0, 0) });
+        Ok(entries)
+    })
+}
+
+/// An opaque lighter shade (stacked areas must not blend into each other).
+fn lighten(c: RGBColor) -> RGBColor {
+    let l = |v: u8| (v as f64 * 0.55 + 255.0 * 0.45) as u8;
+    RGBColor(l(c.0), l(c.1), l(c.2))
+}
+
+fn p_at(v: &[f64], i: usize) -> f64 {
+    v.get(i).copied().unwrap_or(f64::NAN)
+}
+
+/// One line per process for the field `f`, plus an optional extra line (e.g. the total).
+fn per_process(
+    name: &'static str,
+    d: &Dashboard,
+    y_desc: &str,
+    f: impl Fn(&crate::view::ProcSeries) -> &Vec<f64>,
+    extra: Option<(&str, Vec<f64>)>,
+) -> Result<String, ChartError> {
+    let s = &d.series;
+    let y_max = max_of(s.procs.iter().map(&f).chain(extra.as_ref().map(|(_, v)| v)), 1.0) * 1.1;
+    render(name, d, y_max, y_desc, |chart, xs| {
+        let mut entries = Vec::new();
+        if let Some((label, v)) = &extra {
+            line(chart, xs, v, BLACK.stroke_width(2))?;
+            entries.push(Entry { name: (*label).to_string(), color: BLACK });
+        }
+        for (k, p) in s.procs.iter().enumerate() {
+            line(chart, xs, f(p), color(k).stroke_width(1))?;
+            entries.push(Entry { name: p.name.clone(), color: color(k) });
+        }
+        Ok(entries)
+    })
+}
+
+/// Sums the processes' values bucket by bucket (NaN where none has a value).
+fn summed(d: &Dashboard, f: impl Fn(&crate::view::ProcSeries) -> &Vec<f64>) -> Vec<f64> {
+    (0..d.series.len())
+        .map(|i| {
+            let vals: Vec<f64> = d.series.procs.iter().map(|p| p_at(f(p), i)).filter(|v| v.is_finite()).collect();
+            if vals.is_empty() {
+                f64::NAN
+            } else {
+                vals.iter().sum()
+            }
+        })
+        .collect()
+}
+
+/// Requests per second: the sum and each process.
+pub fn requests(d: &Dashboard) -> Result<String, ChartError> {
+    let total = summed(d, |p| &p.requests_per_s);
+    per_process("requests", d, "requests/s", |p| &p.requests_per_s, Some(("all processes", total)))
+}
+
+/// Requests in flight per process.
+pub fn inflight(d: &Dashboard) -> Result<String, ChartError> {
+    per_process("in-flight", d, "in flight", |p| &p.inflight, None)
+}
+
+/// Latency p50 (thin) and p99 (thick) per process.
+pub fn latency(d: &Dashboard) -> Result<String, ChartError> {
+    let s = &d.series;
+    let y_max = max_of(s.procs.iter().map(|p| &p.latency_p99_ms).chain(s.procs.iter().map(|p| &p.latency_p50_ms)), 1.0);
+    render("latency", d, y_max * 1.1, "ms (p50 thin, p99 thick)", |chart, xs| {
+        let mut entries = Vec::new();
+        for (k, p) in s.procs.iter().enumerate() {
+            line(chart, xs, &p.latency_p50_ms, color(k).stroke_width(1))?;
+            line(chart, xs, &p.latency_p99_ms, color(k).stroke_width(3))?;
+            entries.push(Entry { name: p.name.clone(), color: color(k) });
+        }
+        Ok(entries)
+    })
+}
+
+/// 5xx responses per second per process, and the front door's shed 503s.
+pub fn errors(d: &Dashboard) -> Result<String, ChartError> {
+    per_process("errors", d, "per second", |p| &p.errors_5xx_per_s, Some(("shed 503", d.series.shed_per_s.clone())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_break_at_gaps() {
+        let xs = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let ys = [1.0, f64::NAN, 3.0, 4.0, f64::NAN];
+        assert_eq!(segments(&xs, &ys), vec![vec![(1.0, 1.0)], vec![(3.0, 3.0), (4.0, 4.0)]]);
+        assert!(segments(&xs, &[f64::NAN; 5]).is_empty());
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(ago(0.0), "now");
+        assert_eq!(ago(-30.0), "30 s");
+        assert_eq!(ago(-600.0), "10 min");
+        assert_eq!(ago(-3.0 * 86_400.0), "3.0 d");
+        assert_eq!(short(1_500_000.0), "1.5M");
+        assert_eq!(short(0.5), "0.50");
+    }
+}

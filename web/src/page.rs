@@ -1,0 +1,132 @@
+//! The home page's HTML: a header with the group's state, the range links, a status strip per process and the
+//! charts inline as SVG. No external resources; readable without JavaScript (a few lines reload it).
+
+use crate::chart;
+use crate::view::{Dashboard, Range};
+use std::fmt::Write;
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Bytes as MiB with one decimal.
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:1em 2em;color:#222}\
+h1{font-size:1.3em;margin:.2em 0}h2{font-size:1.05em;margin:1.2em 0 .3em}\
+table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}\
+th{background:#f4f4f4}td.l{text-align:left}.state-normal{color:#080}.state-refusing{color:#c70}\
+.state-aborting{color:#c00;font-weight:bold}nav a{margin-right:.8em}nav a.on{font-weight:bold;text-decoration:none}\
+svg{max-width:100%;height:auto;display:block}.note{background:#fff3cd;padding:4px 8px;margin:4px 0}\
+.err{color:#c00}";
+
+/// Auto-refresh: reload the page every 5 s unless the tab is hidden. The page is complete without it.
+const SCRIPT: &str = "setInterval(function(){if(!document.hidden){location.reload();}},5000);";
+
+type DrawFn = fn(&Dashboard) -> Result<String, chart::ChartError>;
+
+/// The whole home page.
+pub fn render(d: &Dashboard) -> String {
+    let mut h = String::with_capacity(512 * 1024);
+    let g = &d.group;
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>monitor: {}</title>\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>{STYLE}</style></head><body>",
+        escape(&g.cgroup)
+    );
+    let _ = write!(
+        h,
+        "<h1>monitor · {}</h1><p>Group memory <b>{}</b> of <b>{}</b> ({}, {:.1}%) · state \
+         <b class=\"state-{st}\" id=\"state\">{st}</b>{} · refuse at {:.0}%, abort at {:.0}% · probes: {}</p>",
+        escape(&g.cgroup),
+        mib(g.usage_bytes),
+        mib(g.limit_bytes),
+        escape(&g.limit_source),
+        g.ratio * 100.0,
+        if g.shadow { " (shadow: nothing enforced)" } else { "" },
+        g.refuse_at * 100.0,
+        g.abort_at * 100.0,
+        escape(&g.probes),
+        st = escape(&g.state),
+    );
+    for n in &d.notes {
+        let _ = write!(h, "<p class=\"note\">{}</p>", escape(n));
+    }
+    h.push_str("<nav>Range: ");
+    for r in Range::ALL {
+        let on = if r == d.range { " class=\"on\"" } else { "" };
+        let _ = write!(h, "<a{on} href=\"/?range={0}\">{0}</a>", r.as_str());
+    }
+    h.push_str("</nav>");
+    status_strip(&mut h, d);
+    let charts: [(&str, &str, DrawFn); 5] = [
+        ("memory", "Group memory: processes stacked, usage, limit, refuse/abort lines", chart::memory),
+        ("requests", "Requests per second", chart::requests),
+        ("inflight", "In flight", chart::inflight),
+        ("latency", "Latency p50 and p99", chart::latency),
+        ("errors", "5xx responses and shed 503s per second", chart::errors),
+    ];
+    for (id, title, draw) in charts {
+        let _ = write!(h, "<h2>{title}</h2><div class=\"chart\" id=\"chart-{id}\">");
+        match draw(d) {
+            Ok(svg) => h.push_str(&svg),
+            Err(e) => {
+                let _ = write!(h, "<p class=\"err\">{}</p>", escape(&e.to_string()));
+            }
+        }
+        h.push_str("</div>");
+    }
+    let _ = write!(h, "<script>{SCRIPT}</script></body></html>");
+    h
+}
+
+fn status_strip(h: &mut String, d: &Dashboard) {
+    h.push_str(
+        "<h2>Processes</h2><table id=\"processes\"><tr><th>process</th><th>role</th><th>pid</th><th>state</th>\
+         <th>RSS</th><th>requests</th><th>restarts</th><th>next retry</th></tr>",
+    );
+    for p in &d.processes {
+        let pid = p.pid.map(|p| p.to_string()).unwrap_or_else(|| "–".into());
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{pid}</td><td class=\"l\">{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&p.name),
+            escape(&p.role),
+            escape(&p.state),
+            mib(p.rss_bytes),
+            p.requests_total,
+            p.restarts,
+            escape(p.next_retry.as_deref().unwrap_or("–")),
+        );
+    }
+    if d.processes.is_empty() {
+        h.push_str("<tr><td class=\"l\" colspan=\"8\">no processes in the group</td></tr>");
+    }
+    h.push_str("</table>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(escape("<a href=\"x\">&'</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
+    }
+}

@@ -1,0 +1,152 @@
+//! The plain view types the dashboard draws from. The agent fills them (from its history and its latest sample);
+//! this crate never sees the agent's own types.
+
+use serde::{Deserialize, Serialize};
+
+/// The time ranges the home page offers (`?range=5m|1h|24h|7d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Range {
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    #[default]
+    #[serde(rename = "1h")]
+    Hour,
+    #[serde(rename = "24h")]
+    Day,
+    #[serde(rename = "7d")]
+    Week,
+}
+
+impl Range {
+    /// Every range, shortest first.
+    pub const ALL: [Range; 4] = [Range::FiveMinutes, Range::Hour, Range::Day, Range::Week];
+
+    /// The query-string name: `5m`, `1h`, `24h`, `7d`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Range::FiveMinutes => "5m",
+            Range::Hour => "1h",
+            Range::Day => "24h",
+            Range::Week => "7d",
+        }
+    }
+
+    /// Parses a query-string name; None for anything else.
+    pub fn parse(s: &str) -> Option<Range> {
+        Range::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The span in seconds.
+    pub fn seconds(self) -> u64 {
+        match self {
+            Range::FiveMinutes => 300,
+            Range::Hour => 3600,
+            Range::Day => 86_400,
+            Range::Week => 7 * 86_400,
+        }
+    }
+}
+
+/// The group right now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupNow {
+    pub cgroup: String,
+    pub usage_bytes: u64,
+    pub limit_bytes: u64,
+    /// `cgroup`, `host` or `config`.
+    pub limit_source: String,
+    pub ratio: f64,
+    /// `normal`, `refusing` or `aborting`.
+    pub state: String,
+    pub refuse_at: f64,
+    pub abort_at: f64,
+    pub shadow: bool,
+    /// Whether request counting runs, and why not.
+    pub probes: String,
+}
+
+/// One process in the status strip.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessStatus {
+    /// The series name (the same as in the charts).
+    pub name: String,
+    /// `master`, `worker` or `process`.
+    pub role: String,
+    /// None while the process is down.
+    pub pid: Option<u32>,
+    /// What it does now: `serve`, `refuse`, `abort`, `down`…
+    pub state: String,
+    pub rss_bytes: u64,
+    pub requests_total: u64,
+    pub restarts: u64,
+    /// When the launcher tries again (e.g. `in 4 s`), for a process that is down.
+    pub next_retry: Option<String>,
+}
+
+/// A process restarted (or appeared again under its name) at `t_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Marker {
+    pub t_ms: u64,
+    pub name: String,
+}
+
+/// One process's series. Every vector has one value per bucket; `NaN` where there is no data.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcSeries {
+    pub name: String,
+    pub role: String,
+    /// Peak resident bytes in the bucket.
+    pub rss_bytes: Vec<f64>,
+    pub requests_per_s: Vec<f64>,
+    /// Peak requests in flight in the bucket.
+    pub inflight: Vec<f64>,
+    pub latency_p50_ms: Vec<f64>,
+    pub latency_p99_ms: Vec<f64>,
+    pub errors_5xx_per_s: Vec<f64>,
+}
+
+/// Time series over a range, already downsampled: bucket `i` covers `[start_ms + i*step_ms, start_ms + (i+1)*step_ms)`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub start_ms: u64,
+    pub step_ms: u64,
+    /// Peak group usage per bucket (`NaN`: no sample, e.g. the agent was down).
+    pub usage_bytes: Vec<f64>,
+    pub limit_bytes: Vec<f64>,
+    /// The worst state in the bucket: 0 normal, 1 refusing, 2 aborting.
+    pub state: Vec<u8>,
+    /// Requests the front door refused with 503, per second.
+    pub shed_per_s: Vec<f64>,
+    pub procs: Vec<ProcSeries>,
+    pub restarts: Vec<Marker>,
+}
+
+impl Series {
+    /// How many buckets the series has.
+    pub fn len(&self) -> usize {
+        self.usage_bytes.len()
+    }
+
+    /// True with no buckets.
+    pub fn is_empty(&self) -> bool {
+        self.usage_bytes.is_empty()
+    }
+}
+
+/// Everything the home page shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Dashboard {
+    pub now_ms: u64,
+    pub range: Range,
+    pub group: GroupNow,
+    pub processes: Vec<ProcessStatus>,
+    pub series: Series,
+    /// Things the operator should know (e.g. "history is not persisted: database locked").
+    pub notes: Vec<String>,
+}
+
+/// What the home page reads: the agent implements it over its history and latest sample.
+pub trait Source: Send + Sync + 'static {
+    /// The dashboard over `range`, downsampled to at most `buckets` buckets.
+    fn dashboard(&self, range: Range, buckets: usize) -> Dashboard;
+}
