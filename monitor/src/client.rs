@@ -66,6 +66,38 @@ async fn get_inner(url: &str) -> Result<String, ClientError> {
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// POSTs a JSON body; any 2xx is success. 5 s timeout.
+pub async fn post_json(url: &str, body: &str) -> Result<(), ClientError> {
+    let fut = async {
+        let (authority, path) = split_url(url).ok_or_else(|| ClientError::BadUrl(url.to_string()))?;
+        let stream =
+            tokio::net::TcpStream::connect(&authority).await.map_err(|e| ClientError::Connect(authority.clone(), e))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| ClientError::Http(url.to_string(), e))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = hyper::Request::post(path)
+            .header(hyper::header::HOST, authority.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+            .map_err(|_| ClientError::BadUrl(url.to_string()))?;
+        let resp = sender.send_request(req).await.map_err(|e| ClientError::Http(url.to_string(), e))?;
+        let status = resp.status().as_u16();
+        // Drain the body so the server sees a complete exchange.
+        let _ = resp.into_body().collect().await;
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(ClientError::Status(url.to_string(), status))
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), fut)
+        .await
+        .unwrap_or_else(|_| Err(ClientError::Timeout(url.to_string())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -218,15 +218,36 @@ fn default_health() -> String {
 }
 
 /// `[alerts]`
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertsConfig {
-    /// argv of a hook run (without a shell) on every alert. Default none.
+    /// argv of a hook run (without a shell) on every alert, the alert as JSON on stdin and in `MONITOR_*`
+    /// variables. Default none.
     pub command: Option<Vec<String>>,
-    /// URL receiving Alertmanager-style webhook JSON. Default none.
+    /// A run of the command is killed after this many seconds. Default 10.
+    pub command_timeout_s: u64,
+    /// URL receiving the Alertmanager webhook JSON (version 4). Default none.
     pub webhook: Option<String>,
     /// Base URL of an Alertmanager (alerts go to `/api/v2/alerts`). Default none.
     pub alertmanager: Option<String>,
+    /// An alert that resolves and fires again within this many seconds is one incident (its resolution is sent
+    /// only once it has stayed clear this long). Default 30.
+    pub quiet_s: u64,
+    /// Firing alerts are re-sent to Alertmanager this often, in seconds. Default 30.
+    pub resend_s: u64,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        AlertsConfig {
+            command: None,
+            command_timeout_s: 10,
+            webhook: None,
+            alertmanager: None,
+            quiet_s: 30,
+            resend_s: 30,
+        }
+    }
 }
 
 /// The whole file.
@@ -418,6 +439,12 @@ impl Config {
                     out.push(problem(&[Key("alerts"), Key(k)], format!("{url:?} is not an http(s) URL")));
                 }
             }
+        }
+        if self.alerts.command_timeout_s == 0 {
+            out.push(problem(&[Key("alerts"), Key("command_timeout_s")], "must be at least 1"));
+        }
+        if self.alerts.resend_s == 0 {
+            out.push(problem(&[Key("alerts"), Key("resend_s")], "must be at least 1"));
         }
         if let Some(cmd) = &self.alerts.command {
             if cmd.is_empty() || cmd[0].is_empty() {

@@ -153,6 +153,9 @@ fn agent(a: AgentArgs) -> Result<()> {
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
         let (tx, rx) = tokio::sync::watch::channel(Arc::new(first));
+        // Alerts read the same channel; the Raiser is for other parts (launcher, stats) to raise conditions.
+        let _alerts =
+            monitor::alerts::task::spawn(&cfg.alerts, rx.clone(), cfg.probes.enabled, format!("http://{listen}/"));
         let stop = Arc::new(AtomicBool::new(false));
         let interval = Duration::from_millis(cfg.policy.interval_ms);
         let handle = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())

@@ -3,6 +3,11 @@
 //!
 //! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion).
 //! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
+//! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench_probes.rs).
+
+// The benchmarks of other subsystems live beside this file; they are dispatched from here.
+#[path = "bench_probes.rs"]
+mod bench_probes;
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -12,7 +17,7 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which benchmark: sampler, agent-cpu.
+    /// Which benchmark: sampler, agent-cpu, probes.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -23,7 +28,8 @@ pub fn run(args: Args) -> Result<()> {
     match args.name.as_str() {
         "sampler" => sampler(),
         "agent-cpu" => agent_cpu(args.seconds),
-        other => bail!("unknown benchmark {other:?} (sampler, agent-cpu)"),
+        "probes" => bench_probes::run(),
+        other => bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes)"),
     }
 }
 

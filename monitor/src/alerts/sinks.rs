@@ -1,0 +1,274 @@
+//! Where notifications go: a command (argv, no shell, JSON on stdin and `MONITOR_*` variables), a webhook (the
+//! Alertmanager webhook JSON, version 4) and an Alertmanager (`POST /api/v2/alerts`). Each sink is its own task
+//! behind a bounded queue, so a slow or dead one delays nothing else; HTTP sends are retried with backoff and a
+//! sink that is down is reported once, not per notification.
+
+use super::{rfc3339, Notification, Status};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+/// Queue depth per sink; past it the oldest work is dropped (and said once).
+const QUEUE: usize = 256;
+/// HTTP attempts per batch, with 0.5, 1, 2, 4 s between them.
+const ATTEMPTS: u32 = 5;
+
+/// Alertmanager's "no end" time.
+const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// One alert as JSON (the webhook's `alerts[]` element; also the command's stdin).
+pub fn alert_json(n: &Notification, generator_url: &str) -> Value {
+    json!({
+        "status": n.status,
+        "labels": n.labels,
+        "annotations": n.annotations,
+        "startsAt": rfc3339(n.starts_at),
+        "endsAt": n.ends_at.map(rfc3339).unwrap_or_else(|| ZERO_TIME.into()),
+        "generatorURL": generator_url,
+        "fingerprint": n.fingerprint,
+    })
+}
+
+/// The Alertmanager webhook document (version 4) for notifications of one status.
+pub fn webhook_json(batch: &[Notification], generator_url: &str) -> Value {
+    let status = if batch.iter().all(|n| n.status == Status::Resolved) { "resolved" } else { "firing" };
+    let common = |pick: fn(&Notification) -> &std::collections::BTreeMap<String, String>| {
+        let mut it = batch.iter().map(pick);
+        let first = it.next().cloned().unwrap_or_default();
+        let rest: Vec<_> = it.collect();
+        first
+            .into_iter()
+            .filter(|(k, v)| rest.iter().all(|m| m.get(k) == Some(v)))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let common_labels = common(|n| &n.labels);
+    let group_labels: std::collections::BTreeMap<_, _> =
+        common_labels.iter().filter(|(k, _)| k.as_str() == "alertname").collect();
+    json!({
+        "version": "4",
+        "groupKey": format!("{{}}:{{alertname={:?}}}", group_labels.get(&"alertname".to_string()).map(|s| s.as_str()).unwrap_or("")),
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "monitor",
+        "groupLabels": group_labels,
+        "commonLabels": common_labels,
+        "commonAnnotations": common(|n| &n.annotations),
+        "externalURL": generator_url,
+        "alerts": batch.iter().map(|n| alert_json(n, generator_url)).collect::<Vec<_>>(),
+    })
+}
+
+/// The body of `POST /api/v2/alerts`.
+pub fn alertmanager_json(batch: &[Notification], generator_url: &str) -> Value {
+    Value::Array(
+        batch
+            .iter()
+            .map(|n| {
+                let mut v = json!({
+                    "labels": n.labels,
+                    "annotations": n.annotations,
+                    "startsAt": rfc3339(n.starts_at),
+                    "generatorURL": generator_url,
+                });
+                if let Some(end) = n.ends_at {
+                    v["endsAt"] = json!(rfc3339(end));
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
+/// `MONITOR_*` variables for the command: status, name, fingerprint, times, and every label and annotation
+/// (`MONITOR_LABEL_<KEY>`, `MONITOR_ANNOTATION_<KEY>`, keys upper-cased, other characters as `_`).
+pub fn command_env(n: &Notification) -> Vec<(String, String)> {
+    let key = |prefix: &str, k: &str| {
+        let k: String =
+            k.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+        format!("{prefix}{k}")
+    };
+    let mut env = vec![
+        (
+            "MONITOR_ALERT_STATUS".to_string(),
+            if n.status == Status::Firing { "firing" } else { "resolved" }.to_string(),
+        ),
+        ("MONITOR_ALERT_NAME".to_string(), n.labels.get("alertname").cloned().unwrap_or_default()),
+        ("MONITOR_ALERT_FINGERPRINT".to_string(), n.fingerprint.clone()),
+        ("MONITOR_ALERT_STARTS_AT".to_string(), rfc3339(n.starts_at)),
+        ("MONITOR_ALERT_ENDS_AT".to_string(), n.ends_at.map(rfc3339).unwrap_or_default()),
+    ];
+    env.extend(n.labels.iter().map(|(k, v)| (key("MONITOR_LABEL_", k), v.clone())));
+    env.extend(n.annotations.iter().map(|(k, v)| (key("MONITOR_ANNOTATION_", k), v.clone())));
+    env
+}
+
+/// A running sink: push notifications; it sends them in order on its own task.
+#[derive(Clone)]
+pub struct SinkHandle {
+    name: &'static str,
+    tx: mpsc::Sender<Vec<Notification>>,
+}
+
+impl SinkHandle {
+    /// Queues a batch; a full queue drops it and says so (the sink is far behind or hung).
+    pub fn push(&self, batch: Vec<Notification>) {
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(batch) {
+            tracing::warn!(sink = self.name, "alert sink is behind: dropping a batch");
+        }
+    }
+}
+
+/// Starts the command sink: one run per notification, sequential (so at most one run per alert at a time).
+pub fn command(argv: Vec<String>, timeout: Duration, generator_url: String) -> SinkHandle {
+    let (tx, mut rx) = mpsc::channel::<Vec<Notification>>(QUEUE);
+    tokio::spawn(async move {
+        while let Some(batch) = rx.recv().await {
+            for n in batch {
+                run_command(&argv, &n, timeout, &generator_url).await;
+            }
+        }
+    });
+    SinkHandle { name: "command", tx }
+}
+
+async fn run_command(argv: &[String], n: &Notification, timeout: Duration, generator_url: &str) {
+    let Some((prog, args)) = argv.split_first() else { return };
+    let body = alert_json(n, generator_url).to_string();
+    let mut cmd = tokio::process::Command::new(prog);
+    cmd.args(args)
+        .envs(command_env(n))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(command = %prog, "alert command cannot start: {e}");
+            return;
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        // A hook that does not read its stdin must not block us: write in the background.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(body.as_bytes()).await;
+        });
+    }
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => {
+            let text = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(2000)]).trim().to_string();
+            tracing::info!(
+                command = %prog,
+                alert = %n.labels.get("alertname").map(String::as_str).unwrap_or(""),
+                status = ?n.status,
+                exit = ?out.status.code(),
+                stdout = %text(&out.stdout),
+                stderr = %text(&out.stderr),
+                "alert command ran"
+            );
+        }
+        Ok(Err(e)) => tracing::warn!(command = %prog, "alert command failed: {e}"),
+        Err(_) => tracing::warn!(command = %prog, timeout_s = timeout.as_secs(), "alert command timed out: killed"),
+    }
+}
+
+/// Starts an HTTP sink posting `render(batch)` to `url`, with retries and a once-only "down" report.
+pub fn http(
+    name: &'static str,
+    url: String,
+    generator_url: String,
+    render: fn(&[Notification], &str) -> Value,
+) -> SinkHandle {
+    let (tx, mut rx) = mpsc::channel::<Vec<Notification>>(QUEUE);
+    tokio::spawn(async move {
+        let mut down = false;
+        while let Some(batch) = rx.recv().await {
+            let body = render(&batch, &generator_url).to_string();
+            let mut delay = Duration::from_millis(500);
+            let mut last_err = String::new();
+            let mut sent = false;
+            for attempt in 1..=ATTEMPTS {
+                match crate::client::post_json(&url, &body).await {
+                    Ok(()) => {
+                        sent = true;
+                        break;
+                    }
+                    Err(e) => last_err = e.to_string(),
+                }
+                if attempt < ATTEMPTS {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+            }
+            if sent && down {
+                tracing::info!(sink = name, %url, "alert sink is reachable again");
+                down = false;
+            } else if !sent && !down {
+                tracing::warn!(sink = name, %url, "alert sink is down: {last_err} (reported once until it recovers)");
+                down = true;
+            }
+        }
+    });
+    SinkHandle { name, tx }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::time::SystemTime;
+
+    fn n(status: Status) -> Notification {
+        let mut labels = BTreeMap::new();
+        labels.insert("alertname".to_string(), "MonitorGroupRefusing".to_string());
+        labels.insert("cgroup".to_string(), "/g".to_string());
+        let mut annotations = BTreeMap::new();
+        annotations.insert("summary".to_string(), "a \"quoted\"\nname; $(rm -rf /)".to_string());
+        Notification {
+            status,
+            fingerprint: "0123456789abcdef".into(),
+            labels,
+            annotations,
+            starts_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+            ends_at: (status == Status::Resolved).then(|| SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_060)),
+        }
+    }
+
+    #[test]
+    fn webhook_document() {
+        let v = webhook_json(&[n(Status::Firing)], "http://127.0.0.1:9464/");
+        assert_eq!(v["version"], "4");
+        assert_eq!(v["status"], "firing");
+        assert_eq!(v["alerts"][0]["startsAt"], "2027-01-15T08:00:00.000Z");
+        assert_eq!(v["alerts"][0]["endsAt"], ZERO_TIME);
+        assert_eq!(v["alerts"][0]["fingerprint"], "0123456789abcdef");
+        assert_eq!(v["commonLabels"]["cgroup"], "/g");
+        assert_eq!(v["groupLabels"]["alertname"], "MonitorGroupRefusing");
+        let v = webhook_json(&[n(Status::Resolved)], "");
+        assert_eq!(
+            (v["status"].as_str(), v["alerts"][0]["endsAt"].as_str()),
+            (Some("resolved"), Some("2027-01-15T08:01:00.000Z"))
+        );
+    }
+
+    #[test]
+    fn alertmanager_document() {
+        let v = alertmanager_json(&[n(Status::Firing), n(Status::Resolved)], "http://x/");
+        assert!(v[0].get("endsAt").is_none());
+        assert_eq!(v[1]["endsAt"], "2027-01-15T08:01:00.000Z");
+        assert_eq!(v[0]["labels"]["alertname"], "MonitorGroupRefusing");
+    }
+
+    #[test]
+    fn command_environment_keeps_values_intact() {
+        let env = command_env(&n(Status::Firing));
+        let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("MONITOR_ALERT_STATUS"), Some("firing"));
+        assert_eq!(get("MONITOR_LABEL_CGROUP"), Some("/g"));
+        assert_eq!(get("MONITOR_ANNOTATION_SUMMARY"), Some("a \"quoted\"\nname; $(rm -rf /)"));
+    }
+}

@@ -1,0 +1,147 @@
+//! The alerts task: derives conditions from each published decision, merges those raised by other parts (the
+//! launcher's crashes and crash loops, the stats database), runs the [`Book`](super::engine::Book) and hands
+//! notifications to the sinks. It only reads the watch channel; it never blocks the sampler.
+
+use super::engine::Book;
+use super::sinks::{self, SinkHandle};
+use super::Condition;
+use crate::config::AlertsConfig;
+use crate::policy::State;
+use crate::sampler::Published;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, watch};
+
+/// Raises and clears conditions from outside the sampler (launcher, stats database). Cheap to clone.
+#[derive(Clone)]
+pub struct Raiser {
+    tx: mpsc::UnboundedSender<(String, Option<Condition>)>,
+}
+
+impl Raiser {
+    /// Sets (Some) or clears (None) the condition known by `key`.
+    pub fn set(&self, key: impl Into<String>, cond: Option<Condition>) {
+        let _ = self.tx.send((key.into(), cond));
+    }
+}
+
+/// The conditions that one published sample makes true.
+pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
+    let s = &p.snapshot;
+    let d = &p.decision;
+    let cgroup = s.group.cgroup.display().to_string();
+    let usage = |c: Condition| {
+        c.annotate("usage_bytes", s.group.usage_bytes.to_string())
+            .annotate("limit_bytes", s.group.limit_bytes.to_string())
+            .annotate("ratio", format!("{:.3}", d.ratio))
+            .annotate("shadow", d.shadow.to_string())
+    };
+    let mut out = Vec::new();
+    if matches!(d.state, State::Refusing | State::Aborting) {
+        out.push(usage(Condition::new("MonitorGroupRefusing").label("cgroup", cgroup.clone()).annotate(
+            "summary",
+            format!("group memory at {:.1}% of its limit: every process refuses new requests", d.ratio * 100.0),
+        )));
+    }
+    if d.state == State::Aborting {
+        let victim = d.victim.and_then(|v| s.processes.iter().find(|p| p.pid == v.pid));
+        let mut c = Condition::new("MonitorGroupAborting").label("cgroup", cgroup.clone());
+        if let Some(v) = victim {
+            c = c
+                .annotate("victim_pid", v.pid.to_string())
+                .annotate("victim_name", v.name.clone())
+                .annotate("victim_rss_bytes", v.rss_bytes.to_string())
+                .annotate(
+                    "summary",
+                    format!(
+                        "group memory at {:.1}%: {} (pid {}) aborts its in-flight work",
+                        d.ratio * 100.0,
+                        v.name,
+                        v.pid
+                    ),
+                );
+        }
+        out.push(usage(c));
+    }
+    if probes_wanted && !p.probes.enabled {
+        out.push(
+            Condition::new("MonitorProbesDisabled")
+                .label("cgroup", cgroup.clone())
+                .annotate("reason", p.probes.reason.clone().unwrap_or_default())
+                .annotate("summary", "request counting (eBPF) is off"),
+        );
+    }
+    if let Some(e) = &p.error {
+        out.push(
+            Condition::new("MonitorGroupUnreadable")
+                .label("cgroup", cgroup)
+                .annotate("error", e.clone())
+                .annotate("summary", format!("the group cannot be read: {e}")),
+        );
+    }
+    out
+}
+
+/// Starts the alerts task if any sink is configured. `generator_url` links back to the agent.
+pub fn spawn(
+    cfg: &AlertsConfig,
+    mut rx: watch::Receiver<Arc<Published>>,
+    probes_wanted: bool,
+    generator_url: String,
+) -> Option<Raiser> {
+    let mut sinks: Vec<SinkHandle> = Vec::new();
+    if let Some(argv) = &cfg.command {
+        sinks.push(sinks::command(argv.clone(), Duration::from_secs(cfg.command_timeout_s), generator_url.clone()));
+    }
+    if let Some(url) = &cfg.webhook {
+        sinks.push(sinks::http("webhook", url.clone(), generator_url.clone(), sinks::webhook_json));
+    }
+    let am = cfg.alertmanager.as_ref().map(|base| {
+        let url = format!("{}/api/v2/alerts", base.trim_end_matches('/'));
+        sinks::http("alertmanager", url, generator_url.clone(), sinks::alertmanager_json)
+    });
+    if sinks.is_empty() && am.is_none() {
+        return None;
+    }
+    let (tx, mut ext_rx) = mpsc::unbounded_channel::<(String, Option<Condition>)>();
+    let quiet = Duration::from_secs(cfg.quiet_s);
+    let resend = Duration::from_secs(cfg.resend_s);
+    tokio::spawn(async move {
+        let mut book = Book::new(quiet);
+        let mut external: BTreeMap<String, Condition> = BTreeMap::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut resend_tick = tokio::time::interval(resend);
+        loop {
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { break },
+                Some((key, cond)) = ext_rx.recv() => match cond {
+                    Some(c) => { external.insert(key, c); }
+                    None => { external.remove(&key); }
+                },
+                _ = tick.tick() => {}
+                _ = resend_tick.tick() => {
+                    // Alertmanager expects firing alerts to be re-sent, or it resolves them itself.
+                    if let Some(am) = &am { am.push(book.firing()); }
+                    continue;
+                }
+            }
+            let mut conds = conditions(&rx.borrow(), probes_wanted);
+            conds.extend(external.values().cloned());
+            let out = book.observe(SystemTime::now(), &conds);
+            if out.is_empty() {
+                continue;
+            }
+            for n in &out {
+                tracing::info!(alert = %n.labels.get("alertname").map(String::as_str).unwrap_or(""), status = ?n.status, fingerprint = %n.fingerprint, "alert");
+            }
+            for s in &sinks {
+                s.push(out.clone());
+            }
+            if let Some(am) = &am {
+                am.push(out);
+            }
+        }
+    });
+    Some(Raiser { tx })
+}
