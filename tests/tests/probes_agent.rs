@@ -1,0 +1,102 @@
+//! Issue 3 through the agent: python's http.server in a test cgroup, `monitor agent` on it, an exact number of
+//! requests with curl (one per connection and several on one keep-alive connection); `/api/v1/status` must show
+//! exactly those counts for that pid, and nothing for a twin server outside the group.
+
+use monitor_tests::{require_root, spawn_in_cgroup, Agent, CgroupV1, ChildGuard};
+use serde_json::Value;
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn http_server(port: u16) -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--protocol", "HTTP/1.1"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on 127.0.0.1:{port}");
+}
+
+fn curl(args: &[&str]) {
+    let out = Command::new("curl").args(["-s", "-o", "/dev/null", "--max-time", "10"]).args(args).output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("curl {args:?}: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => panic!("curl cannot run: {e}"),
+    }
+}
+
+fn proc_entry(status: &Value, pid: u32) -> Option<Value> {
+    status["processes"].as_array()?.iter().find(|p| p["pid"].as_u64() == Some(u64::from(pid))).cloned()
+}
+
+#[test]
+fn agent_counts_requests_of_group_processes_exactly() {
+    let test = "agent_counts_requests_of_group_processes_exactly";
+    if !require_root(test) {
+        return;
+    }
+    let cg = CgroupV1::create("probes-agent", Some(512 << 20));
+    let port = monitor_tests::agent::free_port();
+    let server = spawn_in_cgroup(&mut http_server(port), cg.path());
+    let other_port = monitor_tests::agent::free_port();
+    let _outside = ChildGuard::spawn(&mut http_server(other_port));
+    wait_port(port);
+    wait_port(other_port);
+    let agent = Agent::start(&cg.path().display().to_string(), &[]);
+    let st = agent.status();
+    assert_eq!(st["probes"]["enabled"], true, "probes must load as root: {}", st["probes"]);
+    let pid = server.pid();
+    assert!(proc_entry(&st, pid).is_some(), "server pid {pid} not in {st}");
+    // Let the sampler put the pid in the kernel's filter before the first request.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let base = format!("http://127.0.0.1:{port}");
+    // 5 requests, one connection each: 3 × 200, 2 × 404.
+    for path in ["/", "/Cargo.toml", "/src/", "/missing", "/also-missing"] {
+        curl(&[&format!("{base}{path}")]);
+    }
+    // 6 requests on one keep-alive connection (curl reuses it for URLs given together).
+    let urls: Vec<String> = (0..6).map(|_| format!("{base}/Cargo.toml")).collect();
+    let mut args: Vec<&str> = Vec::new();
+    for u in &urls {
+        args.extend(["-o", "/dev/null", u.as_str()]);
+    }
+    curl(&args);
+    // 2 HEAD requests.
+    curl(&["-I", &format!("{base}/")]);
+    curl(&["-I", &format!("{base}/missing")]);
+    // The outside server gets traffic too; it must count nowhere.
+    for _ in 0..4 {
+        curl(&[&format!("http://127.0.0.1:{other_port}/")]);
+    }
+
+    let want_requests = 5 + 6 + 2;
+    let st = agent.wait_for(
+        |s| proc_entry(s, pid).is_some_and(|p| p["responses_total"].as_u64() == Some(want_requests)),
+        Duration::from_secs(10),
+    );
+    let p = proc_entry(&st, pid).unwrap_or_default();
+    assert_eq!(p["requests_total"], want_requests, "{p}");
+    assert_eq!(p["responses_total"], want_requests, "{p}");
+    // 2xx: 3 + 6 + 1 HEAD; 4xx: 2 + 1 HEAD.
+    assert_eq!(p["responses_by_class"], serde_json::json!([0, 10, 0, 3, 0]), "{p}");
+    assert_eq!(p["accepts_total"], 5 + 1 + 2, "{p}");
+    assert_eq!(p["inflight"], 0, "{p}");
+    assert!(p["latency_p50_us"].as_u64().is_some(), "{p}");
+    // Only group processes are listed, so the outside server cannot appear; and the totals add up to ours.
+    let total: u64 =
+        st["processes"].as_array().map(|a| a.iter().filter_map(|p| p["requests_total"].as_u64()).sum()).unwrap_or(0);
+    assert_eq!(total, want_requests);
+}
