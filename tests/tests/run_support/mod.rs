@@ -192,12 +192,17 @@ impl Run {
         }
     }
 
-    /// Sends SIGTERM and waits for the exit.
-    pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+    /// Sends SIGTERM.
+    pub fn sigterm(&self) {
         if let Ok(pid) = libc::pid_t::try_from(self.child.pid()) {
             // SAFETY: kill has no memory-safety preconditions; the pid is our un-reaped child.
             unsafe { libc::kill(pid, libc::SIGTERM) };
         }
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        self.sigterm();
         match self.child.wait_timeout(timeout) {
             Some(s) => s,
             None => panic!("monitor run still running {timeout:?} after SIGTERM; stderr:\n{}", self.stderr()),
