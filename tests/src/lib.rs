@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod cgroup;
+pub mod cgroup2;
 pub mod child;
 pub mod hog;
 pub mod http;

@@ -9,6 +9,7 @@ mod demo;
 mod setup;
 mod test;
 mod util;
+mod vmtest;
 
 #[derive(Parser)]
 #[command(about = "monitor's project tasks")]
@@ -29,6 +30,8 @@ enum Task {
     Test(test::Args),
     /// Benchmarks: `sampler`, `agent-cpu`.
     Bench(bench::Args),
+    /// Run the in-VM suite on real cgroup v2 and Debian kernels 6.1 / 6.12 (qemu, software emulation).
+    Vmtest(vmtest::Args),
 }
 
 fn main() -> Result<()> {
@@ -38,5 +41,6 @@ fn main() -> Result<()> {
         Task::Demo(a) => demo::run(a),
         Task::Test(a) => test::run(a),
         Task::Bench(a) => bench::run(a),
+        Task::Vmtest(a) => vmtest::run(a),
     }
 }

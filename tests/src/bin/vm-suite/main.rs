@@ -1,0 +1,71 @@
+//! `vm-suite`: monitor's acceptance tests on a real cgroup v2 hierarchy with the memory controller and on real
+//! kernels, run inside the test VM by `cargo xtask vmtest` (see tests/vm/README.md).
+//!
+//! `vm-suite` runs every test (those whose name contains `$VM_FILTER` when it is set), one after the other, each
+//! with its guards cleaned up whatever happens, prints `test <name> ... ok|FAILED` and a closing
+//! `vm-suite: N passed, N failed`, and exits non-zero when a test failed. `monitor` and `alloc-hog` must sit
+//! beside it. `vm-suite serve <port>` is the tiny HTTP server the traffic tests start.
+
+mod memory;
+mod server;
+mod support;
+mod traffic;
+
+use monitor_tests::cgroup2::CgroupV2;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Every test, in the order they run.
+const TESTS: &[(&str, fn())] = &[
+    ("usage_limit_and_policy", memory::usage_limit_and_policy),
+    ("nested_limit_changed_at_run_time", memory::nested_limit_changed_at_run_time),
+    ("memory_high_is_not_the_limit", memory::memory_high_is_not_the_limit),
+    ("process_moved_out_disappears", memory::process_moved_out_disappears),
+    ("group_removed_under_the_agent", memory::group_removed_under_the_agent),
+    ("own_server_counts_exactly", traffic::own_server_counts_exactly),
+    ("busybox_httpd_counts", traffic::busybox_httpd_counts),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("serve") {
+        return server::main(&args[1..]);
+    }
+    if !args.is_empty() {
+        eprintln!("usage: vm-suite [serve <port>]   (VM_FILTER=<part of a test name> selects tests)");
+        return ExitCode::FAILURE;
+    }
+    if let Some(reason) = CgroupV2::unavailable_reason() {
+        eprintln!("vm-suite: cannot run here: {reason}");
+        return ExitCode::FAILURE;
+    }
+    if std::env::var_os("MONITOR_BIN").is_none() {
+        std::env::set_var("MONITOR_BIN", support::bin_dir().join("monitor"));
+    }
+    let filter = std::env::var("VM_FILTER").unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!("vm-suite on Linux {}", kernel.trim());
+    let (mut passed, mut failed) = (0, 0);
+    let started = Instant::now();
+    for &(name, test) in TESTS.iter().filter(|(name, _)| name.contains(filter.as_str())) {
+        println!("test {name} ...");
+        let t0 = Instant::now();
+        // The default panic hook prints the message; the guards inside the test clean up while unwinding.
+        let ok = std::panic::catch_unwind(test).is_ok();
+        let secs = t0.elapsed().as_secs_f64();
+        if ok {
+            passed += 1;
+            println!("test {name} ... ok ({secs:.1} s)");
+        } else {
+            failed += 1;
+            println!("test {name} ... FAILED ({secs:.1} s)");
+        }
+    }
+    println!("vm-suite took {:.1} s", started.elapsed().as_secs_f64());
+    println!("vm-suite: {passed} passed, {failed} failed");
+    if failed == 0 && passed > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,185 @@
+//! The agent on real cgroup v2 memory groups: known allocations, the limit up a nested tree and changed at run
+//! time, `memory.high`, a process moved out, the group removed under the agent. Mirrors tests/tests/agent_v1.rs
+//! at half its sizes (a 256 MiB group), so that the emulated VM stays quick.
+
+use crate::support::*;
+use monitor_tests::cgroup2::{move_to_root, CgroupV2};
+use monitor_tests::{Agent, Hog, MIB};
+use std::time::Duration;
+
+/// The policy test's group limit.
+const LIMIT: u64 = 256 * MIB;
+
+fn hogs_in(cg: &CgroupV2, mibs: &[u64]) -> Vec<Hog> {
+    mibs.iter().map(|&m| Hog::spawn(hog_bin(), cg.path(), m, false)).collect()
+}
+
+/// Resizes the hogs one by one, in the given order, to the given MiB.
+fn resize(hogs: &mut [Hog], plan: &[(usize, u64)]) {
+    for &(i, mib) in plan {
+        hogs[i].set_mib(mib);
+    }
+}
+
+/// Three hogs of known size in a 256 MiB group: usage (within 5% of their RssAnon and of the kernel's own
+/// `memory.stat anon`), limit, each process, then 85% / 92% transitions with the largest aborted, and back
+/// through the hysteresis.
+pub fn usage_limit_and_policy() {
+    let cg = CgroupV2::create("accept", Some(LIMIT));
+    // 200 MiB = 78% of the limit.
+    let mut hogs = hogs_in(&cg, &[50, 65, 85]);
+    let agent = Agent::start(&cg.path().display().to_string(), &[]);
+
+    let s = wait_usage_matches(&agent, &hogs);
+    assert_eq!(str_at(&s, "/group/version"), "v2");
+    assert_eq!(u64_at(&s, "/group/limit_bytes"), LIMIT);
+    assert_eq!(str_at(&s, "/group/limit_source"), "cgroup");
+    let name = cg.relative();
+    assert!(str_at(&s, "/group/cgroup").ends_with(&name), "group.cgroup should name {name}: {s:#}");
+    let usage = u64_at(&s, "/group/usage_bytes");
+    let kernel_anon = cg.stat("anon").unwrap_or(0);
+    assert!(close(usage, kernel_anon, 0.05, 0), "usage {usage}, memory.stat anon {kernel_anon}");
+    let ratio = f64_at(&s, "/group/ratio");
+    assert!((ratio - usage as f64 / LIMIT as f64).abs() < 0.005, "ratio {ratio} for usage {usage}");
+    assert_eq!(str_at(&s, "/policy/state"), "normal");
+    for h in &hogs {
+        let p = process(&s, h.pid()).unwrap_or_else(|| panic!("pid {} not listed", h.pid()));
+        let (rss, anon) = (u64_at(p, "/rss_bytes"), u64_at(p, "/anon_bytes"));
+        let (vm_rss, rss_anon) = (h.vm_rss(), h.rss_anon());
+        assert!(close(rss, vm_rss, 0.02, 2 * MIB), "pid {}: rss_bytes {rss}, VmRSS {vm_rss}", h.pid());
+        assert!(close(anon, rss_anon, 0.02, 2 * MIB), "pid {}: anon_bytes {anon}, RssAnon {rss_anon}", h.pid());
+        assert_eq!(p.get("action").and_then(serde_json::Value::as_str), Some("serve"), "{p}");
+    }
+    decision_says(&agent, hogs[0].pid(), "serve");
+
+    // 225 MiB = 88%: refusing, everyone refuses.
+    resize(&mut hogs, &[(0, 55), (1, 70), (2, 100)]);
+    let s = agent.wait_for(|s| state(s) == Some("refusing") && all_actions(s, &hogs, "refuse"), SETTLE);
+    assert!(f64_at(&s, "/group/ratio") >= 0.85);
+
+    // 240 MiB = 94%: aborting, the largest aborts, the others refuse.
+    resize(&mut hogs, &[(1, 75), (2, 110)]);
+    let largest = hogs[2].pid();
+    let s = agent.wait_for(|s| state(s) == Some("aborting") && action(s, largest) == Some("abort"), SETTLE);
+    assert_eq!(u64_at(&s, "/policy/largest_pid"), u64::from(largest));
+    for h in &hogs[..2] {
+        assert_eq!(action(&s, h.pid()), Some("refuse"), "pid {}: {s:#}", h.pid());
+    }
+    decision_says(&agent, largest, "abort");
+
+    // Back to 225 MiB = 88%: below abort_at - hysteresis (0.90), so refusing again.
+    resize(&mut hogs, &[(2, 100), (1, 70)]);
+    agent.wait_for(|s| state(s) == Some("refusing") && all_actions(s, &hogs, "refuse"), SETTLE);
+
+    // 214 MiB = 84%: below refuse_at but not below refuse_at - hysteresis (0.83): still refusing.
+    resize(&mut hogs, &[(0, 52), (1, 65), (2, 97)]);
+    wait_usage_matches(&agent, &hogs);
+    std::thread::sleep(Duration::from_millis(500));
+    let s = wait_usage_matches(&agent, &hogs);
+    let ratio = f64_at(&s, "/group/ratio");
+    assert!((0.83..0.85).contains(&ratio), "the fixture should sit at 84%, is at {ratio}");
+    assert_eq!(state(&s), Some("refusing"), "hysteresis: left refusing at {ratio}: {s:#}");
+
+    // 150 MiB = 59%: normal, everyone serves.
+    resize(&mut hogs, &[(2, 60), (1, 50), (0, 40)]);
+    agent.wait_for(|s| state(s) == Some("normal") && all_actions(s, &hogs, "serve"), SETTLE);
+}
+
+/// top (200 MiB) / mid (max) / leaf (300 MiB), the agent on the leaf by a path relative to the mount: the limit
+/// is the smallest `memory.max` up the tree, and follows `memory.max` written while the agent runs.
+pub fn nested_limit_changed_at_run_time() {
+    let top = CgroupV2::create("top", Some(200 * MIB));
+    let mid = top.create_child("mid", None);
+    let leaf = mid.create_child("leaf", Some(300 * MIB));
+    let hog = Hog::spawn(hog_bin(), leaf.path(), 40, false);
+    let agent = Agent::start(&leaf.relative(), &[]);
+    let s = wait_usage_matches(&agent, std::slice::from_ref(&hog));
+    assert_eq!(str_at(&s, "/group/version"), "v2");
+    assert_eq!(str_at(&s, "/group/limit_source"), "cgroup");
+    assert_eq!(u64_at(&s, "/group/limit_bytes"), 200 * MIB, "the top's limit applies: {s:#}");
+
+    let limit_is = |bytes: u64| {
+        move |s: &serde_json::Value| s.pointer("/group/limit_bytes").and_then(serde_json::Value::as_u64) == Some(bytes)
+    };
+    // The leaf's own limit drops below the top's.
+    leaf.set_max(Some(150 * MIB));
+    let s = agent.wait_for(limit_is(150 * MIB), SETTLE);
+    let ratio = f64_at(&s, "/group/ratio");
+    let usage = u64_at(&s, "/group/usage_bytes");
+    assert!((ratio - usage as f64 / (150 * MIB) as f64).abs() < 0.005, "ratio {ratio} for usage {usage}");
+    // The top's drops below the leaf's.
+    top.set_max(Some(120 * MIB));
+    agent.wait_for(limit_is(120 * MIB), SETTLE);
+    // The middle one gets the smallest.
+    mid.set_max(Some(100 * MIB));
+    agent.wait_for(limit_is(100 * MIB), SETTLE);
+    // No limit left anywhere: the host's memory.
+    for cg in [&leaf, &mid, &top] {
+        cg.set_max(None);
+    }
+    let s = agent.wait_for(|s| s.pointer("/group/limit_source").and_then(|v| v.as_str()) == Some("host"), SETTLE);
+    assert_eq!(u64_at(&s, "/group/limit_bytes"), mem_total());
+}
+
+/// `memory.high` is a throttle, not a limit: the kernel reclaims and slows allocators above it but never
+/// OOM-kills there, so the agent's limit (and ratio) stays `memory.max`; the agent keeps working with it set.
+pub fn memory_high_is_not_the_limit() {
+    let cg = CgroupV2::create("high", Some(LIMIT));
+    cg.set_high(Some(128 * MIB));
+    let mut hog = Hog::spawn(hog_bin(), cg.path(), 60, false);
+    let agent = Agent::start(&cg.path().display().to_string(), &[]);
+    let s = wait_usage_matches(&agent, std::slice::from_ref(&hog));
+    assert_eq!(u64_at(&s, "/group/limit_bytes"), LIMIT, "memory.max, not memory.high: {s:#}");
+    // Grow up to just under memory.high, then lower memory.high at run time: still memory.max.
+    hog.set_mib(110);
+    let s = wait_usage_matches(&agent, std::slice::from_ref(&hog));
+    assert_eq!(u64_at(&s, "/group/limit_bytes"), LIMIT);
+    assert_eq!(str_at(&s, "/policy/state"), "normal");
+    cg.set_high(Some(200 * MIB));
+    hog.set_mib(150);
+    let s = wait_usage_matches(&agent, std::slice::from_ref(&hog));
+    assert_eq!(u64_at(&s, "/group/limit_bytes"), LIMIT);
+    let ratio = f64_at(&s, "/group/ratio");
+    let usage = u64_at(&s, "/group/usage_bytes");
+    assert!((ratio - usage as f64 / LIMIT as f64).abs() < 0.005, "ratio {ratio} against memory.max");
+}
+
+/// A process moved to another group disappears from `processes`; the others stay. (cgroup v2 does not move
+/// memory charges with a process: the group's `memory.stat anon`, which the agent reports, keeps what the moved
+/// process had touched until it frees it.)
+pub fn process_moved_out_disappears() {
+    let cg = CgroupV2::create("moved", Some(LIMIT));
+    let hogs = hogs_in(&cg, &[30, 20]);
+    let agent = Agent::start(&cg.path().display().to_string(), &[]);
+    wait_usage_matches(&agent, &hogs);
+    let (stay, leave) = (hogs[0].pid(), hogs[1].pid());
+    move_to_root(leave);
+    assert_eq!(cg.procs(), vec![stay]);
+    let s = agent.wait_for(|s| process(s, leave).is_none() && process(s, stay).is_some(), SETTLE);
+    let usage = u64_at(&s, "/group/usage_bytes");
+    let kernel_anon = cg.stat("anon").unwrap_or(0);
+    assert!(close(usage, kernel_anon, 0.05, MIB), "usage {usage}, memory.stat anon {kernel_anon}");
+}
+
+/// The group is removed while the agent watches it: the agent keeps running and answering, and reports the
+/// error in `group.error`.
+pub fn group_removed_under_the_agent() {
+    let mut cg = CgroupV2::create("doomed", Some(128 * MIB));
+    let hog = Hog::spawn(hog_bin(), cg.path(), 20, false);
+    let agent = Agent::start(&cg.path().display().to_string(), &[]);
+    let s = wait_usage_matches(&agent, std::slice::from_ref(&hog));
+    assert!(s.pointer("/group/error").is_none_or(serde_json::Value::is_null), "an error before removal: {s:#}");
+    drop(hog);
+    cg.remove();
+    let s =
+        agent.wait_for(|s| s.pointer("/group/error").and_then(|e| e.as_str()).is_some_and(|e| !e.is_empty()), SETTLE);
+    eprintln!("group.error after removal: {}", str_at(&s, "/group/error"));
+    // Still alive and answering a while later.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(agent.get("/healthz").0, 200);
+    let s = agent.status();
+    assert!(s.pointer("/group/error").and_then(|e| e.as_str()).is_some(), "error gone: {s:#}");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", agent.pid())).unwrap_or_default();
+    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+    assert!(matches!(state, Some(Some('R' | 'S' | 'D'))), "agent state {state:?}: {stat}");
+}

@@ -1,0 +1,212 @@
+//! `CgroupV2`: a uniquely named cgroup v2 group with the memory controller that the test owns, removed on drop
+//! (every process in it and in its children killed first, with `cgroup.kill` where the kernel has it).
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Where the unified hierarchy is mounted (in the test VM and on systemd machines).
+pub const V2_MOUNT: &str = "/sys/fs/cgroup";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A cgroup v2 group created by the test; on drop, kills what runs in it and removes it.
+#[derive(Debug)]
+pub struct CgroupV2 {
+    path: PathBuf,
+    /// False once the test removed the group itself ([`CgroupV2::remove`]).
+    owned: bool,
+}
+
+impl CgroupV2 {
+    /// Why v2 memory groups cannot be made here, or `None` when they can: the unified hierarchy mounted at
+    /// [`V2_MOUNT`] with `memory` in the root's `cgroup.subtree_control`, and root.
+    pub fn unavailable_reason() -> Option<String> {
+        let mount = Path::new(V2_MOUNT);
+        let controllers = fs::read_to_string(mount.join("cgroup.controllers")).unwrap_or_default();
+        if !controllers.split_whitespace().any(|c| c == "memory") {
+            return Some(format!("no cgroup v2 memory controller at {V2_MOUNT} (controllers: {controllers:?})"));
+        }
+        let subtree = fs::read_to_string(mount.join("cgroup.subtree_control")).unwrap_or_default();
+        if !subtree.split_whitespace().any(|c| c == "memory") {
+            return Some(format!("memory is not enabled in {V2_MOUNT}/cgroup.subtree_control"));
+        }
+        if !crate::is_root() {
+            return Some("needs root".into());
+        }
+        None
+    }
+
+    /// Creates `/sys/fs/cgroup/monitor-test-<pid>-<n>-<name>` with `memory.max` set to `max` (`None`: `max`).
+    pub fn create(name: &str, max: Option<u64>) -> CgroupV2 {
+        Self::create_under(Path::new(V2_MOUNT), name, max)
+    }
+
+    /// Creates a nested child group `<self>/<name>` (unique name too), enabling the memory controller for this
+    /// group's children first. A v2 group that hands controllers down cannot hold processes itself, so put
+    /// processes in the leaves.
+    pub fn create_child(&self, name: &str, max: Option<u64>) -> CgroupV2 {
+        self.write("cgroup.subtree_control", "+memory");
+        Self::create_under(&self.path, name, max)
+    }
+
+    fn create_under(parent: &Path, name: &str, max: Option<u64>) -> CgroupV2 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = parent.join(format!("monitor-test-{}-{n}-{name}", std::process::id()));
+        if let Err(e) = fs::create_dir(&dir) {
+            panic!("cannot create cgroup {}: {e}", dir.display());
+        }
+        let cg = CgroupV2 { path: dir, owned: true };
+        if max.is_some() {
+            cg.set_max(max);
+        }
+        cg
+    }
+
+    /// The absolute path of the group's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path relative to the mount (e.g. `monitor-test-1-0-x/monitor-test-1-1-y`), as `--cgroup` accepts it.
+    pub fn relative(&self) -> String {
+        self.path
+            .strip_prefix(V2_MOUNT)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| self.path.display().to_string())
+    }
+
+    /// Writes `memory.max` (`None`: `max`, no limit).
+    pub fn set_max(&self, bytes: Option<u64>) {
+        self.write("memory.max", &limit_text(bytes));
+    }
+
+    /// Writes `memory.high` (`None`: `max`, no throttling).
+    pub fn set_high(&self, bytes: Option<u64>) {
+        self.write("memory.high", &limit_text(bytes));
+    }
+
+    /// Writes a control file of the group.
+    pub fn write(&self, file: &str, value: &str) {
+        let p = self.path.join(file);
+        if let Err(e) = fs::write(&p, value) {
+            panic!("cannot write {value:?} to {}: {e}", p.display());
+        }
+    }
+
+    /// Reads a control file of the group.
+    pub fn read(&self, file: &str) -> String {
+        let p = self.path.join(file);
+        match fs::read_to_string(&p) {
+            Ok(s) => s,
+            Err(e) => panic!("cannot read {}: {e}", p.display()),
+        }
+    }
+
+    /// A value of the group's `memory.stat` (`anon`, `file`, …).
+    pub fn stat(&self, key: &str) -> Option<u64> {
+        crate::cgroup::parse_stat(&self.read("memory.stat"), key)
+    }
+
+    /// The pids in `cgroup.procs` (this group only, not its children).
+    pub fn procs(&self) -> Vec<u32> {
+        read_procs(&self.path)
+    }
+
+    /// Moves `pid` into this group.
+    pub fn adopt(&self, pid: u32) {
+        self.write("cgroup.procs", &pid.to_string());
+    }
+
+    /// Kills everything in the group and removes it now (children first); drop then does nothing.
+    pub fn remove(&mut self) {
+        destroy(&self.path);
+        if self.path.exists() {
+            panic!("cgroup {} is still there after removing it", self.path.display());
+        }
+        self.owned = false;
+    }
+}
+
+/// Moves `pid` into the root group of the hierarchy (out of every test group).
+pub fn move_to_root(pid: u32) {
+    let p = Path::new(V2_MOUNT).join("cgroup.procs");
+    if let Err(e) = fs::write(&p, pid.to_string()) {
+        panic!("cannot move {pid} to {}: {e}", p.display());
+    }
+}
+
+/// The text a v2 limit file takes: bytes, or `max`.
+pub fn limit_text(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "max".to_string(), |b| b.to_string())
+}
+
+fn read_procs(dir: &Path) -> Vec<u32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Kills every process in `dir` and its sub-groups, then removes them depth first (retrying briefly while the
+/// kernel finishes tearing the processes down).
+fn destroy(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                destroy(&e.path());
+            }
+        }
+    }
+    // cgroup.kill (5.14+) kills the whole subtree at once; the loop below covers older kernels.
+    let _ = fs::write(dir.join("cgroup.kill"), "1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        // Only processes this test started are in a group it created.
+        for pid in read_procs(dir) {
+            if let Ok(pid) = libc::pid_t::try_from(pid) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        match fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == ErrorKind::NotFound => return,
+            Err(e) if Instant::now() >= deadline => {
+                eprintln!("warning: cannot remove cgroup {}: {e}", dir.display());
+                return;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+impl Drop for CgroupV2 {
+    fn drop(&mut self) {
+        if self.owned {
+            destroy(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_text_is_bytes_or_max() {
+        assert_eq!(limit_text(None), "max");
+        assert_eq!(limit_text(Some(64 << 20)), "67108864");
+    }
+
+    #[test]
+    fn availability_is_explained() {
+        // On the host (v1 memory only) this names the missing controller; in the test VM it is None as root.
+        if let Some(reason) = CgroupV2::unavailable_reason() {
+            assert!(!reason.is_empty());
+        }
+    }
+}

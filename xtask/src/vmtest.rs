@@ -1,0 +1,132 @@
+//! `cargo xtask vmtest [--kernel 6.1|6.12|all]`: runs the in-VM suite (tests/src/bin/vm-suite) on real cgroup v2
+//! and on Debian's 6.1 and 6.12 kernels, in qemu with software emulation. Installs qemu and busybox-static when
+//! missing, fetches the kernels once per machine, builds static binaries and an initramfs, boots each kernel,
+//! and exits with the suite's status read from the serial console (failing loudly when the VM never reports).
+//! The suite and its choices: tests/vm/README.md.
+
+mod image;
+mod kernel;
+mod qemu;
+
+use crate::util::{root, run as sh};
+use anyhow::{bail, Context, Result};
+use kernel::Series;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Which kernel to boot: 6.1, 6.12 or all.
+    #[arg(long, default_value = "all", value_parser = ["6.1", "6.12", "all"])]
+    kernel: String,
+    /// Run only the in-VM tests whose name contains this.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Seconds one VM may run before it counts as hung.
+    #[arg(long, default_value_t = 420)]
+    timeout: u64,
+}
+
+/// Debian packages the VM needs on the host, with a file each installs.
+const PACKAGES: [(&str, &str); 2] = [("qemu-system-x86", "/usr/bin/qemu-system-x86_64"), ("busybox-static", "")];
+
+fn installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+/// Installs qemu-system-x86 and busybox-static when missing (apt-get update only if the first try fails).
+fn ensure_packages() -> Result<()> {
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .filter(|(p, file)| !installed(p) || (!file.is_empty() && !std::path::Path::new(file).exists()))
+        .map(|(p, _)| *p)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let install = || {
+        let mut cmd = Command::new("apt-get");
+        cmd.env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing);
+        sh(&mut cmd)
+    };
+    if install().is_err() {
+        sh(Command::new("apt-get").args(["update", "-qq"]))?;
+        install()?;
+    }
+    Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()).map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d,
+        Some(d) => root().join(d),
+        None => root().join("target"),
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let series: Vec<Series> = match args.kernel.as_str() {
+        "6.1" => vec![Series::V6_1],
+        "6.12" => vec![Series::V6_12],
+        _ => Series::ALL.to_vec(),
+    };
+    let started = Instant::now();
+    let root = root();
+    let target = target_dir();
+    ensure_packages()?;
+    crate::setup::run().context("the agent's eBPF object is part of the suite")?;
+
+    let t = Instant::now();
+    let bins = image::build_binaries(&root, &target)?;
+    let work = target.join("vmtest");
+    let initrd = work.join("initramfs.gz");
+    image::build_initramfs(&root, &bins, &work.join("initramfs"), &initrd)?;
+    let size = std::fs::metadata(&initrd).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "vmtest: binaries and initramfs ({:.1} MiB) in {:.1} s",
+        size as f64 / 1048576.0,
+        t.elapsed().as_secs_f64()
+    );
+
+    let t = Instant::now();
+    let cache = kernel::cache_dir(&target);
+    let kernels = series.iter().map(|&s| kernel::ensure(s, &cache)).collect::<Result<Vec<_>>>()?;
+    eprintln!("vmtest: kernels ready in {:.1} s (cache {})", t.elapsed().as_secs_f64(), cache.display());
+
+    let extra = args.filter.as_deref().map(|f| format!("VM_FILTER={f}")).unwrap_or_default();
+    let timeout = Duration::from_secs(args.timeout);
+    let mut results = Vec::new();
+    for k in &kernels {
+        let label = k.series.name();
+        let line = match qemu::boot(&k.vmlinuz, &initrd, &extra, timeout, label) {
+            Ok(b) => {
+                let verdict = if b.rc == 0 { "passed" } else { "FAILED" };
+                let summary = b.summary.as_deref().unwrap_or("no summary line");
+                let line = format!(
+                    "Linux {label} ({}): {verdict} (rc {}; {summary}) in {:.1} s",
+                    k.package,
+                    b.rc,
+                    b.elapsed.as_secs_f64()
+                );
+                (b.rc == 0, line)
+            }
+            Err(e) => (false, format!("Linux {label} ({}): FAILED: {e:#}", k.package)),
+        };
+        results.push(line);
+    }
+    eprintln!("vmtest results ({:.1} s in all):", started.elapsed().as_secs_f64());
+    for (_, line) in &results {
+        eprintln!("  {line}");
+    }
+    let failed = results.iter().filter(|(ok, _)| !ok).count();
+    if failed > 0 {
+        bail!("vmtest: {failed} of {} kernels failed", results.len());
+    }
+    Ok(())
+}

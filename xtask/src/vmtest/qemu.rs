@@ -1,0 +1,144 @@
+//! Boots the test VM under qemu with software emulation (TCG: /dev/kvm does not work on these machines), echoes
+//! its serial console, and reads the suite's exit status from the `@@RC=<n>@@` marker line.
+
+use anyhow::{bail, Context, Result};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Console lines kept to show when the VM fails to report.
+const TAIL: usize = 80;
+
+/// The exit status in a console line carrying the marker `@@RC=<n>@@`.
+pub fn marker(line: &str) -> Option<i32> {
+    let start = line.find("@@RC=")? + "@@RC=".len();
+    let rest = &line[start..];
+    let end = rest.find("@@")?;
+    rest[..end].trim().parse().ok()
+}
+
+/// What one boot gave.
+#[derive(Debug)]
+pub struct Boot {
+    /// The suite's exit status.
+    pub rc: i32,
+    /// The suite's closing `N passed, N failed` line, if it printed one.
+    pub summary: Option<String>,
+    pub elapsed: Duration,
+}
+
+/// Boots `kernel` with `initrd` and the extra kernel command-line words, echoing the console with `label`, until
+/// the marker appears (then waits briefly for the power-off) or `timeout` passes (then fails with the console's
+/// tail).
+pub fn boot(kernel: &Path, initrd: &Path, extra_append: &str, timeout: Duration, label: &str) -> Result<Boot> {
+    let append = format!("console=ttyS0 quiet panic=-1 {extra_append}");
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "2", "-nic", "none"])
+        .arg("-kernel")
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", append.trim_end()])
+        .args(["-display", "none", "-serial", "stdio", "-monitor", "none", "-no-reboot"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    eprintln!("+ {cmd:?}");
+    let started = Instant::now();
+    let mut child = cmd.spawn().context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take().context("qemu stdout")?;
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        while r.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
+            let line = String::from_utf8_lossy(&buf).trim_end_matches(['\r', '\n']).to_string();
+            if tx.send(line).is_err() {
+                break;
+            }
+            buf.clear();
+        }
+    });
+    let mut stderr = child.stderr.take().context("qemu stderr")?;
+    let stderr_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+
+    let deadline = started + timeout;
+    let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL);
+    let mut summary = None;
+    let outcome = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                println!("[{label}] {line}");
+                if line.contains(" passed, ") && line.contains(" failed") {
+                    summary = Some(line.trim().to_string());
+                }
+                let rc = marker(&line);
+                if tail.len() == TAIL {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+                if let Some(rc) = rc {
+                    break Ok(rc);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => break Err(format!("no @@RC=<n>@@ marker within {timeout:?}")),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break Err("qemu exited without the marker".to_string()),
+        }
+    };
+    let elapsed = started.elapsed();
+    match outcome {
+        Ok(rc) => {
+            // The init powers off right after the marker; don't wait long for it.
+            stop(&mut child, Duration::from_secs(15));
+            Ok(Boot { rc, summary, elapsed })
+        }
+        Err(why) => {
+            stop(&mut child, Duration::ZERO);
+            let qemu_err = stderr_reader.join().unwrap_or_default();
+            let tail: Vec<String> = tail.into_iter().collect();
+            bail!(
+                "{label}: {why} after {:.1} s. Last {} console lines:\n{}\nqemu stderr:\n{}",
+                elapsed.as_secs_f64(),
+                tail.len(),
+                tail.join("\n"),
+                qemu_err.trim()
+            )
+        }
+    }
+}
+
+/// Waits up to `grace` for qemu to exit, then kills it; always reaps it.
+fn stop(child: &mut Child, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_marker() {
+        assert_eq!(marker("@@RC=0@@"), Some(0));
+        assert_eq!(marker("[   12.3] x @@RC=101@@ y"), Some(101));
+        assert_eq!(marker("@@RC=@@"), None);
+        assert_eq!(marker("echo \"@@RC=$rc@@\""), None);
+        assert_eq!(marker("no marker"), None);
+    }
+}
