@@ -161,10 +161,12 @@ fn agent(a: AgentArgs) -> Result<()> {
         let handle = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())
             .context("starting the sampler thread")?;
         tracing::info!(%listen, "serving the API");
-        let app = api::router(ApiState { latest: rx, thresholds, launcher: None });
+        let history = monitor::history::spawn(rx.clone(), &cfg.stats, thresholds.clone(), Default::default());
+        let app = api::router(ApiState { latest: rx, thresholds, launcher: None }).merge(history.router());
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving")?;
         stop.store(true, Ordering::Relaxed);
         let _ = handle.join();
+        history.close(Duration::from_secs(3)).await;
         tracing::info!("stopped");
         Ok(())
     })

@@ -1,0 +1,359 @@
+//! Pure aggregation of published samples into per-second points and per-minute rows. No I/O: the consumer task
+//! feeds it every sample, keeps the seconds of the last hour and the minutes of the last week, and sends each
+//! finished minute to the store.
+
+use crate::policy::State;
+use std::collections::HashMap;
+
+/// Series names and roles, interned: a point refers to its process by index.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Labels {
+    names: Vec<(String, String)>,
+    index: HashMap<String, u16>,
+}
+
+impl Labels {
+    /// The index of `name`, added with `role` if new (a known name keeps its first role unless it was `process`).
+    pub fn intern(&mut self, name: &str, role: &str) -> u16 {
+        if let Some(&i) = self.index.get(name) {
+            if let Some(entry) = self.names.get_mut(i as usize) {
+                if entry.1 == "process" && role != "process" {
+                    entry.1 = role.to_string();
+                }
+            }
+            return i;
+        }
+        let i = self.names.len().min(u16::MAX as usize) as u16;
+        self.names.push((name.to_string(), role.to_string()));
+        self.index.insert(name.to_string(), i);
+        i
+    }
+
+    /// (name, role) of an index; ("?", "process") for an unknown one.
+    pub fn get(&self, i: u16) -> (&str, &str) {
+        self.names.get(i as usize).map(|(n, r)| (n.as_str(), r.as_str())).unwrap_or(("?", "process"))
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// One process during one second.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcSecond {
+    pub label: u16,
+    /// Peak resident bytes.
+    pub rss: u64,
+    /// Requests started during the second.
+    pub requests: u32,
+    /// 5xx responses during the second.
+    pub err5xx: u32,
+    pub inflight: u32,
+    pub p50_us: u32,
+    pub p99_us: u32,
+}
+
+/// The group during one second.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Second {
+    /// Unix seconds.
+    pub t: u64,
+    pub usage: u64,
+    pub limit: u64,
+    /// The worst state: 0 normal, 1 refusing, 2 aborting.
+    pub state: u8,
+    /// Entries into refusing or aborting from normal.
+    pub refusals: u32,
+    /// Victims chosen (each abort round).
+    pub aborts: u32,
+    /// Requests shed by the front door.
+    pub shed: u32,
+    pub procs: Vec<ProcSecond>,
+    /// Processes that restarted (a new pid under the same name) during the second.
+    pub restarted: Vec<u16>,
+}
+
+/// One process during one minute (what the store keeps).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcMinute {
+    pub label: u16,
+    pub rss_max: u64,
+    pub rss_mean: u64,
+    pub requests: u64,
+    pub err5xx: u64,
+    pub inflight_max: u32,
+    /// The worst second's p50 and p99.
+    pub p50_us: u32,
+    pub p99_us: u32,
+    pub restarts: u32,
+}
+
+/// The group during one minute.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Minute {
+    /// Unix seconds of the minute's start.
+    pub t: u64,
+    pub usage_max: u64,
+    pub usage_mean: u64,
+    pub limit: u64,
+    pub state_max: u8,
+    pub refusing_s: u32,
+    pub aborting_s: u32,
+    pub refusals: u32,
+    pub aborts: u32,
+    pub shed: u64,
+    pub procs: Vec<ProcMinute>,
+}
+
+/// The numeric state of the page's spans.
+pub fn state_code(s: State) -> u8 {
+    match s {
+        State::Normal => 0,
+        State::Refusing => 1,
+        State::Aborting => 2,
+    }
+}
+
+/// One process of one sample, already named.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcInput {
+    pub label: u16,
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub rss: u64,
+    pub requests_total: u64,
+    pub err5xx_total: u64,
+    pub inflight: u64,
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+}
+
+/// One sample, reduced to what the history keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Input {
+    pub unix_ms: u64,
+    pub usage: u64,
+    pub limit: u64,
+    pub state: u8,
+    /// The decision changed with this sample and chose a (new) victim.
+    pub new_victim: bool,
+    pub shed_total: u64,
+    pub procs: Vec<ProcInput>,
+}
+
+/// The minute being filled: the group's row (usage summed), each process's row with its RSS sum and count, and
+/// how many seconds it holds.
+type OpenMinute = (Minute, HashMap<u16, (ProcMinute, u64, u64)>, u64);
+
+/// Turns samples into seconds and seconds into minutes.
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    cur: Option<Second>,
+    minute: Option<OpenMinute>,
+    counters: HashMap<(u32, u64), (u64, u64)>,
+    ids: HashMap<u16, (u32, u64)>,
+    last_state: u8,
+    last_shed: Option<u64>,
+}
+
+fn sat32(v: u64) -> u32 {
+    v.min(u32::MAX as u64) as u32
+}
+
+impl Aggregator {
+    /// Adds one sample; returns the second (and the minute) it finished, if any.
+    pub fn push(&mut self, s: &Input) -> (Option<Second>, Option<Minute>) {
+        let t = s.unix_ms / 1000;
+        let mut done = (None, None);
+        if self.cur.as_ref().is_some_and(|c| c.t != t) {
+            if let Some(sec) = self.cur.take() {
+                done.1 = self.add_second(&sec);
+                done.0 = Some(sec);
+            }
+        }
+        let cur = self.cur.get_or_insert_with(|| Second { t, ..Second::default() });
+        cur.usage = cur.usage.max(s.usage);
+        cur.limit = s.limit;
+        cur.state = cur.state.max(s.state);
+        if self.last_state == 0 && s.state > 0 {
+            cur.refusals += 1;
+        }
+        self.last_state = s.state;
+        if s.new_victim {
+            cur.aborts += 1;
+        }
+        let shed_prev = self.last_shed.unwrap_or(s.shed_total);
+        cur.shed += sat32(s.shed_total.saturating_sub(shed_prev));
+        self.last_shed = Some(s.shed_total);
+        let mut seen = HashMap::with_capacity(s.procs.len());
+        for p in &s.procs {
+            let id = (p.pid, p.start_ticks);
+            let (req0, err0) = self.counters.get(&id).copied().unwrap_or((0, 0));
+            seen.insert(id, (p.requests_total, p.err5xx_total));
+            if let Some(old) = self.ids.insert(p.label, id) {
+                if old != id && !cur.restarted.contains(&p.label) {
+                    cur.restarted.push(p.label);
+                }
+            }
+            let idx = match cur.procs.iter().position(|x| x.label == p.label) {
+                Some(i) => i,
+                None => {
+                    cur.procs.push(ProcSecond { label: p.label, ..ProcSecond::default() });
+                    cur.procs.len() - 1
+                }
+            };
+            let ps = &mut cur.procs[idx];
+            ps.rss = ps.rss.max(p.rss);
+            ps.requests = ps.requests.saturating_add(sat32(p.requests_total.saturating_sub(req0)));
+            ps.err5xx = ps.err5xx.saturating_add(sat32(p.err5xx_total.saturating_sub(err0)));
+            ps.inflight = ps.inflight.max(sat32(p.inflight));
+            if let Some(v) = p.p50_us {
+                ps.p50_us = sat32(v);
+            }
+            if let Some(v) = p.p99_us {
+                ps.p99_us = sat32(v);
+            }
+        }
+        self.counters = seen;
+        done
+    }
+
+    /// Folds a finished second into the current minute; returns the minute it finished, if any.
+    fn add_second(&mut self, sec: &Second) -> Option<Minute> {
+        let mt = sec.t - sec.t % 60;
+        let mut finished = None;
+        if self.minute.as_ref().is_some_and(|(m, _, _)| m.t != mt) {
+            finished = self.minute.take().map(Self::close_minute);
+        }
+        let (m, procs, n) =
+            self.minute.get_or_insert_with(|| (Minute { t: mt, ..Minute::default() }, HashMap::new(), 0));
+        *n += 1;
+        m.usage_max = m.usage_max.max(sec.usage);
+        m.usage_mean += sec.usage; // a sum until the minute closes
+        m.limit = sec.limit;
+        m.state_max = m.state_max.max(sec.state);
+        m.refusing_s += u32::from(sec.state == 1);
+        m.aborting_s += u32::from(sec.state == 2);
+        m.refusals += sec.refusals;
+        m.aborts += sec.aborts;
+        m.shed += sec.shed as u64;
+        for p in &sec.procs {
+            let (pm, sum, cnt) =
+                procs.entry(p.label).or_insert_with(|| (ProcMinute { label: p.label, ..ProcMinute::default() }, 0, 0));
+            pm.rss_max = pm.rss_max.max(p.rss);
+            *sum += p.rss;
+            *cnt += 1;
+            pm.requests += p.requests as u64;
+            pm.err5xx += p.err5xx as u64;
+            pm.inflight_max = pm.inflight_max.max(p.inflight);
+            pm.p50_us = pm.p50_us.max(p.p50_us);
+            pm.p99_us = pm.p99_us.max(p.p99_us);
+            pm.restarts += u32::from(sec.restarted.contains(&p.label));
+        }
+        finished
+    }
+
+    fn close_minute((mut m, procs, n): OpenMinute) -> Minute {
+        m.usage_mean /= n.max(1);
+        m.procs = procs
+            .into_values()
+            .map(|(mut pm, sum, cnt)| {
+                pm.rss_mean = sum / cnt.max(1);
+                pm
+            })
+            .collect();
+        m.procs.sort_by_key(|p| p.label);
+        m
+    }
+
+    /// Closes the current second and minute (at shutdown), returning what they held.
+    pub fn flush(&mut self) -> (Option<Second>, Option<Minute>) {
+        let sec = self.cur.take();
+        let mut minute = sec.as_ref().and_then(|s| self.add_second(s));
+        if minute.is_none() {
+            minute = self.minute.take().map(Self::close_minute);
+        }
+        (sec, minute)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc(label: u16, pid: u32, rss: u64, req: u64, err: u64) -> ProcInput {
+        ProcInput {
+            label,
+            pid,
+            start_ticks: pid as u64 * 10,
+            rss,
+            requests_total: req,
+            err5xx_total: err,
+            inflight: 1,
+            p50_us: Some(100),
+            p99_us: Some(900),
+        }
+    }
+
+    fn input(ms: u64, usage: u64, state: u8, procs: Vec<ProcInput>) -> Input {
+        Input { unix_ms: ms, usage, limit: 1000, state, new_victim: false, shed_total: ms / 100, procs }
+    }
+
+    #[test]
+    fn samples_become_seconds_with_deltas_and_peaks() {
+        let mut a = Aggregator::default();
+        assert_eq!(a.push(&input(10_000, 100, 0, vec![proc(0, 7, 50, 10, 1)])), (None, None));
+        a.push(&input(10_500, 300, 1, vec![proc(0, 7, 80, 25, 3)]));
+        let (sec, min) = a.push(&input(11_000, 200, 0, vec![proc(0, 7, 60, 30, 3)]));
+        let sec = sec.expect("second 10 closed");
+        assert!(min.is_none());
+        assert_eq!((sec.t, sec.usage, sec.state, sec.refusals), (10, 300, 1, 1));
+        // The first sample of a pid counts from zero: 10 + 15.
+        assert_eq!((sec.procs[0].rss, sec.procs[0].requests, sec.procs[0].err5xx), (80, 25, 3));
+        assert_eq!(sec.shed, 5);
+    }
+
+    #[test]
+    fn a_new_pid_under_a_name_is_a_restart_and_counts_from_zero() {
+        let mut a = Aggregator::default();
+        a.push(&input(1_000, 1, 0, vec![proc(0, 7, 1, 100, 0)]));
+        a.push(&input(2_000, 1, 0, vec![proc(0, 8, 1, 5, 0)]));
+        let (sec, _) = a.push(&input(3_000, 1, 0, vec![proc(0, 8, 1, 6, 0)]));
+        let sec = sec.expect("second 2");
+        assert_eq!(sec.restarted, vec![0]);
+        assert_eq!(sec.procs[0].requests, 5);
+    }
+
+    #[test]
+    fn seconds_become_minutes() {
+        let mut a = Aggregator::default();
+        let mut minutes = Vec::new();
+        for s in 0..130u64 {
+            let state = if (60..70).contains(&s) { 2 } else { 0 };
+            let (_, m) = a.push(&input(s * 1000, s, state, vec![proc(0, 7, s, s * 2, 0)]));
+            minutes.extend(m);
+        }
+        assert_eq!(minutes.len(), 2);
+        let m = &minutes[1];
+        assert_eq!((m.t, m.usage_max, m.usage_mean, m.aborting_s, m.refusals), (60, 119, 89, 10, 1));
+        assert_eq!((m.procs[0].rss_max, m.procs[0].requests, m.procs[0].restarts), (119, 120, 0));
+        let (sec, last) = a.flush();
+        assert_eq!(sec.map(|s| s.t), Some(129));
+        assert_eq!(last.map(|m| m.t), Some(120));
+    }
+
+    #[test]
+    fn labels_intern_and_upgrade_the_role() {
+        let mut l = Labels::default();
+        assert_eq!(l.intern("node", "process"), 0);
+        assert_eq!(l.intern("tx1", "worker"), 1);
+        assert_eq!(l.intern("node", "master"), 0);
+        assert_eq!(l.get(0), ("node", "master"));
+        assert_eq!(l.get(9), ("?", "process"));
+    }
+}

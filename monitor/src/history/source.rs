@@ -1,0 +1,87 @@
+//! The home page's data: the latest sample (header, status strip) and the history's series, as `web`'s plain
+//! view types.
+
+use super::{names, query, History};
+use crate::policy::ProcId;
+use std::time::{SystemTime, UNIX_EPOCH};
+use web::{Dashboard, GroupNow, ProcessStatus, Range, Source};
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Source for History {
+    fn dashboard(&self, range: Range, buckets: usize) -> Dashboard {
+        let p = self.latest();
+        let t = self.thresholds();
+        let s = &p.snapshot;
+        let d = &p.decision;
+        let launched = self.launched();
+        let named = names(&p, &launched);
+        let restarts: std::collections::HashMap<String, u64> = self.restarts().into_iter().collect();
+        let mut processes: Vec<ProcessStatus> = s
+            .processes
+            .iter()
+            .zip(&named)
+            .map(|(x, (name, role))| {
+                let id = ProcId { pid: x.pid, start_ticks: x.start_ticks };
+                let launched_restarts = launched.iter().find(|m| &m.name == name).map(|m| m.restarts as u64);
+                ProcessStatus {
+                    name: name.clone(),
+                    role: role.clone(),
+                    pid: Some(x.pid),
+                    state: d.action_for(id).as_str().into(),
+                    rss_bytes: x.rss_bytes,
+                    requests_total: x.traffic.requests_total,
+                    restarts: launched_restarts.unwrap_or_else(|| restarts.get(name).copied().unwrap_or(0)),
+                    next_retry: None,
+                }
+            })
+            .collect();
+        let now = now_ms();
+        // Launched processes that are not running now (backing off, starting) still get a line.
+        for m in launched.iter().filter(|m| !named.iter().any(|(n, _)| n == &m.name)) {
+            processes.push(ProcessStatus {
+                name: m.name.clone(),
+                role: m.role.clone(),
+                pid: m.pid,
+                state: m.state.clone(),
+                rss_bytes: 0,
+                requests_total: 0,
+                restarts: m.restarts as u64,
+                next_retry: m.next_retry_unix_ms.map(|at| format!("in {:.0} s", at.saturating_sub(now) as f64 / 1e3)),
+            });
+        }
+        let mut notes: Vec<String> = self.note().into_iter().collect();
+        if let Some(e) = &p.error {
+            notes.push(format!("the latest sample failed (values are from the last good one): {e}"));
+        }
+        let series = {
+            let inner = self.lock();
+            query::series(&inner.seconds, &inner.minutes, &inner.labels, now, range, buckets)
+        };
+        Dashboard {
+            now_ms: now,
+            range,
+            group: GroupNow {
+                cgroup: s.group.cgroup.display().to_string(),
+                usage_bytes: s.group.usage_bytes,
+                limit_bytes: s.group.limit_bytes,
+                limit_source: format!("{:?}", s.group.limit_source).to_lowercase(),
+                ratio: d.ratio,
+                state: d.state.as_str().into(),
+                refuse_at: t.refuse_at,
+                abort_at: t.abort_at,
+                shadow: d.shadow,
+                probes: match (&p.probes.enabled, &p.probes.reason) {
+                    (true, _) => "counting requests".into(),
+                    (false, Some(r)) => format!("off ({r})"),
+                    (false, None) => "off".into(),
+                },
+            },
+            processes,
+            series,
+            notes,
+        }
+    }
+}

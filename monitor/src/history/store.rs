@@ -1,0 +1,253 @@
+//! The stats database: per-minute rows of the group and of each process in SQLite (WAL), with retention.
+//! Opened by the agent (writes one minute at a time from its own thread) and by `monitor report` (reads a day).
+
+use super::ring::{Labels, Minute, ProcMinute};
+use super::HistoryError;
+use rusqlite::{params, Connection, OpenFlags};
+use std::path::Path;
+use std::time::Duration;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS group_minute (
+    t INTEGER PRIMARY KEY, usage_max INTEGER NOT NULL, usage_mean INTEGER NOT NULL, limit_bytes INTEGER NOT NULL,
+    state_max INTEGER NOT NULL, refusing_s INTEGER NOT NULL, aborting_s INTEGER NOT NULL,
+    refusals INTEGER NOT NULL, aborts INTEGER NOT NULL, shed INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS process_minute (
+    t INTEGER NOT NULL, process TEXT NOT NULL, role TEXT NOT NULL, rss_max INTEGER NOT NULL,
+    rss_mean INTEGER NOT NULL, requests INTEGER NOT NULL, errors_5xx INTEGER NOT NULL,
+    inflight_max INTEGER NOT NULL, p50_us INTEGER NOT NULL, p99_us INTEGER NOT NULL, restarts INTEGER NOT NULL,
+    PRIMARY KEY (t, process)) WITHOUT ROWID;
+";
+
+/// An open stats database.
+pub struct Store {
+    conn: Connection,
+}
+
+fn db(e: rusqlite::Error) -> HistoryError {
+    HistoryError::Db(e)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` in WAL mode and checks it is usable.
+    pub fn open(path: &Path) -> Result<Store, HistoryError> {
+        let open = |e| HistoryError::Open { path: path.to_path_buf(), source: e };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| HistoryError::Dir { path: dir.to_path_buf(), source: e })?;
+        }
+        let conn = Connection::open(path).map_err(open)?;
+        conn.busy_timeout(Duration::from_millis(500)).map_err(open)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(open)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(path = %path.display(), mode, "the stats database is not in WAL mode");
+        }
+        conn.execute_batch("PRAGMA synchronous=NORMAL;").map_err(open)?;
+        conn.execute_batch(SCHEMA).map_err(open)?;
+        let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(open)?;
+        if check != "ok" {
+            return Err(HistoryError::Corrupt { path: path.to_path_buf(), detail: check });
+        }
+        Ok(Store { conn })
+    }
+
+    /// Opens an existing database read-only (for `monitor report`).
+    pub fn open_read_only(path: &Path) -> Result<Store, HistoryError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| HistoryError::Open { path: path.to_path_buf(), source: e })?;
+        conn.busy_timeout(Duration::from_secs(2)).map_err(db)?;
+        Ok(Store { conn })
+    }
+
+    /// Writes one minute (replacing a row of the same minute, e.g. after a restart within it).
+    pub fn insert(&mut self, m: &Minute, labels: &Labels) -> Result<(), HistoryError> {
+        let tx = self.conn.transaction().map_err(db)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO group_minute VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                m.t as i64,
+                m.usage_max as i64,
+                m.usage_mean as i64,
+                m.limit as i64,
+                m.state_max,
+                m.refusing_s,
+                m.aborting_s,
+                m.refusals,
+                m.aborts,
+                m.shed as i64
+            ],
+        )
+        .map_err(db)?;
+        {
+            let mut st = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO process_minute VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                )
+                .map_err(db)?;
+            for p in &m.procs {
+                let (name, role) = labels.get(p.label);
+                st.execute(params![
+                    m.t as i64,
+                    name,
+                    role,
+                    p.rss_max as i64,
+                    p.rss_mean as i64,
+                    p.requests as i64,
+                    p.err5xx as i64,
+                    p.inflight_max,
+                    p.p50_us,
+                    p.p99_us,
+                    p.restarts
+                ])
+                .map_err(db)?;
+            }
+        }
+        tx.commit().map_err(db)
+    }
+
+    /// Deletes the rows older than `days` before `now` (Unix seconds); returns how many minutes went.
+    pub fn retain(&mut self, days: u32, now: u64) -> Result<usize, HistoryError> {
+        let cut = now.saturating_sub(days as u64 * 86_400) as i64;
+        let tx = self.conn.transaction().map_err(db)?;
+        let n = tx.execute("DELETE FROM group_minute WHERE t < ?1", [cut]).map_err(db)?;
+        tx.execute("DELETE FROM process_minute WHERE t < ?1", [cut]).map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(n)
+    }
+
+    /// The minutes in `[from, to)` (Unix seconds), oldest first, their processes interned into `labels`.
+    pub fn minutes(&self, from: u64, to: u64, labels: &mut Labels) -> Result<Vec<Minute>, HistoryError> {
+        let (from, to) = (from as i64, to as i64);
+        let mut out: Vec<Minute> = Vec::new();
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT t, usage_max, usage_mean, limit_bytes, state_max, refusing_s, aborting_s, refusals, aborts, \
+                 shed FROM group_minute WHERE t >= ?1 AND t < ?2 ORDER BY t",
+            )
+            .map_err(db)?;
+        let rows = st
+            .query_map([from, to], |r| {
+                Ok(Minute {
+                    t: r.get::<_, i64>(0)? as u64,
+                    usage_max: r.get::<_, i64>(1)? as u64,
+                    usage_mean: r.get::<_, i64>(2)? as u64,
+                    limit: r.get::<_, i64>(3)? as u64,
+                    state_max: r.get(4)?,
+                    refusing_s: r.get(5)?,
+                    aborting_s: r.get(6)?,
+                    refusals: r.get(7)?,
+                    aborts: r.get(8)?,
+                    shed: r.get::<_, i64>(9)? as u64,
+                    procs: Vec::new(),
+                })
+            })
+            .map_err(db)?;
+        for m in rows {
+            out.push(m.map_err(db)?);
+        }
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT t, process, role, rss_max, rss_mean, requests, errors_5xx, inflight_max, p50_us, p99_us, \
+                 restarts FROM process_minute WHERE t >= ?1 AND t < ?2 ORDER BY t",
+            )
+            .map_err(db)?;
+        let mut rows = st.query([from, to]).map_err(db)?;
+        let mut i = 0;
+        while let Some(r) = rows.next().map_err(db)? {
+            let t = r.get::<_, i64>(0).map_err(db)? as u64;
+            let name: String = r.get(1).map_err(db)?;
+            let role: String = r.get(2).map_err(db)?;
+            let pm = ProcMinute {
+                label: labels.intern(&name, &role),
+                rss_max: r.get::<_, i64>(3).map_err(db)? as u64,
+                rss_mean: r.get::<_, i64>(4).map_err(db)? as u64,
+                requests: r.get::<_, i64>(5).map_err(db)? as u64,
+                err5xx: r.get::<_, i64>(6).map_err(db)? as u64,
+                inflight_max: r.get(7).map_err(db)?,
+                p50_us: r.get(8).map_err(db)?,
+                p99_us: r.get(9).map_err(db)?,
+                restarts: r.get(10).map_err(db)?,
+            };
+            while i < out.len() && out[i].t < t {
+                i += 1;
+            }
+            if let Some(m) = out.get_mut(i).filter(|m| m.t == t) {
+                m.procs.push(pm);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minute(t: u64, labels: &mut Labels) -> Minute {
+        let a = labels.intern("master", "master");
+        let b = labels.intern("tx1", "worker");
+        Minute {
+            t,
+            usage_max: 500,
+            usage_mean: 400,
+            limit: 1000,
+            state_max: 1,
+            refusing_s: 12,
+            refusals: 1,
+            procs: vec![
+                ProcMinute { label: a, rss_max: 300, rss_mean: 250, requests: 60, ..ProcMinute::default() },
+                ProcMinute { label: b, rss_max: 200, requests: 120, restarts: 1, ..ProcMinute::default() },
+            ],
+            ..Minute::default()
+        }
+    }
+
+    #[test]
+    fn rows_survive_reopening_and_retention_deletes_old_ones() {
+        let dir = std::env::temp_dir().join(format!("monitor-store-{}", std::process::id()));
+        let path = dir.join("stats.db");
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut labels = Labels::default();
+        {
+            let mut s = Store::open(&path).expect("open");
+            for t in [0, 60, 86_400 * 3, 86_400 * 3 + 60] {
+                s.insert(&minute(t, &mut labels), &labels).expect("insert");
+            }
+        }
+        let mut s = Store::open(&path).expect("reopen");
+        let mut fresh = Labels::default();
+        let all = s.minutes(0, u64::MAX / 2, &mut fresh).expect("read");
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[0], minute(0, &mut fresh));
+        assert_eq!(s.retain(2, 86_400 * 4).expect("retain"), 2);
+        let left = s.minutes(0, u64::MAX / 2, &mut fresh).expect("read");
+        assert_eq!(left.iter().map(|m| m.t).collect::<Vec<_>>(), vec![86_400 * 3, 86_400 * 3 + 60]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error_not_a_panic() {
+        let path = std::env::temp_dir().join(format!("monitor-corrupt-{}.db", std::process::id()));
+        std::fs::write(&path, vec![0x5a; 8192]).expect("write");
+        let err = Store::open(&path).err().expect("corrupt file must not open");
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_locked_database_is_an_error_not_a_hang() {
+        let path = std::env::temp_dir().join(format!("monitor-locked-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let holder = Connection::open(&path).expect("open");
+        holder
+            .execute_batch("PRAGMA journal_mode=DELETE; CREATE TABLE x(y); BEGIN EXCLUSIVE; INSERT INTO x VALUES (1);")
+            .expect("lock");
+        let started = std::time::Instant::now();
+        assert!(Store::open(&path).is_err());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(holder);
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -1,0 +1,199 @@
+//! `GET /metrics`: the latest sample, the policy and the history's counters in the Prometheus text format
+//! (version 0.0.4), every family with HELP and TYPE, label values escaped.
+
+use crate::history::{names, History};
+use crate::sampler::Published;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// The content type of the text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `GET /metrics` over the history (which holds the latest sample too).
+pub fn router(history: Arc<History>) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(history)
+}
+
+async fn metrics(State(h): State<Arc<History>>) -> impl IntoResponse {
+    let p = h.latest();
+    let restarts = h.restarts();
+    let launched = h.launched();
+    let mut extra = Extra { restarts, shed_total: h.shed_total().unwrap_or(0), persisted: h.note().is_none() };
+    for m in &launched {
+        if let Some(r) = extra.restarts.iter_mut().find(|(n, _)| n == &m.name) {
+            r.1 = r.1.max(m.restarts as u64);
+        } else {
+            extra.restarts.push((m.name.clone(), m.restarts as u64));
+        }
+    }
+    let names = names(&p, &launched);
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&p, &names, &extra))
+}
+
+/// What the text holds beyond the sample.
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    /// Restarts per process name.
+    pub restarts: Vec<(String, u64)>,
+    pub shed_total: u64,
+    /// The history is being written to the database.
+    pub persisted: bool,
+}
+
+/// Escapes a label value: backslash, double quote and newline.
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The whole text: `names` are the (series name, role) of each of the sample's processes, in order.
+pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> String {
+    let mut o = String::with_capacity(4096 + names.len() * 2048);
+    let g = &p.snapshot.group;
+    family(
+        &mut o,
+        "monitor_group_memory_usage_bytes",
+        "gauge",
+        "The group's anonymous memory (v2 anon, v1 total_rss).",
+    );
+    let _ = writeln!(o, "monitor_group_memory_usage_bytes {}", g.usage_bytes);
+    family(&mut o, "monitor_group_memory_limit_bytes", "gauge", "The group's memory limit (cgroup, config or host).");
+    let _ = writeln!(o, "monitor_group_memory_limit_bytes {}", g.limit_bytes);
+    family(&mut o, "monitor_group_memory_ratio", "gauge", "Usage divided by the limit.");
+    let _ = writeln!(o, "monitor_group_memory_ratio {}", p.decision.ratio);
+    family(&mut o, "monitor_policy_state", "gauge", "The policy's state: 0 normal, 1 refusing, 2 aborting.");
+    let _ = writeln!(o, "monitor_policy_state {}", crate::history::ring::state_code(p.decision.state));
+    family(&mut o, "monitor_policy_shadow", "gauge", "1 when the policy decides but enforces nothing.");
+    let _ = writeln!(o, "monitor_policy_shadow {}", u8::from(p.decision.shadow));
+    family(&mut o, "monitor_policy_abort_round", "gauge", "Victims chosen since entering aborting.");
+    let _ = writeln!(o, "monitor_policy_abort_round {}", p.decision.abort_round);
+    family(&mut o, "monitor_probes_enabled", "gauge", "1 when the eBPF probes count requests.");
+    let _ = writeln!(o, "monitor_probes_enabled {}", u8::from(p.probes.enabled));
+    family(&mut o, "monitor_sample_ok", "gauge", "1 when the latest sample of the group succeeded.");
+    let _ = writeln!(o, "monitor_sample_ok {}", u8::from(p.error.is_none()));
+    family(&mut o, "monitor_history_persisted", "gauge", "1 when the history is written to the stats database.");
+    let _ = writeln!(o, "monitor_history_persisted {}", u8::from(extra.persisted));
+    family(&mut o, "monitor_shed_requests_total", "counter", "Requests the front door refused with 503.");
+    let _ = writeln!(o, "monitor_shed_requests_total {}", extra.shed_total);
+
+    let procs = &p.snapshot.processes;
+    let labels: Vec<String> =
+        names.iter().map(|(n, r)| format!("process=\"{}\",role=\"{}\"", escape_label(n), escape_label(r))).collect();
+    let per = |o: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(usize) -> u64| {
+        family(o, name, kind, help);
+        for (i, l) in labels.iter().enumerate().take(procs.len()) {
+            let _ = writeln!(o, "{name}{{{l}}} {}", v(i));
+        }
+    };
+    per(&mut o, "monitor_process_resident_memory_bytes", "gauge", "Resident set of the process.", &|i| {
+        procs[i].rss_bytes
+    });
+    per(&mut o, "monitor_process_anon_memory_bytes", "gauge", "RssAnon of the process.", &|i| procs[i].anon_bytes);
+    per(&mut o, "monitor_http_requests_total", "counter", "HTTP requests the process received (eBPF).", &|i| {
+        procs[i].traffic.requests_total
+    });
+    per(&mut o, "monitor_http_requests_in_flight", "gauge", "HTTP requests received and not yet answered.", &|i| {
+        procs[i].traffic.inflight
+    });
+    family(&mut o, "monitor_http_responses_total", "counter", "HTTP responses the process sent, by status class.");
+    for (i, l) in labels.iter().enumerate().take(procs.len()) {
+        for (c, n) in procs[i].traffic.responses_by_class.iter().enumerate() {
+            let _ = writeln!(o, "monitor_http_responses_total{{{l},class=\"{}xx\"}} {n}", c + 1);
+        }
+    }
+    family(
+        &mut o,
+        "monitor_http_request_duration_seconds",
+        "histogram",
+        "Request latency from the log2 histogram (buckets at powers of two microseconds; sum from bucket midpoints).",
+    );
+    for (i, l) in labels.iter().enumerate().take(procs.len()) {
+        histogram(&mut o, l, &procs[i].traffic.latency_hist_us);
+    }
+    family(
+        &mut o,
+        "monitor_process_restarts_total",
+        "counter",
+        "Times the process was restarted (new pid, same name).",
+    );
+    let mut restarts = extra.restarts.clone();
+    for (n, _) in names {
+        if !restarts.iter().any(|(r, _)| r == n) {
+            restarts.push((n.clone(), 0));
+        }
+    }
+    restarts.sort();
+    for (n, v) in &restarts {
+        let role = names.iter().find(|(x, _)| x == n).map(|(_, r)| r.as_str()).unwrap_or("process");
+        let _ = writeln!(
+            o,
+            "monitor_process_restarts_total{{process=\"{}\",role=\"{}\"}} {v}",
+            escape_label(n),
+            escape_label(role)
+        );
+    }
+    o
+}
+
+/// One histogram: bucket i of `hist` counts latencies in [2^i, 2^(i+1)) µs, so its upper bound is 2^(i+1) µs.
+fn histogram(o: &mut String, labels: &str, hist: &[u64]) {
+    let name = "monitor_http_request_duration_seconds";
+    let mut cum = 0u64;
+    let mut sum = 0.0;
+    for (i, &n) in hist.iter().enumerate() {
+        cum += n;
+        sum += n as f64 * 1.5 * (1u64 << i.min(62)) as f64 / 1e6;
+        let le = (1u64 << (i + 1).min(63)) as f64 / 1e6;
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cum}");
+    }
+    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {cum}");
+    let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
+    let _ = writeln!(o, "{name}_count{{{labels}}} {cum}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let mut o = String::new();
+        histogram(&mut o, "process=\"p\",role=\"worker\"", &[1, 0, 2]);
+        let lines: Vec<&str> = o.lines().collect();
+        assert_eq!(
+            lines[0],
+            "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"0.000002\"} 1"
+        );
+        assert_eq!(
+            lines[2],
+            "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"0.000008\"} 3"
+        );
+        assert_eq!(
+            lines[3],
+            "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"+Inf\"} 3"
+        );
+        assert!(lines[5].ends_with("} 3"));
+    }
+}
