@@ -15,6 +15,7 @@ pub mod policy;
 pub mod probes;
 pub mod procs;
 pub mod proxy;
+pub mod report;
 pub mod route;
 pub mod run;
 pub mod sampler;

@@ -36,12 +36,30 @@ enum Cmd {
     },
     /// Validates a config file; names the first bad key and its line.
     CheckConfig { file: PathBuf },
+    /// The day's report from the stats database: memory, requests, refusals, aborts, restarts per process.
+    Report(ReportArgs),
     /// The launcher, the front door and the agent in one process: starts `[[process]]`, proxies `[proxy] listen`.
     Run {
         /// TOML config file.
         #[arg(long)]
         config: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// The config whose `[stats] path` names the database.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The database (instead of the config's).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// The UTC day, YYYY-MM-DD (default: today).
+    #[arg(long)]
+    date: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -65,6 +83,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Agent(a) => agent(a),
         Cmd::Status { url, json } => status(&url, json),
+        Cmd::Report(r) => report(r),
         Cmd::Run { config } => {
             init_logs();
             monitor::run::run(&config).map_err(Into::into)
@@ -196,5 +215,26 @@ fn status(url: &str, json: bool) -> Result<()> {
     }
     let v: StatusView = serde_json::from_str(&body).context("the agent's answer is not a status document")?;
     print!("{}", monitor::table::render(&v));
+    Ok(())
+}
+
+fn report(r: ReportArgs) -> Result<()> {
+    use monitor::report;
+    let db = match (r.db, r.config) {
+        (Some(db), _) => db,
+        (None, Some(c)) => Config::load(&c)?.stats.path.ok_or(report::ReportError::NoDatabase)?,
+        (None, None) => Config::default().stats.path.ok_or(report::ReportError::NoDatabase)?,
+    };
+    let day = match &r.date {
+        Some(d) => report::parse_date(d)?,
+        None => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs());
+            now.unwrap_or(0) / 86_400 * 86_400
+        }
+    };
+    let (day_report, _, _) = report::load(&db, day)?;
+    let out = if r.json { serde_json::to_string_pretty(&day_report)? + "\n" } else { report::text(&day_report) };
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(out.as_bytes()); // a closed pipe (| head) is not an error
     Ok(())
 }

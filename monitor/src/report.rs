@@ -1,0 +1,259 @@
+//! `monitor report [--date YYYY-MM-DD] [--json]`: one UTC day from the stats database: peak and mean memory per
+//! process, requests per process and in total, refusals, aborts, restarts.
+
+use crate::history::ring::{Labels, Minute};
+use crate::history::store::Store;
+use crate::history::HistoryError;
+use serde::Serialize;
+use std::fmt::Write;
+use std::path::Path;
+
+/// What can go wrong with a report.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("bad date {0:?}: use YYYY-MM-DD")]
+    Date(String),
+    #[error("no stats database: set [stats] path in the config")]
+    NoDatabase,
+    #[error("no stats database at {0}")]
+    Missing(std::path::PathBuf),
+    #[error(transparent)]
+    History(#[from] HistoryError),
+}
+
+/// One process over the day.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessDay {
+    pub process: String,
+    pub role: String,
+    pub peak_rss_bytes: u64,
+    pub mean_rss_bytes: u64,
+    pub requests: u64,
+    pub errors_5xx: u64,
+    pub restarts: u64,
+}
+
+/// The day's report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DayReport {
+    pub date: String,
+    /// Minutes with data.
+    pub minutes: usize,
+    pub peak_usage_bytes: u64,
+    pub mean_usage_bytes: u64,
+    pub limit_bytes: u64,
+    pub requests_total: u64,
+    pub refusals: u64,
+    pub refusing_seconds: u64,
+    pub aborts: u64,
+    pub aborting_seconds: u64,
+    pub shed_requests: u64,
+    pub restarts: u64,
+    pub processes: Vec<ProcessDay>,
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The civil date of a day number.
+pub fn civil_from_days(z: i64) -> String {
+    let z = z + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// `YYYY-MM-DD` -> the Unix second its UTC day starts.
+pub fn parse_date(s: &str) -> Result<u64, ReportError> {
+    let bad = || ReportError::Date(s.to_string());
+    let mut it = s.split('-');
+    let (Some(y), Some(m), Some(d), None) = (it.next(), it.next(), it.next(), it.next()) else { return Err(bad()) };
+    let (y, m, d): (i64, u32, u32) =
+        (y.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?, d.parse().map_err(|_| bad())?);
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    let days = days_from_civil(y, m, d);
+    if civil_from_days(days) != format!("{y:04}-{m:02}-{d:02}") {
+        return Err(bad()); // 2024-02-30 and the like
+    }
+    Ok(days as u64 * 86_400)
+}
+
+/// Sums a day's minutes.
+pub fn summarize(date: &str, minutes: &[Minute], labels: &Labels) -> DayReport {
+    let mut procs: Vec<(u16, ProcessDay, u64, u64)> = Vec::new();
+    for m in minutes {
+        for p in &m.procs {
+            let i = match procs.iter().position(|x| x.0 == p.label) {
+                Some(i) => i,
+                None => {
+                    let (name, role) = labels.get(p.label);
+                    let day = ProcessDay {
+                        process: name.into(),
+                        role: role.into(),
+                        peak_rss_bytes: 0,
+                        mean_rss_bytes: 0,
+                        requests: 0,
+                        errors_5xx: 0,
+                        restarts: 0,
+                    };
+                    procs.push((p.label, day, 0, 0));
+                    procs.len() - 1
+                }
+            };
+            let (_, d, sum, n) = &mut procs[i];
+            d.peak_rss_bytes = d.peak_rss_bytes.max(p.rss_max);
+            *sum += p.rss_mean;
+            *n += 1;
+            d.requests += p.requests;
+            d.errors_5xx += p.err5xx;
+            d.restarts += p.restarts as u64;
+        }
+    }
+    let processes: Vec<ProcessDay> = procs
+        .into_iter()
+        .map(|(_, mut d, sum, n)| {
+            d.mean_rss_bytes = sum / n.max(1);
+            d
+        })
+        .collect();
+    let n = minutes.len() as u64;
+    DayReport {
+        date: date.to_string(),
+        minutes: minutes.len(),
+        peak_usage_bytes: minutes.iter().map(|m| m.usage_max).max().unwrap_or(0),
+        mean_usage_bytes: minutes.iter().map(|m| m.usage_mean).sum::<u64>() / n.max(1),
+        limit_bytes: minutes.last().map(|m| m.limit).unwrap_or(0),
+        requests_total: processes.iter().map(|p| p.requests).sum(),
+        refusals: minutes.iter().map(|m| m.refusals as u64).sum(),
+        refusing_seconds: minutes.iter().map(|m| m.refusing_s as u64).sum(),
+        aborts: minutes.iter().map(|m| m.aborts as u64).sum(),
+        aborting_seconds: minutes.iter().map(|m| m.aborting_s as u64).sum(),
+        shed_requests: minutes.iter().map(|m| m.shed).sum(),
+        restarts: processes.iter().map(|p| p.restarts).sum(),
+        processes,
+    }
+}
+
+/// Reads the day starting at `day_start` from the database at `path`.
+pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labels), ReportError> {
+    if !path.is_file() {
+        return Err(ReportError::Missing(path.to_path_buf()));
+    }
+    let store = Store::open_read_only(path)?;
+    let mut labels = Labels::default();
+    let minutes = store.minutes(day_start, day_start + 86_400, &mut labels)?;
+    let date = civil_from_days((day_start / 86_400) as i64);
+    Ok((summarize(&date, &minutes, &labels), minutes, labels))
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+/// The report as a text table.
+pub fn text(r: &DayReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "monitor report for {} (UTC), {} minutes of data", r.date, r.minutes);
+    let _ = writeln!(
+        o,
+        "group: peak {} mean {} of {}; requests {}; refusals {} ({} s refusing); aborts {} ({} s aborting); \
+         shed {}; restarts {}",
+        mib(r.peak_usage_bytes),
+        mib(r.mean_usage_bytes),
+        mib(r.limit_bytes),
+        r.requests_total,
+        r.refusals,
+        r.refusing_seconds,
+        r.aborts,
+        r.aborting_seconds,
+        r.shed_requests,
+        r.restarts
+    );
+    let _ = writeln!(
+        o,
+        "{:<20} {:<8} {:>12} {:>12} {:>10} {:>8} {:>8}",
+        "PROCESS", "ROLE", "PEAK RSS", "MEAN RSS", "REQUESTS", "5XX", "RESTARTS"
+    );
+    for p in &r.processes {
+        let _ = writeln!(
+            o,
+            "{:<20} {:<8} {:>12} {:>12} {:>10} {:>8} {:>8}",
+            p.process,
+            p.role,
+            mib(p.peak_rss_bytes),
+            mib(p.mean_rss_bytes),
+            p.requests,
+            p.errors_5xx,
+            p.restarts
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::ring::ProcMinute;
+
+    #[test]
+    fn dates() {
+        assert_eq!(parse_date("1970-01-02").ok(), Some(86_400));
+        assert_eq!(parse_date("2024-03-01").ok(), Some(1_709_251_200));
+        for bad in ["2024-02-30", "2024-13-01", "24-1-1x", "", "2024-01-01-01"] {
+            assert!(parse_date(bad).is_err(), "{bad}");
+        }
+        assert_eq!(civil_from_days(19_783), "2024-03-01");
+    }
+
+    #[test]
+    fn sums_a_day_per_process() {
+        let mut labels = Labels::default();
+        let m0 = labels.intern("m0", "master");
+        let tx = labels.intern("tx1", "worker");
+        let minute = |t: u64, rss: u64, req: u64, restarts: u32| Minute {
+            t,
+            usage_max: rss * 2,
+            usage_mean: rss,
+            limit: 1000,
+            refusals: 1,
+            refusing_s: 10,
+            procs: vec![
+                ProcMinute { label: m0, rss_max: rss, rss_mean: rss, requests: req, ..ProcMinute::default() },
+                ProcMinute {
+                    label: tx,
+                    rss_max: rss + 1,
+                    rss_mean: rss,
+                    requests: 2 * req,
+                    restarts,
+                    ..ProcMinute::default()
+                },
+            ],
+            ..Minute::default()
+        };
+        let r = summarize("2024-03-01", &[minute(0, 100, 5, 0), minute(60, 300, 7, 1)], &labels);
+        assert_eq!((r.peak_usage_bytes, r.mean_usage_bytes, r.requests_total), (600, 200, 36));
+        assert_eq!((r.refusals, r.refusing_seconds, r.restarts), (2, 20, 1));
+        assert_eq!(r.processes[1].process, "tx1");
+        assert_eq!(
+            (r.processes[1].peak_rss_bytes, r.processes[1].mean_rss_bytes, r.processes[1].requests),
+            (301, 200, 24)
+        );
+        assert!(text(&r).contains("tx1"));
+    }
+}
