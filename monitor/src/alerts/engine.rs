@@ -151,7 +151,7 @@ mod tests {
         let mut b = Book::new(Duration::ZERO);
         let crash = Condition::new("MonitorProcessRestarting").label("process", "tx1");
         assert_eq!(b.observe(at(0), &[refusing("1"), crash.clone()]).len(), 2);
-        let n = b.observe(at(1), &[crash.clone()]);
+        let n = b.observe(at(1), std::slice::from_ref(&crash));
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].labels.get("alertname").map(String::as_str), Some("MonitorGroupRefusing"));
         assert_eq!(b.firing().len(), 1);
