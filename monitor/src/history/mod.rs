@@ -81,15 +81,21 @@ fn now_s() -> u64 {
 /// Series names for a sample's processes: the launcher's name for a launched pid; otherwise `comm`, numbered
 /// `comm#1`, `comm#2`… by start time when several share it. Roles from the launcher or the process tree.
 pub fn names(p: &Published, launched: &[LauncherInfo]) -> Vec<(String, String)> {
+    named(p, launched).into_iter().map(|(n, r, _)| (n, r)).collect()
+}
+
+/// [`names`] with a flag for the numbered ones (`comm#k`), whose number can move to another process: a new pid
+/// under such a name is not taken for a restart.
+fn named(p: &Published, launched: &[LauncherInfo]) -> Vec<(String, String, bool)> {
     let procs = &p.snapshot.processes;
     let roles = infer_roles(procs);
     let member = |pid: u32| launched.iter().find(|m| m.pid == Some(pid));
-    let mut out: Vec<(String, String)> = procs
+    let mut out: Vec<(String, String, bool)> = procs
         .iter()
         .zip(&roles)
         .map(|(x, role)| match member(x.pid) {
-            Some(m) => (m.name.clone(), m.role.clone()),
-            None => (x.name.clone(), role.to_string()),
+            Some(m) => (m.name.clone(), m.role.clone(), false),
+            None => (x.name.clone(), role.to_string(), false),
         })
         .collect();
     let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
@@ -102,6 +108,7 @@ pub fn names(p: &Published, launched: &[LauncherInfo]) -> Vec<(String, String)> 
         idx.sort_by_key(|&i| (procs[i].start_ticks, procs[i].pid));
         for (k, i) in idx.into_iter().enumerate() {
             out[i].0 = format!("{}#{}", procs[i].name, k + 1);
+            out[i].2 = true;
         }
     }
     out
@@ -123,15 +130,16 @@ impl History {
     /// Reduces one sample to the aggregator's input, interning its names.
     fn input(&self, p: &Published) -> Input {
         let launched = self.inputs.launcher.as_ref().map(|f| f()).unwrap_or_default();
-        let names = names(p, &launched);
+        let names = named(p, &launched);
         let mut inner = self.lock();
         let procs = p
             .snapshot
             .processes
             .iter()
             .zip(names)
-            .map(|(x, (name, role))| ProcInput {
+            .map(|(x, (name, role, numbered))| ProcInput {
                 label: inner.labels.intern(&name, &role),
+                numbered,
                 pid: x.pid,
                 start_ticks: x.start_ticks,
                 rss: x.rss_bytes,

@@ -123,6 +123,8 @@ pub fn state_code(s: State) -> u8 {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcInput {
     pub label: u16,
+    /// The name is a number among namesakes (`comm#2`): a new pid under it is not a restart.
+    pub numbered: bool,
     pub pid: u32,
     pub start_ticks: u64,
     pub rss: u64,
@@ -196,7 +198,7 @@ impl Aggregator {
             let (req0, err0) = self.counters.get(&id).copied().unwrap_or((0, 0));
             seen.insert(id, (p.requests_total, p.err5xx_total));
             if let Some(old) = self.ids.insert(p.label, id) {
-                if old != id && !cur.restarted.contains(&p.label) {
+                if old != id && !p.numbered && !cur.restarted.contains(&p.label) {
                     cur.restarted.push(p.label);
                 }
             }
@@ -289,6 +291,7 @@ mod tests {
     fn proc(label: u16, pid: u32, rss: u64, req: u64, err: u64) -> ProcInput {
         ProcInput {
             label,
+            numbered: false,
             pid,
             start_ticks: pid as u64 * 10,
             rss,
