@@ -22,7 +22,12 @@ fn try_accept_exit(ctx: &TracePointContext) -> Result<(), i32> {
     if !traced(tgid) {
         return Ok(());
     }
-    let fd = ret(ctx);
+    accept_done(tgid, ret(ctx))
+}
+
+/// An `accept`/`accept4` by `tgid` that returned `fd` (or an error). Shared with the raw `sys_exit` program.
+#[inline(always)]
+pub fn accept_done(tgid: u32, fd: i64) -> Result<(), i32> {
     if fd < 0 {
         return Ok(());
     }

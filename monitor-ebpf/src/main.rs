@@ -1,7 +1,9 @@
-//! monitor's kernel programs: count the HTTP/1.x traffic of the traced tgids from syscall tracepoints only.
+//! monitor's kernel programs: count the HTTP/1.x traffic of the traced tgids from syscall hooks only.
 //!
-//! accept/accept4 exits record accepted sockets; read-family entries save the buffer of a tracked socket and
-//! their exits look for a request line; write-family exits look for a status line; close forgets the socket.
+//! accept/accept4 exits record accepted sockets; read-family exits look for a request line; write-family exits
+//! look for a status line; close forgets the socket. Two sets of hooks, chosen by user space: the raw `sys_exit`
+//! program (`sys_exit.rs`, one program for every syscall exit, x86_64) plus `close_enter`, or the per-syscall
+//! tracepoint programs, whose entries save the buffer of a tracked socket for the exits (fallback).
 //! Counters go to the per-CPU `STATS` map, which user space sums.
 #![no_std]
 #![no_main]
@@ -12,6 +14,7 @@ mod io;
 mod maps;
 mod recv;
 mod send;
+mod sys_exit;
 
 #[cfg(not(test))]
 #[panic_handler]

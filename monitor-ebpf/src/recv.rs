@@ -4,7 +4,7 @@
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
 use monitor_common::{
     http::{is_request, REQUEST_PEEK},
-    pending::kind,
+    pending::{kind, PendingIo},
     socks::SockKey,
 };
 
@@ -55,7 +55,13 @@ fn try_recv_exit(ctx: &TracePointContext) -> Result<(), i32> {
     if !kind::is_recv(p.kind) {
         return Ok(());
     }
-    let n = ret(ctx);
+    recv_done(tgid, &p, ret(ctx))
+}
+
+/// A read of `n` bytes (or an error) by `tgid` on a tracked socket, described by `p`: bytes in, and a request
+/// when its first bytes are a request line. Shared by `recv_exit` and the raw `sys_exit` program.
+#[inline(always)]
+pub fn recv_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     if n <= 0 {
         return Ok(());
     }
@@ -67,7 +73,7 @@ fn try_recv_exit(ctx: &TracePointContext) -> Result<(), i32> {
     if (n as u64) < REQUEST_PEEK as u64 {
         return Ok(());
     }
-    let Some((buf, len)) = first_buffer(&p) else {
+    let Some((buf, len)) = first_buffer(p) else {
         return Ok(());
     };
     if len < REQUEST_PEEK as u64 {

@@ -4,7 +4,7 @@
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
 use monitor_common::{
     http::{parse_status, RESPONSE_PEEK},
-    pending::kind,
+    pending::{kind, PendingIo},
     socks::SockKey,
     stats::log2_bucket,
 };
@@ -62,7 +62,13 @@ fn try_send_exit(ctx: &TracePointContext) -> Result<(), i32> {
     if kind::is_recv(p.kind) {
         return Ok(());
     }
-    let n = ret(ctx);
+    send_done(tgid, &p, ret(ctx))
+}
+
+/// A write of `n` bytes (or an error) by `tgid` on a tracked socket, described by `p`: bytes out, and a
+/// response when its first bytes are a status line. Shared by `send_exit` and the raw `sys_exit` program.
+#[inline(always)]
+pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     if n <= 0 {
         return Ok(());
     }
@@ -72,7 +78,7 @@ fn try_send_exit(ctx: &TracePointContext) -> Result<(), i32> {
     // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
     unsafe { (*s).bytes_out += n as u64 };
     // The status line is read from the caller's buffer, which holds it whole even after a short write.
-    let Some((buf, len)) = first_buffer(&p) else {
+    let Some((buf, len)) = first_buffer(p) else {
         return Ok(());
     };
     if len < RESPONSE_PEEK as u64 {

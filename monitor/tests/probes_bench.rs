@@ -1,11 +1,13 @@
-//! Benchmark, not a test (ignored; run by `cargo xtask bench probes`): wrk against nginx with the probes attached
-//! vs detached, interleaved rounds in one run. Reports the throughput ratio and the probes' kernel time per
-//! request (BPF run-time statistics over every program invocation, including other processes' syscalls).
+//! Benchmark, not a test (ignored; run by `cargo xtask bench probes`): wrk against nginx detached, with the
+//! per-syscall tracepoint programs, and with the raw `sys_exit` program, interleaved rounds in one run. Reports
+//! the throughput ratios, the CPU cost per request, and the probes' kernel time per request (BPF run-time
+//! statistics over every program invocation, including other processes' syscalls).
 //!
 //! Knobs (environment): `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32).
 
 mod probes_support;
 
+use monitor::probes::Hooks;
 use probes_support::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -77,6 +79,36 @@ fn wrk(url: &str, secs: u64, conns: u64, pids: &[u32]) -> Run {
     Run { rps, requests, cpu_s }
 }
 
+/// Nanoseconds per syscall of this (untraced) process: `getppid` (hooked by neither set's filter-passing
+/// path, but by every raw `sys_exit` run) and a 1-byte `write` to /dev/null (a hooked syscall number).
+fn untraced_syscall_ns() -> (f64, f64) {
+    const N: u32 = 300_000;
+    let devnull =
+        std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap_or_else(|e| panic!("/dev/null: {e}"));
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&devnull);
+    let time = |f: &dyn Fn()| {
+        // Best of three, against other jobs on the machine.
+        (0..3)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                for _ in 0..N {
+                    f();
+                }
+                t.elapsed().as_nanos() as f64 / N as f64
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    // SAFETY: plain syscalls on our own valid fd and a valid one-byte buffer.
+    let getppid = time(&|| unsafe {
+        libc::getppid();
+    });
+    // SAFETY: as above.
+    let write = time(&|| unsafe {
+        libc::write(fd, b"x".as_ptr().cast(), 1);
+    });
+    (getppid, write)
+}
+
 fn sum_stats(s: &[(String, Duration, u64)]) -> (Duration, u64) {
     s.iter().fold((Duration::ZERO, 0), |(t, n), (_, dt, dn)| (t + *dt, n + dn))
 }
@@ -116,76 +148,113 @@ fn probes_overhead_nginx() {
     let url = format!("http://127.0.0.1:{port}/ok");
 
     wrk(&url, 1, conns, &pids); // warm-up
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for r in 0..rounds {
-        let order = if r % 2 == 0 { [false, true] } else { [true, false] };
-        for attached in order {
-            if !attached {
-                off.push(wrk(&url, secs, conns, &pids));
-                continue;
-            }
-            let mut probes = load_probes();
-            sync(&mut probes, &pids);
-            let run = wrk(&url, secs, conns, &pids);
-            let counted: u64 = read(&mut probes).values().map(|t| t.requests_total).sum();
-            assert!(counted >= run.requests, "counted {counted} < wrk's {}", run.requests);
-            on.push(run);
+                                // Three modes per round, in an order that rotates so each mode runs first, second and third equally often.
+    let modes: [Option<Hooks>; 3] = [None, Some(Hooks::Tracepoints), Some(Hooks::RawSysExit)];
+    let mut runs: [Vec<Run>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    // Cost for everyone else: syscalls of an untraced process (this one), per mode, best of three.
+    for r in 0..2 {
+        for (m, name) in [(0, "detached"), (1, "tracepoints"), (2, "raw sys_exit")] {
+            let probes = modes[m].map(load_probes_with);
+            let (getppid, write) = untraced_syscall_ns();
+            drop(probes);
+            println!(
+                "untraced syscalls, {name} (pass {r}): getppid {getppid:.0} ns, write(/dev/null, 1) {write:.0} ns"
+            );
         }
-        let (a, b) = (&off[off.len() - 1], &on[on.len() - 1]);
-        eprintln!("round {r}: detached {:.0} req/s, attached {:.0} req/s", a.rps, b.rps);
+    }
+    for r in 0..rounds as usize {
+        for k in 0..3 {
+            let m = (r + k) % 3;
+            let run = match modes[m] {
+                None => wrk(&url, secs, conns, &pids),
+                Some(hooks) => {
+                    let mut probes = load_probes_with(hooks);
+                    sync(&mut probes, &pids);
+                    let run = wrk(&url, secs, conns, &pids);
+                    let counted: u64 = read(&mut probes).values().map(|t| t.requests_total).sum();
+                    assert!(counted >= run.requests, "{hooks:?}: counted {counted} < wrk's {}", run.requests);
+                    run
+                }
+            };
+            runs[m].push(run);
+        }
+        let last = |m: usize| runs[m].last().map_or(0.0, |r| r.rps);
+        eprintln!(
+            "round {r}: detached {:.0} req/s, tracepoints {:.0} req/s, raw sys_exit {:.0} req/s",
+            last(0),
+            last(1),
+            last(2)
+        );
     }
 
-    // One more attached round with the kernel's BPF run-time statistics on, for the per-program split. (They
-    // cost two clock reads per program run, so they stay off in the rounds above.)
-    let stats_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).unwrap_or_else(|e| panic!("enable_stats: {e}"));
-    let mut probes = load_probes();
-    sync(&mut probes, &pids);
-    let before = probes.run_stats();
-    let run = wrk(&url, secs, conns, &pids);
-    let after = probes.run_stats();
-    let counted: u64 = read(&mut probes).values().map(|t| t.requests_total).sum::<u64>().max(1);
-    drop(probes);
-    drop(stats_fd);
-
-    let mean_of = |v: &[Run], f: &dyn Fn(&Run) -> f64| v.iter().map(f).sum::<f64>() / v.len().max(1) as f64;
-    let (rps_off, rps_on) = (mean_of(&off, &|r| r.rps), mean_of(&on, &|r| r.rps));
+    let mean_of = |v: &[Run]| v.iter().map(|r| r.rps).sum::<f64>() / v.len().max(1) as f64;
     let cpu_ns = |v: &[Run]| {
         let (cpu, n) = v.iter().fold((0.0, 0u64), |(c, n), r| (c + r.cpu_s, n + r.requests));
         cpu * 1e9 / n.max(1) as f64
     };
-    let (cpu_off, cpu_on) = (cpu_ns(&off), cpu_ns(&on));
     let fmt = |v: &[Run]| v.iter().map(|r| format!("{:.0}", r.rps)).collect::<Vec<_>>().join(", ");
-    let ratios: Vec<String> = on.iter().zip(&off).map(|(a, b)| format!("{:.3}", a.rps / b.rps)).collect();
-    let (t0, n0) = sum_stats(&before);
-    let (t1, n1) = sum_stats(&after);
-    let bpf_ns = (t1 - t0).as_nanos() as f64;
-
-    println!("PROBES BENCH: nginx 1 worker, wrk -t1 -c{conns} -d{secs}s, {rounds} interleaved rounds");
-    println!("| | req/s (mean) | req/s by round | CPU ns per request (nginx + wrk) |");
-    println!("| --- | ---: | --- | ---: |");
-    println!("| detached | {rps_off:.0} | {} | {cpu_off:.0} |", fmt(&off));
-    println!("| attached | {rps_on:.0} | {} | {cpu_on:.0} |", fmt(&on));
-    println!("throughput ratio attached/detached: {:.4} (by round: {})", rps_on / rps_off, ratios.join(", "));
-    println!("probe cost per request, CPU time (attached - detached): {:.0} ns", cpu_on - cpu_off);
-    println!(
-        "probe cost per request, BPF run time (stats round, {} req/s): {:.0} ns over {:.2} program runs per request",
-        run.rps.round(),
-        bpf_ns / counted as f64,
-        (n1 - n0) as f64 / counted as f64
-    );
-    println!("| program | runs per request | ns per run | ns per request |");
-    println!("| --- | ---: | ---: | ---: |");
-    for ((name, ta, na), (_, tb, nb)) in after.iter().zip(&before) {
-        let runs = na - nb;
-        if runs == 0 {
-            continue;
-        }
-        let ns = (*ta - *tb).as_nanos() as f64;
+    let (rps_off, cpu_off) = (mean_of(&runs[0]), cpu_ns(&runs[0]));
+    println!("PROBES BENCH: nginx 1 worker, wrk -t1 -c{conns} -d{secs}s, {rounds} rounds of 3 modes, order rotating");
+    println!("| | req/s (mean) | req/s by round | CPU ns per request (nginx + wrk) | ratio | cost per request |");
+    println!("| --- | ---: | --- | ---: | ---: | ---: |");
+    println!("| detached | {rps_off:.0} | {} | {cpu_off:.0} | 1 | 0 |", fmt(&runs[0]));
+    for (m, name) in [(1, "tracepoints"), (2, "raw sys_exit")] {
+        let (rps, cpu) = (mean_of(&runs[m]), cpu_ns(&runs[m]));
         println!(
-            "| {name} | {:.2} | {:.0} | {:.0} |",
-            runs as f64 / counted as f64,
-            ns / runs as f64,
-            ns / counted as f64
+            "| {name} | {rps:.0} | {} | {cpu:.0} | {:.3} | {:.0} ns |",
+            fmt(&runs[m]),
+            rps / rps_off,
+            cpu - cpu_off
         );
     }
+    // Round by round (each next to its own detached run): throughput ratio and CPU cost.
+    for (m, name) in [(1, "tracepoints"), (2, "raw sys_exit")] {
+        let per: Vec<String> = runs[m]
+            .iter()
+            .zip(&runs[0])
+            .map(|(a, b)| {
+                let ns = |r: &Run| r.cpu_s * 1e9 / r.requests.max(1) as f64;
+                format!("{:.3}/{:.0}", a.rps / b.rps, ns(a) - ns(b))
+            })
+            .collect();
+        println!("{name} by round (ratio/ns): {}", per.join(", "));
+    }
+
+    // One more attached run per set with the kernel's BPF run-time statistics on, for the per-program split.
+    // (They cost two clock reads per program run, so they stay off in the rounds above.)
+    let stats_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).unwrap_or_else(|e| panic!("enable_stats: {e}"));
+    for hooks in [Hooks::Tracepoints, Hooks::RawSysExit] {
+        let mut probes = load_probes_with(hooks);
+        sync(&mut probes, &pids);
+        let before = probes.run_stats();
+        let run = wrk(&url, secs, conns, &pids);
+        let after = probes.run_stats();
+        let counted: u64 = read(&mut probes).values().map(|t| t.requests_total).sum::<u64>().max(1);
+        drop(probes);
+        let (t0, n0) = sum_stats(&before);
+        let (t1, n1) = sum_stats(&after);
+        let bpf_ns = (t1 - t0).as_nanos() as f64;
+        println!(
+            "{hooks:?}: BPF run time (stats run, {} req/s): {:.0} ns per request over {:.2} program runs per request",
+            run.rps.round(),
+            bpf_ns / counted as f64,
+            (n1 - n0) as f64 / counted as f64
+        );
+        println!("| program | runs per request | ns per run | ns per request |");
+        println!("| --- | ---: | ---: | ---: |");
+        for ((name, ta, na), (_, tb, nb)) in after.iter().zip(&before) {
+            let runs = na - nb;
+            if runs == 0 {
+                continue;
+            }
+            let ns = (*ta - *tb).as_nanos() as f64;
+            println!(
+                "| {name} | {:.2} | {:.0} | {:.0} |",
+                runs as f64 / counted as f64,
+                ns / runs as f64,
+                ns / counted as f64
+            );
+        }
+    }
+    drop(stats_fd);
 }

@@ -4,6 +4,7 @@
 
 mod probes_support;
 
+use monitor::probes::Hooks;
 use probes_support::*;
 use std::process::Command;
 
@@ -88,7 +89,12 @@ fn programs_unload_when_probes_drop() {
     }
     let probes = load_probes();
     let ids = probes.program_ids();
-    assert_eq!(ids.len(), 11, "one kernel program per ATTACHMENTS entry: {ids:?}");
+    // Raw: `sys_exit` and `close_enter`; tracepoints: one program per entry of attach::CLOSE and TRACEPOINTS.
+    let want = match probes.hooks() {
+        Hooks::RawSysExit => 2,
+        Hooks::Tracepoints => 11,
+    };
+    assert_eq!(ids.len(), want, "one kernel program per attached program ({:?}): {ids:?}", probes.hooks());
     let listed = || {
         let out = Command::new("bpftool").args(["-j", "prog", "list"]).output();
         let out = out.unwrap_or_else(|e| panic!("bpftool: {e}"));

@@ -1,6 +1,7 @@
-//! `cargo xtask bench probes`: wrk against nginx with the eBPF probes attached vs detached, interleaved rounds
-//! in one run (the `probes_overhead_nginx` benchmark in monitor/tests/probes_bench.rs, run as root). Prints the
-//! throughput ratio and the probe cost per request; the figures go to docs/benchmarks-probes.md.
+//! `cargo xtask bench probes`: wrk against nginx detached, on the per-syscall tracepoints and on the raw
+//! `sys_exit` tracepoint, interleaved rounds in one run (the `probes_overhead_nginx` benchmark in
+//! monitor/tests/probes_bench.rs, run as root). Prints the throughput ratios and the probe cost per request of
+//! each hook set; the figures go to docs/benchmarks-probes.md.
 //!
 //! Knobs passed through: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32).
 

@@ -1,12 +1,41 @@
-//! Which program goes on which syscall tracepoint, and making sure tracefs is mounted so they can attach.
+//! Which program goes on which hook, and making sure tracefs is mounted so the tracepoints can attach.
 
 use super::ProbeError;
 use std::path::Path;
 
-/// (program, tracepoints in category `syscalls`). Exits and `close` come before the entries that feed them,
-/// and `accept` last, so that no socket is tracked before the programs that clean up after it run.
-pub const ATTACHMENTS: &[(&str, &[&str])] = &[
-    ("close_enter", &["sys_enter_close"]),
+/// Which kernel hooks carry the programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hooks {
+    /// The raw tracepoint `sys_exit` (program `sys_exit`: every syscall exit, arguments from the saved x86_64
+    /// registers) plus `close_enter` on `syscalls/sys_enter_close`. Two hooks: the cheaper set.
+    RawSysExit,
+    /// One tracepoint program per syscall entry and exit (22 `syscalls/*` tracepoints, the `PENDING` map
+    /// carrying the arguments from entry to exit). The fallback.
+    Tracepoints,
+}
+
+impl Hooks {
+    /// The set `Probes::load` tries first: the raw `sys_exit` program reads x86_64 registers, so elsewhere the
+    /// per-syscall tracepoints.
+    pub fn preferred() -> Hooks {
+        if cfg!(target_arch = "x86_64") {
+            Hooks::RawSysExit
+        } else {
+            Hooks::Tracepoints
+        }
+    }
+}
+
+/// The raw `sys_exit` program and its raw tracepoint.
+pub const RAW_EXIT: (&str, &str) = ("sys_exit", "sys_exit");
+
+/// `close` is hooked at entry in both sets (at exit the fd number may already be a socket another thread
+/// accepted), and attached first, so that no socket is tracked before the program that forgets it runs.
+pub const CLOSE: &[(&str, &[&str])] = &[("close_enter", &["sys_enter_close"])];
+
+/// The per-syscall set, after [`CLOSE`]: (program, tracepoints in category `syscalls`). Exits come before the
+/// entries that feed them, and `accept` last.
+pub const TRACEPOINTS: &[(&str, &[&str])] = &[
     ("recv_exit", &["sys_exit_read", "sys_exit_recvfrom", "sys_exit_readv", "sys_exit_recvmsg"]),
     ("send_exit", &["sys_exit_write", "sys_exit_sendto", "sys_exit_writev", "sys_exit_sendmsg", "sys_exit_sendfile64"]),
     ("recv_enter_buf", &["sys_enter_read", "sys_enter_recvfrom"]),

@@ -1,17 +1,19 @@
 //! eBPF request counting (issue 3): loads the embedded object, keeps the tgid filter equal to the group,
 //! reads per-process counters.
 //!
-//! Kernel side: `monitor-ebpf` (syscall tracepoints only); map types: `monitor-common`. See docs/probes.md.
+//! Kernel side: `monitor-ebpf` (the raw `sys_exit` tracepoint, or per-syscall tracepoints as the fallback); map
+//! types: `monitor-common`. See docs/probes.md.
 
 mod attach;
 mod counters;
 mod object;
 
+pub use attach::Hooks;
 pub use counters::percentile;
 
 use crate::snapshot::Traffic;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuHashMap, PerCpuValues};
-use aya::programs::{ProgramError, TracePoint};
+use aya::programs::{ProgramError, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use monitor_common::socks::{SockKey, SockState};
 use monitor_common::stats::Counters;
@@ -33,6 +35,8 @@ pub enum ProbeError {
     Program { name: &'static str, source: Box<ProgramError> },
     #[error("attaching `{name}` to tracepoint syscalls/{tracepoint}: {source}")]
     Attach { name: &'static str, tracepoint: &'static str, source: Box<ProgramError> },
+    #[error("attaching `{name}` to raw tracepoint {tracepoint}: {source}")]
+    AttachRaw { name: &'static str, tracepoint: &'static str, source: Box<ProgramError> },
     #[error("eBPF map `{name}`: {source}")]
     Map { name: &'static str, source: Box<MapError> },
     #[error("mounting tracefs at /sys/kernel/tracing: {0}")]
@@ -54,13 +58,29 @@ pub struct Probes {
     /// The tgids in `filter` (we are its only writer).
     traced: BTreeSet<u32>,
     nr_cpus: usize,
+    hooks: Hooks,
     /// Holds the programs and their links; declared last so the maps above are closed first.
     ebpf: Ebpf,
 }
 
 impl Probes {
-    /// Loads the embedded object and attaches every program.
+    /// Loads the embedded object and attaches the programs: the raw `sys_exit` set where it loads
+    /// ([`Hooks::preferred`]), otherwise the per-syscall tracepoints.
     pub fn load() -> Result<Probes, ProbeError> {
+        Probes::attach(Hooks::preferred(), true)
+    }
+
+    /// Like [`Probes::load`] with the given hooks and no fallback (benchmarks and tests compare the two sets).
+    pub fn load_with(hooks: Hooks) -> Result<Probes, ProbeError> {
+        Probes::attach(hooks, false)
+    }
+
+    /// Which hooks the programs are attached to.
+    pub fn hooks(&self) -> Hooks {
+        self.hooks
+    }
+
+    fn attach(want: Hooks, fallback: bool) -> Result<Probes, ProbeError> {
         if object::OBJECT.is_empty() {
             return Err(ProbeError::NotBuilt(object::SKIPPED));
         }
@@ -71,26 +91,26 @@ impl Probes {
             .load(object::OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         attach::ensure_tracefs()?;
-        for &(name, tracepoints) in attach::ATTACHMENTS {
-            let prog: &mut TracePoint = ebpf
-                .program_mut(name)
-                .ok_or(ProbeError::MissingProgram(name))?
-                .try_into()
-                .map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
-            prog.load().map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
-            for &tp in tracepoints {
-                prog.attach("syscalls", tp).map_err(|e| ProbeError::Attach {
-                    name,
-                    tracepoint: tp,
-                    source: Box::new(e),
-                })?;
+        attach_tracepoints(&mut ebpf, attach::CLOSE)?;
+        let hooks = match want {
+            Hooks::RawSysExit => match attach_raw(&mut ebpf) {
+                Ok(()) => Hooks::RawSysExit,
+                Err(_) if fallback => {
+                    attach_tracepoints(&mut ebpf, attach::TRACEPOINTS)?;
+                    Hooks::Tracepoints
+                }
+                Err(e) => return Err(e),
+            },
+            Hooks::Tracepoints => {
+                attach_tracepoints(&mut ebpf, attach::TRACEPOINTS)?;
+                Hooks::Tracepoints
             }
-        }
+        };
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         let filter = Array::try_from(take(filter::MAP)?).map_err(map_err(filter::MAP))?;
         let stats = PerCpuHashMap::try_from(take(stats::MAP)?).map_err(map_err(stats::MAP))?;
         let socks = BpfHashMap::try_from(take(socks::MAP)?).map_err(map_err(socks::MAP))?;
-        Ok(Probes { filter, stats, socks, traced: BTreeSet::new(), nr_cpus, ebpf })
+        Ok(Probes { filter, stats, socks, traced: BTreeSet::new(), nr_cpus, hooks, ebpf })
     }
 
     /// Makes the kernel's tgid filter equal to `pids`. New tgids start from zero counters; the counters and
@@ -179,6 +199,42 @@ impl Probes {
         }
         Ok(())
     }
+}
+
+/// Loads each program and attaches it to its `syscalls/*` tracepoints.
+fn attach_tracepoints(ebpf: &mut Ebpf, list: &[(&'static str, &[&'static str])]) -> Result<(), ProbeError> {
+    for &(name, tracepoints) in list {
+        let prog: &mut TracePoint = ebpf
+            .program_mut(name)
+            .ok_or(ProbeError::MissingProgram(name))?
+            .try_into()
+            .map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+        prog.load().map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+        for &tp in tracepoints {
+            prog.attach("syscalls", tp).map_err(|e| ProbeError::Attach {
+                name,
+                tracepoint: tp,
+                source: Box::new(e),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Loads the raw `sys_exit` program and attaches it; unloads it again when attaching fails.
+fn attach_raw(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
+    let (name, tracepoint) = attach::RAW_EXIT;
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(ProbeError::MissingProgram(name))?
+        .try_into()
+        .map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+    prog.load().map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+    if let Err(e) = prog.attach(tracepoint) {
+        let _ = prog.unload();
+        return Err(ProbeError::AttachRaw { name, tracepoint, source: Box::new(e) });
+    }
+    Ok(())
 }
 
 /// The kernel's `pid_max` (tgids are below it), or the 64-bit default when it cannot be read.

@@ -2,7 +2,7 @@
 //! process groups (killed on drop), free loopback ports, curl and wrk drivers, and waiting for exact counts.
 #![allow(dead_code)] // each test binary uses a different part
 
-use monitor::probes::Probes;
+use monitor::probes::{Hooks, Probes};
 use monitor::snapshot::Traffic;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -44,10 +44,28 @@ pub fn require_program(test: &str, program: &str) -> bool {
 }
 
 /// Loads and attaches the probes, panicking with the reason (the object must be built for these tests).
+/// `PROBES_HOOKS=tracepoints` (or `raw`) forces one set of hooks, so the exact-count tests cover both.
 pub fn load_probes() -> Probes {
-    match Probes::load() {
-        Ok(p) => p,
+    let p = match std::env::var("PROBES_HOOKS").as_deref() {
+        Ok("tracepoints") => return load_probes_with(Hooks::Tracepoints),
+        Ok("raw") => return load_probes_with(Hooks::RawSysExit),
+        Ok(other) => panic!("PROBES_HOOKS={other}: expected `tracepoints` or `raw`"),
+        Err(_) => Probes::load(),
+    };
+    match p {
+        Ok(p) => {
+            eprintln!("probes attached with {:?}", p.hooks());
+            p
+        }
         Err(e) => panic!("Probes::load: {e} (build the object with `cargo xtask setup`)"),
+    }
+}
+
+/// Loads and attaches the probes on the given hooks (no fallback), panicking with the reason.
+pub fn load_probes_with(hooks: Hooks) -> Probes {
+    match Probes::load_with(hooks) {
+        Ok(p) => p,
+        Err(e) => panic!("Probes::load_with({hooks:?}): {e} (build the object with `cargo xtask setup`)"),
     }
 }
 
@@ -233,7 +251,15 @@ pub fn total(m: &HashMap<u32, Traffic>, pids: &[u32]) -> Traffic {
             t.inflight += x.inflight;
             t.bytes_in += x.bytes_in;
             t.bytes_out += x.bytes_out;
+            t.latency_hist_us.resize(x.latency_hist_us.len().max(t.latency_hist_us.len()), 0);
+            for (a, b) in t.latency_hist_us.iter_mut().zip(&x.latency_hist_us) {
+                *a += b;
+            }
         }
+    }
+    if let Ok(h) = <[u64; monitor_common::stats::HIST_BUCKETS]>::try_from(t.latency_hist_us.as_slice()) {
+        t.latency_p50_us = monitor::probes::percentile(&h, 0.5);
+        t.latency_p99_us = monitor::probes::percentile(&h, 0.99);
     }
     t
 }
@@ -260,11 +286,16 @@ pub fn assert_counts(probes: &mut Probes, pids: &[u32], want: &Sent, what: &str)
     std::thread::sleep(Duration::from_millis(300));
     got = total(&read(probes), pids);
     assert_eq!(counts(&got), want, "{what}: (accepts, requests, responses, by class) counted vs sent");
+    // Every final response here answers a request read on its socket: one latency each.
+    let latencies: u64 = got.latency_hist_us.iter().sum();
+    assert_eq!(latencies, got.responses_total, "{what}: latencies recorded vs final responses");
     eprintln!(
-        "{what}: counted {:?} as sent; in-flight {}, p50 {:?} µs",
+        "{what}: counted {:?} as sent; in-flight {}, latencies {} (p50 {:?} µs, p99 {:?} µs)",
         counts(&got),
         got.inflight,
-        got.latency_p50_us
+        got.latency_hist_us.iter().sum::<u64>(),
+        got.latency_p50_us,
+        got.latency_p99_us
     );
     got
 }
