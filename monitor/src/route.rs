@@ -94,11 +94,11 @@ pub struct TableError(#[from] regex::Error);
 #[derive(Debug, Clone)]
 pub struct Table {
     names: Vec<String>,
-    roles: Vec<Role>,
     master: Option<usize>,
     master_paths: RegexSet,
     tx_paths: RegexSet,
-    master_serves_tx: bool,
+    /// The processes least-outstanding picks from: the workers, and the master unless `master_serves_tx = false`.
+    tx_pool: Vec<usize>,
 }
 
 impl Table {
@@ -111,11 +111,10 @@ impl Table {
     ) -> Result<Table, TableError> {
         Ok(Table {
             names: procs.iter().map(|(n, _)| n.clone()).collect(),
-            roles: procs.iter().map(|(_, r)| *r).collect(),
             master: procs.iter().position(|(_, r)| *r == Role::Master),
             master_paths: RegexSet::new(master_paths)?,
             tx_paths: RegexSet::new(tx_paths)?,
-            master_serves_tx,
+            tx_pool: (0..procs.len()).filter(|&i| procs[i].1 == Role::Worker || master_serves_tx).collect(),
         })
     }
 
@@ -134,10 +133,6 @@ impl Table {
     /// The index of the process with this name.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.names.iter().position(|n| n == name)
-    }
-
-    fn in_tx_pool(&self, i: usize) -> bool {
-        self.roles[i] == Role::Worker || self.master_serves_tx
     }
 
     /// Chooses the process for `req`. `live(i)` describes process `i` now; `rotor` breaks ties (pass a counter
@@ -183,37 +178,29 @@ impl Table {
         self.least_outstanding(req, &live, rotor)
     }
 
+    /// One pass, one `live` call per process (the counts move under us): the first usable process with the
+    /// fewest outstanding requests, starting at a rotating place in the pool so ties rotate.
     fn least_outstanding(&self, req: &Request<'_>, live: &impl Fn(usize) -> Live, rotor: u64) -> Route {
-        let mut best = u32::MAX;
-        let mut ties = 0u64;
+        let n = self.tx_pool.len();
+        if n == 0 {
+            return Route::Unavailable(Unavailable::NoneReady);
+        }
+        let start = (rotor % n as u64) as usize;
+        let mut best: Option<(usize, u32)> = None;
         let mut any_ready = false;
-        for i in (0..self.len()).filter(|&i| self.in_tx_pool(i)) {
+        for k in 0..n {
+            let i = self.tx_pool[(start + k) % n];
             let l = live(i);
             any_ready |= l.ready;
-            if !(l.ready && (l.serving || req.exempt)) {
-                continue;
-            }
-            if l.outstanding < best {
-                best = l.outstanding;
-                ties = 1;
-            } else if l.outstanding == best {
-                ties += 1;
+            if l.ready && (l.serving || req.exempt) && best.is_none_or(|(_, o)| l.outstanding < o) {
+                best = Some((i, l.outstanding));
             }
         }
-        if ties == 0 {
-            return Route::Unavailable(if any_ready { Unavailable::Shed } else { Unavailable::NoneReady });
+        match best {
+            Some((index, _)) => Route::To { index, rule: Rule::LeastOutstanding, fallback: None },
+            None if any_ready => Route::Unavailable(Unavailable::Shed),
+            None => Route::Unavailable(Unavailable::NoneReady),
         }
-        let mut pick = rotor % ties;
-        for i in (0..self.len()).filter(|&i| self.in_tx_pool(i)) {
-            let l = live(i);
-            if l.ready && (l.serving || req.exempt) && l.outstanding == best {
-                if pick == 0 {
-                    return Route::To { index: i, rule: Rule::LeastOutstanding, fallback: None };
-                }
-                pick -= 1;
-            }
-        }
-        Route::Unavailable(Unavailable::NoneReady)
     }
 }
 
@@ -320,6 +307,21 @@ mod tests {
         // Health paths are exempt from the refusal.
         let health = Request { exempt: true, ..req("/health", None) };
         assert!(matches!(t.select(&health, |_| REFUSING, 0), Route::To { .. }));
+    }
+
+    #[test]
+    fn counts_that_move_during_the_choice_never_leave_it_empty() {
+        // Each look sees a new count (other requests finish and start meanwhile): a process is still chosen.
+        let t = table(true, &["^/"]);
+        let calls = std::cell::Cell::new(0u32);
+        for rotor in 0..50 {
+            let live = |_: usize| {
+                calls.set(calls.get() + 1);
+                Live { outstanding: calls.get() % 3, ..UP }
+            };
+            assert!(matches!(t.select(&req("/r4/x", None), live, rotor), Route::To { .. }));
+        }
+        assert_eq!(calls.get(), 150, "one look per process per request");
     }
 
     #[test]
