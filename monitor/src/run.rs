@@ -149,6 +149,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             what: "web.listen".into(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
         })?;
+        let web_addr = web;
         let web = tokio::net::TcpListener::bind(web).await.map_err(io(format!("listening on {web} (web.listen)")))?;
         let front = &cfg.proxy.listen;
         let front = tokio::net::TcpListener::bind(front.as_str())
@@ -185,11 +186,26 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone())?);
         tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
         let view = members.clone();
-        let app = api::router(ApiState {
-            latest: rx,
-            thresholds,
-            launcher: Some(Arc::new(move || view.iter().map(|m| m.info()).collect())),
-        });
+        let launcher_view: crate::history::LauncherFn = Arc::new(move || view.iter().map(|m| m.info()).collect());
+        let shed = proxy.clone();
+        let history = crate::history::spawn(
+            rx.clone(),
+            &cfg.stats,
+            thresholds.clone(),
+            crate::history::Inputs {
+                launcher: Some(launcher_view.clone()),
+                shed_total: Some(Arc::new(move || shed.shed_total())),
+            },
+        );
+        let alerts =
+            crate::alerts::task::spawn(&cfg.alerts, rx.clone(), cfg.probes.enabled, format!("http://{web_addr}/"));
+        if let Some(raiser) = alerts {
+            tokio::spawn(crate::alerts::watch::launcher(launcher_view.clone(), raiser.clone()));
+            let h = history.history.clone();
+            tokio::spawn(crate::alerts::watch::stats(Arc::new(move || h.note()), raiser));
+        }
+        let app =
+            api::router(ApiState { latest: rx, thresholds, launcher: Some(launcher_view) }).merge(history.router());
         let mut web_drain = drain_rx.clone();
         let api = tokio::spawn(async move {
             let _ = axum::serve(web, app)
@@ -210,6 +226,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         stop.store(true, Ordering::Relaxed);
         let _ = tokio::time::timeout(Duration::from_secs(2), api).await;
         let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
+        history.close(Duration::from_secs(3)).await;
         tracing::info!("stopped");
         Ok(())
     });

@@ -5,6 +5,7 @@
 pub mod engine;
 pub mod sinks;
 pub mod task;
+pub mod watch;
 
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -65,6 +65,8 @@ pub struct Proxy {
     retry_after_s: u64,
     upstream_timeout: Duration,
     tokens: Option<Tokens>,
+    /// 503s sent by the memory guard (refused new requests and cancelled in-flight ones).
+    shed: AtomicU64,
 }
 
 static X_ROUTE_FALLBACK: HeaderName = HeaderName::from_static("x-route-fallback");
@@ -134,7 +136,13 @@ impl Proxy {
             retry_after_s: cfg.retry_after_s,
             upstream_timeout: Duration::from_secs(cfg.upstream_timeout_s),
             tokens: cfg.token_secret.as_deref().map(|s| Tokens::new(s.as_bytes(), cfg.token_ttl_s)),
+            shed: AtomicU64::new(0),
         })
+    }
+
+    /// How many requests the memory guard has answered with 503 (refused or cancelled) since start.
+    pub fn shed_total(&self) -> u64 {
+        self.shed.load(Ordering::Relaxed)
     }
 
     /// Turns readiness off: health paths answer 503 from now on.

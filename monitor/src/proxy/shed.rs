@@ -75,6 +75,7 @@ impl Proxy {
 
     /// 503 for a new request refused by the memory guard.
     pub(super) fn refused(&self) -> Response<ProxyBody> {
+        self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let body = format!(
             "memory guard: the group is at {:.0}% of its memory limit and refuses new requests; retry after {} s\n",
             self.ratio_pct(),
@@ -85,6 +86,7 @@ impl Proxy {
 
     /// 503 for an in-flight request cancelled because its process was told to abort.
     pub(super) fn aborted(&self, name: &str) -> Response<ProxyBody> {
+        self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let body = format!(
             "memory guard: request cancelled: the group is at {:.0}% of its memory limit and process {name}, the \
              largest, was told to abort its work; retry after {} s\n",

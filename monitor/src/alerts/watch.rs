@@ -1,0 +1,126 @@
+//! Conditions raised from outside the sampler, by polling once a second: the launcher's processes (a crash and
+//! its restart; a crash loop, when the backoff has reached its cap) and the stats database (not persisting).
+
+use super::task::Raiser;
+use super::Condition;
+use crate::launcher::LauncherInfo;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A backoff delay at or above this is the cap (60 s; the step below it is 32 s).
+const CAP_FROM_MS: u64 = 59_000;
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// What one poll of the launcher makes true. `loop_since` remembers, per process, that the current backoff is at
+/// its cap (set when it enters backing-off with a capped delay, cleared when it is ready again).
+pub fn launcher_conditions(
+    infos: &[LauncherInfo],
+    now_ms: u64,
+    capped: &mut HashMap<String, bool>,
+) -> Vec<(String, Option<Condition>)> {
+    let mut out = Vec::new();
+    for i in infos {
+        let down = i.state == "backing-off" || (i.state == "starting" && i.restarts > 0);
+        let restart_key = format!("restart/{}", i.name);
+        out.push((
+            restart_key,
+            down.then(|| {
+                Condition::new("MonitorProcessRestarting")
+                    .label("process", i.name.clone())
+                    .label("role", i.role.clone())
+                    .annotate("restarts", i.restarts.to_string())
+                    .annotate("state", i.state.clone())
+                    .annotate("summary", format!("{} ({}) exited and is being restarted", i.name, i.role))
+            }),
+        ));
+        let at_cap = capped.entry(i.name.clone()).or_insert(false);
+        if i.state == "ready" {
+            *at_cap = false;
+        } else if i.state == "backing-off" {
+            if let Some(next) = i.next_retry_unix_ms {
+                if next.saturating_sub(now_ms) >= CAP_FROM_MS {
+                    *at_cap = true;
+                }
+            }
+        }
+        let loop_key = format!("crashloop/{}", i.name);
+        out.push((
+            loop_key,
+            at_cap.then(|| {
+                Condition::new("MonitorProcessCrashLoop")
+                    .label("process", i.name.clone())
+                    .label("role", i.role.clone())
+                    .annotate("restarts", i.restarts.to_string())
+                    .annotate("summary", format!("{} keeps crashing: restart backoff is at its 60 s cap", i.name))
+            }),
+        ));
+    }
+    out
+}
+
+/// Polls the launcher's view every second and raises or clears restart and crash-loop conditions.
+pub async fn launcher(view: Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>, raiser: Raiser) {
+    let mut capped = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        for (key, cond) in launcher_conditions(&view(), now_ms(), &mut capped) {
+            raiser.set(key, cond);
+        }
+    }
+}
+
+/// Polls the stats database's note (Some = not persisting, and why) every second.
+pub async fn stats(note: Arc<dyn Fn() -> Option<String> + Send + Sync>, raiser: Raiser) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let cond = note().map(|why| {
+            Condition::new("MonitorStatsDatabaseFailing")
+                .annotate("error", why.clone())
+                .annotate("summary", format!("the stats database is not written: {why}"))
+        });
+        raiser.set("stats", cond);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(state: &str, restarts: u32, next: Option<u64>) -> LauncherInfo {
+        LauncherInfo {
+            name: "tx1".into(),
+            role: "worker".into(),
+            port: 3002,
+            pid: None,
+            state: state.into(),
+            next_retry_unix_ms: next,
+            restarts,
+        }
+    }
+
+    fn names(v: &[(String, Option<Condition>)]) -> Vec<String> {
+        v.iter().filter_map(|(_, c)| c.as_ref().map(|c| c.name.clone())).collect()
+    }
+
+    #[test]
+    fn crash_restart_and_crash_loop() {
+        let mut capped = HashMap::new();
+        assert!(names(&launcher_conditions(&[info("ready", 0, None)], 0, &mut capped)).is_empty());
+        let v = launcher_conditions(&[info("backing-off", 1, Some(1_000))], 0, &mut capped);
+        assert_eq!(names(&v), vec!["MonitorProcessRestarting"]);
+        assert_eq!(names(&launcher_conditions(&[info("starting", 1, None)], 1_000, &mut capped)).len(), 1);
+        // The backoff reaches the cap: a crash loop, held while it keeps failing, even as the wait runs down.
+        let v = launcher_conditions(&[info("backing-off", 7, Some(70_000))], 10_000, &mut capped);
+        assert_eq!(names(&v), vec!["MonitorProcessRestarting", "MonitorProcessCrashLoop"]);
+        let v = launcher_conditions(&[info("starting", 7, None)], 71_000, &mut capped);
+        assert_eq!(names(&v), vec!["MonitorProcessRestarting", "MonitorProcessCrashLoop"]);
+        // Ready again: both clear.
+        assert!(names(&launcher_conditions(&[info("ready", 7, None)], 80_000, &mut capped)).is_empty());
+    }
+}
