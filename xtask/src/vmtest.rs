@@ -28,8 +28,13 @@ pub struct Args {
     timeout: u64,
 }
 
-/// Debian packages the VM needs on the host, with a file each installs.
-const PACKAGES: [(&str, &str); 2] = [("qemu-system-x86", "/usr/bin/qemu-system-x86_64"), ("busybox-static", "")];
+/// Debian packages the VM needs on the host, with a file each installs: qemu, a static busybox for the
+/// initramfs, and musl's C compiler wrapper for the C parts of the static build (bundled SQLite).
+const PACKAGES: [(&str, &str); 3] = [
+    ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
+    ("busybox-static", "/bin/busybox"),
+    ("musl-tools", "/usr/bin/x86_64-linux-musl-gcc"),
+];
 
 fn installed(package: &str) -> bool {
     Command::new("dpkg-query")
@@ -38,11 +43,11 @@ fn installed(package: &str) -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
 }
 
-/// Installs qemu-system-x86 and busybox-static when missing (apt-get update only if the first try fails).
+/// Installs the packages above when missing (apt-get update only if the first try fails).
 fn ensure_packages() -> Result<()> {
     let missing: Vec<&str> = PACKAGES
         .iter()
-        .filter(|(p, file)| !installed(p) || (!file.is_empty() && !std::path::Path::new(file).exists()))
+        .filter(|(p, file)| !installed(p) || !std::path::Path::new(file).exists())
         .map(|(p, _)| *p)
         .collect();
     if missing.is_empty() {

@@ -3,8 +3,8 @@
 //!
 //! `vm-suite` runs every test (those whose name contains `$VM_FILTER` when it is set), one after the other, each
 //! with its guards cleaned up whatever happens, prints `test <name> ... ok|FAILED` and a closing
-//! `vm-suite: N passed, N failed`, and exits non-zero when a test failed. `monitor` and `alloc-hog` must sit
-//! beside it. `vm-suite serve <port>` is the tiny HTTP server the traffic tests start.
+//! `vm-suite: N passed, N failed`, and exits non-zero when a test failed. `monitor`, `alloc-hog` and `fixture-backend`
+//! must sit beside it. `vm-suite serve <port>` is the tiny HTTP server the traffic tests start.
 
 mod memory;
 mod server;
@@ -24,6 +24,7 @@ const TESTS: &[(&str, fn())] = &[
     ("group_removed_under_the_agent", memory::group_removed_under_the_agent),
     ("own_server_counts_exactly", traffic::own_server_counts_exactly),
     ("busybox_httpd_counts", traffic::busybox_httpd_counts),
+    ("fixture_backend_counts_exactly", traffic::fixture_backend_counts_exactly),
 ];
 
 fn main() -> ExitCode {

@@ -32,10 +32,11 @@ pub fn main(args: &[String]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Serves the requests of one connection until the client closes it or asks to.
+/// Serves the requests of one connection until the client closes it or asks to. Reads and writes go through the
+/// accepted fd itself (no `try_clone`: the probes track the fd that `accept` returned, not a duplicate).
 fn serve(stream: TcpStream) -> std::io::Result<()> {
-    let mut out = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
+    let mut out = &stream;
+    let mut reader = BufReader::new(&stream);
     loop {
         let mut request_line = String::new();
         if reader.read_line(&mut request_line)? == 0 {

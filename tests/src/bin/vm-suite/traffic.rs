@@ -63,12 +63,13 @@ fn status_code(head: &str) -> u16 {
     }
 }
 
-/// One request on its own connection (`Connection: close`), the whole answer read; the status code.
-fn one_shot(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> u16 {
+/// One request on its own connection (`Connection: close`; `headers` are extra `Name: value\r\n` lines), the
+/// whole answer read; the status code.
+fn one_shot(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &[u8]) -> u16 {
     let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     let _ = s.set_read_timeout(Some(TIMEOUT));
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -196,7 +197,7 @@ pub fn own_server_counts_exactly() {
     ] {
         for _ in 0..n {
             sent.accepts += 1;
-            sent.answered(one_shot(addr, method, path, body));
+            sent.answered(one_shot(addr, method, path, "", body));
         }
     }
     sent.accepts += 1;
@@ -205,7 +206,7 @@ pub fn own_server_counts_exactly() {
     }
     let outside_addr = SocketAddr::from(([127, 0, 0, 1], outside_port));
     for _ in 0..4 {
-        assert_eq!(one_shot(outside_addr, "GET", "/", b""), 200);
+        assert_eq!(one_shot(outside_addr, "GET", "/", "", b""), 200);
     }
     let expected = Sent { accepts: 15, requests: 24, by_class: [0, 19, 0, 3, 2] };
     assert_eq!(sent, expected, "the server answered other codes than planned");
@@ -214,8 +215,10 @@ pub fn own_server_counts_exactly() {
     assert!(process(&s, outside.pid()).is_none(), "a server outside the group is listed: {s:#}");
 }
 
-/// busybox `httpd` (the static one in the VM): it forks a child per connection, which answers it. The parent
-/// accepts, so accepts count exactly; the children live in the group only for one connection.
+/// busybox `httpd` (the static one in the VM) forks a child per connection, which reads the request and answers
+/// it. The parent accepts: accepts count exactly. The children are not in the probes' tgid filter (they live
+/// for one connection, between two samples), so their requests are not counted today; this asserts only that
+/// nothing is over-counted. Tighten to exact requests once the probes follow forks (see tests/vm/README.md).
 pub fn busybox_httpd_counts() {
     let cg = CgroupV2::create("httpd", None);
     let www = std::env::temp_dir().join(format!("vm-suite-www-{}", std::process::id()));
@@ -233,7 +236,7 @@ pub fn busybox_httpd_counts() {
     for (path, n) in [("/", 6), ("/missing", 2)] {
         for _ in 0..n {
             sent.accepts += 1;
-            sent.answered(one_shot(addr, "GET", path, b""));
+            sent.answered(one_shot(addr, "GET", path, "", b""));
         }
     }
     // busybox's own client too.
@@ -255,6 +258,44 @@ pub fn busybox_httpd_counts() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let got = counters(&s, httpd.pid());
-    eprintln!("busybox httpd: sent {sent:?}; the agent shows for its pid {got:?}");
+    let all: Vec<u32> = s
+        .pointer("/processes")
+        .and_then(Value::as_array)
+        .map_or_else(Vec::new, |ps| ps.iter().filter_map(|p| p.get("pid")?.as_u64()?.try_into().ok()).collect());
+    let total_requests: u64 = all.iter().filter_map(|&p| counters(&s, p)).map(|c| c.requests).sum();
+    println!("busybox httpd: sent {sent:?}; the agent shows for its pid {got:?}, {total_requests} requests in all");
     assert_eq!(got.map(|c| c.accepts), Some(sent.accepts), "{:#}", process(&s, httpd.pid()).unwrap_or(&s));
+    assert!(total_requests <= sent.requests, "over-counted: {total_requests} requests for {sent:?}: {s:#}");
+}
+
+/// The fixture backend (tests/src/bin/fixture-backend.rs, hyper on tokio): 200s, /health, a foreign cache id
+/// (404), POST bodies, and keep-alive, counted exactly.
+pub fn fixture_backend_counts_exactly() {
+    let cg = CgroupV2::create("backend", None);
+    let port = free_port();
+    let mut cmd = Command::new(bin_dir().join("fixture-backend"));
+    cmd.args(["--name", "tx1", "--port", &port.to_string()]).stdin(Stdio::null());
+    let mut backend = spawn_in_cgroup(&mut cmd, cg.path());
+    wait_listening(port, &mut backend);
+    let agent = agent_tracing(&cg, &[backend.pid()]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+
+    let mut sent = Sent::default();
+    for (method, path, headers, body, n) in [
+        ("GET", "/tx/r4/ValueSet", "", &b""[..], 4),
+        ("GET", "/health", "", b"", 2),
+        ("GET", "/tx/r4/x", "X-Cache-Id: tx9.1\r\n", b"", 2),
+        ("POST", "/tx/r4/$validate-code", "Content-Type: application/json\r\n", b"{\"code\":\"x\"}", 2),
+    ] {
+        for _ in 0..n {
+            sent.accepts += 1;
+            sent.answered(one_shot(addr, method, path, headers, body));
+        }
+    }
+    sent.accepts += 1;
+    for code in keep_alive(addr, "/tx/r4/CodeSystem", 8) {
+        sent.answered(code);
+    }
+    assert_eq!(sent, Sent { accepts: 11, requests: 18, by_class: [0, 16, 0, 2, 0] }, "unexpected answers");
+    assert_counts(&agent, backend.pid(), &sent, "fixture-backend");
 }
