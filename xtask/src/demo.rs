@@ -1,41 +1,39 @@
-//! `cargo xtask demo`: the whole system on this host. For now: a limited cgroup v1 memory group holding three
-//! `alloc-hog` processes, `monitor agent` watching it, and the group grown past refuse_at and abort_at and shrunk
-//! back, with `monitor status` printed at each step. Everything is removed at the end, and on Ctrl-C by a
-//! watchdog that outlives this process.
+//! `cargo xtask demo`: the whole system on this host. `monitor run` (agent + launcher + front door) over a master
+//! and two workers of the fixture backend, in a limited cgroup v1 memory group it creates; a small load through the
+//! front door; the group pushed past refuse_at (85%: new requests shed with 503) and abort_at (92%: the largest
+//! process's in-flight request cancelled) and back; then SIGTERM, a drain, exit 0, and a check that nothing is
+//! left. Ctrl-C at any point drains and cleans up; a watchdog that outlives xtask cleans up if xtask is killed.
+
+mod load;
+mod system;
 
 use crate::util::{is_root, root, run as sh};
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use load::Load;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const V1_MEMORY: &str = "/sys/fs/cgroup/memory";
+const TIMEOUT: Duration = Duration::from_secs(5);
+use system::{interrupted, pause, System, MIB, PROCESSES, V1_MEMORY};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Memory limit of the demo group, in MiB.
-    #[arg(long, default_value_t = 256)]
+    /// Memory limit of the demo group, in MiB (at least 256).
+    #[arg(long, default_value_t = 512)]
     limit_mib: u64,
-    /// Pause after each step before printing the status, in milliseconds.
-    #[arg(long, default_value_t = 1500)]
-    step_ms: u64,
-    /// Address of the agent's API (default: a free loopback port).
-    #[arg(long)]
-    listen: Option<SocketAddr>,
+    /// Seconds of normal load before the group is pushed over the lines.
+    #[arg(long, default_value_t = 8)]
+    load_s: u64,
+    /// Before the final SIGTERM, leave the system running under a light load for this many seconds (Ctrl-C ends
+    /// it sooner), so the home page can be opened.
+    #[arg(long, value_name = "SECONDS")]
+    hold: Option<u64>,
+    /// Like --hold, until Ctrl-C.
+    #[arg(long, conflicts_with = "hold")]
+    keep: bool,
 }
-
-/// The demo's steps: a name and each process's share of the limit (the total stays below 97%: with no swap,
-/// anonymous memory cannot be reclaimed and the kernel would OOM-kill).
-const STEPS: &[(&str, [f64; 3])] = &[
-    ("start: 75% of the limit, normal", [0.20, 0.25, 0.30]),
-    ("grow to 88%: past refuse_at (0.85), every process refuses", [0.22, 0.28, 0.38]),
-    ("grow to 94%: past abort_at (0.92), the largest aborts", [0.22, 0.30, 0.42]),
-    ("shrink to 86%: below abort_at - hysteresis, refusing again", [0.21, 0.27, 0.38]),
-    ("shrink to 60%: below refuse_at - hysteresis, normal", [0.15, 0.20, 0.25]),
-];
 
 pub fn run(args: Args) -> Result<()> {
     if !is_root() {
@@ -44,182 +42,254 @@ pub fn run(args: Args) -> Result<()> {
     if !Path::new(V1_MEMORY).join("memory.limit_in_bytes").exists() {
         bail!("demo needs the cgroup v1 memory controller at {V1_MEMORY} (the v2 demo is not built yet)");
     }
+    if args.limit_mib < 256 {
+        bail!("--limit-mib {}: at least 256", args.limit_mib);
+    }
+    let began = Instant::now();
     let root = root();
     sh(Command::new("cargo").current_dir(&root).args(["build", "-p", "monitor", "-p", "monitor-tests", "--bins"]))?;
-    let bin = root.join("target/debug");
-    let listen = match args.listen {
-        Some(a) => a,
-        None => TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).context("finding a free port")?,
+    system::catch_signals();
+    let mut sys = System::start(&root.join("target/debug"), args.limit_mib)?;
+    banner(&sys);
+    let played = play(&sys, &args);
+    match &played {
+        Err(_) if interrupted() => println!("\ninterrupted: stopping"),
+        Err(e) => println!("\ndemo step failed: {e:#}\nstopping; monitor's log:\n{}", sys.log_tail(15)),
+        Ok(()) => {}
+    }
+    let stopped = stop(&mut sys, played.is_ok());
+    println!("\ndemo done in {:.0} s", began.elapsed().as_secs_f64());
+    played.and(stopped)
+}
+
+fn banner(sys: &System) {
+    let names: Vec<String> = PROCESSES.iter().zip(&sys.ports).map(|((n, r), p)| format!("{n} ({r}, :{p})")).collect();
+    println!("\n== monitor demo: the whole system on this host");
+    println!("   group       {} (cgroup v1, limit {} MiB)", sys.cgroup.display(), sys.limit / MIB);
+    println!("   processes   {} — fixture-backend", names.join(", "));
+    println!("   config      {}", sys.dir.join("monitor.toml").display());
+    println!();
+    println!("   front door  http://{}/", sys.proxy);
+    println!("   home page   http://{}/", sys.web);
+    println!("   metrics     http://{}/metrics", sys.web);
+    println!("   status API  http://{}/api/v1/status", sys.web);
+}
+
+fn step(title: &str) {
+    println!("\n== {title}");
+}
+
+fn state(s: &Value) -> &str {
+    s.pointer("/policy/state").and_then(Value::as_str).unwrap_or("?")
+}
+
+fn ratio(s: &Value) -> f64 {
+    s.pointer("/group/ratio").and_then(Value::as_f64).unwrap_or(0.0)
+}
+
+fn usage(s: &Value) -> u64 {
+    s.pointer("/group/usage_bytes").and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// `88% (452 MiB of 512 MiB)`.
+fn memory(s: &Value, limit: u64) -> String {
+    format!("{:.0}% ({} MiB of {} MiB)", ratio(s) * 100.0, usage(s) / MIB, limit / MIB)
+}
+
+/// The launcher's name for a pid.
+fn name_of(s: &Value, pid: u64) -> String {
+    let launcher = s["launcher"].as_array().cloned().unwrap_or_default();
+    launcher.iter().find(|p| p["pid"].as_u64() == Some(pid)).and_then(|p| p["name"].as_str()).unwrap_or("?").into()
+}
+
+fn check(interrupted_ok: bool) -> Result<()> {
+    if interrupted_ok {
+        Ok(())
+    } else {
+        bail!("interrupted by Ctrl-C")
+    }
+}
+
+fn play(sys: &System, args: &Args) -> Result<()> {
+    let load = Load::start(sys.proxy, 3, Duration::from_millis(100));
+    step(&format!("1. normal load ({} s): sessions follow their X-Cache-Id, $closure goes to the master", args.load_s));
+    check(pause(Duration::from_secs(args.load_s)))?;
+    let t = load.take();
+    println!("   {}\n   {}\n", t.statuses(), t.routing());
+    sys.print_table()?;
+
+    let ids = load::sessions(sys.proxy, &["tx1", "tx2"]);
+    let (Some(tx1), Some(tx2)) = (ids.get("tx1"), ids.get("tx2")) else {
+        bail!("could not open a session on each of tx1 and tx2: {ids:?}");
     };
-    let mut demo = Demo::create(args.limit_mib)?;
-    demo.play(&bin, listen, &args)
-}
 
-struct Hog {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    mib: u64,
-}
+    // Past refuse_at: one request on tx1 holds memory up to ~88% for 6 s.
+    let s = sys.status()?;
+    let mib = ((0.88 * sys.limit as f64 - usage(&s) as f64) / MIB as f64).ceil() as u64;
+    step(&format!("2. a request makes tx1 hold {mib} MiB for 6 s: the group passes 85%, new requests get 503"));
+    let holder = load::hold(sys.proxy, tx1, mib, Duration::from_secs(6));
+    let Some(s) = sys.wait_for(Duration::from_secs(5), |s| state(s) == "refusing") else {
+        check(!interrupted())?;
+        bail!("the group did not reach refusing: {}", memory(&sys.status()?, sys.limit));
+    };
+    println!("   refusing at {}", memory(&s, sys.limit));
+    check(pause(Duration::from_secs(2)))?;
+    sys.print_table()?;
+    let held = holder.join().map_err(|_| anyhow::anyhow!("holder thread panicked"))?;
+    let held = held.map_err(anyhow::Error::msg).context("the holding request")?;
+    println!(
+        "   the holding request (admitted before the line) finished: {} from {}",
+        held.status,
+        load::served_by(&held)
+    );
+    let settled = sys.wait_for(Duration::from_secs(5), |s| state(s) == "normal" && ratio(s) < 0.2);
+    check(!interrupted())?;
+    let Some(s) = settled else { bail!("not back to normal 5 s after the memory was freed") };
+    println!("   tx1 freed its memory: back to normal at {}", memory(&s, sys.limit));
+    let t = load.take();
+    println!("   clients meanwhile: {}", t.statuses());
+    if let Some((retry, body)) = &t.shed {
+        println!("   a shed answer: 503, Retry-After: {retry}, {body:?}");
+    }
 
-impl Hog {
-    /// Starts alloc-hog inside the group: the shell joins the group first, then execs, so every page is charged
-    /// to it.
-    fn spawn(bin: &Path, cgroup: &Path, mib: u64) -> Result<Hog> {
-        let script = r#"echo $$ > "$1/cgroup.procs" && exec "$2" "$3""#;
-        let mut child = Command::new("sh")
-            .args(["-c", script, "sh"])
-            .arg(cgroup)
-            .arg(bin)
-            .arg(mib.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting alloc-hog")?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            bail!("alloc-hog started without pipes");
+    // Past abort_at: tx1 holds ~60%, then tx2 adds enough for ~95%; tx1, the largest, is aborted.
+    let a = sys.limit * 60 / 100 / MIB;
+    step(&format!("3. tx1 holds {a} MiB, then tx2 enough for ~95%: past 92%, the largest (tx1) is aborted"));
+    let big = load::hold(sys.proxy, tx1, a, Duration::from_secs(8));
+    let Some(s) = sys.wait_for(Duration::from_secs(5), |s| usage(s) >= a * MIB) else {
+        check(!interrupted())?;
+        bail!("tx1 did not take its {a} MiB");
+    };
+    let b = (sys.limit * 95 / 100).saturating_sub(usage(&s)) / MIB;
+    println!("   tx1 holds {a} MiB: {}; tx2 takes {b} MiB more", memory(&s, sys.limit));
+    let small = load::hold(sys.proxy, tx2, b, Duration::from_secs(3));
+    let Some(s) = sys.wait_for(Duration::from_secs(5), |s| state(s) == "aborting") else {
+        check(!interrupted())?;
+        bail!("the group did not reach aborting: {}", memory(&sys.status()?, sys.limit));
+    };
+    let victim = s.pointer("/policy/victim_pid").and_then(Value::as_u64).unwrap_or(0);
+    println!("   aborting at {}, victim {} (pid {victim})", memory(&s, sys.limit), name_of(&s, victim));
+    let r = big.join().map_err(|_| anyhow::anyhow!("thread panicked"))?.map_err(anyhow::Error::msg)?;
+    println!("   tx1's in-flight request, cancelled: {} {:?}", r.status, r.text().trim());
+    if let Ok(stats) = monitor_tests::http::get(
+        std::net::SocketAddr::from(([127, 0, 0, 1], sys.ports[1])),
+        "/stats",
+        Duration::from_secs(5),
+    ) {
+        println!("   tx1 saw its client go and freed the memory: /stats {}", stats.text().trim());
+    }
+    let s = sys.wait_for(Duration::from_secs(5), |s| state(s) != "aborting").unwrap_or(s);
+    println!("   then {} at {}", state(&s), memory(&s, sys.limit));
+    sys.print_table()?;
+    let r = small.join().map_err(|_| anyhow::anyhow!("thread panicked"))?.map_err(anyhow::Error::msg)?;
+    println!("   tx2's request (not the largest) finished: {} from {}", r.status, load::served_by(&r));
+    let t = load.take();
+    println!("   clients meanwhile: {}", t.statuses());
+
+    step("4. recovered: normal load again (4 s)");
+    let _ = sys.wait_for(Duration::from_secs(5), |s| state(s) == "normal");
+    load.take();
+    check(pause(Duration::from_secs(4)))?;
+    let t = load.take();
+    println!("   {}\n   {}\n", t.statuses(), t.routing());
+    sys.print_table()?;
+    println!("   {}", counts(sys)?);
+
+    if args.keep || args.hold.is_some() {
+        load.set_pace(Duration::from_millis(500));
+        let until = match args.hold {
+            Some(s) => format!("for {s} s (Ctrl-C ends it sooner)"),
+            None => "until Ctrl-C".to_string(),
         };
-        let mut hog = Hog { child, stdin, stdout: BufReader::new(stdout), mib };
-        hog.reply("ready")?;
-        Ok(hog)
-    }
-
-    fn reply(&mut self, word: &str) -> Result<()> {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).context("reading from alloc-hog")?;
-        if !line.starts_with(word) {
-            bail!("alloc-hog {}: expected {word:?}, got {line:?} (OOM-killed?)", self.child.id());
-        }
-        Ok(())
-    }
-
-    fn set(&mut self, mib: u64) -> Result<()> {
-        writeln!(self.stdin, "set {mib}").context("writing to alloc-hog")?;
-        self.reply("ok")?;
-        self.mib = mib;
-        Ok(())
-    }
-}
-
-/// Everything the demo started; dropped = stopped and removed.
-struct Demo {
-    cgroup: PathBuf,
-    hogs: Vec<Hog>,
-    agent: Option<Child>,
-    watchdog: Option<Child>,
-}
-
-impl Demo {
-    fn create(limit_mib: u64) -> Result<Demo> {
-        let cgroup = Path::new(V1_MEMORY).join(format!("monitor-demo-{}", std::process::id()));
-        std::fs::create_dir(&cgroup).with_context(|| format!("creating {}", cgroup.display()))?;
-        let mut demo = Demo { cgroup, hogs: Vec::new(), agent: None, watchdog: None };
-        let limit = limit_mib * 1024 * 1024;
-        std::fs::write(demo.cgroup.join("memory.limit_in_bytes"), limit.to_string()).context("setting the limit")?;
-        // The watchdog ignores Ctrl-C and waits for its stdin to close (this process ending, however it ends),
-        // then kills what is left in the group and removes it.
-        let script = r#"trap '' INT TERM HUP; cat >/dev/null
-[ -d "$1" ] || exit 0
-for p in $(cat "$1/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-i=0; while [ $i -lt 50 ]; do rmdir "$1" 2>/dev/null && exit 0; sleep 0.1; i=$((i+1)); done"#;
-        let watchdog = Command::new("sh")
-            .args(["-c", script, "sh"])
-            .arg(&demo.cgroup)
-            .stdin(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .context("starting the cleanup watchdog")?;
-        demo.watchdog = Some(watchdog);
-        Ok(demo)
-    }
-
-    fn play(&mut self, bin: &Path, listen: SocketAddr, args: &Args) -> Result<()> {
-        let share = |f: f64| (args.limit_mib as f64 * f).round() as u64;
-        let (_, first) = STEPS[0];
-        for f in first {
-            self.hogs.push(Hog::spawn(&bin.join("alloc-hog"), &self.cgroup, share(f))?);
-        }
-        let monitor = bin.join("monitor");
-        let agent = Command::new(&monitor)
-            .arg("agent")
-            .arg("--cgroup")
-            .arg(&self.cgroup)
-            .args(["--listen", &listen.to_string(), "--interval-ms", "100"])
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting monitor agent")?;
-        self.agent = Some(agent);
-        wait_listening(listen, Duration::from_secs(15))?;
-        let url = format!("http://{listen}");
-        println!(
-            "\nagent API: {url}/api/v1/status   group: {}   limit: {} MiB\n",
-            self.cgroup.display(),
-            args.limit_mib
-        );
-        for (i, (what, shares)) in STEPS.iter().enumerate() {
-            // Shrink the largest first and grow the smallest first, so the total moves one way only.
-            let mut order: Vec<usize> = (0..self.hogs.len()).collect();
-            order.sort_by_key(|&h| self.hogs[h].mib);
-            if shares.iter().sum::<f64>() < self.hogs.iter().map(|h| h.mib as f64).sum::<f64>() / args.limit_mib as f64
-            {
-                order.reverse();
-            }
-            for h in order {
-                self.hogs[h].set(share(shares[h]))?;
-            }
-            let sizes: Vec<String> = self.hogs.iter().map(|h| format!("{} MiB", h.mib)).collect();
-            println!("== step {}: {what} ({})", i + 1, sizes.join(" + "));
-            std::thread::sleep(Duration::from_millis(args.step_ms));
-            let status = Command::new(&monitor).args(["status", "--url", &url]).status();
-            if !status.as_ref().is_ok_and(|s| s.success()) {
-                bail!("monitor status --url {url} failed: {status:?}");
-            }
-            println!();
-        }
-        Ok(())
-    }
-}
-
-/// Waits until something accepts connections on `addr`.
-fn wait_listening(addr: SocketAddr, timeout: Duration) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if Instant::now() >= deadline {
-            bail!("monitor agent is not listening on {addr} after {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
+        println!("\n== holding {until}, under a light load: open the home page");
+        println!("   home page   http://{}/", sys.web);
+        println!("   front door  http://{}/", sys.proxy);
+        let secs = args.hold.unwrap_or(u64::MAX / 2);
+        pause(Duration::from_secs(secs));
+        let t = load.take();
+        println!("\n   while holding: {}", t.statuses());
     }
     Ok(())
 }
 
-impl Drop for Demo {
-    fn drop(&mut self) {
-        if let Some(mut agent) = self.agent.take() {
-            // Ask politely, then insist.
-            let _ = Command::new("kill").args(["-TERM", &agent.id().to_string()]).status();
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while matches!(agent.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = agent.kill();
-            let _ = agent.wait();
+/// Requests per process as the kernel counted them (eBPF) beside the processes' own count of what they served.
+fn counts(sys: &System) -> Result<String> {
+    let s = sys.status()?;
+    let processes = s["processes"].as_array().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for ((name, _), port) in PROCESSES.iter().zip(&sys.ports) {
+        let pid = s["launcher"].as_array().into_iter().flatten().find(|p| p["name"] == *name).map(|p| &p["pid"]);
+        let kernel = processes.iter().find(|p| Some(&p["pid"]) == pid).map(|p| &p["requests_total"]);
+        let own = monitor_tests::http::get(std::net::SocketAddr::from(([127, 0, 0, 1], *port)), "/stats", TIMEOUT)
+            .ok()
+            .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok())
+            .map(|v| v["served"].clone());
+        let show = |v: Option<&Value>| v.and_then(Value::as_u64).map_or("-".to_string(), |n| n.to_string());
+        out.push(format!("{name} {}/{}", show(kernel), show(own.as_ref())));
+    }
+    Ok(format!("requests counted in the kernel (eBPF) / served by the process: {}", out.join(", ")))
+}
+
+/// SIGTERM (with requests in flight after a full run): they finish, `monitor run` exits 0; then nothing may be
+/// left.
+fn stop(sys: &mut System, in_flight: bool) -> Result<()> {
+    let pids: Vec<u32> = sys
+        .status()
+        .ok()
+        .and_then(|s| s["launcher"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
+        .collect();
+    let n = if in_flight { 3 } else { 0 };
+    match n {
+        0 => step("5. SIGTERM to monitor run: it drains and exits 0"),
+        n => {
+            step(&format!("5. SIGTERM to monitor run with {n} slow requests (1.5 s) in flight: it drains and exits 0"))
         }
-        for mut hog in self.hogs.drain(..) {
-            let _ = hog.child.kill();
-            let _ = hog.child.wait();
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.cgroup.exists() && std::fs::remove_dir(&self.cgroup).is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if let Some(mut w) = self.watchdog.take() {
-            drop(w.stdin.take());
-            let _ = w.wait();
-        }
-        if self.cgroup.exists() {
-            eprintln!("warning: could not remove {}", self.cgroup.display());
-        } else {
-            eprintln!("demo: stopped the agent and the processes, removed {}", self.cgroup.display());
-        }
+    }
+    let slow: Vec<_> = (0..n).map(|_| load::slow(sys.proxy, Duration::from_millis(1500))).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = sys.pid().unwrap_or(0);
+    sys.sigterm();
+    let sent = Instant::now();
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = std::net::TcpStream::connect_timeout(&sys.proxy, Duration::from_millis(500)).is_err();
+    println!("   a new connection 0.2 s after SIGTERM: {}", if refused { "refused" } else { "accepted (!)" });
+    let exit = sys.wait_exit(Duration::from_secs(20));
+    let took = sent.elapsed().as_secs_f64();
+    let answers: Vec<String> = slow
+        .into_iter()
+        .map(|h| match h.join() {
+            Ok(Ok(r)) => format!("{} from {}", r.status, load::served_by(&r)),
+            Ok(Err(e)) => e,
+            Err(_) => "thread panicked".into(),
+        })
+        .collect();
+    if !answers.is_empty() {
+        println!("   in-flight requests: {}", answers.join(", "));
+    }
+    match exit {
+        Some(st) => println!(
+            "   monitor run (pid {pid}) exited with {} {took:.1} s after SIGTERM; its log since:",
+            st.code().map_or_else(|| st.to_string(), |c| format!("code {c}"))
+        ),
+        None => println!("   monitor run (pid {pid}) still running 20 s after SIGTERM: killed"),
+    }
+    print!("{}", sys.log_from("draining"));
+    let left = sys.leftovers(&pids);
+    if left.is_empty() {
+        println!(
+            "\n== nothing left: {} removed (by monitor run), processes {pids:?} gone, ports closed",
+            sys.cgroup.display()
+        );
+    } else {
+        println!("\n== LEFT BEHIND: {}", left.join(", "));
+    }
+    match exit {
+        Some(st) if st.success() && left.is_empty() => Ok(()),
+        Some(st) if !st.success() => bail!("monitor run exited {st} after SIGTERM"),
+        None => bail!("monitor run did not exit within 20 s of SIGTERM"),
+        _ => bail!("left behind: {}", left.join(", ")),
     }
 }
