@@ -41,7 +41,10 @@ pub fn render(v: &StatusView) -> String {
         "PID", "NAME", "ROLE", "RSS", "ANON", "ACTION", "REQUESTS", "INFLIGHT", "RESTARTS"
     );
     for p in &v.processes {
-        let name: String = p.name.chars().map(|c| if c.is_control() { '?' } else { c }).take(16).collect();
+        // Under `monitor run` a process is shown by its name in the config (m0, tx1), else by its command name.
+        let launched = v.launcher.iter().flatten().find(|l| l.pid == Some(p.pid)).map(|l| l.name.as_str());
+        let name: String =
+            launched.unwrap_or(&p.name).chars().map(|c| if c.is_control() { '?' } else { c }).take(16).collect();
         let _ = writeln!(
             s,
             "{:>8}  {:<16} {:<8} {:>12} {:>12}  {:<7} {:>9} {:>8} {:>8}",
@@ -58,6 +61,18 @@ pub fn render(v: &StatusView) -> String {
     }
     if v.processes.is_empty() {
         let _ = writeln!(s, "(no processes in the group)");
+    }
+    // Launched processes that are not running now (starting, backing off, stopped).
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    for l in v.launcher.iter().flatten().filter(|l| l.pid.is_none_or(|pid| !v.processes.iter().any(|p| p.pid == pid))) {
+        let retry = l
+            .next_retry_unix_ms
+            .map(|t| format!(", next start in {:.1} s", t.saturating_sub(now_ms) as f64 / 1000.0))
+            .unwrap_or_default();
+        let _ = writeln!(s, "{:>8}  {:<16} {:<8} {}{retry}, restarts {}", "-", l.name, l.role, l.state, l.restarts);
     }
     s
 }
