@@ -4,10 +4,13 @@
 //! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion).
 //! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
 //! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench_probes.rs).
+//! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench_proxy.rs).
 
 // The benchmarks of other subsystems live beside this file; they are dispatched from here.
 #[path = "bench_probes.rs"]
 mod bench_probes;
+#[path = "bench_proxy.rs"]
+mod bench_proxy;
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -29,7 +32,8 @@ pub fn run(args: Args) -> Result<()> {
         "sampler" => sampler(),
         "agent-cpu" => agent_cpu(args.seconds),
         "probes" => bench_probes::run(),
-        other => bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes)"),
+        "proxy" => bench_proxy::run(),
+        other => bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy)"),
     }
 }
 

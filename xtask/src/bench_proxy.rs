@@ -2,7 +2,10 @@
 //! started by `monitor run` in a v1 test cgroup; the same two behind nginx (`least_conn`, `keepalive`, a temporary
 //! config on 127.0.0.1); wrk at c = 1, 16, 64 against the backend directly, `monitor run` and nginx, interleaved
 //! in one run. Goal: throughput >= nginx at every c; added p50 over direct <= 25 µs at c = 1.
-//! `BENCH_SECONDS` (default 5) sets each wrk run's length.
+//! `BENCH_SECONDS` (default 5) sets each wrk run's length. `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second
+//! `monitor run` from that binary (an older build, with its own two backends) to the same interleaved rounds, so a
+//! change is measured against what it replaces in one run. `BENCH_ROUNDS=N` (default 1) repeats the interleaved
+//! rounds; the summary takes the means.
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -79,11 +82,40 @@ fn nginx_conf(dir: &Path, listen: u16, a: u16, b: u16) -> String {
     )
 }
 
+/// A `monitor run` (with its own web and proxy ports) in front of two fixture backends on ports `a` and `b`.
+struct Monitor {
+    front: u16,
+    _child: ChildGuard,
+}
+
+fn start_monitor(bin: &Path, fixture: &Path, cg: &CgroupV1, dir: &Path, tag: &str, a: u16, b: u16) -> Result<Monitor> {
+    let (front, web) = (free_port(), free_port());
+    let fixture = fixture.display().to_string();
+    let (m0, tx1) = (format!("{tag}-m0"), format!("{tag}-tx1"));
+    let config = format!(
+        "[group]\ncgroup = {:?}\n[probes]\nenabled = false\n[web]\nlisten = \"127.0.0.1:{web}\"\n\
+         [proxy]\nlisten = \"127.0.0.1:{front}\"\n\
+         [[process]]\nname = {m0:?}\nrole = \"master\"\ncommand = [{fixture:?}, \"--name\", {m0:?}, \"--port\", \"{a}\"]\nport = {a}\n\
+         [[process]]\nname = {tx1:?}\nrole = \"worker\"\ncommand = [{fixture:?}, \"--name\", {tx1:?}, \"--port\", \"{b}\"]\nport = {b}\n",
+        cg.path().display().to_string()
+    );
+    let file = dir.join(format!("{tag}.toml"));
+    std::fs::write(&file, config)?;
+    let child = ChildGuard::spawn(
+        Command::new(bin).args(["run", "--config"]).arg(&file).env("MONITOR_LOG", "warn").stdin(Stdio::null()),
+    );
+    for p in [a, b, front] {
+        wait_port(p)?;
+    }
+    Ok(Monitor { front, _child: child })
+}
+
 pub fn run() -> Result<()> {
     if let Some(reason) = CgroupV1::unavailable_reason() {
         bail!("the proxy benchmark runs monitor run in a v1 memory cgroup: {reason}");
     }
     let seconds: u64 = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let rounds: u32 = std::env::var("BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
     let root = root();
     sh(Command::new("cargo").current_dir(&root).args([
         "build",
@@ -98,56 +130,64 @@ pub fn run() -> Result<()> {
     let cg = CgroupV1::create("bench-proxy", Some(1 << 30));
     let dir = std::env::temp_dir().join(format!("monitor-bench-proxy-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (a, b, front, web, ngx) = (free_port(), free_port(), free_port(), free_port(), free_port());
-    let fixture = bin.join("fixture-backend").display().to_string();
-    let config = format!(
-        "[group]\ncgroup = {:?}\n[probes]\nenabled = false\n[web]\nlisten = \"127.0.0.1:{web}\"\n\
-         [proxy]\nlisten = \"127.0.0.1:{front}\"\n\
-         [[process]]\nname = \"m0\"\nrole = \"master\"\ncommand = [{fixture:?}, \"--name\", \"m0\", \"--port\", \"{a}\"]\nport = {a}\n\
-         [[process]]\nname = \"tx1\"\nrole = \"worker\"\ncommand = [{fixture:?}, \"--name\", \"tx1\", \"--port\", \"{b}\"]\nport = {b}\n",
-        cg.path().display().to_string()
-    );
-    std::fs::write(dir.join("run.toml"), config)?;
+    let (a, b, ngx) = (free_port(), free_port(), free_port());
+    let fixture = bin.join("fixture-backend");
+    let monitor = start_monitor(&bin.join("monitor"), &fixture, &cg, &dir, "run", a, b)?;
+    let baseline = match std::env::var_os("BENCH_PROXY_BASELINE") {
+        Some(old) => {
+            let (c, d) = (free_port(), free_port());
+            Some(start_monitor(Path::new(&old), &fixture, &cg, &dir, "baseline", c, d)?)
+        }
+        None => None,
+    };
     std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, ngx, a, b))?;
-    let _monitor = ChildGuard::spawn(
-        Command::new(bin.join("monitor"))
-            .args(["run", "--config"])
-            .arg(dir.join("run.toml"))
-            .env("MONITOR_LOG", "warn")
-            .stdin(Stdio::null()),
-    );
-    for p in [a, b, front] {
-        wait_port(p)?;
-    }
     // nginx runs inside the test cgroup too, so its workers go with the group whatever happens.
     let _nginx = spawn_in_cgroup(
         Command::new("nginx").arg("-p").arg(&dir).arg("-c").arg(dir.join("nginx.conf")).stderr(Stdio::null()),
         cg.path(),
     );
     wait_port(ngx)?;
-    let targets = [("direct (one backend)", a), ("monitor run", front), ("nginx", ngx)];
+    let mut targets = vec![("direct (one backend)", a), ("monitor run", monitor.front)];
+    if let Some(old) = &baseline {
+        targets.push(("monitor run (baseline build)", old.front));
+    }
+    targets.push(("nginx", ngx));
     println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)\n");
     println!("| c | target | req/s | p50 µs | p99 µs |\n| --- | --- | --- | --- | --- |");
     let mut summary = Vec::new();
     for c in [1u32, 16, 64] {
-        let mut row = Vec::new();
-        for (name, port) in targets {
-            let _ = wrk(port, c, 1)?; // warm-up: connections, pools
-            let w = wrk(port, c, seconds)?;
-            println!("| {c} | {name} | {:.0} | {:.0} | {:.0} |", w.rps, w.p50_us, w.p99_us);
-            row.push(w);
+        let mut row: Vec<Wrk> = targets.iter().map(|_| Wrk { rps: 0.0, p50_us: 0.0, p99_us: 0.0 }).collect();
+        for _ in 0..rounds {
+            for (&(name, port), sum) in targets.iter().zip(row.iter_mut()) {
+                let _ = wrk(port, c, 1)?; // warm-up: connections, pools
+                let w = wrk(port, c, seconds)?;
+                println!("| {c} | {name} | {:.0} | {:.0} | {:.0} |", w.rps, w.p50_us, w.p99_us);
+                sum.rps += w.rps / rounds as f64;
+                sum.p50_us += w.p50_us / rounds as f64;
+                sum.p99_us += w.p99_us / rounds as f64;
+            }
         }
         summary.push((c, row));
     }
-    println!();
+    println!("\nmeans over {rounds} interleaved round(s):");
     for (c, row) in &summary {
-        let (direct, ours, nginx) = (&row[0], &row[1], &row[2]);
-        println!(
+        let (direct, ours, nginx) = (&row[0], &row[1], &row[row.len() - 1]);
+        print!(
             "c={c}: monitor/nginx throughput {:.2} (goal >= 1); added p50 over direct: monitor {:+.0} µs, nginx {:+.0} µs",
             ours.rps / nginx.rps,
             ours.p50_us - direct.p50_us,
             nginx.p50_us - direct.p50_us
         );
+        if row.len() == 4 {
+            let old = &row[2];
+            print!(
+                "; baseline build: /nginx {:.2}, {:+.0} µs; new/baseline throughput {:.2}",
+                old.rps / nginx.rps,
+                old.p50_us - direct.p50_us,
+                ours.rps / old.rps
+            );
+        }
+        println!();
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

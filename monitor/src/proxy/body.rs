@@ -1,10 +1,12 @@
 //! The response body the proxy sends: an upstream body streamed frame by frame (never buffered), which keeps its
-//! process's outstanding count up until it ends and is cut when the memory guard aborts that process; or a short
-//! body of the proxy's own.
+//! process's outstanding count up until it ends, is cut when the memory guard aborts that process, and hands its
+//! upstream connection back to the pool once it ended cleanly; or a short body of the proxy's own.
 
-use super::Backend;
+use super::upstream::Upstream;
+use super::{Backend, ReqBody};
 use http_body_util::Full;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -41,9 +43,53 @@ pub async fn aborted(mut rx: watch::Receiver<u64>) {
 #[error("memory guard: response cut, its process was told to abort")]
 pub struct Cut;
 
+type AbortFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The connection a response came on, returned to its pool when the body ended cleanly.
+pub struct Lease {
+    pub pool: Arc<Upstream>,
+    pub index: usize,
+    pub tx: SendRequest<ReqBody>,
+}
+
+/// An upstream response body on its way to the client.
+pub struct Streamed {
+    inner: Incoming,
+    /// The process's abort generation as of the request. Only watched (a boxed `changed()` future, so a waker is
+    /// registered) once the upstream body makes the client wait; a body that is ready at once costs no allocation.
+    abort_rx: watch::Receiver<u64>,
+    abort: Option<AbortFuture>,
+    ended: bool,
+    lease: Option<Lease>,
+    _outstanding: Outstanding,
+}
+
+impl Streamed {
+    pub fn new(inner: Incoming, abort_rx: watch::Receiver<u64>, lease: Lease, outstanding: Outstanding) -> Streamed {
+        Streamed { inner, abort_rx, abort: None, ended: false, lease: Some(lease), _outstanding: outstanding }
+    }
+
+    fn cut(&mut self) -> bool {
+        match &mut self.abort {
+            Some(_) => false,
+            None => self.abort_rx.has_changed().unwrap_or(false),
+        }
+    }
+}
+
+impl Drop for Streamed {
+    fn drop(&mut self) {
+        if let Some(l) = self.lease.take() {
+            if self.ended || self.inner.is_end_stream() {
+                l.pool.checkin(l.index, l.tx);
+            }
+        }
+    }
+}
+
 /// What the proxy answers with.
 pub enum ProxyBody {
-    Upstream { inner: Incoming, abort: Pin<Box<dyn Future<Output = ()> + Send>>, _outstanding: Outstanding },
+    Upstream(Streamed),
     Full(Full<Bytes>),
 }
 
@@ -53,32 +99,62 @@ impl ProxyBody {
     }
 }
 
+fn poll_streamed(s: &mut Streamed, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    if s.cut() {
+        s.lease = None;
+        return Poll::Ready(Some(Err(Box::new(Cut))));
+    }
+    if let Some(f) = &mut s.abort {
+        if f.as_mut().poll(cx).is_ready() {
+            s.lease = None;
+            return Poll::Ready(Some(Err(Box::new(Cut))));
+        }
+    }
+    match Pin::new(&mut s.inner).poll_frame(cx) {
+        Poll::Ready(None) => {
+            s.ended = true;
+            Poll::Ready(None)
+        }
+        Poll::Ready(Some(Ok(f))) => Poll::Ready(Some(Ok(f))),
+        Poll::Ready(Some(Err(e))) => {
+            s.lease = None;
+            Poll::Ready(Some(Err(e.into())))
+        }
+        Poll::Pending => {
+            if s.abort.is_none() {
+                let mut f: AbortFuture = Box::pin(aborted(s.abort_rx.clone()));
+                if f.as_mut().poll(cx).is_ready() {
+                    s.lease = None;
+                    return Poll::Ready(Some(Err(Box::new(Cut))));
+                }
+                s.abort = Some(f);
+            }
+            Poll::Pending
+        }
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BoxError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, abort, .. } => {
-                if abort.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Some(Err(Box::new(Cut))));
-                }
-                Pin::new(inner).poll_frame(cx).map_err(Into::into)
-            }
+            ProxyBody::Upstream(s) => poll_streamed(s, cx),
             ProxyBody::Full(f) => Pin::new(f).poll_frame(cx).map_err(|never| match never {}),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
+            ProxyBody::Upstream(s) => s.inner.is_end_stream(),
             ProxyBody::Full(f) => f.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ProxyBody::Upstream { inner, .. } => inner.size_hint(),
+            ProxyBody::Upstream(s) => s.inner.size_hint(),
             ProxyBody::Full(f) => f.size_hint(),
         }
     }

@@ -7,25 +7,25 @@ pub mod body;
 pub mod headers;
 pub mod server;
 pub mod shed;
+pub mod upstream;
 
 use crate::config::ProxyConfig;
 use crate::launcher::Member;
 use crate::route::{self, Live, Route, Unavailable};
 use crate::token::{TokenError, Tokens};
-use body::{aborted, Outstanding, ProxyBody};
+use body::{aborted, Lease, Outstanding, ProxyBody, Streamed};
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Bytes, Incoming};
-use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
-use hyper::http::uri::{Authority, Scheme};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
+use hyper::http::uri::PathAndQuery;
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use upstream::Upstream;
 
 /// What can stop the proxy from starting or serving.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +38,8 @@ pub enum ProxyError {
     Header(String),
 }
 
-type ReqBody = Either<Incoming, Empty<Bytes>>;
+/// The body of a request sent upstream: the client's, streamed, or none.
+pub type ReqBody = Either<Incoming, Empty<Bytes>>;
 
 /// The proxy's side of one process: outstanding requests, the policy's action, the abort signal.
 pub struct Backend {
@@ -47,7 +48,9 @@ pub struct Backend {
     pub action: AtomicU8,
     /// Moves each time the process is told to abort; every in-flight request watches it.
     pub abort: watch::Sender<u64>,
-    authority: Authority,
+    addr: SocketAddr,
+    /// `Host` for requests that came without one.
+    host: HeaderValue,
 }
 
 /// The shared state of the front door.
@@ -55,7 +58,7 @@ pub struct Proxy {
     table: route::Table,
     members: Arc<[Member]>,
     backends: Vec<Arc<Backend>>,
-    client: Client<HttpConnector, ReqBody>,
+    idle_timeout: Duration,
     rotor: AtomicU64,
     cache_header: HeaderName,
     health_paths: Vec<String>,
@@ -101,31 +104,24 @@ impl Proxy {
         let backends = members
             .iter()
             .map(|m| {
-                let authority = Authority::try_from(format!("127.0.0.1:{}", m.port).as_str())
-                    .map_err(|e| ProxyError::Header(e.to_string()))?;
+                let addr = SocketAddr::from(([127, 0, 0, 1], m.port));
+                let host = HeaderValue::from_str(&addr.to_string()).map_err(|e| ProxyError::Header(e.to_string()))?;
                 Ok(Arc::new(Backend {
                     outstanding: AtomicU32::new(0),
                     action: AtomicU8::new(0),
                     abort: watch::channel(0).0,
-                    authority,
+                    addr,
+                    host,
                 }))
             })
             .collect::<Result<Vec<_>, ProxyError>>()?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_millis(cfg.idle_timeout_ms))
-            .pool_timer(TokioTimer::new())
-            .pool_max_idle_per_host(256)
-            .build(connector);
         let mut health_paths: Vec<String> = members.iter().map(|m| m.health.clone()).collect();
         health_paths.dedup();
         Ok(Proxy {
             table,
             members,
             backends,
-            client,
+            idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
             rotor: AtomicU64::new(0),
             cache_header: HeaderName::from_bytes(cfg.cache_id_header.as_bytes())
                 .map_err(|e| ProxyError::Header(e.to_string()))?,
@@ -138,6 +134,16 @@ impl Proxy {
             tokens: cfg.token_secret.as_deref().map(|s| Tokens::new(s.as_bytes(), cfg.token_ttl_s)),
             shed: AtomicU64::new(0),
         })
+    }
+
+    /// A new, empty set of upstream pools (one per front-door thread).
+    pub fn upstream(&self) -> Upstream {
+        Upstream::new(self.backends.len(), self.idle_timeout)
+    }
+
+    /// How long an upstream connection may sit idle before it is closed.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
     }
 
     /// How many requests the memory guard has answered with 503 (refused or cancelled) since start.
@@ -159,8 +165,8 @@ impl Proxy {
         }
     }
 
-    /// Answers one request from a client at `peer`.
-    pub async fn handle(&self, mut req: Request<Incoming>, peer: IpAddr) -> Response<ProxyBody> {
+    /// Answers one request from a client at `peer`, over this thread's upstream connections.
+    pub async fn handle(&self, pool: &Arc<Upstream>, mut req: Request<Incoming>, peer: IpAddr) -> Response<ProxyBody> {
         let exempt = self.health_paths.iter().any(|h| h == req.uri().path());
         if exempt && self.draining.load(Ordering::Acquire) {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
@@ -198,7 +204,7 @@ impl Proxy {
             Route::Unavailable(Unavailable::NoneReady) => return self.unavailable("no process is ready"),
         };
         let fallback = fallback.map(|f| HeaderValue::from_static(f.as_str()));
-        let mut resp = self.forward(index, req, peer, fallback.clone()).await;
+        let mut resp = self.forward(pool, index, req, peer, fallback.clone()).await;
         if let Some(f) = fallback {
             resp.headers_mut().insert(X_ROUTE_FALLBACK.clone(), f);
         }
@@ -207,6 +213,7 @@ impl Proxy {
 
     async fn forward(
         &self,
+        pool: &Arc<Upstream>,
         index: usize,
         req: Request<Incoming>,
         peer: IpAddr,
@@ -215,19 +222,16 @@ impl Proxy {
         let backend = &self.backends[index];
         let name = &self.members[index].name;
         let (mut parts, body) = req.into_parts();
-        let pq = parts.uri.path_and_query().cloned();
-        let mut uri = Uri::builder().scheme(Scheme::HTTP).authority(backend.authority.clone());
-        if let Some(pq) = pq {
-            uri = uri.path_and_query(pq);
-        } else {
-            uri = uri.path_and_query("/");
+        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() || parts.uri.path_and_query().is_none() {
+            // Absolute- or authority-form: the process gets the origin form.
+            let pq = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+            parts.uri = Uri::from(pq);
         }
-        parts.uri = match uri.build() {
-            Ok(u) => u,
-            Err(e) => return status(StatusCode::BAD_REQUEST, format!("bad request target: {e}\n")),
-        };
         headers::strip_hop_by_hop(&mut parts.headers);
         headers::append_forwarded_for(&mut parts.headers, peer);
+        if !parts.headers.contains_key(HOST) {
+            parts.headers.insert(HOST, backend.host.clone());
+        }
         if let Some(f) = fallback {
             parts.headers.insert(X_ROUTE_FALLBACK.clone(), f);
         }
@@ -243,15 +247,13 @@ impl Proxy {
         let outstanding = Outstanding::new(backend.clone());
         let abort_rx = backend.abort.subscribe();
         let attempt = async {
-            match self.client.request(Request::from_parts(parts, body)).await {
-                Err(e) if retry.is_some() => {
-                    tracing::debug!(name = %name, "retrying once after: {}", chain(&e));
-                    match retry {
-                        Some(r) => self.client.request(r).await,
-                        None => Err(e),
-                    }
+            let first = self.exchange(pool, index, Request::from_parts(parts, body)).await;
+            match (first, retry) {
+                (Err(e), Some(r)) => {
+                    tracing::debug!(name = %name, "retrying once after: {e}");
+                    self.exchange(pool, index, r).await
                 }
-                other => other,
+                (other, _) => other,
             }
         };
         let result = tokio::select! {
@@ -259,7 +261,7 @@ impl Proxy {
             _ = aborted(abort_rx.clone()) => return self.aborted(name),
         };
         match result {
-            Ok(Ok(resp)) => {
+            Ok(Ok((resp, tx))) => {
                 let (mut parts, inner) = resp.into_parts();
                 headers::strip_hop_by_hop(&mut parts.headers);
                 if let Some(t) = &self.tokens {
@@ -269,11 +271,10 @@ impl Proxy {
                         }
                     }
                 }
-                let abort = Box::pin(aborted(abort_rx));
-                Response::from_parts(parts, ProxyBody::Upstream { inner, abort, _outstanding: outstanding })
+                let lease = Lease { pool: pool.clone(), index, tx };
+                Response::from_parts(parts, ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding)))
             }
-            Ok(Err(e)) => {
-                let msg = chain(&e);
+            Ok(Err(msg)) => {
                 tracing::warn!(name = %name, "upstream request failed: {msg}");
                 status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name}: {msg}\n"))
             }
@@ -284,6 +285,20 @@ impl Proxy {
                     self.upstream_timeout.as_secs()
                 ),
             ),
+        }
+    }
+
+    /// One request on a pooled (or new) connection to process `index`; the sender comes back with the response.
+    async fn exchange(
+        &self,
+        pool: &Upstream,
+        index: usize,
+        req: Request<ReqBody>,
+    ) -> Result<(Response<Incoming>, SendRequest<ReqBody>), String> {
+        let mut c = pool.checkout(index, self.backends[index].addr).await.map_err(|e| e.to_string())?;
+        match c.tx.send_request(req).await {
+            Ok(resp) => Ok((resp, c.tx)),
+            Err(e) => Err(format!("{}{}", chain(&e), if c.reused { " (reused connection)" } else { "" })),
         }
     }
 }

@@ -1,0 +1,115 @@
+//! Upstream keep-alive pools: per front-door thread, per process, a stack of idle `hyper::client::conn::http1`
+//! senders. Each connection is driven by a task on the thread that opened it, so a request, its upstream exchange
+//! and its response stay on one thread. A connection idle for `idle_timeout` (below the backends' own) is never
+//! reused; a sender goes back to the pool only after its response body ended cleanly.
+
+use super::ReqBody;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long connecting to a process may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Idle connections kept per process and thread, at most.
+const MAX_IDLE: usize = 256;
+
+/// Why no connection to a process could be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("connecting to {addr}: {source}")]
+    Io { addr: SocketAddr, source: std::io::Error },
+    #[error("connecting to {addr}: no connection within {} s", CONNECT_TIMEOUT.as_secs())]
+    Timeout { addr: SocketAddr },
+    #[error("HTTP/1 handshake with {addr}: {source}")]
+    Handshake { addr: SocketAddr, source: hyper::Error },
+}
+
+struct Idle {
+    tx: SendRequest<ReqBody>,
+    since: Instant,
+}
+
+/// One front-door thread's connections to every process.
+pub struct Upstream {
+    idle: Vec<Mutex<Vec<Idle>>>,
+    idle_timeout: Duration,
+}
+
+/// A sender checked out of the pool; `reused` when it has carried a request before.
+pub struct Checkout {
+    pub tx: SendRequest<ReqBody>,
+    pub reused: bool,
+}
+
+impl Upstream {
+    pub fn new(processes: usize, idle_timeout: Duration) -> Upstream {
+        Upstream { idle: (0..processes).map(|_| Mutex::new(Vec::new())).collect(), idle_timeout }
+    }
+
+    fn pop(&self, index: usize) -> Option<Idle> {
+        self.idle[index].lock().unwrap_or_else(PoisonError::into_inner).pop()
+    }
+
+    /// A ready sender to process `index` at `addr`: the most recently used idle one, or a new connection.
+    pub async fn checkout(&self, index: usize, addr: SocketAddr) -> Result<Checkout, ConnectError> {
+        while let Some(mut idle) = self.pop(index) {
+            if idle.tx.is_closed() || idle.since.elapsed() >= self.idle_timeout {
+                continue;
+            }
+            if idle.tx.is_ready() || idle.tx.ready().await.is_ok() {
+                return Ok(Checkout { tx: idle.tx, reused: true });
+            }
+        }
+        Ok(Checkout { tx: connect(addr).await?, reused: false })
+    }
+
+    /// Puts a sender whose exchange ended cleanly back for the next request.
+    pub fn checkin(&self, index: usize, tx: SendRequest<ReqBody>) {
+        if tx.is_closed() {
+            return;
+        }
+        let mut idle = self.idle[index].lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < MAX_IDLE {
+            idle.push(Idle { tx, since: Instant::now() });
+        }
+    }
+
+    /// Closes the connections idle past the timeout (and forgets those the process closed).
+    pub fn reap(&self) {
+        for list in &self.idle {
+            let mut idle = list.lock().unwrap_or_else(PoisonError::into_inner);
+            idle.retain(|i| !i.tx.is_closed() && i.since.elapsed() < self.idle_timeout);
+        }
+    }
+
+    /// Reaps every `every` until the runtime stops.
+    pub async fn reaper(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.reap();
+        }
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Result<SendRequest<ReqBody>, ConnectError> {
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(source)) => return Err(ConnectError::Io { addr, source }),
+        Err(_) => return Err(ConnectError::Timeout { addr }),
+    };
+    let _ = stream.set_nodelay(true);
+    let (tx, conn) = http1::Builder::new()
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|source| ConnectError::Handshake { addr, source })?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(%addr, "upstream connection ended: {e}");
+        }
+    });
+    Ok(tx)
+}
