@@ -60,6 +60,9 @@ struct ReportArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Also draw the day (memory per process, requests) as a PNG at FILE.
+    #[arg(long, value_name = "FILE")]
+    png: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -232,7 +235,11 @@ fn report(r: ReportArgs) -> Result<()> {
             now.unwrap_or(0) / 86_400 * 86_400
         }
     };
-    let (day_report, _, _) = report::load(&db, day)?;
+    let (day_report, minutes, labels) = report::load(&db, day)?;
+    if let Some(file) = &r.png {
+        let done = report::png::write_png(file, &day_report, &minutes, &labels, day)?;
+        eprintln!("{}", report::png::describe(file, &done));
+    }
     let out = if r.json { serde_json::to_string_pretty(&day_report)? + "\n" } else { report::text(&day_report) };
     use std::io::Write;
     let _ = std::io::stdout().write_all(out.as_bytes()); // a closed pipe (| head) is not an error

@@ -1,5 +1,9 @@
-//! `monitor report [--date YYYY-MM-DD] [--json]`: one UTC day from the stats database: peak and mean memory per
-//! process, requests per process and in total, refusals, aborts, restarts.
+//! `monitor report [--date YYYY-MM-DD] [--json] [--png FILE]`: one UTC day from the stats database: peak and mean
+//! memory per process, requests per process and in total, refusals, aborts, restarts; `--png` draws the day
+//! ([`png`]).
+
+#[path = "report_png.rs"]
+pub mod png;
 
 use crate::history::ring::{Labels, Minute};
 use crate::history::store::Store;
@@ -19,6 +23,8 @@ pub enum ReportError {
     Missing(std::path::PathBuf),
     #[error(transparent)]
     History(#[from] HistoryError),
+    #[error("--png: {0}")]
+    Png(String),
 }
 
 /// One process over the day.

@@ -11,6 +11,8 @@
 mod bench_probes;
 #[path = "bench_proxy.rs"]
 mod bench_proxy;
+#[path = "bench_web.rs"]
+mod bench_web;
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -33,6 +35,7 @@ pub fn run(args: Args) -> Result<()> {
         "agent-cpu" => agent_cpu(args.seconds),
         "probes" => bench_probes::run(),
         "proxy" => bench_proxy::run(),
+        "web" => bench_web::run(),
         other => bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy)"),
     }
 }
