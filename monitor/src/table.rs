@@ -63,10 +63,8 @@ pub fn render(v: &StatusView) -> String {
         let _ = writeln!(s, "(no processes in the group)");
     }
     // Launched processes that are not running now (starting, backing off, stopped).
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     for l in v.launcher.iter().flatten().filter(|l| l.pid.is_none_or(|pid| !v.processes.iter().any(|p| p.pid == pid))) {
         let retry = l
             .next_retry_unix_ms
