@@ -5,7 +5,6 @@ use clap::{Parser, Subcommand};
 use monitor::api::{self, ApiState, StatusView};
 use monitor::cgroup::{self, Mounts};
 use monitor::config::Config;
-use monitor::probes::Probes;
 use monitor::sampler::{self, Sampler};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -142,19 +141,7 @@ fn agent(a: AgentArgs) -> Result<()> {
     let mounts = Mounts::read().context("reading /proc/self/mountinfo")?;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let group = cgroup::resolve(&cfg.group.cgroup, &mounts, &own)?;
-    let probes = if cfg.probes.enabled {
-        Probes::load().map_err(|e| {
-            // The verifier's log can run to hundreds of lines: the status shows the first, the debug log all.
-            let full = e.to_string();
-            tracing::debug!("eBPF load failed: {full}");
-            full.lines().next().unwrap_or_default().to_string()
-        })
-    } else {
-        Err("disabled in the config ([probes] enabled = false)".to_string())
-    };
-    if let Err(reason) = &probes {
-        tracing::warn!("request counting is off: {reason}");
-    }
+    let probes = sampler::load_probes(cfg.probes.enabled);
     let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
     let thresholds = cfg.policy.thresholds();
     let (state, first) = sampler::first(&mut sampler, &thresholds)?;
@@ -176,7 +163,7 @@ fn agent(a: AgentArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
         let (tx, rx) = tokio::sync::watch::channel(Arc::new(first));
         // Alerts read the same channel; the Raiser is for other parts (launcher, stats) to raise conditions.
-        let _alerts =
+        let alerts =
             monitor::alerts::task::spawn(&cfg.alerts, rx.clone(), cfg.probes.enabled, format!("http://{listen}/"));
         let stop = Arc::new(AtomicBool::new(false));
         let interval = Duration::from_millis(cfg.policy.interval_ms);
@@ -184,6 +171,10 @@ fn agent(a: AgentArgs) -> Result<()> {
             .context("starting the sampler thread")?;
         tracing::info!(%listen, "serving the API");
         let history = monitor::history::spawn(rx.clone(), &cfg.stats, thresholds.clone(), Default::default());
+        if let Some(raiser) = alerts {
+            let h = history.history.clone();
+            tokio::spawn(monitor::alerts::watch::stats(Arc::new(move || h.note()), raiser));
+        }
         let app = api::router(ApiState { latest: rx, thresholds, launcher: None }).merge(history.router());
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving")?;
         stop.store(true, Ordering::Relaxed);

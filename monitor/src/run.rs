@@ -6,7 +6,6 @@ use crate::api::{self, ApiState};
 use crate::cgroup::{self, CgroupError, Mounts};
 use crate::config::{Config, ConfigError};
 use crate::launcher::{self, LaunchError, Launcher};
-use crate::probes::Probes;
 use crate::proxy::{self, Proxy, ProxyError};
 use crate::sampler::{self, Sampler};
 use crate::snapshot::CgroupVersion;
@@ -91,17 +90,6 @@ fn prepare_group(cfg: &Config) -> Result<(cgroup::Group, Created), RunError> {
     Ok((group, created))
 }
 
-fn load_probes(enabled: bool) -> Result<Probes, String> {
-    if !enabled {
-        return Err("disabled in the config ([probes] enabled = false)".to_string());
-    }
-    Probes::load().map_err(|e| {
-        let full = e.to_string();
-        tracing::debug!("eBPF load failed: {full}");
-        full.lines().next().unwrap_or_default().to_string()
-    })
-}
-
 /// Resolves on the first SIGTERM or SIGINT.
 async fn signalled() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -127,10 +115,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
     }
     let (group, created) = prepare_group(&cfg)?;
     let children_cgroup = (cfg.group.cgroup != "auto").then(|| group.dir.clone());
-    let probes = load_probes(cfg.probes.enabled);
-    if let Err(reason) = &probes {
-        tracing::warn!("request counting is off: {reason}");
-    }
+    let probes = sampler::load_probes(cfg.probes.enabled);
     let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
     let thresholds = cfg.policy.thresholds();
     let (state, first) = sampler::first(&mut sampler, &thresholds)?;

@@ -60,6 +60,24 @@ pub fn host_mem_total() -> u64 {
         .unwrap_or(0)
 }
 
+/// Loads the eBPF probes if the config wants them, or says why not in one line (the verifier's log can run to
+/// hundreds of lines: the status shows the first, the debug log all). Logs the reason once.
+pub fn load_probes(enabled: bool) -> Result<Probes, String> {
+    let probes = if enabled {
+        Probes::load().map_err(|e| {
+            let full = e.to_string();
+            tracing::debug!("eBPF load failed: {full}");
+            full.lines().next().unwrap_or_default().to_string()
+        })
+    } else {
+        Err("disabled in the config ([probes] enabled = false)".to_string())
+    };
+    if let Err(reason) = &probes {
+        tracing::warn!("request counting is off: {reason}");
+    }
+    probes
+}
+
 impl Sampler {
     /// Opens the group. `probes` is the loaded eBPF side, or the reason it is not running.
     pub fn new(
