@@ -1,4 +1,5 @@
-//! `SOCKS`: accepted sockets of traced processes, keyed by (tgid, fd), with the request awaiting its response.
+//! `SOCKS`: sockets of traced processes (accepted, or adopted from a request line read on them), keyed by
+//! (tgid, fd), with the request awaiting its response.
 
 use crate::user_pod;
 
@@ -7,7 +8,7 @@ pub const MAP: &str = "SOCKS";
 /// Capacity (an LRU map: the oldest idle sockets are forgotten first).
 pub const MAX_ENTRIES: u32 = 65_536;
 
-/// One accepted socket.
+/// One socket: the tgid and the fd number.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SockKey {
@@ -16,11 +17,30 @@ pub struct SockKey {
 }
 user_pod!(SockKey);
 
-/// State of one accepted socket.
+/// State of one tracked socket.
+///
+/// A socket is tracked from its `accept`, or adopted when a traced tgid reads a request line on an fd it does
+/// not track (a connection accepted before the probes loaded or before the tgid joined the filter). An adopted
+/// fd might be a file that happens to start with `GET `, so it stays unconfirmed, its requests and bytes held
+/// here instead of counted, until it writes a status line back: then it is a socket serving HTTP and they count.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SockState {
     /// `bpf_ktime_get_ns` when the oldest unanswered request was read; 0 when none is waiting.
     pub request_ns: u64,
+    /// Requests read while unconfirmed, counted when the socket is confirmed.
+    pub deferred_requests: u32,
+    /// 1 while adopted and not yet confirmed by a status line written back; 0 for accepted or confirmed sockets.
+    pub unconfirmed: u32,
+    /// Bytes read while unconfirmed, counted when the socket is confirmed.
+    pub deferred_bytes_in: u64,
 }
 user_pod!(SockState);
+
+impl SockState {
+    /// An fd adopted from a read of `bytes` that began with a request line at `now_ns`.
+    #[inline(always)]
+    pub fn adopted(now_ns: u64, bytes: u64) -> SockState {
+        SockState { request_ns: now_ns, deferred_requests: 1, unconfirmed: 1, deferred_bytes_in: bytes }
+    }
+}

@@ -27,7 +27,8 @@ fn try_close_enter(ctx: &TracePointContext) -> Result<(), i32> {
         return Ok(());
     };
     // SAFETY: a pointer into our own map's value, read before the element is removed.
-    let waiting = unsafe { (*sock).request_ns } != 0;
+    // An unconfirmed (adopted, never answered) socket's requests were never counted: nothing is unanswered.
+    let waiting = unsafe { (*sock).request_ns != 0 && (*sock).unconfirmed == 0 };
     let _ = SOCKS.remove(key);
     if waiting {
         if let Some(s) = STATS.get_ptr_mut(tgid) {

@@ -46,7 +46,8 @@ pub fn traced(tgid: u32) -> bool {
     }
 }
 
-/// At a read or write entry: when `fd` is an accepted socket of a traced tgid, saves the arguments for the exit.
+/// At a read or write entry of a traced tgid: saves the arguments for the exit, for a write only when `fd` is a
+/// tracked socket (a read on an untracked fd may adopt it).
 #[inline(always)]
 pub fn save_if_tracked(ctx: &TracePointContext, io_kind: u32) -> Result<(), i32> {
     let (id, tgid) = current();
@@ -54,7 +55,7 @@ pub fn save_if_tracked(ctx: &TracePointContext, io_kind: u32) -> Result<(), i32>
         return Ok(());
     }
     let fd = arg(ctx, 0) as u32;
-    if SOCKS.get_ptr(SockKey { tgid, fd }).is_none() {
+    if !kind::is_recv(io_kind) && SOCKS.get_ptr(SockKey { tgid, fd }).is_none() {
         return Ok(());
     }
     let addr = if io_kind == kind::SENDFILE { 0 } else { arg(ctx, 1) };

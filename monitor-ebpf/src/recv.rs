@@ -1,11 +1,12 @@
 //! The read family (`read`, `recvfrom`, `readv`, `recvmsg`): bytes in, and requests = reads whose first bytes
-//! are an HTTP/1.x request line. The entry saves the buffer of a tracked socket; the exit reads it.
+//! are an HTTP/1.x request line. The entry saves the buffer of every read of a traced tgid; the exit reads it, on
+//! a tracked socket or to adopt an untracked fd that receives a request line.
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
 use monitor_common::{
     http::{is_request, REQUEST_PEEK},
     pending::{kind, PendingIo},
-    socks::SockKey,
+    socks::{SockKey, SockState},
 };
 
 use crate::{
@@ -58,42 +59,74 @@ fn try_recv_exit(ctx: &TracePointContext) -> Result<(), i32> {
     recv_done(tgid, &p, ret(ctx))
 }
 
-/// A read of `n` bytes (or an error) by `tgid` on a tracked socket, described by `p`: bytes in, and a request
-/// when its first bytes are a request line. Shared by `recv_exit` and the raw `sys_exit` program.
+/// A read of `n` bytes (or an error) by `tgid`, described by `p`. On a tracked socket: bytes in, and a request
+/// when its first bytes are a request line. On an untracked fd whose first bytes are a request line: adopts it
+/// (see [`SockState`]). Shared by `recv_exit` and the raw `sys_exit` program.
 #[inline(always)]
 pub fn recv_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     if n <= 0 {
         return Ok(());
     }
+    let key = SockKey { tgid, fd: p.fd };
+    let Some(sock) = SOCKS.get_ptr_mut(key) else {
+        return adopt(key, p, n as u64);
+    };
+    let request = is_request_read(p, n as u64);
+    // SAFETY: our own map's value; one socket is served by one thread at a time. The oldest request wins.
+    unsafe {
+        if request && (*sock).request_ns == 0 {
+            (*sock).request_ns = bpf_ktime_get_ns();
+        }
+        if (*sock).unconfirmed != 0 {
+            (*sock).deferred_bytes_in += n as u64;
+            if request {
+                (*sock).deferred_requests += 1;
+            }
+            return Ok(());
+        }
+    }
     let Some(s) = STATS.get_ptr_mut(tgid) else {
         return Ok(());
     };
     // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
-    unsafe { (*s).bytes_in += n as u64 };
-    if (n as u64) < REQUEST_PEEK as u64 {
-        return Ok(());
-    }
-    let Some((buf, len)) = first_buffer(p) else {
-        return Ok(());
-    };
-    if len < REQUEST_PEEK as u64 {
-        return Ok(());
-    }
-    let Some(head) = peek::<REQUEST_PEEK>(buf) else {
-        return Ok(());
-    };
-    if !is_request(&head) {
-        return Ok(());
-    }
-    // SAFETY: as above.
-    unsafe { (*s).requests += 1 };
-    if let Some(sock) = SOCKS.get_ptr_mut(SockKey { tgid, fd: p.fd }) {
-        // SAFETY: our own map's value; one socket is served by one thread at a time. The oldest request wins.
-        unsafe {
-            if (*sock).request_ns == 0 {
-                (*sock).request_ns = bpf_ktime_get_ns();
-            }
+    unsafe {
+        (*s).bytes_in += n as u64;
+        if request {
+            (*s).requests += 1;
         }
     }
     Ok(())
+}
+
+/// An untracked fd of a traced tgid: when the read began with a request line, track it as an unconfirmed socket
+/// holding that request (counted once a status line is written back on it). Costs one 8-byte user read per read
+/// of 8 bytes or more on an untracked fd of a traced tgid.
+#[inline(always)]
+fn adopt(key: SockKey, p: &PendingIo, n: u64) -> Result<(), i32> {
+    if !is_request_read(p, n) {
+        return Ok(());
+    }
+    // BPF_NOEXIST: never overwrite a socket an accept on another thread just recorded.
+    // SAFETY: a helper with no arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let _ = SOCKS.insert(key, SockState::adopted(now, n), BPF_NOEXIST as u64);
+    Ok(())
+}
+
+/// True when a read of `n` bytes described by `p` began with an HTTP/1.x request line.
+#[inline(always)]
+fn is_request_read(p: &PendingIo, n: u64) -> bool {
+    if n < REQUEST_PEEK as u64 {
+        return false;
+    }
+    let Some((buf, len)) = first_buffer(p) else {
+        return false;
+    };
+    if len < REQUEST_PEEK as u64 {
+        return false;
+    }
+    match peek::<REQUEST_PEEK>(buf) {
+        Some(head) => is_request(&head),
+        None => false,
+    }
 }

@@ -3,7 +3,7 @@
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
 use monitor_common::{
-    http::{parse_status, RESPONSE_PEEK},
+    http::{parse_status, Status, RESPONSE_PEEK},
     pending::{kind, PendingIo},
     socks::SockKey,
     stats::log2_bucket,
@@ -65,29 +65,37 @@ fn try_send_exit(ctx: &TracePointContext) -> Result<(), i32> {
     send_done(tgid, &p, ret(ctx))
 }
 
-/// A write of `n` bytes (or an error) by `tgid` on a tracked socket, described by `p`: bytes out, and a
-/// response when its first bytes are a status line. Shared by `send_exit` and the raw `sys_exit` program.
+/// A write of `n` bytes (or an error) by `tgid`, described by `p`. On a tracked socket: bytes out, and a
+/// response when its first bytes are a status line. The first status line on an adopted socket confirms it: the
+/// requests and bytes it held count from then on. Shared by `send_exit` and the raw `sys_exit` program.
 #[inline(always)]
 pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     if n <= 0 {
         return Ok(());
     }
+    let Some(sock) = SOCKS.get_ptr_mut(SockKey { tgid, fd: p.fd }) else {
+        return Ok(());
+    };
     let Some(s) = STATS.get_ptr_mut(tgid) else {
         return Ok(());
     };
-    // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
-    unsafe { (*s).bytes_out += n as u64 };
-    // The status line is read from the caller's buffer, which holds it whole even after a short write.
-    let Some((buf, len)) = first_buffer(p) else {
-        return Ok(());
-    };
-    if len < RESPONSE_PEEK as u64 {
-        return Ok(());
+    let st = status_written(p);
+    // SAFETY: `sock` is our own map's value (one socket is served by one thread at a time); `s` is this CPU's
+    // value of our own per-CPU map (no other program runs on this CPU meanwhile).
+    unsafe {
+        if (*sock).unconfirmed != 0 {
+            if st.is_none() {
+                return Ok(());
+            }
+            (*s).requests += (*sock).deferred_requests as u64;
+            (*s).bytes_in += (*sock).deferred_bytes_in;
+            (*sock).unconfirmed = 0;
+            (*sock).deferred_requests = 0;
+            (*sock).deferred_bytes_in = 0;
+        }
+        (*s).bytes_out += n as u64;
     }
-    let Some(head) = peek::<RESPONSE_PEEK>(buf) else {
-        return Ok(());
-    };
-    let Some(st) = parse_status(&head) else {
+    let Some(st) = st else {
         return Ok(());
     };
     // SAFETY: as above. Constant indexes: the verifier cannot always follow a computed one.
@@ -106,10 +114,7 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     }
     // SAFETY: as above.
     unsafe { (*s).responses += 1 };
-    let Some(sock) = SOCKS.get_ptr_mut(SockKey { tgid, fd: p.fd }) else {
-        return Ok(());
-    };
-    // SAFETY: our own map's value; one socket is served by one thread at a time.
+    // SAFETY: as above.
     let start = unsafe { (*sock).request_ns };
     if start == 0 {
         return Ok(());
@@ -125,4 +130,15 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
         }
     }
     Ok(())
+}
+
+/// The status line a write described by `p` begins with, if any. Read from the caller's buffer, which holds it
+/// whole even after a short write.
+#[inline(always)]
+fn status_written(p: &PendingIo) -> Option<Status> {
+    let (buf, len) = first_buffer(p)?;
+    if len < RESPONSE_PEEK as u64 {
+        return None;
+    }
+    parse_status(&peek::<RESPONSE_PEEK>(buf)?)
 }

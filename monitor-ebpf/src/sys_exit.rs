@@ -5,15 +5,11 @@
 //! belong to a socket another thread just accepted.
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, macros::raw_tracepoint, programs::RawTracePointContext};
-use monitor_common::{
-    pending::{kind, PendingIo},
-    socks::SockKey,
-};
+use monitor_common::pending::{kind, PendingIo};
 
 use crate::{
     accept::accept_done,
     io::{current, traced},
-    maps::SOCKS,
     recv::recv_done,
     send::send_done,
 };
@@ -66,12 +62,9 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         nr::SENDFILE => kind::SENDFILE,
         _ => return Ok(()),
     };
-    let fd = di as u32;
-    if SOCKS.get_ptr(SockKey { tgid, fd }).is_none() {
-        return Ok(());
-    }
     // The arguments as the sys_enter programs would have saved them: fd, buffer (or iovec / msghdr), length.
-    let p = PendingIo { addr: si, len: dx, fd, kind: io_kind };
+    // Both look the fd up: writes count on tracked sockets only, reads also adopt an fd that receives a request.
+    let p = PendingIo { addr: si, len: dx, fd: di as u32, kind: io_kind };
     if kind::is_recv(io_kind) {
         recv_done(tgid, &p, ret)
     } else {

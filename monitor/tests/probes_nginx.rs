@@ -137,8 +137,52 @@ fn nginx_counts_exactly() {
             .stderr(Stdio::null())
             .status();
         assert!(out.is_ok_and(|s| s.success()), "wrk -c8 failed");
-        let (requests, by_class, connections) = access_log(&dir);
+        // nginx may still be answering (and logging) requests it read before wrk's connections closed: wait
+        // until its log stops growing.
+        let mut log = access_log(&dir);
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let again = access_log(&dir);
+            if again == log {
+                break;
+            }
+            log = again;
+        }
+        let (requests, by_class, connections) = log;
         let logged = Sent { requests, by_class, connects: connections + 2 };
         assert_counts(&mut probes, &workers, &logged, "nginx (after wrk -c8, vs its access log)");
     }
+}
+
+/// Keep-alive connections nginx accepted before the probes loaded, or before its workers joined the filter:
+/// every request sent on them afterwards counts (summed over the workers), adopted from the request line.
+#[test]
+fn nginx_keepalive_opened_before_tracing_counts_exactly() {
+    let name = "nginx_keepalive_opened_before_tracing_counts_exactly";
+    if !require_root(name) || !require_program(name, "nginx") {
+        return;
+    }
+    let dir = TempDir::new("nginx-adopt");
+    std::fs::create_dir_all(dir.path().join("www")).unwrap_or_else(|e| panic!("mkdir www: {e}"));
+    let (server, workers) = nginx(&dir);
+    let mut early = KeepAlive::connect(server.port);
+    assert_eq!(early.get("/ok"), 200);
+    let mut probes = load_probes();
+    let mut late = KeepAlive::connect(server.port);
+    assert_eq!(late.get("/ok"), 200);
+    let mut all_pids = workers.clone();
+    all_pids.push(server.pid());
+    sync(&mut probes, &all_pids);
+
+    let mut sent = Sent::default();
+    // No 500s: nginx closes the connection after one.
+    for (i, path) in ["/ok", "/missing", "/ok"].iter().cycle().take(30).enumerate() {
+        let conn = if i % 2 == 0 { &mut late } else { &mut early };
+        let status = conn.get(path);
+        sent.requests += 1;
+        sent.by_class[(status / 100 - 1) as usize] += 1;
+    }
+    assert_eq!(sent.by_class, [0, 20, 0, 10, 0], "{sent:?}");
+    let t = assert_counts(&mut probes, &workers, &sent, "nginx keep-alive opened before tracing");
+    assert_eq!(t.inflight, 0);
 }

@@ -74,3 +74,35 @@ fn node_http_server_counts_exactly() {
     let mine = &all[&server.pid()];
     assert!(mine.latency_p99_us.is_some_and(|v| v > 0), "{mine:?}");
 }
+
+/// Node reads its sockets with `read(2)`: keep-alive connections accepted before the probes loaded, or before
+/// the pid joined the filter, count every request sent on them afterwards (adopted from the request line).
+#[test]
+fn node_keepalive_opened_before_tracing_counts_exactly() {
+    let name = "node_keepalive_opened_before_tracing_counts_exactly";
+    if !require_root(name) || !require_program(name, "node") {
+        return;
+    }
+    let port = free_port();
+    let server = Server::start(
+        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
+        port,
+    );
+    let mut early = KeepAlive::connect(port);
+    assert_eq!(early.get("/ok"), 200);
+    let mut probes = load_probes();
+    let mut late = KeepAlive::connect(port);
+    assert_eq!(late.get("/ok"), 200);
+    sync(&mut probes, &[server.pid()]);
+
+    let mut sent = Sent::default();
+    for (i, path) in ["/ok", "/missing", "/fail"].iter().cycle().take(30).enumerate() {
+        let conn = if i % 2 == 0 { &mut late } else { &mut early };
+        let status = conn.get(path);
+        sent.requests += 1;
+        sent.by_class[(status / 100 - 1) as usize] += 1;
+    }
+    assert_eq!(sent.by_class, [0, 10, 0, 10, 10], "{sent:?}");
+    let t = assert_counts(&mut probes, &[server.pid()], &sent, "node keep-alive opened before tracing");
+    assert_eq!(t.inflight, 0);
+}

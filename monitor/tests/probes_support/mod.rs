@@ -375,3 +375,79 @@ pub fn wrk_exact(url: &str, n: u64, dir: &TempDir) -> WrkRun {
     assert_eq!(requests, n, "wrk completed {requests} responses, wanted {n}: {text}");
     WrkRun { requests, connects: 2 }
 }
+
+/// One keep-alive HTTP/1.1 connection driven by hand (std `TcpStream`): sends GET requests and reads each whole
+/// response (`Content-Length` or chunked body), so a test controls exactly which requests go on which connection.
+pub struct KeepAlive {
+    stream: BufReader<std::net::TcpStream>,
+    port: u16,
+}
+
+impl KeepAlive {
+    /// Connects to 127.0.0.1:`port`.
+    pub fn connect(port: u16) -> KeepAlive {
+        let stream = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => s,
+            Err(e) => panic!("connect 127.0.0.1:{port}: {e}"),
+        };
+        if let Err(e) = stream.set_read_timeout(Some(Duration::from_secs(10))) {
+            panic!("set_read_timeout: {e}");
+        }
+        KeepAlive { stream: BufReader::new(stream), port }
+    }
+
+    /// Sends `GET path` and returns the response's status after reading its body.
+    pub fn get(&mut self, path: &str) -> u16 {
+        use std::io::{Read, Write};
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: keep-alive\r\n\r\n", self.port);
+        if let Err(e) = self.stream.get_mut().write_all(req.as_bytes()) {
+            panic!("send GET {path}: {e}");
+        }
+        let status_line = self.line();
+        let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse::<u16>().ok());
+        let Some(status) = status else { panic!("GET {path}: status line {status_line:?}") };
+        let (mut length, mut chunked) = (0usize, false);
+        loop {
+            let h = self.line();
+            if h.is_empty() {
+                break;
+            }
+            let Some((name, value)) = h.split_once(':') else { continue };
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.parse().unwrap_or_else(|e| panic!("GET {path}: content-length {value:?}: {e}"));
+            } else if name.eq_ignore_ascii_case("transfer-encoding") && value.eq_ignore_ascii_case("chunked") {
+                chunked = true;
+            }
+        }
+        let skip = |n: usize, stream: &mut BufReader<std::net::TcpStream>| {
+            let mut body = vec![0u8; n];
+            if let Err(e) = stream.read_exact(&mut body) {
+                panic!("GET {path}: body of {n} bytes: {e}");
+            }
+        };
+        if !chunked {
+            skip(length, &mut self.stream);
+            return status;
+        }
+        loop {
+            let size_line = self.line();
+            let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16);
+            let size = size.unwrap_or_else(|e| panic!("GET {path}: chunk size {size_line:?}: {e}"));
+            skip(size + 2, &mut self.stream);
+            if size == 0 {
+                return status;
+            }
+        }
+    }
+
+    /// One CRLF-terminated line, without the CRLF.
+    fn line(&mut self) -> String {
+        let mut s = String::new();
+        match self.stream.read_line(&mut s) {
+            Ok(0) => panic!("connection to port {} closed by the server", self.port),
+            Ok(_) => s.trim_end_matches(['\r', '\n']).to_string(),
+            Err(e) => panic!("reading from port {}: {e}", self.port),
+        }
+    }
+}
