@@ -35,7 +35,8 @@ fn threads() -> usize {
 
 /// Serves until `drain` turns true, then drains for at most `deadline`. The front door runs on its own threads, one
 /// per core, each a current-thread runtime accepting from the same listening socket with its own upstream pools, so
-/// a request, its upstream exchange and its response never change threads (and never queue behind the API).
+/// a request, its upstream exchange and its response never change threads (and never queue behind the API). A
+/// thread that accepts while another has fewer connections hands the new one over (once per connection).
 pub async fn serve(
     proxy: Arc<Proxy>,
     listener: TcpListener,
@@ -43,7 +44,9 @@ pub async fn serve(
     mut drain: watch::Receiver<bool>,
     deadline: Duration,
 ) -> Drained {
-    let live = Arc::new(AtomicUsize::new(0));
+    let n = threads();
+    let (handoff, inboxes): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::unbounded_channel()).unzip();
+    let load = Arc::new(Load { live: (0..n).map(|_| AtomicUsize::new(0)).collect(), handoff });
     // Closed once every thread has stopped accepting (dropped its listener).
     let (accepting_tx, mut accepting_rx) = mpsc::channel::<()>(1);
     // Closed once every thread is done: its connections finished, or halted.
@@ -52,7 +55,7 @@ pub async fn serve(
     let mut spawned = 0;
     match listener.into_std() {
         Ok(std_listener) => {
-            for i in 0..threads() {
+            for (i, inbox) in inboxes.into_iter().enumerate() {
                 let l = match std_listener.try_clone() {
                     Ok(l) => l,
                     Err(e) => {
@@ -61,11 +64,13 @@ pub async fn serve(
                     }
                 };
                 let t = Thread {
+                    index: i,
                     proxy: proxy.clone(),
                     max_header_bytes,
                     drain: drain.clone(),
                     halt: halt_rx.clone(),
-                    live: live.clone(),
+                    load: load.clone(),
+                    inbox,
                     accepting: accepting_tx.clone(),
                     done: done_tx.clone(),
                 };
@@ -84,25 +89,61 @@ pub async fn serve(
     until_set(&mut drain).await;
     proxy.set_draining();
     let _ = accepting_rx.recv().await;
-    let open = live.load(Ordering::Relaxed);
+    let open = load.total();
     tracing::info!(connections = open, "stopped accepting; draining");
     match tokio::time::timeout(deadline, done_rx.recv()).await {
         Ok(_) => Drained { left: 0 },
         Err(_) => {
-            let left = live.load(Ordering::Relaxed);
+            let left = load.total();
             let _ = halt_tx.send(true);
             Drained { left }
         }
     }
 }
 
+/// A connection accepted by one thread for another.
+type Handoff = (std::net::TcpStream, IpAddr);
+
+/// The open connections of each front-door thread, and the way to hand a new one to another thread.
+struct Load {
+    live: Vec<AtomicUsize>,
+    handoff: Vec<mpsc::UnboundedSender<Handoff>>,
+}
+
+impl Load {
+    fn total(&self) -> usize {
+        self.live.iter().map(|l| l.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The thread that should serve a connection accepted by thread `me`: `me` unless another thread has fewer
+    /// open connections. The kernel wakes whichever thread it likes for a new connection (often the same one for
+    /// a burst), so this keeps the threads even.
+    fn pick(&self, me: usize) -> usize {
+        let mine = self.live[me].load(Ordering::Relaxed);
+        let (least, n) = self
+            .live
+            .iter()
+            .map(|l| l.load(Ordering::Relaxed))
+            .enumerate()
+            .min_by_key(|&(_, n)| n)
+            .unwrap_or((me, mine));
+        if n < mine {
+            least
+        } else {
+            me
+        }
+    }
+}
+
 /// One front-door thread.
 struct Thread {
+    index: usize,
     proxy: Arc<Proxy>,
     max_header_bytes: usize,
     drain: watch::Receiver<bool>,
     halt: watch::Receiver<bool>,
-    live: Arc<AtomicUsize>,
+    load: Arc<Load>,
+    inbox: mpsc::UnboundedReceiver<Handoff>,
     accepting: mpsc::Sender<()>,
     done: mpsc::Sender<()>,
 }
@@ -116,7 +157,7 @@ impl Thread {
                 return;
             }
         };
-        let Thread { proxy, max_header_bytes, mut drain, mut halt, live, accepting, done } = self;
+        let Thread { index, proxy, max_header_bytes, mut drain, mut halt, load, mut inbox, accepting, done } = self;
         rt.block_on(async move {
             let listener = match TcpListener::from_std(listener) {
                 Ok(l) => l,
@@ -130,9 +171,26 @@ impl Thread {
             // Held by each connection of this thread: recv() ends once they are all gone.
             let (conn_tx, mut conn_rx) = mpsc::channel::<()>(1);
             loop {
-                let (stream, peer) = tokio::select! {
+                let (stream, ip) = tokio::select! {
                     r = listener.accept() => match r {
-                        Ok(x) => x,
+                        Ok((stream, peer)) => {
+                            let to = load.pick(index);
+                            if to == index {
+                                (stream, peer.ip())
+                            } else {
+                                match stream.into_std() {
+                                    Ok(s) => {
+                                        // Counted at once, so a burst of accepts spreads over the threads.
+                                        load.live[to].fetch_add(1, Ordering::Relaxed);
+                                        if load.handoff[to].send((s, peer.ip())).is_err() {
+                                            load.live[to].fetch_sub(1, Ordering::Relaxed);
+                                        }
+                                    }
+                                    Err(e) => tracing::warn!("handing a connection to another thread: {e}"),
+                                }
+                                continue;
+                            }
+                        }
                         Err(e) => {
                             // EMFILE and the like: wait a little rather than spin.
                             tracing::warn!("accept: {e}");
@@ -140,19 +198,25 @@ impl Thread {
                             continue;
                         }
                     },
+                    Some((s, ip)) = inbox.recv() => {
+                        let finished = Finished { load: load.clone(), index, _conn: conn_tx.clone() };
+                        match TcpStream::from_std(s) {
+                            Ok(stream) => {
+                                let _ = stream.set_nodelay(true);
+                                let (proxy, pool, drain) = (proxy.clone(), pool.clone(), drain.clone());
+                                tokio::spawn(connection(proxy, pool, stream, ip, max_header_bytes, drain, finished));
+                            }
+                            Err(e) => tracing::warn!("taking a connection from another thread: {e}"),
+                        }
+                        continue;
+                    }
                     _ = until_set(&mut drain) => break,
                 };
                 let _ = stream.set_nodelay(true);
-                live.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(connection(
-                    proxy.clone(),
-                    pool.clone(),
-                    stream,
-                    peer.ip(),
-                    max_header_bytes,
-                    drain.clone(),
-                    Finished { live: live.clone(), _conn: conn_tx.clone() },
-                ));
+                load.live[index].fetch_add(1, Ordering::Relaxed);
+                let finished = Finished { load: load.clone(), index, _conn: conn_tx.clone() };
+                let (proxy, pool, drain) = (proxy.clone(), pool.clone(), drain.clone());
+                tokio::spawn(connection(proxy, pool, stream, ip, max_header_bytes, drain, finished));
             }
             drop(listener);
             drop(accepting);
@@ -169,15 +233,16 @@ impl Thread {
     }
 }
 
-/// Counts a connection until it ends.
+/// Counts a connection on its thread until it ends.
 struct Finished {
-    live: Arc<AtomicUsize>,
+    load: Arc<Load>,
+    index: usize,
     _conn: mpsc::Sender<()>,
 }
 
 impl Drop for Finished {
     fn drop(&mut self) {
-        self.live.fetch_sub(1, Ordering::Relaxed);
+        self.load.live[self.index].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
