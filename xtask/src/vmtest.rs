@@ -53,6 +53,9 @@ fn ensure_packages() -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
+    if !crate::util::is_root() {
+        bail!("vmtest needs these Debian packages: apt-get install --no-install-recommends {}", missing.join(" "));
+    }
     let install = || {
         let mut cmd = Command::new("apt-get");
         cmd.env("DEBIAN_FRONTEND", "noninteractive")
