@@ -110,10 +110,16 @@ pub fn run(args: Args) -> Result<()> {
     let extra = args.filter.as_deref().map(|f| format!("VM_FILTER={f}")).unwrap_or_default();
     let timeout = Duration::from_secs(args.timeout);
     let mut results = Vec::new();
+    // In-VM tests over all kernels; a kernel that gives no count counts as one failure.
+    let (mut passed, mut failed_tests) = (0u64, 0u64);
     for k in &kernels {
         let label = k.series.name();
         let line = match qemu::boot(&k.vmlinuz, &initrd, &extra, timeout, label) {
             Ok(b) => {
+                match b.summary.as_deref().and_then(counts) {
+                    Some((p, f)) => (passed, failed_tests) = (passed + p, failed_tests + f),
+                    None => failed_tests += 1,
+                }
                 let verdict = if b.rc == 0 { "passed" } else { "FAILED" };
                 let summary = b.summary.as_deref().unwrap_or("no summary line");
                 let line = format!(
@@ -124,7 +130,10 @@ pub fn run(args: Args) -> Result<()> {
                 );
                 (b.rc == 0, line)
             }
-            Err(e) => (false, format!("Linux {label} ({}): FAILED: {e:#}", k.package)),
+            Err(e) => {
+                failed_tests += 1;
+                (false, format!("Linux {label} ({}): FAILED: {e:#}", k.package))
+            }
         };
         results.push(line);
     }
@@ -132,9 +141,33 @@ pub fn run(args: Args) -> Result<()> {
     for (_, line) in &results {
         eprintln!("  {line}");
     }
+    // A plain closing line for whoever reads the log (CI): the in-VM tests of every kernel.
+    println!("vmtest: {passed} passed, {failed_tests} failed");
     let failed = results.iter().filter(|(ok, _)| !ok).count();
     if failed > 0 {
         bail!("vmtest: {failed} of {} kernels failed", results.len());
     }
     Ok(())
+}
+
+/// (passed, failed) from the suite's closing line `… N passed, M failed`.
+fn counts(summary: &str) -> Option<(u64, u64)> {
+    let words: Vec<&str> = summary.split_whitespace().collect();
+    let at = |word: &str| {
+        let i = words.iter().position(|w| w.trim_end_matches(',') == word)?;
+        words.get(i.checked_sub(1)?)?.parse().ok()
+    };
+    Some((at("passed")?, at("failed")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counts;
+
+    #[test]
+    fn reads_the_suite_counts() {
+        assert_eq!(counts("vm-suite: 8 passed, 0 failed"), Some((8, 0)));
+        assert_eq!(counts("vm-suite: 3 passed, 5 failed"), Some((3, 5)));
+        assert_eq!(counts("vm-suite: passed"), None);
+    }
 }
