@@ -1,7 +1,7 @@
 //! The front door of `monitor run`: a hyper HTTP/1.1 reverse proxy in front of the launched processes. Routes each
 //! request with [`crate::route`], sheds and aborts by the policy's Decision ([`shed`]), streams both bodies, keeps
-//! upstream keep-alive pools with an idle timeout below the backends', retries an idempotent bodiless request once
-//! when it fails before any response byte, and drains on shutdown ([`server`]).
+//! upstream keep-alive pools ([`upstream`]) with an idle timeout below the backends', retries an idempotent bodiless
+//! request once when it fails before any response byte, and drains on shutdown ([`server`]).
 
 pub mod body;
 pub mod headers;

@@ -167,7 +167,7 @@ impl Thread {
                 }
             };
             let pool = Arc::new(proxy.upstream());
-            let reaper = tokio::spawn(pool.clone().reaper(proxy.idle_timeout() / 2));
+            let reaper = tokio::spawn(pool.clone().reaper((proxy.idle_timeout() / 2).max(Duration::from_millis(100))));
             // Held by each connection of this thread: recv() ends once they are all gone.
             let (conn_tx, mut conn_rx) = mpsc::channel::<()>(1);
             loop {
@@ -272,5 +272,34 @@ async fn connection(
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(live: &[usize]) -> Load {
+        Load {
+            live: live.iter().map(|&n| AtomicUsize::new(n)).collect(),
+            handoff: live.iter().map(|_| mpsc::unbounded_channel().0).collect(),
+        }
+    }
+
+    #[test]
+    fn a_new_connection_goes_to_the_thread_with_the_fewest() {
+        let cases: &[(&[usize], usize, usize)] = &[
+            (&[0, 0], 0, 0),
+            (&[0, 0], 1, 1),
+            (&[3, 2], 0, 1),
+            (&[2, 3], 1, 0),
+            (&[5, 5, 4], 0, 2),
+            (&[4, 5, 4], 0, 0),
+            (&[7], 0, 0),
+        ];
+        for (live, me, want) in cases {
+            assert_eq!(load(live).pick(*me), *want, "{live:?} accepted by {me}");
+        }
+        assert_eq!(load(&[1, 2, 3]).total(), 6);
     }
 }
