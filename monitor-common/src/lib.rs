@@ -8,7 +8,9 @@
 #[macro_use]
 extern crate std;
 
+pub mod cloning;
 pub mod filter;
+pub mod forked;
 pub mod http;
 pub mod pending;
 pub mod socks;

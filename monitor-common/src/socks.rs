@@ -34,6 +34,10 @@ pub struct SockState {
     pub unconfirmed: u32,
     /// Bytes read while unconfirmed, counted when the socket is confirmed.
     pub deferred_bytes_in: u64,
+    /// 1 when the socket was adopted (not seen accepted). An adopted fd 0 also takes the writes on an untracked
+    /// fd 1: the inetd convention, where a forked child serves the connection on stdin and stdout.
+    pub adopted: u32,
+    pub _pad: u32,
 }
 user_pod!(SockState);
 
@@ -41,6 +45,13 @@ impl SockState {
     /// An fd adopted from a read of `bytes` that began with a request line at `now_ns`.
     #[inline(always)]
     pub fn adopted(now_ns: u64, bytes: u64) -> SockState {
-        SockState { request_ns: now_ns, deferred_requests: 1, unconfirmed: 1, deferred_bytes_in: bytes }
+        SockState {
+            request_ns: now_ns,
+            deferred_requests: 1,
+            unconfirmed: 1,
+            deferred_bytes_in: bytes,
+            adopted: 1,
+            _pad: 0,
+        }
     }
 }

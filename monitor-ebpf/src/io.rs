@@ -8,7 +8,7 @@ use aya_ebpf::{
 use monitor_common::{
     filter,
     pending::{kind, PendingIo},
-    socks::SockKey,
+    socks::{SockKey, SockState},
 };
 
 use crate::maps::{FILTER, PENDING, SOCKS};
@@ -55,7 +55,7 @@ pub fn save_if_tracked(ctx: &TracePointContext, io_kind: u32) -> Result<(), i32>
         return Ok(());
     }
     let fd = arg(ctx, 0) as u32;
-    if !kind::is_recv(io_kind) && SOCKS.get_ptr(SockKey { tgid, fd }).is_none() {
+    if !kind::is_recv(io_kind) && tracked_socket(tgid, fd).is_none() {
         return Ok(());
     }
     let addr = if io_kind == kind::SENDFILE { 0 } else { arg(ctx, 1) };
@@ -67,6 +67,25 @@ pub fn save_if_tracked(ctx: &TracePointContext, io_kind: u32) -> Result<(), i32>
         None => PENDING.insert(id, p, 0)?,
     }
     Ok(())
+}
+
+/// The tracked socket written to by a write on `fd`. An untracked fd 1 is the socket of an adopted fd 0: the
+/// inetd convention (inetd, busybox httpd's forked children), where the connection is stdin and stdout, so the
+/// request is read on fd 0 and the response written on fd 1.
+#[inline(always)]
+pub fn tracked_socket(tgid: u32, fd: u32) -> Option<*mut SockState> {
+    if let Some(sock) = SOCKS.get_ptr_mut(SockKey { tgid, fd }) {
+        return Some(sock);
+    }
+    if fd != 1 {
+        return None;
+    }
+    let sock = SOCKS.get_ptr_mut(SockKey { tgid, fd: 0 })?;
+    // SAFETY: our own map's value.
+    if unsafe { (*sock).adopted } == 0 {
+        return None;
+    }
+    Some(sock)
 }
 
 /// At an exit of a traced tgid: takes the saved arguments of this thread's syscall, if it was on a tracked

@@ -4,12 +4,17 @@
 //! look for a status line; close forgets the socket. Two sets of hooks, chosen by user space: the raw `sys_exit`
 //! program (`sys_exit.rs`, one program for every syscall exit, x86_64) plus `close_enter`, or the per-syscall
 //! tracepoint programs, whose entries save the buffer of a tracked socket for the exits (fallback).
-//! Counters go to the per-CPU `STATS` map, which user space sums.
+//! A process forked by a traced one is traced from its fork (`fork.rs`). Counters go to the per-CPU `STATS`
+//! map, which user space sums.
 #![no_std]
+// `atomic_or` for the filter bitmap (the BPF target offers no `AtomicU64::fetch_or`); built with nightly only.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 #![no_main]
 
 mod accept;
 mod close;
+mod fork;
 mod io;
 mod maps;
 mod recv;

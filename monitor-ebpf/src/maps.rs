@@ -1,14 +1,24 @@
 //! The object's maps; their key and value types and names live in `monitor-common`, one module per map.
 
 use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
     macros::map,
     maps::{Array, LruHashMap, PerCpuHashMap},
 };
-use monitor_common::{filter, pending, socks, stats};
+use monitor_common::{cloning, filter, forked, pending, socks, stats};
 
-/// Traced tgids as a bitmap (filled by user space, resized at load time to `pid_max`).
+/// Traced tgids as a bitmap (filled by user space, resized at load time to `pid_max`; the `fork` program sets
+/// the bits of children). Memory-mappable so that user space and the kernel both change single bits atomically.
 #[map(name = "FILTER")]
-pub static FILTER: Array<u64> = Array::with_max_entries(filter::MAX_ENTRIES, 0);
+pub static FILTER: Array<u64> = Array::with_max_entries(filter::MAX_ENTRIES, BPF_F_MMAPABLE);
+
+/// Children the `fork` program started tracing, with their parent's tgid (drained by user space).
+#[map(name = "FORKED")]
+pub static FORKED: LruHashMap<forked::Key, forked::Value> = LruHashMap::with_max_entries(forked::MAX_ENTRIES, 0);
+
+/// Flags of the `clone`/`clone3` in progress, by thread of a traced tgid.
+#[map(name = "CLONING")]
+pub static CLONING: LruHashMap<cloning::Key, cloning::Value> = LruHashMap::with_max_entries(cloning::MAX_ENTRIES, 0);
 
 /// Accepted sockets of traced tgids.
 #[map(name = "SOCKS")]

@@ -5,13 +5,12 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePoi
 use monitor_common::{
     http::{parse_status, Status, RESPONSE_PEEK},
     pending::{kind, PendingIo},
-    socks::SockKey,
     stats::log2_bucket,
 };
 
 use crate::{
-    io::{current, first_buffer, peek, ret, save_if_tracked, take_pending, traced},
-    maps::{SOCKS, STATS},
+    io::{current, first_buffer, peek, ret, save_if_tracked, take_pending, traced, tracked_socket},
+    maps::STATS,
 };
 
 /// Attached to `syscalls/sys_enter_write` and `syscalls/sys_enter_sendto` (fd, buf, count, …).
@@ -73,7 +72,7 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     if n <= 0 {
         return Ok(());
     }
-    let Some(sock) = SOCKS.get_ptr_mut(SockKey { tgid, fd: p.fd }) else {
+    let Some(sock) = tracked_socket(tgid, p.fd) else {
         return Ok(());
     };
     let Some(s) = STATS.get_ptr_mut(tgid) else {

@@ -158,9 +158,10 @@ fn programs_unload_when_probes_drop() {
     let probes = load_probes();
     let ids = probes.program_ids();
     // Raw: `sys_exit` and `close_enter`; tracepoints: one program per entry of attach::CLOSE and TRACEPOINTS.
+    // Both: the three fork-following programs of attach::FORK (clone_enter, clone3_enter, fork).
     let want = match probes.hooks() {
-        Hooks::RawSysExit => 2,
-        Hooks::Tracepoints => 11,
+        Hooks::RawSysExit => 2 + 3,
+        Hooks::Tracepoints => 11 + 3,
     };
     assert_eq!(ids.len(), want, "one kernel program per attached program ({:?}): {ids:?}", probes.hooks());
     let listed = || {

@@ -33,6 +33,14 @@ pub const RAW_EXIT: (&str, &str) = ("sys_exit", "sys_exit");
 /// accepted), and attached first, so that no socket is tracked before the program that forgets it runs.
 pub const CLOSE: &[(&str, &[&str])] = &[("close_enter", &["sys_enter_close"])];
 
+/// Following forks, in both sets: (program, category, tracepoint). The `clone`/`clone3` entries save their flags
+/// (a new thread needs nothing), `fork` traces the children of traced processes from their fork.
+pub const FORK: &[(&str, &str, &str)] = &[
+    ("clone_enter", "syscalls", "sys_enter_clone"),
+    ("clone3_enter", "syscalls", "sys_enter_clone3"),
+    ("fork", "sched", "sched_process_fork"),
+];
+
 /// The per-syscall set, after [`CLOSE`]: (program, tracepoints in category `syscalls`). Exits come before the
 /// entries that feed them, and `accept` last.
 pub const TRACEPOINTS: &[(&str, &[&str])] = &[

@@ -7,20 +7,25 @@ use monitor_common::stats::{Counters, HIST_BUCKETS};
 pub fn sum(per_cpu: &[Counters]) -> Counters {
     let mut t = Counters::ZERO;
     for c in per_cpu {
-        t.accepts += c.accepts;
-        t.requests += c.requests;
-        for (a, b) in t.responses_by_class.iter_mut().zip(c.responses_by_class) {
-            *a += b;
-        }
-        t.responses += c.responses;
-        t.unanswered += c.unanswered;
-        t.bytes_in += c.bytes_in;
-        t.bytes_out += c.bytes_out;
-        for (a, b) in t.latency_hist_us.iter_mut().zip(c.latency_hist_us) {
-            *a += b;
-        }
+        add(&mut t, c);
     }
     t
+}
+
+/// Adds `c` into `t`.
+pub fn add(t: &mut Counters, c: &Counters) {
+    t.accepts += c.accepts;
+    t.requests += c.requests;
+    for (a, b) in t.responses_by_class.iter_mut().zip(c.responses_by_class) {
+        *a += b;
+    }
+    t.responses += c.responses;
+    t.unanswered += c.unanswered;
+    t.bytes_in += c.bytes_in;
+    t.bytes_out += c.bytes_out;
+    for (a, b) in t.latency_hist_us.iter_mut().zip(c.latency_hist_us) {
+        *a += b;
+    }
 }
 
 /// The `Traffic` of summed counters. In-flight = requests - final responses - requests closed unanswered.

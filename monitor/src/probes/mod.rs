@@ -5,19 +5,21 @@
 //! types: `monitor-common`. See docs/probes.md.
 
 mod attach;
+mod bitmap;
 mod counters;
+mod lineage;
 mod object;
 
 pub use attach::Hooks;
 pub use counters::percentile;
 
 use crate::snapshot::Traffic;
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuHashMap, PerCpuValues};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError, PerCpuHashMap, PerCpuValues};
 use aya::programs::{ProgramError, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use monitor_common::socks::{SockKey, SockState};
 use monitor_common::stats::Counters;
-use monitor_common::{filter, socks, stats};
+use monitor_common::{filter, forked, socks, stats};
 use std::collections::{BTreeSet, HashMap};
 
 /// Why the probes are not running, or what failed while they ran.
@@ -33,8 +35,8 @@ pub enum ProbeError {
     MissingMap(&'static str),
     #[error("loading eBPF program `{name}`: {source}")]
     Program { name: &'static str, source: Box<ProgramError> },
-    #[error("attaching `{name}` to tracepoint syscalls/{tracepoint}: {source}")]
-    Attach { name: &'static str, tracepoint: &'static str, source: Box<ProgramError> },
+    #[error("attaching `{name}` to tracepoint {category}/{tracepoint}: {source}")]
+    Attach { name: &'static str, category: &'static str, tracepoint: &'static str, source: Box<ProgramError> },
     #[error("attaching `{name}` to raw tracepoint {tracepoint}: {source}")]
     AttachRaw { name: &'static str, tracepoint: &'static str, source: Box<ProgramError> },
     #[error("eBPF map `{name}`: {source}")]
@@ -43,6 +45,10 @@ pub enum ProbeError {
     Tracefs(#[source] std::io::Error),
     #[error("counting possible CPUs: {0}")]
     Cpus(#[source] std::io::Error),
+    #[error("eBPF map `FILTER` is not an array")]
+    FilterType,
+    #[error("mapping the eBPF map `FILTER` into memory: {0}")]
+    FilterMmap(#[source] std::io::Error),
 }
 
 fn map_err(name: &'static str) -> impl Fn(MapError) -> ProbeError {
@@ -51,12 +57,22 @@ fn map_err(name: &'static str) -> impl Fn(MapError) -> ProbeError {
 
 /// The loaded and attached probes. Dropping it detaches and unloads every program.
 pub struct Probes {
-    /// Bitmap of traced tgids: bit `tgid % 64` of word `tgid / 64`.
-    filter: Array<MapData, u64>,
+    /// Bitmap of traced tgids: bit `tgid % 64` of word `tgid / 64`, shared with the kernel's `fork` program.
+    filter: bitmap::Bitmap,
     stats: PerCpuHashMap<MapData, u32, Counters>,
     socks: BpfHashMap<MapData, SockKey, SockState>,
-    /// The tgids in `filter` (we are its only writer).
+    /// Children the `fork` program started tracing, with their parent (drained every read).
+    forked: BpfHashMap<MapData, forked::Key, forked::Value>,
+    /// The tgids user space put in `filter`: the group's pids at the last sync.
     traced: BTreeSet<u32>,
+    /// Live children the kernel traces from their fork that are not (yet) in `traced`.
+    children: BTreeSet<u32>,
+    /// Parent of every forked child not yet retired.
+    lineage: lineage::Lineage,
+    /// Counts of exited forked children, folded into their nearest ancestor still traced (see docs/probes.md).
+    folded: HashMap<u32, Counters>,
+    /// Why forks are not followed (children then count from the next sync on), or `None` when they are.
+    forks_off: Option<String>,
     nr_cpus: usize,
     hooks: Hooks,
     /// Holds the programs and their links; declared last so the maps above are closed first.
@@ -92,6 +108,7 @@ impl Probes {
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         attach::ensure_tracefs()?;
         attach_tracepoints(&mut ebpf, attach::CLOSE)?;
+        let forks_off = attach_forks(&mut ebpf).err().map(|e| e.to_string());
         let hooks = match want {
             Hooks::RawSysExit => match attach_raw(&mut ebpf) {
                 Ok(()) => Hooks::RawSysExit,
@@ -107,67 +124,132 @@ impl Probes {
             }
         };
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
-        let filter = Array::try_from(take(filter::MAP)?).map_err(map_err(filter::MAP))?;
+        let Map::Array(filter) = take(filter::MAP)? else {
+            return Err(ProbeError::FilterType);
+        };
+        let filter = bitmap::Bitmap::map(filter, words).map_err(ProbeError::FilterMmap)?;
         let stats = PerCpuHashMap::try_from(take(stats::MAP)?).map_err(map_err(stats::MAP))?;
         let socks = BpfHashMap::try_from(take(socks::MAP)?).map_err(map_err(socks::MAP))?;
-        Ok(Probes { filter, stats, socks, traced: BTreeSet::new(), nr_cpus, hooks, ebpf })
+        let forked = BpfHashMap::try_from(take(forked::MAP)?).map_err(map_err(forked::MAP))?;
+        Ok(Probes {
+            filter,
+            stats,
+            socks,
+            forked,
+            traced: BTreeSet::new(),
+            children: BTreeSet::new(),
+            lineage: lineage::Lineage::default(),
+            folded: HashMap::new(),
+            forks_off,
+            nr_cpus,
+            hooks,
+            ebpf,
+        })
     }
 
-    /// Makes the kernel's tgid filter equal to `pids`. New tgids start from zero counters; the counters and
-    /// tracked sockets of tgids that left are dropped.
+    /// `None` when the children a traced process forks are traced from their fork; otherwise why not (they then
+    /// count from the sync after they appear in the group).
+    pub fn forks_off(&self) -> Option<&str> {
+        self.forks_off.as_deref()
+    }
+
+    /// Makes the tgids user space traces equal to `pids`. New tgids start from zero counters, except forked
+    /// children the kernel already traces, which keep theirs. Tgids that left are retired: their counters and
+    /// tracked sockets are dropped, or, for a forked child, folded into its nearest ancestor still traced.
     pub fn sync_pids(&mut self, pids: &[u32]) -> Result<(), ProbeError> {
+        // Learn the children first, so one that left folds into its parent.
+        self.collect_forks()?;
         let want: BTreeSet<u32> = pids.iter().copied().collect();
         let added: Vec<u32> = want.difference(&self.traced).copied().collect();
         let removed: BTreeSet<u32> = self.traced.difference(&want).copied().collect();
         if !removed.is_empty() {
-            // Filter first, so the kernel stops counting before the counters go.
-            let kept: BTreeSet<u32> = self.traced.difference(&removed).copied().collect();
-            self.write_filter(&kept, &removed)?;
-            self.traced = kept;
-            for pid in &removed {
-                remove_present_percpu(&mut self.stats, pid).map_err(map_err(stats::MAP))?;
+            self.traced.retain(|p| !removed.contains(p));
+            for &pid in &removed {
+                self.retire(pid)?;
             }
             self.forget_sockets(&removed)?;
         }
-        if !added.is_empty() {
-            // Counters first, so nothing the filter lets through is lost.
-            for &pid in &added {
+        for pid in added {
+            // Counters first, so nothing the filter lets through is lost. A child the kernel traces from its fork
+            // already has counters; NOEXIST also keeps those of a child forked since `collect_forks`.
+            if !self.children.remove(&pid) {
                 let zeros = PerCpuValues::try_from(vec![Counters::ZERO; self.nr_cpus]).map_err(ProbeError::Cpus)?;
-                self.stats.insert(pid, zeros, 0).map_err(map_err(stats::MAP))?;
-            }
-            self.write_filter(&want, &added)?;
-            self.traced = want;
-        }
-        Ok(())
-    }
-
-    /// Rewrites the bitmap words holding `changed` so that exactly the tgids of `set` are on in them.
-    fn write_filter<'a>(
-        &mut self,
-        set: &BTreeSet<u32>,
-        changed: impl IntoIterator<Item = &'a u32>,
-    ) -> Result<(), ProbeError> {
-        let words: BTreeSet<u32> = changed.into_iter().map(|&p| filter::slot(p).0).collect();
-        for w in words {
-            let value = set
-                .range(w * 64..w.saturating_mul(64).saturating_add(64))
-                .fold(0u64, |acc, &p| acc | filter::slot(p).1);
-            self.filter.set(w, value, 0).map_err(map_err(filter::MAP))?;
-        }
-        Ok(())
-    }
-
-    /// Per-tgid counters summed over CPUs, for every traced tgid.
-    pub fn read(&mut self) -> Result<HashMap<u32, Traffic>, ProbeError> {
-        let mut out = HashMap::with_capacity(self.traced.len());
-        for &pid in &self.traced {
-            match self.stats.get(&pid, 0) {
-                Ok(per_cpu) => {
-                    out.insert(pid, counters::traffic(&counters::sum(&per_cpu)));
+                match self.stats.insert(pid, zeros, BPF_NOEXIST) {
+                    Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+                    r => r.map_err(map_err(stats::MAP))?,
                 }
-                Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(map_err(stats::MAP)(e)),
             }
+            self.filter.set(pid);
+            self.traced.insert(pid);
+        }
+        Ok(())
+    }
+
+    /// Drains `FORKED`: each child the kernel started tracing joins the lineage, and `children` unless user space
+    /// already traces it.
+    fn collect_forks(&mut self) -> Result<(), ProbeError> {
+        let entries: Vec<(u32, u32)> = self.forked.iter().filter_map(Result::ok).collect();
+        for (child, parent) in entries {
+            remove_present(&mut self.forked, &child).map_err(map_err(forked::MAP))?;
+            self.lineage.record(child, parent);
+            if !self.traced.contains(&child) {
+                self.children.insert(child);
+            }
+        }
+        Ok(())
+    }
+
+    /// Retires the forked children that are no longer live processes (exited, or a thread after all).
+    fn reap_children(&mut self) -> Result<(), ProbeError> {
+        let gone: BTreeSet<u32> = self.children.iter().copied().filter(|&c| !lineage::live_process(c)).collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        for &pid in &gone {
+            self.children.remove(&pid);
+            self.retire(pid)?;
+        }
+        self.forget_sockets(&gone)
+    }
+
+    /// Stops tracing `pid` (already out of `traced` and `children`) and takes its final counters: folded into its
+    /// nearest ancestor still traced when it was forked by one, dropped otherwise. Its sockets are the caller's.
+    fn retire(&mut self, pid: u32) -> Result<(), ProbeError> {
+        // Filter first, so the kernel stops counting before the counters are read.
+        self.filter.clear(pid);
+        let mut last = match self.stats.get(&pid, 0) {
+            Ok(per_cpu) => counters::sum(&per_cpu),
+            Err(MapError::KeyNotFound) => Counters::ZERO,
+            Err(e) => return Err(map_err(stats::MAP)(e)),
+        };
+        remove_present_percpu(&mut self.stats, &pid).map_err(map_err(stats::MAP))?;
+        if let Some(f) = self.folded.remove(&pid) {
+            counters::add(&mut last, &f);
+        }
+        let (traced, children) = (&self.traced, &self.children);
+        if let Some(to) = self.lineage.ancestor(pid, |p| traced.contains(&p) || children.contains(&p)) {
+            counters::add(self.folded.entry(to).or_default(), &last);
+        }
+        self.lineage.forget(pid);
+        Ok(())
+    }
+
+    /// Per-tgid counters summed over CPUs, for every traced tgid, with the counts of its exited forked children.
+    /// Also learns of new forked children and retires those that exited.
+    pub fn read(&mut self) -> Result<HashMap<u32, Traffic>, ProbeError> {
+        self.collect_forks()?;
+        self.reap_children()?;
+        let mut out = HashMap::with_capacity(self.traced.len() + self.children.len());
+        for &pid in self.traced.iter().chain(&self.children) {
+            let mut c = match self.stats.get(&pid, 0) {
+                Ok(per_cpu) => counters::sum(&per_cpu),
+                Err(MapError::KeyNotFound) => Counters::ZERO,
+                Err(e) => return Err(map_err(stats::MAP)(e)),
+            };
+            if let Some(f) = self.folded.get(&pid) {
+                counters::add(&mut c, f);
+            }
+            out.insert(pid, counters::traffic(&c));
         }
         Ok(out)
     }
@@ -204,20 +286,37 @@ impl Probes {
 /// Loads each program and attaches it to its `syscalls/*` tracepoints.
 fn attach_tracepoints(ebpf: &mut Ebpf, list: &[(&'static str, &[&'static str])]) -> Result<(), ProbeError> {
     for &(name, tracepoints) in list {
-        let prog: &mut TracePoint = ebpf
-            .program_mut(name)
-            .ok_or(ProbeError::MissingProgram(name))?
-            .try_into()
-            .map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
-        prog.load().map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
         for &tp in tracepoints {
-            prog.attach("syscalls", tp).map_err(|e| ProbeError::Attach {
-                name,
-                tracepoint: tp,
-                source: Box::new(e),
-            })?;
+            attach_one(ebpf, name, "syscalls", tp)?;
         }
     }
+    Ok(())
+}
+
+/// Loads the fork-following programs and attaches them ([`attach::FORK`]).
+fn attach_forks(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
+    for &(name, category, tp) in attach::FORK {
+        attach_one(ebpf, name, category, tp)?;
+    }
+    Ok(())
+}
+
+/// Loads `name` (once) and attaches it to the tracepoint `category/tp`.
+fn attach_one(ebpf: &mut Ebpf, name: &'static str, category: &'static str, tp: &'static str) -> Result<(), ProbeError> {
+    let prog: &mut TracePoint = ebpf
+        .program_mut(name)
+        .ok_or(ProbeError::MissingProgram(name))?
+        .try_into()
+        .map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+    if prog.fd().is_err() {
+        prog.load().map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+    }
+    prog.attach(category, tp).map_err(|e| ProbeError::Attach {
+        name,
+        category,
+        tracepoint: tp,
+        source: Box::new(e),
+    })?;
     Ok(())
 }
 
@@ -236,6 +335,9 @@ fn attach_raw(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
     }
     Ok(())
 }
+
+/// `BPF_NOEXIST` (include/uapi/linux/bpf.h): an update that fails with EEXIST instead of replacing.
+const BPF_NOEXIST: u64 = 1;
 
 /// The kernel's `pid_max` (tgids are below it), or the 64-bit default when it cannot be read.
 fn pid_max() -> u32 {

@@ -1,0 +1,14 @@
+//! `FORKED`: processes the kernel started tracing at their fork (their parent's tgid was traced), with that
+//! parent's tgid. The `fork` program writes an entry before it sets the child's filter bit; user space drains the
+//! map every sample, keeps the lineage and folds the counts of children that have exited into their nearest
+//! traced ancestor.
+
+/// Name of the map in the object.
+pub const MAP: &str = "FORKED";
+/// Capacity (an LRU map): forks by traced processes between two samples.
+pub const MAX_ENTRIES: u32 = 16_384;
+
+/// Key: the child's pid (its tgid: a new process).
+pub type Key = u32;
+/// Value: the parent's tgid.
+pub type Value = u32;
