@@ -3,7 +3,7 @@
 //! `clone`/`clone3` entries save their flags so that a new thread (same tgid, already traced) is left alone.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST, helpers::bpf_probe_read_user, macros::tracepoint, programs::TracePointContext, EbpfContext,
+    bindings::BPF_NOEXIST, helpers::bpf_probe_read_user, macros::tracepoint, programs::TracePointContext,
 };
 use core::intrinsics::{atomic_or, AtomicOrdering};
 use monitor_common::{cloning::CLONE_THREAD, filter, stats::Counters};
@@ -13,9 +13,11 @@ use crate::{
     maps::{CLONING, FILTER, FORKED, STATS},
 };
 
-/// Offset of `pid_t child_pid` in the `sched_process_fork` record (after the common fields, `parent_comm`'s
-/// `__data_loc`, `parent_pid` and `child_comm`'s `__data_loc`; see the event's `format`).
-const CHILD_PID: usize = 20;
+/// Offset of `pid_t child_pid` in the `sched_process_fork` record. It moved between kernels (6.1/6.12: the comms
+/// are `char[16]`, offset 44; 6.18: they are `__data_loc`, offset 20), so user space reads it from the event's
+/// `format` in tracefs and sets it here before loading; 0 means unknown and the program does nothing.
+#[no_mangle]
+static CHILD_PID_OFFSET: u32 = 0;
 
 /// Attached to `syscalls/sys_enter_clone` (flags, newsp, parent_tid, child_tid, tls).
 #[tracepoint]
@@ -67,9 +69,13 @@ fn try_fork(ctx: &TracePointContext) -> Result<(), i32> {
             return Ok(());
         }
     }
-    // SAFETY: the record holds `child_pid` at this offset (checked against the event's format); the verifier
-    // bounds-checks context reads.
-    let child = unsafe { *((ctx.as_ptr() as *const u8).add(CHILD_PID) as *const i32) };
+    // SAFETY: a volatile read of our own read-only global (set by the loader; volatile so it is not folded).
+    let offset = unsafe { core::ptr::read_volatile(&CHILD_PID_OFFSET) };
+    if offset == 0 || offset > 64 {
+        return Ok(());
+    }
+    // SAFETY: read_at goes through bpf_probe_read_kernel, which copes with any offset into the record.
+    let child: i32 = unsafe { ctx.read_at(offset as usize) }.map_err(|e| e as i32)?;
     if child <= 0 {
         return Ok(());
     }

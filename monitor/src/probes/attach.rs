@@ -60,6 +60,29 @@ pub const TRACEPOINTS: &[(&str, &[&str])] = &[
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 
+/// The byte offset of `field` in a tracepoint record, from the event's `format` text
+/// (`\tfield:pid_t child_pid;\toffset:44;\tsize:4;\tsigned:1;`).
+pub fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
+    format.lines().find_map(|line| {
+        let decl = line.trim().strip_prefix("field:")?;
+        let (decl, rest) = decl.split_once(';')?;
+        let name = decl.rsplit(|c: char| c.is_whitespace() || c == '*').next()?;
+        let name = name.split('[').next()?;
+        if name != field {
+            return None;
+        }
+        rest.split(';').find_map(|kv| kv.trim().strip_prefix("offset:")?.trim().parse().ok())
+    })
+}
+
+/// The offset of `field` in `category/event`'s records on this kernel (tracefs must be mounted).
+pub fn field_offset(category: &str, event: &str, field: &str) -> Option<u32> {
+    [TRACEFS, DEBUGFS_TRACING].iter().find_map(|root| {
+        let text = std::fs::read_to_string(Path::new(root).join("events").join(category).join(event).join("format")).ok()?;
+        parse_field_offset(&text, field)
+    })
+}
+
 /// Mounts tracefs at /sys/kernel/tracing when neither usual place has it (aya reads tracepoint ids there).
 pub fn ensure_tracefs() -> Result<(), ProbeError> {
     if [TRACEFS, DEBUGFS_TRACING].iter().any(|p| Path::new(p).join("events").is_dir()) {
@@ -72,4 +95,22 @@ pub fn ensure_tracefs() -> Result<(), ProbeError> {
         return Err(ProbeError::Tracefs(std::io::Error::last_os_error()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::parse_field_offset;
+
+    /// `sched_process_fork`'s format on 6.18 (comms as `__data_loc`) and on 6.1/6.12 (comms as `char[16]`).
+    const V6_18: &str = "name: sched_process_fork\nID: 366\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:__data_loc char[] parent_comm;\toffset:8;\tsize:4;\tsigned:0;\n\tfield:pid_t parent_pid;\toffset:12;\tsize:4;\tsigned:1;\n\tfield:__data_loc char[] child_comm;\toffset:16;\tsize:4;\tsigned:0;\n\tfield:pid_t child_pid;\toffset:20;\tsize:4;\tsigned:1;\n";
+    const V6_1: &str = "format:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\n\tfield:char parent_comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\tfield:pid_t parent_pid;\toffset:24;\tsize:4;\tsigned:1;\n\tfield:char child_comm[16];\toffset:28;\tsize:16;\tsigned:0;\n\tfield:pid_t child_pid;\toffset:44;\tsize:4;\tsigned:1;\n";
+
+    #[test]
+    fn child_pid_offset_on_both_layouts() {
+        assert_eq!(parse_field_offset(V6_18, "child_pid"), Some(20));
+        assert_eq!(parse_field_offset(V6_1, "child_pid"), Some(44));
+        assert_eq!(parse_field_offset(V6_1, "child_comm"), Some(28));
+        assert_eq!(parse_field_offset(V6_1, "pid"), None);
+        assert_eq!(parse_field_offset("garbage", "child_pid"), None);
+    }
 }

@@ -102,13 +102,20 @@ impl Probes {
         }
         let nr_cpus = aya::util::nr_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
         let words = filter::words(pid_max());
+        attach::ensure_tracefs()?;
+        // Where `child_pid` sits in sched_process_fork's record depends on the kernel: read it from tracefs.
+        let child_pid_offset = attach::field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(0);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(filter::MAP, words)
+            .set_global("CHILD_PID_OFFSET", &child_pid_offset, true)
             .load(object::OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
-        attach::ensure_tracefs()?;
         attach_tracepoints(&mut ebpf, attach::CLOSE)?;
-        let forks_off = attach_forks(&mut ebpf).err().map(|e| e.to_string());
+        let forks_off = if child_pid_offset == 0 {
+            Some("no child_pid field in sched/sched_process_fork's format".to_string())
+        } else {
+            attach_forks(&mut ebpf).err().map(|e| e.to_string())
+        };
         let hooks = match want {
             Hooks::RawSysExit => match attach_raw(&mut ebpf) {
                 Ok(()) => Hooks::RawSysExit,
