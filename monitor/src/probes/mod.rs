@@ -107,7 +107,7 @@ impl Probes {
         let child_pid_offset = attach::field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(0);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(filter::MAP, words)
-            .set_global("CHILD_PID_OFFSET", &child_pid_offset, true)
+            .override_global("CHILD_PID_OFFSET", &child_pid_offset, true)
             .load(object::OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         attach_tracepoints(&mut ebpf, attach::CLOSE)?;
