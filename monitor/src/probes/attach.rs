@@ -78,7 +78,8 @@ pub fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
 /// The offset of `field` in `category/event`'s records on this kernel (tracefs must be mounted).
 pub fn field_offset(category: &str, event: &str, field: &str) -> Option<u32> {
     [TRACEFS, DEBUGFS_TRACING].iter().find_map(|root| {
-        let text = std::fs::read_to_string(Path::new(root).join("events").join(category).join(event).join("format")).ok()?;
+        let text =
+            std::fs::read_to_string(Path::new(root).join("events").join(category).join(event).join("format")).ok()?;
         parse_field_offset(&text, field)
     })
 }
