@@ -2,9 +2,7 @@
 //! that forks a child per connection is served by children the sampler would only see 100 ms later). The
 //! `clone`/`clone3` entries save their flags so that a new thread (same tgid, already traced) is left alone.
 
-use aya_ebpf::{
-    bindings::BPF_NOEXIST, helpers::bpf_probe_read_user, macros::tracepoint, programs::TracePointContext,
-};
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_probe_read_user, macros::tracepoint, programs::TracePointContext};
 use core::intrinsics::{atomic_or, AtomicOrdering};
 use monitor_common::{cloning::CLONE_THREAD, filter, stats::Counters};
 
