@@ -42,10 +42,20 @@ pub fn monitor_bin() -> PathBuf {
 }
 
 /// A free loopback port (bound and released; the small race with other binders is accepted).
+/// Never the same port twice in one test binary: tests run in parallel, and two servers handed one port would see
+/// one fail to bind while the other answers in its place.
 pub fn free_port() -> u16 {
-    match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
-        Ok(a) => a.port(),
-        Err(e) => panic!("cannot find a free port: {e}"),
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+            Ok(a) => a.port(),
+            Err(e) => panic!("cannot find a free port: {e}"),
+        };
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
     }
 }
 

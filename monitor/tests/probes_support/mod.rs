@@ -100,7 +100,7 @@ impl Server {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("server pid {} exited before listening: {status}", self.child.id());
             }
-            if listening(self.port) {
+            if listening(self.port) && owns_listener(self.child.id(), self.port) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -124,6 +124,27 @@ pub fn listening(port: u16) -> bool {
             let f: Vec<&str> = l.split_whitespace().collect();
             f.len() > 3 && f[1] == want && f[3] == "0A"
         })
+    })
+}
+
+/// True when `pid` holds the socket listening on 127.0.0.1:`port` (its inode in /proc/net/tcp is one of the
+/// process's fds), so a readiness check can never be fooled by another server on the same port.
+pub fn owns_listener(pid: u32, port: u16) -> bool {
+    let want = format!("0100007F:{port:04X}");
+    let inodes: Vec<String> = std::fs::read_to_string("/proc/net/tcp")
+        .map(|t| {
+            t.lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    (f.len() > 9 && f[1] == want && f[3] == "0A").then(|| format!("socket:[{}]", f[9]))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
     })
 }
 
@@ -167,11 +188,20 @@ impl Drop for TempDir {
     }
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, never the same twice in one test binary (tests run in parallel:
+/// two servers handed one port would see one fail to bind while the other's socket looks like its own).
 pub fn free_port() -> u16 {
-    match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
-        Ok(a) => a.port(),
-        Err(e) => panic!("no free port: {e}"),
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+            Ok(a) => a.port(),
+            Err(e) => panic!("no free port: {e}"),
+        };
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
     }
 }
 
@@ -202,7 +232,8 @@ pub fn curl(args: &[&str]) -> CurlRun {
         let (Some(code), Some(conns)) = (it.next(), it.next()) else {
             panic!("curl {args:?}: unexpected output {text:?}");
         };
-        run.statuses.push(code.parse().unwrap_or_else(|e| panic!("curl status {code:?}: {e}")));
+        run.statuses
+            .push(code.parse().unwrap_or_else(|e| panic!("curl {args:?}: status {code:?}: {e}; output {text:?}")));
         run.connects += conns.parse::<u64>().unwrap_or_else(|e| panic!("curl num_connects {conns:?}: {e}"));
     }
     run
