@@ -23,5 +23,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     sh(Command::new("cargo").current_dir(&root).args(["build", "-p", "monitor", "--bins"]))?;
     let bin = root.join("target/debug/monitor");
-    sh(Command::new("cargo").current_dir(&root).env("MONITOR_BIN", &bin).args(["test", "--workspace", "--no-fail-fast"]).args(&args.rest))
+    sh(Command::new("cargo")
+        .current_dir(&root)
+        .env("MONITOR_BIN", &bin)
+        .args(["test", "--workspace", "--no-fail-fast"])
+        .args(&args.rest))
 }
