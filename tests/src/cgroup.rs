@@ -119,7 +119,7 @@ pub fn parse_stat(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-fn read_procs(dir: &Path) -> Vec<u32> {
+pub(crate) fn read_procs(dir: &Path) -> Vec<u32> {
     fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()
@@ -128,14 +128,18 @@ fn read_procs(dir: &Path) -> Vec<u32> {
 }
 
 /// Kills every process in `dir` and its sub-groups, then removes them depth first (retrying briefly while the
-/// kernel finishes tearing the processes down).
-fn destroy(dir: &Path) {
+/// kernel finishes tearing the processes down). Serves v1 and v2 groups alike.
+pub(crate) fn destroy(dir: &Path) {
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten() {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
                 destroy(&e.path());
             }
         }
+    }
+    // v2's cgroup.kill (5.14+) kills the whole subtree at once; the loop below covers v1 and older kernels.
+    if dir.join("cgroup.kill").exists() {
+        let _ = fs::write(dir.join("cgroup.kill"), "1");
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

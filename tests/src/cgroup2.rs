@@ -2,10 +2,9 @@
 //! (every process in it and in its children killed first, with `cgroup.kill` where the kernel has it).
 
 use std::fs;
-use std::io::ErrorKind;
+use crate::cgroup::{destroy, read_procs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
 
 /// Where the unified hierarchy is mounted (in the test VM and on systemd machines).
 pub const V2_MOUNT: &str = "/sys/fs/cgroup";
@@ -141,47 +140,6 @@ pub fn move_to_root(pid: u32) {
 /// The text a v2 limit file takes: bytes, or `max`.
 pub fn limit_text(bytes: Option<u64>) -> String {
     bytes.map_or_else(|| "max".to_string(), |b| b.to_string())
-}
-
-fn read_procs(dir: &Path) -> Vec<u32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-/// Kills every process in `dir` and its sub-groups, then removes them depth first (retrying briefly while the
-/// kernel finishes tearing the processes down).
-fn destroy(dir: &Path) {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                destroy(&e.path());
-            }
-        }
-    }
-    // cgroup.kill (5.14+) kills the whole subtree at once; the loop below covers older kernels.
-    let _ = fs::write(dir.join("cgroup.kill"), "1");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        // Only processes this test started are in a group it created.
-        for pid in read_procs(dir) {
-            if let Ok(pid) = libc::pid_t::try_from(pid) {
-                // SAFETY: kill has no memory-safety preconditions.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-        match fs::remove_dir(dir) {
-            Ok(()) => return,
-            Err(e) if e.kind() == ErrorKind::NotFound => return,
-            Err(e) if Instant::now() >= deadline => {
-                eprintln!("warning: cannot remove cgroup {}: {e}", dir.display());
-                return;
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 impl Drop for CgroupV2 {
