@@ -1,8 +1,8 @@
 //! `CgroupV2`: a uniquely named cgroup v2 group with the memory controller that the test owns, removed on drop
 //! (every process in it and in its children killed first, with `cgroup.kill` where the kernel has it).
 
-use std::fs;
 use crate::cgroup::{destroy, read_procs};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
