@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use monitor::api::{self, ApiState, StatusView};
 use monitor::cgroup::{self, Mounts};
 use monitor::config::Config;
-use monitor::sampler::{self, Sampler};
+use monitor::sampler;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -141,18 +141,7 @@ fn agent(a: AgentArgs) -> Result<()> {
     let mounts = Mounts::read().context("reading /proc/self/mountinfo")?;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let group = cgroup::resolve(&cfg.group.cgroup, &mounts, &own)?;
-    let probes = sampler::load_probes(cfg.probes.enabled);
-    let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
-    let thresholds = cfg.policy.thresholds();
-    let (state, first) = sampler::first(&mut sampler, &thresholds)?;
-    tracing::info!(
-        cgroup = %first.snapshot.group.cgroup.display(),
-        version = ?first.snapshot.group.version,
-        limit_bytes = first.snapshot.group.limit_bytes,
-        limit_source = ?first.snapshot.group.limit_source,
-        processes = first.snapshot.processes.len(),
-        "watching group"
-    );
+    let sampler::Started { sampler, thresholds, state, first } = sampler::start(group, &cfg)?;
     let listen: SocketAddr = cfg.web.listen.parse().context("web.listen")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

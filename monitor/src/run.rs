@@ -7,7 +7,7 @@ use crate::cgroup::{self, CgroupError, Mounts};
 use crate::config::{Config, ConfigError};
 use crate::launcher::{self, LaunchError, Launcher};
 use crate::proxy::{self, Proxy, ProxyError};
-use crate::sampler::{self, Sampler};
+use crate::sampler;
 use crate::snapshot::CgroupVersion;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -115,15 +115,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
     }
     let (group, created) = prepare_group(&cfg)?;
     let children_cgroup = (cfg.group.cgroup != "auto").then(|| group.dir.clone());
-    let probes = sampler::load_probes(cfg.probes.enabled);
-    let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
-    let thresholds = cfg.policy.thresholds();
-    let (state, first) = sampler::first(&mut sampler, &thresholds)?;
-    tracing::info!(
-        cgroup = %first.snapshot.group.cgroup.display(),
-        limit_bytes = first.snapshot.group.limit_bytes,
-        "watching group"
-    );
+    let sampler::Started { sampler, thresholds, state, first } = sampler::start(group, &cfg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

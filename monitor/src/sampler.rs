@@ -232,6 +232,33 @@ pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicySt
     Ok((state, Published { snapshot: snap, decision, probes, error: None }))
 }
 
+/// A sampler opened on the group, with its first sample taken and decided on.
+pub struct Started {
+    pub sampler: Sampler,
+    pub thresholds: Thresholds,
+    pub state: PolicyState,
+    pub first: Published,
+}
+
+/// Opens the group with the config's probes, limit and thresholds, takes the first sample (start-up fails fast
+/// on an unreadable group) and logs what is watched. Shared by `monitor agent` and `monitor run`.
+pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, CgroupError> {
+    let probes = load_probes(cfg.probes.enabled);
+    let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
+    let thresholds = cfg.policy.thresholds();
+    let (state, first) = first(&mut sampler, &thresholds)?;
+    let g = &first.snapshot.group;
+    tracing::info!(
+        cgroup = %g.cgroup.display(),
+        version = ?g.version,
+        limit_bytes = g.limit_bytes,
+        limit_source = ?g.limit_source,
+        processes = first.snapshot.processes.len(),
+        "watching group"
+    );
+    Ok(Started { sampler, thresholds, state, first })
+}
+
 /// Logs a decision once, when it changes.
 fn log_decision(d: &Decision, snap: &Snapshot) {
     if !d.changed {
