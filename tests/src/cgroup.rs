@@ -81,19 +81,12 @@ impl CgroupV1 {
 
     /// Writes a control file of the group.
     pub fn write(&self, file: &str, value: &str) {
-        let p = self.path.join(file);
-        if let Err(e) = fs::write(&p, value) {
-            panic!("cannot write {value:?} to {}: {e}", p.display());
-        }
+        write_control(&self.path, file, value);
     }
 
     /// Reads a control file of the group.
     pub fn read(&self, file: &str) -> String {
-        let p = self.path.join(file);
-        match fs::read_to_string(&p) {
-            Ok(s) => s,
-            Err(e) => panic!("cannot read {}: {e}", p.display()),
-        }
+        read_control(&self.path, file)
     }
 
     /// A value of the group's `memory.stat` (`total_rss`, `rss_huge`, `hierarchical_memory_limit`, …).
@@ -117,6 +110,23 @@ pub fn parse_stat(text: &str, key: &str) -> Option<u64> {
             None
         }
     })
+}
+
+/// Writes a control file of a test group (v1 or v2); a failure fails the test.
+pub(crate) fn write_control(dir: &Path, file: &str, value: &str) {
+    let p = dir.join(file);
+    if let Err(e) = fs::write(&p, value) {
+        panic!("cannot write {value:?} to {}: {e}", p.display());
+    }
+}
+
+/// Reads a control file of a test group (v1 or v2); a failure fails the test.
+pub(crate) fn read_control(dir: &Path, file: &str) -> String {
+    let p = dir.join(file);
+    match fs::read_to_string(&p) {
+        Ok(s) => s,
+        Err(e) => panic!("cannot read {}: {e}", p.display()),
+    }
 }
 
 pub(crate) fn read_procs(dir: &Path) -> Vec<u32> {

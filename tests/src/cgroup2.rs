@@ -1,7 +1,7 @@
 //! `CgroupV2`: a uniquely named cgroup v2 group with the memory controller that the test owns, removed on drop
 //! (every process in it and in its children killed first, with `cgroup.kill` where the kernel has it).
 
-use crate::cgroup::{destroy, read_procs};
+use crate::cgroup::{destroy, read_control, read_procs, write_control};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -89,19 +89,12 @@ impl CgroupV2 {
 
     /// Writes a control file of the group.
     pub fn write(&self, file: &str, value: &str) {
-        let p = self.path.join(file);
-        if let Err(e) = fs::write(&p, value) {
-            panic!("cannot write {value:?} to {}: {e}", p.display());
-        }
+        write_control(&self.path, file, value);
     }
 
     /// Reads a control file of the group.
     pub fn read(&self, file: &str) -> String {
-        let p = self.path.join(file);
-        match fs::read_to_string(&p) {
-            Ok(s) => s,
-            Err(e) => panic!("cannot read {}: {e}", p.display()),
-        }
+        read_control(&self.path, file)
     }
 
     /// A value of the group's `memory.stat` (`anon`, `file`, …).

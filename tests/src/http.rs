@@ -107,6 +107,18 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// Waits (up to 10 s) until something accepts connections on 127.0.0.1:`port`; panics otherwise.
+pub fn wait_port(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on 127.0.0.1:{port}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,11 +2,11 @@
 //! requests with curl (one per connection and several on one keep-alive connection); `/api/v1/status` must show
 //! exactly those counts for that pid, and nothing for a twin server outside the group.
 
+use monitor_tests::http::wait_port;
 use monitor_tests::{require_root, spawn_in_cgroup, Agent, CgroupV1, ChildGuard};
 use serde_json::Value;
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn http_server(port: u16) -> Command {
     let mut cmd = Command::new("python3");
@@ -15,17 +15,6 @@ fn http_server(port: u16) -> Command {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     cmd
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("nothing listens on 127.0.0.1:{port}");
 }
 
 fn curl(args: &[&str]) {

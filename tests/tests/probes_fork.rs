@@ -3,25 +3,14 @@
 //! per connection; `/api/v1/status` must show exactly N requests and N responses for the server's pid, its
 //! exited children folded in (docs/probes.md, "Forked children").
 
+use monitor_tests::http::wait_port;
 use monitor_tests::{require, require_root, spawn_in_cgroup, Agent, CgroupV1};
 use serde_json::Value;
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("nothing listens on 127.0.0.1:{port}");
 }
 
 fn curl(url: &str) {
