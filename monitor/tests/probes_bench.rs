@@ -124,26 +124,7 @@ fn probes_overhead_nginx() {
         (knob("PROBES_BENCH_ROUNDS", 6), knob("PROBES_BENCH_SECS", 5), knob("PROBES_BENCH_CONNS", 32));
     let dir = TempDir::new("bench");
     let port = free_port();
-    let conf = dir.write("nginx.conf", config(&dir, port).as_bytes());
-    let server = Server::start(
-        Command::new("nginx")
-            .arg("-c")
-            .arg(&conf)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        port,
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut pids = server.children();
-    while pids.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "nginx worker did not start");
-        std::thread::sleep(Duration::from_millis(50));
-        pids = server.children();
-    }
+    let (server, mut pids) = start_nginx(&dir, &config(&dir, port), port, 1);
     pids.push(server.pid());
     let url = format!("http://127.0.0.1:{port}/ok");
 

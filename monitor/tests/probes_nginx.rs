@@ -7,7 +7,7 @@ mod probes_support;
 use probes_support::*;
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// nginx's own configuration for the test: everything under `dir`, loopback only, 2 workers.
 fn config(dir: &TempDir, port: u16) -> String {
@@ -43,28 +43,7 @@ fn config(dir: &TempDir, port: u16) -> String {
 /// Starts nginx and waits (bounded) for its two workers.
 fn nginx(dir: &TempDir) -> (Server, Vec<u32>) {
     let port = free_port();
-    let conf = dir.write("nginx.conf", config(dir, port).as_bytes());
-    let server = Server::start(
-        Command::new("nginx")
-            .arg("-c")
-            .arg(&conf)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        port,
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let workers = server.children();
-        if workers.len() == 2 {
-            return (server, workers);
-        }
-        assert!(Instant::now() < deadline, "nginx workers did not start: {workers:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    start_nginx(dir, &config(dir, port), port, 2)
 }
 
 /// (requests, distinct connections) in nginx's access log (`status connection connection_requests`).

@@ -116,6 +116,33 @@ impl Server {
     }
 }
 
+/// Starts nginx on the config text `conf` (written into `dir`, errors to `dir/error.log`) listening on `port`, and
+/// waits (bounded) for its `workers` worker processes. Returns the master and the workers' pids.
+pub fn start_nginx(dir: &TempDir, conf: &str, port: u16, workers: usize) -> (Server, Vec<u32>) {
+    let conf = dir.write("nginx.conf", conf.as_bytes());
+    let server = Server::start(
+        Command::new("nginx")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        port,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = server.children();
+        if pids.len() == workers {
+            return (server, pids);
+        }
+        assert!(Instant::now() < deadline, "nginx workers did not start: {pids:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// True when some socket listens on 127.0.0.1:`port` (state 0A in /proc/net/tcp).
 pub fn listening(port: u16) -> bool {
     let want = format!("0100007F:{port:04X}");
