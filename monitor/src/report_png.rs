@@ -8,6 +8,7 @@
 use super::{civil_from_days, DayReport, ReportError};
 use crate::history::ring::{Labels, Minute};
 use ab_glyph::{point, Font, FontVec, PxScale, ScaleFont};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters_backend::text_anchor::{HPos, VPos};
@@ -213,6 +214,29 @@ fn draw_err<E: std::fmt::Debug>(e: E) -> ReportError {
     ReportError::Png(format!("drawing the chart: {e:?}"))
 }
 
+/// A panel over the day: hours 0..24 across, 0..`y_max` up, with its caption and a light mesh.
+fn day_chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: String,
+    caption_size: u32,
+    y_max: f64,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, ReportError> {
+    let mut c = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", caption_size))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..24.0, 0.0..y_max)
+        .map_err(draw_err)?;
+    c.configure_mesh()
+        .x_labels(13)
+        .x_desc("hour")
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(draw_err)?;
+    Ok(c)
+}
+
 /// Draws the two panels on `root`.
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -225,19 +249,7 @@ fn draw<DB: DrawingBackend>(
     let (rss, req, group) = points(minutes, labels, day_start);
     let (top, bottom) = root.split_vertically(HEIGHT * 11 / 20);
     let peak = group.iter().map(|g| g.1.max(g.2)).fold(1.0, f64::max) * 1.05;
-    let mut c = ChartBuilder::on(&top)
-        .caption(format!("monitor report {} (UTC): memory per process, MiB", r.date), ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.0..24.0, 0.0..peak)
-        .map_err(draw_err)?;
-    c.configure_mesh()
-        .x_labels(13)
-        .x_desc("hour")
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(draw_err)?;
+    let mut c = day_chart(&top, format!("monitor report {} (UTC): memory per process, MiB", r.date), 22, peak)?;
     let usage = group.iter().map(|g| (g.0, g.1));
     c.draw_series(LineSeries::new(usage, BLACK.stroke_width(2)))
         .map_err(draw_err)?
@@ -263,19 +275,8 @@ fn draw<DB: DrawingBackend>(
         .map_err(draw_err)?;
 
     let top_req = req.values().flat_map(|v| v.iter().map(|p| p.1)).fold(1.0, f64::max) * 1.1;
-    let mut c = ChartBuilder::on(&bottom)
-        .caption(format!("requests per minute per process ({} in total)", r.requests_total), ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.0..24.0, 0.0..top_req)
-        .map_err(draw_err)?;
-    c.configure_mesh()
-        .x_labels(13)
-        .x_desc("hour")
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(draw_err)?;
+    let mut c =
+        day_chart(&bottom, format!("requests per minute per process ({} in total)", r.requests_total), 20, top_req)?;
     for (i, pts) in req.values().enumerate() {
         c.draw_series(LineSeries::new(pts.iter().copied(), color(i).stroke_width(1))).map_err(draw_err)?;
     }
