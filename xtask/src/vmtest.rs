@@ -114,7 +114,15 @@ pub fn run(args: Args) -> Result<()> {
     let (mut passed, mut failed_tests) = (0u64, 0u64);
     for k in &kernels {
         let label = k.series.name();
-        let line = match qemu::boot(&k.vmlinuz, &initrd, &extra, timeout, label) {
+        // A boot whose suite never reported (the guest hung or qemu died: seen once under TCG, both vCPUs in a
+        // soft lockup on 6.1 while other work loaded the host) is tried once more, loudly; a suite that ran and
+        // failed is never retried.
+        let booted = qemu::boot(&k.vmlinuz, &initrd, &extra, timeout, label).or_else(|e| {
+            eprintln!("vmtest: {label}: the suite did not report ({e:#}); booting it once more");
+            qemu::boot(&k.vmlinuz, &initrd, &extra, timeout, label)
+                .map_err(|e2| e2.context(format!("second boot, after a first that did not report: {e:#}")))
+        });
+        let line = match booted {
             Ok(b) => {
                 match b.summary.as_deref().and_then(counts) {
                     Some((p, f)) => (passed, failed_tests) = (passed + p, failed_tests + f),

@@ -12,6 +12,16 @@ use std::time::{Duration, Instant};
 /// Console lines kept to show when the VM fails to report.
 const TAIL: usize = 80;
 
+/// A guest whose kernel reports a CPU stuck this long is not coming back: stop waiting for the marker.
+pub const LOCKUP_GIVE_UP_S: u64 = 60;
+
+/// The seconds in a kernel watchdog line `watchdog: BUG: soft lockup - CPU#0 stuck for 52s! [monitor:101]`.
+pub fn soft_lockup_secs(line: &str) -> Option<u64> {
+    let rest = line.split("soft lockup - CPU#").nth(1)?;
+    let secs = rest.split("stuck for ").nth(1)?;
+    secs.split('s').next()?.parse().ok()
+}
+
 /// The exit status in a console line carrying the marker `@@RC=<n>@@`.
 pub fn marker(line: &str) -> Option<i32> {
     let start = line.find("@@RC=")? + "@@RC=".len();
@@ -81,12 +91,16 @@ pub fn boot(kernel: &Path, initrd: &Path, extra_append: &str, timeout: Duration,
                     summary = Some(line.trim().to_string());
                 }
                 let rc = marker(&line);
+                let hung = soft_lockup_secs(&line).is_some_and(|secs| secs >= LOCKUP_GIVE_UP_S);
                 if tail.len() == TAIL {
                     tail.pop_front();
                 }
                 tail.push_back(line);
                 if let Some(rc) = rc {
                     break Ok(rc);
+                }
+                if hung {
+                    break Err(format!("the guest kernel reports a soft lockup of {LOCKUP_GIVE_UP_S} s or more"));
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => break Err(format!("no @@RC=<n>@@ marker within {timeout:?}")),
@@ -132,6 +146,14 @@ fn stop(child: &mut Child, grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_a_soft_lockup() {
+        let l = "[6.1] [   60.384723] watchdog: BUG: soft lockup - CPU#0 stuck for 52s! [monitor:101]";
+        assert_eq!(soft_lockup_secs(l), Some(52));
+        assert_eq!(soft_lockup_secs("watchdog: BUG: soft lockup - CPU#1 stuck for xs!"), None);
+        assert_eq!(soft_lockup_secs("test usage_limit_and_policy ... ok"), None);
+    }
 
     #[test]
     fn reads_the_marker() {
