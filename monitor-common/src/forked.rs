@@ -1,4 +1,4 @@
-//! `FORKED`: processes the kernel started tracing at their fork (their parent's tgid was traced), with that
+//! `FORKED`: processes the kernel started tracing at their fork (`task/task_newtask`) (their parent's tgid was traced), with that
 //! parent's tgid. The `fork` program writes an entry before it sets the child's filter bit; user space drains the
 //! map every sample, keeps the lineage and folds the counts of children that have exited into their nearest
 //! traced ancestor.
@@ -12,3 +12,6 @@ pub const MAX_ENTRIES: u32 = 16_384;
 pub type Key = u32;
 /// Value: the parent's tgid.
 pub type Value = u32;
+
+/// `CLONE_THREAD` (include/uapi/linux/sched.h): the new task joins the caller's thread group (nothing to trace).
+pub const CLONE_THREAD: u64 = 0x0001_0000;

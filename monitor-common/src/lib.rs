@@ -8,10 +8,10 @@
 #[macro_use]
 extern crate std;
 
-pub mod cloning;
 pub mod filter;
 pub mod forked;
 pub mod http;
+pub mod passive;
 pub mod pending;
 pub mod socks;
 pub mod stats;

@@ -1,5 +1,6 @@
-//! `SOCKS`: sockets of traced processes (accepted, or adopted from a request line read on them), keyed by
-//! (tgid, fd), with the request awaiting its response.
+//! `SOCKS` and `SOCK_BY_SK`: sockets of traced processes (accepted, or adopted from a request line read on them),
+//! with the request awaiting its response. The syscall hooks key them by (tgid, fd) in `SOCKS`; the socket hooks
+//! by the kernel's `struct sock` address in `SOCK_BY_SK` (one entry however many fds or processes share it).
 
 use crate::user_pod;
 
@@ -7,6 +8,13 @@ use crate::user_pod;
 pub const MAP: &str = "SOCKS";
 /// Capacity (an LRU map: the oldest idle sockets are forgotten first).
 pub const MAX_ENTRIES: u32 = 65_536;
+
+/// Name of the map keyed by socket address, used by the socket hooks.
+pub const BY_SK_MAP: &str = "SOCK_BY_SK";
+
+/// Key of `SOCK_BY_SK`: the address of the kernel's `struct sock` (unique while the socket lives; the entry is
+/// removed when the socket reaches `TCP_CLOSE`).
+pub type SkKey = u64;
 
 /// One socket: the tgid and the fd number.
 #[repr(C)]
@@ -37,21 +45,28 @@ pub struct SockState {
     /// 1 when the socket was adopted (not seen accepted). An adopted fd 0 also takes the writes on an untracked
     /// fd 1: the inetd convention, where a forked child serves the connection on stdin and stdout.
     pub adopted: u32,
-    pub _pad: u32,
+    /// The tgid that last read a request on it (or accepted it): whose request is unanswered when it closes.
+    pub owner: u32,
 }
 user_pod!(SockState);
 
 impl SockState {
     /// An fd adopted from a read of `bytes` that began with a request line at `now_ns`.
     #[inline(always)]
-    pub fn adopted(now_ns: u64, bytes: u64) -> SockState {
+    pub fn adopted(owner: u32, now_ns: u64, bytes: u64) -> SockState {
         SockState {
             request_ns: now_ns,
             deferred_requests: 1,
             unconfirmed: 1,
             deferred_bytes_in: bytes,
             adopted: 1,
-            _pad: 0,
+            owner,
         }
+    }
+
+    /// A socket `owner` accepted: nothing waiting, counted as it goes.
+    #[inline(always)]
+    pub fn accepted(owner: u32) -> SockState {
+        SockState { owner, ..SockState::default() }
     }
 }

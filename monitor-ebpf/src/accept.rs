@@ -32,7 +32,7 @@ pub fn accept_done(tgid: u32, fd: i64) -> Result<(), i32> {
         return Ok(());
     }
     // A new socket on a reused fd number starts clean.
-    SOCKS.insert(SockKey { tgid, fd: fd as u32 }, SockState::default(), 0)?;
+    SOCKS.insert(SockKey { tgid, fd: fd as u32 }, SockState::accepted(tgid), 0)?;
     if let Some(s) = STATS.get_ptr_mut(tgid) {
         // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
         unsafe { (*s).accepts += 1 };

@@ -1,79 +1,52 @@
-//! `sched/sched_process_fork`: a process forked by a traced tgid is traced from its first instruction (a server
-//! that forks a child per connection is served by children the sampler would only see 100 ms later). The
-//! `clone`/`clone3` entries save their flags so that a new thread (same tgid, already traced) is left alone.
+//! `task/task_newtask`: a process forked by a traced tgid is traced from its first instruction (a server that
+//! forks a child per connection is served by children the sampler would only see 100 ms later). The record
+//! carries the clone flags, so a new thread (`CLONE_THREAD`: same tgid, already traced) is left alone. It is not a
+//! syscall tracepoint, so it slows no syscall.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_probe_read_user, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{bindings::BPF_NOEXIST, macros::tracepoint, programs::TracePointContext};
 use core::intrinsics::{atomic_or, AtomicOrdering};
-use monitor_common::{cloning::CLONE_THREAD, filter, stats::Counters};
+use monitor_common::{filter, forked::CLONE_THREAD, stats::Counters};
 
 use crate::{
-    io::{arg, current, traced},
-    maps::{CLONING, FILTER, FORKED, STATS},
+    io::{current, traced},
+    maps::{FILTER, FORKED, STATS},
 };
 
-/// Offset of `pid_t child_pid` in the `sched_process_fork` record. It moved between kernels (6.1/6.12: the comms
-/// are `char[16]`, offset 44; 6.18: they are `__data_loc`, offset 20), so user space reads it from the event's
-/// `format` in tracefs and sets it here before loading; 0 means unknown and the program does nothing.
+/// Offsets of `pid_t pid` and `u64 clone_flags` in the `task_newtask` record, read by user space from the event's
+/// `format` in tracefs and set here before loading (records change between kernels); 0 means unknown and the
+/// program does nothing.
 #[no_mangle]
-static CHILD_PID_OFFSET: u32 = 0;
+static NEWTASK_PID_OFFSET: u32 = 0;
+#[no_mangle]
+static NEWTASK_FLAGS_OFFSET: u32 = 0;
 
-/// Attached to `syscalls/sys_enter_clone` (flags, newsp, parent_tid, child_tid, tls).
-#[tracepoint]
-pub fn clone_enter(ctx: TracePointContext) -> u32 {
-    status(save_flags(arg(&ctx, 0)))
-}
-
-/// Attached to `syscalls/sys_enter_clone3` (uargs, size): the flags are the first field of `struct clone_args`.
-#[tracepoint]
-pub fn clone3_enter(ctx: TracePointContext) -> u32 {
-    // SAFETY: bpf_probe_read_user copes with any user address.
-    match unsafe { bpf_probe_read_user(arg(&ctx, 0) as *const u64) } {
-        Ok(flags) => status(save_flags(flags)),
-        Err(_) => 1,
-    }
-}
-
-/// Attached to `sched/sched_process_fork`, which runs in the parent before the child is first scheduled.
+/// Attached to `task/task_newtask`, which runs in the parent (inside `copy_process`) before the child first runs.
 #[tracepoint]
 pub fn fork(ctx: TracePointContext) -> u32 {
-    status(try_fork(&ctx))
-}
-
-fn status(r: Result<(), i32>) -> u32 {
-    match r {
+    match try_fork(&ctx) {
         Ok(()) => 0,
         Err(_) => 1,
     }
 }
 
-fn save_flags(flags: u64) -> Result<(), i32> {
-    let (id, tgid) = current();
-    if !traced(tgid) {
-        return Ok(());
-    }
-    CLONING.insert(id, flags, 0)
-}
-
 fn try_fork(ctx: &TracePointContext) -> Result<(), i32> {
-    let (id, tgid) = current();
+    let (_, tgid) = current();
     if !traced(tgid) {
         return Ok(());
     }
-    if let Some(flags) = CLONING.get_ptr(id) {
-        // SAFETY: our own map's value; only this thread uses its slot.
-        let flags = unsafe { *flags };
-        let _ = CLONING.remove(id);
-        if flags & CLONE_THREAD != 0 {
-            return Ok(());
-        }
-    }
-    // SAFETY: a volatile read of our own read-only global (set by the loader; volatile so it is not folded).
-    let offset = unsafe { core::ptr::read_volatile(&CHILD_PID_OFFSET) };
-    if offset == 0 || offset > 64 {
+    // SAFETY: volatile reads of our own read-only globals (set by the loader; volatile so they are not folded).
+    let (pid_at, flags_at) =
+        unsafe { (core::ptr::read_volatile(&NEWTASK_PID_OFFSET), core::ptr::read_volatile(&NEWTASK_FLAGS_OFFSET)) };
+    if pid_at == 0 || pid_at > 64 || flags_at == 0 || flags_at > 64 {
         return Ok(());
     }
     // SAFETY: read_at goes through bpf_probe_read_kernel, which copes with any offset into the record.
-    let child: i32 = unsafe { ctx.read_at(offset as usize) }.map_err(|e| e as i32)?;
+    let flags: u64 = unsafe { ctx.read_at(flags_at as usize) }?;
+    if flags & CLONE_THREAD != 0 {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let child: i32 = unsafe { ctx.read_at(pid_at as usize) }?;
     if child <= 0 {
         return Ok(());
     }

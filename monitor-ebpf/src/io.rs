@@ -1,7 +1,7 @@
 //! Helpers shared by the programs: syscall arguments, the filter and tracked-socket checks, user buffers.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
     programs::TracePointContext,
     EbpfContext,
 };
@@ -133,4 +133,47 @@ fn first_iovec(iov: u64) -> Option<(u64, u64)> {
 pub fn peek<const N: usize>(addr: u64) -> Option<[u8; N]> {
     // SAFETY: bpf_probe_read_user copes with any user address.
     unsafe { bpf_probe_read_user(addr as *const [u8; N]) }.ok()
+}
+
+/// x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl).
+pub mod nr {
+    pub const READ: u64 = 0;
+    pub const WRITE: u64 = 1;
+    pub const READV: u64 = 19;
+    pub const WRITEV: u64 = 20;
+    pub const SENDFILE: u64 = 40;
+    pub const ACCEPT: u64 = 43;
+    pub const SENDTO: u64 = 44;
+    pub const RECVFROM: u64 = 45;
+    pub const SENDMSG: u64 = 46;
+    pub const RECVMSG: u64 = 47;
+    pub const ACCEPT4: u64 = 288;
+}
+
+/// Byte offset of `dx` in x86_64 `struct pt_regs`; `si`, `di` and `orig_ax` (the syscall number) follow it.
+const REGS_DX: usize = 96;
+
+/// From a task's saved user registers (x86_64 `struct pt_regs`, intact for the whole syscall): the three
+/// argument registers we need and the syscall number, `[dx, si, di, orig_ax]`, in one read.
+#[inline(always)]
+pub fn saved_args(regs: *const u8) -> Result<[u64; 4], i32> {
+    // SAFETY: bpf_probe_read_kernel copes with any address.
+    unsafe { bpf_probe_read_kernel(regs.wrapping_add(REGS_DX) as *const [u64; 4]) }
+}
+
+/// The read or write a syscall performs, from its number and first three arguments, as the sys_enter programs
+/// would have saved it: fd, buffer (or iovec array, or msghdr), length. `None` for any other syscall.
+#[inline(always)]
+pub fn syscall_io(sysno: u64, di: u64, si: u64, dx: u64) -> Option<PendingIo> {
+    let io_kind = match sysno {
+        nr::READ | nr::RECVFROM => kind::RECV_BUF,
+        nr::READV => kind::RECV_IOV,
+        nr::RECVMSG => kind::RECV_MSG,
+        nr::WRITE | nr::SENDTO => kind::SEND_BUF,
+        nr::WRITEV => kind::SEND_IOV,
+        nr::SENDMSG => kind::SEND_MSG,
+        nr::SENDFILE => kind::SENDFILE,
+        _ => return None,
+    };
+    Some(PendingIo { addr: si, len: dx, fd: di as u32, kind: io_kind })
 }

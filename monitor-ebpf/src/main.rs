@@ -1,9 +1,10 @@
-//! monitor's kernel programs: count the HTTP/1.x traffic of the traced tgids from syscall hooks only.
+//! monitor's kernel programs: count the HTTP/1.x traffic of the traced tgids from tracepoints only.
 //!
-//! accept/accept4 exits record accepted sockets; read-family exits look for a request line; write-family exits
-//! look for a status line; close forgets the socket. Two sets of hooks, chosen by user space: the raw `sys_exit`
-//! program (`sys_exit.rs`, one program for every syscall exit, x86_64) plus `close_enter`, or the per-syscall
-//! tracepoint programs, whose entries save the buffer of a tracked socket for the exits (fallback).
+//! Accepts record sockets; reads look for a request line; writes look for a status line; close forgets the
+//! socket. Three sets of hooks, chosen by user space: the socket-layer tracepoints (`sock.rs`, the default where
+//! the kernel has them: no syscall on the host is slowed); the raw `sys_exit` program (`sys_exit.rs`, one program
+//! for every syscall exit, x86_64) plus `close_enter`; or the per-syscall tracepoint programs, whose entries save
+//! the buffer of a tracked socket for the exits (last fallback).
 //! A process forked by a traced one is traced from its fork (`fork.rs`). Counters go to the per-CPU `STATS`
 //! map, which user space sums.
 #![no_std]
@@ -19,6 +20,7 @@ mod io;
 mod maps;
 mod recv;
 mod send;
+mod sock;
 mod sys_exit;
 
 #[cfg(not(test))]

@@ -5,7 +5,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, LruHashMap, PerCpuHashMap},
 };
-use monitor_common::{cloning, filter, forked, pending, socks, stats};
+use monitor_common::{filter, forked, passive, pending, socks, stats};
 
 /// Traced tgids as a bitmap (filled by user space, resized at load time to `pid_max`; the `fork` program sets
 /// the bits of children). Memory-mappable so that user space and the kernel both change single bits atomically.
@@ -16,13 +16,17 @@ pub static FILTER: Array<u64> = Array::with_max_entries(filter::MAX_ENTRIES, BPF
 #[map(name = "FORKED")]
 pub static FORKED: LruHashMap<forked::Key, forked::Value> = LruHashMap::with_max_entries(forked::MAX_ENTRIES, 0);
 
-/// Flags of the `clone`/`clone3` in progress, by thread of a traced tgid.
-#[map(name = "CLONING")]
-pub static CLONING: LruHashMap<cloning::Key, cloning::Value> = LruHashMap::with_max_entries(cloning::MAX_ENTRIES, 0);
-
 /// Accepted sockets of traced tgids.
 #[map(name = "SOCKS")]
 pub static SOCKS: LruHashMap<socks::SockKey, socks::SockState> = LruHashMap::with_max_entries(socks::MAX_ENTRIES, 0);
+
+/// Sockets of traced tgids by `struct sock` address (the socket hooks).
+#[map(name = "SOCK_BY_SK")]
+pub static SOCK_BY_SK: LruHashMap<socks::SkKey, socks::SockState> = LruHashMap::with_max_entries(socks::MAX_ENTRIES, 0);
+
+/// Passively opened TCP sockets no process has read or written yet (the socket hooks' accepts).
+#[map(name = "PASSIVE")]
+pub static PASSIVE: LruHashMap<passive::Key, passive::Value> = LruHashMap::with_max_entries(passive::MAX_ENTRIES, 0);
 
 /// Syscalls in progress on tracked sockets, by thread.
 #[map(name = "PENDING")]

@@ -59,26 +59,44 @@ fn try_recv_exit(ctx: &TracePointContext) -> Result<(), i32> {
     recv_done(tgid, &p, ret(ctx))
 }
 
-/// A read of `n` bytes (or an error) by `tgid`, described by `p`. On a tracked socket: bytes in, and a request
-/// when its first bytes are a request line. On an untracked fd whose first bytes are a request line: adopts it
-/// (see [`SockState`]). Shared by `recv_exit` and the raw `sys_exit` program.
+/// A read of `n` bytes (or an error) by `tgid`, described by `p`, on the socket the syscall hooks know as
+/// (tgid, fd). Shared by `recv_exit` and the raw `sys_exit` program.
 #[inline(always)]
 pub fn recv_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     if n <= 0 {
         return Ok(());
     }
     let key = SockKey { tgid, fd: p.fd };
-    let Some(sock) = SOCKS.get_ptr_mut(key) else {
-        return adopt(key, p, n as u64);
-    };
     let request = is_request_read(p, n as u64);
+    match SOCKS.get_ptr_mut(key) {
+        Some(sock) => count_recv(sock, tgid, request, n as u64),
+        None if request => {
+            // BPF_NOEXIST: never overwrite a socket an accept on another thread just recorded.
+            let _ = SOCKS.insert(key, SockState::adopted(tgid, now(), n as u64), BPF_NOEXIST as u64);
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// A read of `n` bytes by `tgid` on a tracked socket, which began with a request line when `request`: bytes in
+/// and a request, or, on an unconfirmed socket, held until a status line confirms it. Shared by both hook sets.
+///
+/// An untracked fd (or socket) whose read began with a request line is adopted by the caller as an unconfirmed
+/// socket holding that request ([`SockState::adopted`]). That costs one 8-byte user read per read of 8 bytes or
+/// more on an untracked socket of a traced tgid.
+#[inline(always)]
+pub fn count_recv(sock: *mut SockState, tgid: u32, request: bool, n: u64) -> Result<(), i32> {
     // SAFETY: our own map's value; one socket is served by one thread at a time. The oldest request wins.
     unsafe {
-        if request && (*sock).request_ns == 0 {
-            (*sock).request_ns = bpf_ktime_get_ns();
+        if request {
+            (*sock).owner = tgid;
+            if (*sock).request_ns == 0 {
+                (*sock).request_ns = now();
+            }
         }
         if (*sock).unconfirmed != 0 {
-            (*sock).deferred_bytes_in += n as u64;
+            (*sock).deferred_bytes_in += n;
             if request {
                 (*sock).deferred_requests += 1;
             }
@@ -90,7 +108,7 @@ pub fn recv_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     };
     // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
     unsafe {
-        (*s).bytes_in += n as u64;
+        (*s).bytes_in += n;
         if request {
             (*s).requests += 1;
         }
@@ -98,24 +116,16 @@ pub fn recv_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     Ok(())
 }
 
-/// An untracked fd of a traced tgid: when the read began with a request line, track it as an unconfirmed socket
-/// holding that request (counted once a status line is written back on it). Costs one 8-byte user read per read
-/// of 8 bytes or more on an untracked fd of a traced tgid.
+/// `bpf_ktime_get_ns`.
 #[inline(always)]
-fn adopt(key: SockKey, p: &PendingIo, n: u64) -> Result<(), i32> {
-    if !is_request_read(p, n) {
-        return Ok(());
-    }
-    // BPF_NOEXIST: never overwrite a socket an accept on another thread just recorded.
+pub fn now() -> u64 {
     // SAFETY: a helper with no arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let _ = SOCKS.insert(key, SockState::adopted(now, n), BPF_NOEXIST as u64);
-    Ok(())
+    unsafe { bpf_ktime_get_ns() }
 }
 
 /// True when a read of `n` bytes described by `p` began with an HTTP/1.x request line.
 #[inline(always)]
-fn is_request_read(p: &PendingIo, n: u64) -> bool {
+pub fn is_request_read(p: &PendingIo, n: u64) -> bool {
     if n < REQUEST_PEEK as u64 {
         return false;
     }

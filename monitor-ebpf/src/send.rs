@@ -1,16 +1,18 @@
 //! The write family (`write`, `sendto`, `writev`, `sendmsg`, `sendfile`): bytes out, and responses = writes
 //! whose first bytes are an `HTTP/1.x NNN` status line, by class, with the latency since the request.
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use monitor_common::{
     http::{parse_status, Status, RESPONSE_PEEK},
     pending::{kind, PendingIo},
+    socks::SockState,
     stats::log2_bucket,
 };
 
 use crate::{
     io::{current, first_buffer, peek, ret, save_if_tracked, take_pending, traced, tracked_socket},
     maps::STATS,
+    recv::now,
 };
 
 /// Attached to `syscalls/sys_enter_write` and `syscalls/sys_enter_sendto` (fd, buf, count, …).
@@ -64,9 +66,8 @@ fn try_send_exit(ctx: &TracePointContext) -> Result<(), i32> {
     send_done(tgid, &p, ret(ctx))
 }
 
-/// A write of `n` bytes (or an error) by `tgid`, described by `p`. On a tracked socket: bytes out, and a
-/// response when its first bytes are a status line. The first status line on an adopted socket confirms it: the
-/// requests and bytes it held count from then on. Shared by `send_exit` and the raw `sys_exit` program.
+/// A write of `n` bytes (or an error) by `tgid`, described by `p`, on the socket the syscall hooks know as
+/// (tgid, fd). Shared by `send_exit` and the raw `sys_exit` program.
 #[inline(always)]
 pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     if n <= 0 {
@@ -75,10 +76,17 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     let Some(sock) = tracked_socket(tgid, p.fd) else {
         return Ok(());
     };
+    count_send(sock, tgid, status_written(p), n as u64)
+}
+
+/// A write of `n` bytes by `tgid` on a tracked socket, which began with the status line `st` if any: bytes out,
+/// and a response by class, with the latency since the request. The first status line on an adopted socket
+/// confirms it: the requests and bytes it held count from then on. Shared by both hook sets.
+#[inline(always)]
+pub fn count_send(sock: *mut SockState, tgid: u32, st: Option<Status>, n: u64) -> Result<(), i32> {
     let Some(s) = STATS.get_ptr_mut(tgid) else {
         return Ok(());
     };
-    let st = status_written(p);
     // SAFETY: `sock` is our own map's value (one socket is served by one thread at a time); `s` is this CPU's
     // value of our own per-CPU map (no other program runs on this CPU meanwhile).
     unsafe {
@@ -92,7 +100,7 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
             (*sock).deferred_requests = 0;
             (*sock).deferred_bytes_in = 0;
         }
-        (*s).bytes_out += n as u64;
+        (*s).bytes_out += n;
     }
     let Some(st) = st else {
         return Ok(());
@@ -120,8 +128,7 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     }
     // SAFETY: as above.
     unsafe { (*sock).request_ns = 0 };
-    // SAFETY: a helper with no arguments.
-    let us = unsafe { bpf_ktime_get_ns() }.saturating_sub(start) / 1000;
+    let us = now().saturating_sub(start) / 1000;
     // SAFETY: as above.
     unsafe {
         if let Some(b) = (*s).latency_hist_us.get_mut(log2_bucket(us)) {
@@ -134,7 +141,7 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
 /// The status line a write described by `p` begins with, if any. Read from the caller's buffer, which holds it
 /// whole even after a short write.
 #[inline(always)]
-fn status_written(p: &PendingIo) -> Option<Status> {
+pub fn status_written(p: &PendingIo) -> Option<Status> {
     let (buf, len) = first_buffer(p)?;
     if len < RESPONSE_PEEK as u64 {
         return None;

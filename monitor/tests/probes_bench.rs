@@ -1,5 +1,5 @@
-//! Benchmark, not a test (ignored; run by `cargo xtask bench probes`): wrk against nginx detached, with the
-//! per-syscall tracepoint programs, and with the raw `sys_exit` program, interleaved rounds in one run. Reports
+//! Benchmark, not a test (ignored; run by `cargo xtask bench probes`): wrk against nginx detached and with each
+//! set of hooks (per-syscall tracepoints, raw `sys_exit`, socket tracepoints), interleaved rounds in one run. Reports
 //! the throughput ratios, the CPU cost per request, and the probes' kernel time per request (BPF run-time
 //! statistics over every program invocation, including other processes' syscalls).
 //!
@@ -129,13 +129,20 @@ fn probes_overhead_nginx() {
     let url = format!("http://127.0.0.1:{port}/ok");
 
     wrk(&url, 1, conns, &pids); // warm-up
-                                // Three modes per round, in an order that rotates so each mode runs first, second and third equally often.
-    let modes: [Option<Hooks>; 3] = [None, Some(Hooks::Tracepoints), Some(Hooks::RawSysExit)];
-    let mut runs: [Vec<Run>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+
+    // Every mode per round, in an order that rotates so each mode runs at each position equally often.
+    let modes: [(Option<Hooks>, &str); 4] = [
+        (None, "detached"),
+        (Some(Hooks::Tracepoints), "tracepoints"),
+        (Some(Hooks::RawSysExit), "raw sys_exit"),
+        (Some(Hooks::Sock), "socket"),
+    ];
+    let n = modes.len();
+    let mut runs: Vec<Vec<Run>> = (0..n).map(|_| Vec::new()).collect();
     // Cost for everyone else: syscalls of an untraced process (this one), per mode, best of three.
     for r in 0..2 {
-        for (m, name) in [(0, "detached"), (1, "tracepoints"), (2, "raw sys_exit")] {
-            let probes = modes[m].map(load_probes_with);
+        for (hooks, name) in modes {
+            let probes = hooks.map(load_probes_with);
             let (getppid, write) = untraced_syscall_ns();
             drop(probes);
             println!(
@@ -144,9 +151,9 @@ fn probes_overhead_nginx() {
         }
     }
     for r in 0..rounds as usize {
-        for k in 0..3 {
-            let m = (r + k) % 3;
-            let run = match modes[m] {
+        for k in 0..n {
+            let m = (r + k) % n;
+            let run = match modes[m].0 {
                 None => wrk(&url, secs, conns, &pids),
                 Some(hooks) => {
                     let mut probes = load_probes_with(hooks);
@@ -159,13 +166,9 @@ fn probes_overhead_nginx() {
             };
             runs[m].push(run);
         }
-        let last = |m: usize| runs[m].last().map_or(0.0, |r| r.rps);
-        eprintln!(
-            "round {r}: detached {:.0} req/s, tracepoints {:.0} req/s, raw sys_exit {:.0} req/s",
-            last(0),
-            last(1),
-            last(2)
-        );
+        let last: Vec<String> =
+            (0..n).map(|m| format!("{} {:.0} req/s", modes[m].1, runs[m].last().map_or(0.0, |r| r.rps))).collect();
+        eprintln!("round {r}: {}", last.join(", "));
     }
 
     let mean_of = |v: &[Run]| v.iter().map(|r| r.rps).sum::<f64>() / v.len().max(1) as f64;
@@ -175,21 +178,22 @@ fn probes_overhead_nginx() {
     };
     let fmt = |v: &[Run]| v.iter().map(|r| format!("{:.0}", r.rps)).collect::<Vec<_>>().join(", ");
     let (rps_off, cpu_off) = (mean_of(&runs[0]), cpu_ns(&runs[0]));
-    println!("PROBES BENCH: nginx 1 worker, wrk -t1 -c{conns} -d{secs}s, {rounds} rounds of 3 modes, order rotating");
+    println!("PROBES BENCH: nginx 1 worker, wrk -t1 -c{conns} -d{secs}s, {rounds} rounds of {n} modes, order rotating");
     println!("| | req/s (mean) | req/s by round | CPU ns per request (nginx + wrk) | ratio | cost per request |");
     println!("| --- | ---: | --- | ---: | ---: | ---: |");
     println!("| detached | {rps_off:.0} | {} | {cpu_off:.0} | 1 | 0 |", fmt(&runs[0]));
-    for (m, name) in [(1, "tracepoints"), (2, "raw sys_exit")] {
+    for m in 1..n {
         let (rps, cpu) = (mean_of(&runs[m]), cpu_ns(&runs[m]));
         println!(
-            "| {name} | {rps:.0} | {} | {cpu:.0} | {:.3} | {:.0} ns |",
+            "| {} | {rps:.0} | {} | {cpu:.0} | {:.3} | {:.0} ns |",
+            modes[m].1,
             fmt(&runs[m]),
             rps / rps_off,
             cpu - cpu_off
         );
     }
     // Round by round (each next to its own detached run): throughput ratio and CPU cost.
-    for (m, name) in [(1, "tracepoints"), (2, "raw sys_exit")] {
+    for m in 1..n {
         let per: Vec<String> = runs[m]
             .iter()
             .zip(&runs[0])
@@ -198,13 +202,13 @@ fn probes_overhead_nginx() {
                 format!("{:.3}/{:.0}", a.rps / b.rps, ns(a) - ns(b))
             })
             .collect();
-        println!("{name} by round (ratio/ns): {}", per.join(", "));
+        println!("{} by round (ratio/ns): {}", modes[m].1, per.join(", "));
     }
 
     // One more attached run per set with the kernel's BPF run-time statistics on, for the per-program split.
     // (They cost two clock reads per program run, so they stay off in the rounds above.)
     let stats_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).unwrap_or_else(|e| panic!("enable_stats: {e}"));
-    for hooks in [Hooks::Tracepoints, Hooks::RawSysExit] {
+    for hooks in [Hooks::Tracepoints, Hooks::RawSysExit, Hooks::Sock] {
         let mut probes = load_probes_with(hooks);
         sync(&mut probes, &pids);
         let before = probes.run_stats();

@@ -154,6 +154,7 @@ fn nginx_keepalive_opened_before_tracing_counts_exactly() {
     sync(&mut probes, &all_pids);
 
     let mut sent = Sent::default();
+    sent.connects += late_accepts(&probes);
     // No 500s: nginx closes the connection after one.
     for (i, path) in ["/ok", "/missing", "/ok"].iter().cycle().take(30).enumerate() {
         let conn = if i % 2 == 0 { &mut late } else { &mut early };

@@ -96,6 +96,7 @@ fn node_keepalive_opened_before_tracing_counts_exactly() {
     sync(&mut probes, &[server.pid()]);
 
     let mut sent = Sent::default();
+    sent.connects += late_accepts(&probes);
     for (i, path) in ["/ok", "/missing", "/fail"].iter().cycle().take(30).enumerate() {
         let conn = if i % 2 == 0 { &mut late } else { &mut early };
         let status = conn.get(path);

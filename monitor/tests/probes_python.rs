@@ -105,12 +105,14 @@ fn python_keepalive_opened_before_tracing_counts_exactly() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     sync(&mut probes, &[server.pid()]);
 
-    // http.server's handler threads are now blocked in `recvfrom` on both connections. The raw `sys_exit`
-    // program reads the arguments at exit, so it sees those reads; the per-syscall tracepoints save them at
+    // http.server's handler threads are now blocked in `recvfrom` on both connections. The socket programs run
+    // inside the read once data has arrived and the raw `sys_exit` program at its exit, both reading the arguments
+    // from the saved registers then, so they see those reads; the per-syscall tracepoints save them at
     // entry, which ran before the pid joined the filter, so they miss the first request (and its response) on
     // each connection, and adopt it from the second (docs/probes.md).
     let missed_first = probes.hooks() == Hooks::Tracepoints;
     let mut sent = Sent::default();
+    sent.connects += late_accepts(&probes);
     for i in 0..30 {
         let conn = if i % 3 == 0 { &mut late } else { &mut early };
         assert_eq!(conn.get(path), 200);
@@ -157,11 +159,12 @@ fn programs_unload_when_probes_drop() {
     }
     let probes = load_probes();
     let ids = probes.program_ids();
-    // Raw: `sys_exit` and `close_enter`; tracepoints: one program per entry of attach::CLOSE and TRACEPOINTS.
-    // Both: the three fork-following programs of attach::FORK (clone_enter, clone3_enter, fork).
+    // Socket: sock_state, sock_send, sock_recv; raw: `sys_exit` and `close_enter`; tracepoints: one program per
+    // entry of attach::CLOSE and TRACEPOINTS. All: the fork-following program of attach::FORK.
     let want = match probes.hooks() {
-        Hooks::RawSysExit => 2 + 3,
-        Hooks::Tracepoints => 11 + 3,
+        Hooks::Sock => 3 + 1,
+        Hooks::RawSysExit => 2 + 1,
+        Hooks::Tracepoints => 11 + 1,
     };
     assert_eq!(ids.len(), want, "one kernel program per attached program ({:?}): {ids:?}", probes.hooks());
     let listed = || {

@@ -6,40 +6,55 @@ use std::path::Path;
 /// Which kernel hooks carry the programs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hooks {
+    /// Three raw tracepoints of the socket layer (`sock_recv_length`, `sock_send_length`, `inet_sock_set_state`;
+    /// 6.3+, x86_64): they fire only for socket reads, writes and TCP state changes, so no syscall of any process
+    /// is slowed. The default where the kernel has them.
+    Sock,
     /// The raw tracepoint `sys_exit` (program `sys_exit`: every syscall exit, arguments from the saved x86_64
-    /// registers) plus `close_enter` on `syscalls/sys_enter_close`. Two hooks: the cheaper set.
+    /// registers) plus `close_enter` on `syscalls/sys_enter_close`. Puts every syscall of the host on the slow
+    /// path: the fallback for kernels without the socket tracepoints.
     RawSysExit,
     /// One tracepoint program per syscall entry and exit (22 `syscalls/*` tracepoints, the `PENDING` map
-    /// carrying the arguments from entry to exit). The fallback.
+    /// carrying the arguments from entry to exit). The last fallback.
     Tracepoints,
 }
 
 impl Hooks {
-    /// The set `Probes::load` tries first: the raw `sys_exit` program reads x86_64 registers, so elsewhere the
-    /// per-syscall tracepoints.
+    /// The set `Probes::load` tries first: the socket and raw `sys_exit` programs read x86_64 registers, so
+    /// elsewhere the per-syscall tracepoints.
     pub fn preferred() -> Hooks {
         if cfg!(target_arch = "x86_64") {
-            Hooks::RawSysExit
+            Hooks::Sock
         } else {
             Hooks::Tracepoints
         }
     }
+
+    /// The set to try when this one does not attach, if any.
+    pub fn fallback(self) -> Option<Hooks> {
+        match self {
+            Hooks::Sock => Some(Hooks::RawSysExit),
+            Hooks::RawSysExit => Some(Hooks::Tracepoints),
+            Hooks::Tracepoints => None,
+        }
+    }
 }
 
-/// The raw `sys_exit` program and its raw tracepoint.
-pub const RAW_EXIT: (&str, &str) = ("sys_exit", "sys_exit");
+/// The socket set: (program, raw tracepoint). The state program first (it forgets closed sockets and marks
+/// passive opens), then writes, then reads (the first read of a passive socket is its accept).
+pub const SOCK: &[(&str, &str)] =
+    &[("sock_state", "inet_sock_set_state"), ("sock_send", "sock_send_length"), ("sock_recv", "sock_recv_length")];
 
-/// `close` is hooked at entry in both sets (at exit the fd number may already be a socket another thread
-/// accepted), and attached first, so that no socket is tracked before the program that forgets it runs.
+/// The raw `sys_exit` program and its raw tracepoint.
+pub const RAW_EXIT: &[(&str, &str)] = &[("sys_exit", "sys_exit")];
+
+/// `close` is hooked at entry by both syscall sets (at exit the fd number may already be a socket another
+/// thread accepted), and attached first, so that no socket is tracked before the program that forgets it runs.
 pub const CLOSE: &[(&str, &[&str])] = &[("close_enter", &["sys_enter_close"])];
 
-/// Following forks, in both sets: (program, category, tracepoint). The `clone`/`clone3` entries save their flags
-/// (a new thread needs nothing), `fork` traces the children of traced processes from their fork.
-pub const FORK: &[(&str, &str, &str)] = &[
-    ("clone_enter", "syscalls", "sys_enter_clone"),
-    ("clone3_enter", "syscalls", "sys_enter_clone3"),
-    ("fork", "sched", "sched_process_fork"),
-];
+/// Following forks, in every set: (program, category, tracepoint). `fork` traces the children of traced
+/// processes from their fork (not their threads: the record has the clone flags).
+pub const FORK: &[(&str, &str, &str)] = &[("fork", "task", "task_newtask")];
 
 /// The per-syscall set, after [`CLOSE`]: (program, tracepoints in category `syscalls`). Exits come before the
 /// entries that feed them, and `accept` last.
@@ -102,7 +117,8 @@ pub fn ensure_tracefs() -> Result<(), ProbeError> {
 mod format_tests {
     use super::parse_field_offset;
 
-    /// `sched_process_fork`'s format on 6.18 (comms as `__data_loc`) and on 6.1/6.12 (comms as `char[16]`).
+    /// `sched_process_fork`'s format on 6.18 (comms as `__data_loc`) and on 6.1/6.12 (comms as `char[16]`): the
+    /// parser finds a field after a `__data_loc` one and after an array.
     const V6_18: &str = "name: sched_process_fork\nID: 366\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:__data_loc char[] parent_comm;\toffset:8;\tsize:4;\tsigned:0;\n\tfield:pid_t parent_pid;\toffset:12;\tsize:4;\tsigned:1;\n\tfield:__data_loc char[] child_comm;\toffset:16;\tsize:4;\tsigned:0;\n\tfield:pid_t child_pid;\toffset:20;\tsize:4;\tsigned:1;\n";
     const V6_1: &str = "format:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\n\tfield:char parent_comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\tfield:pid_t parent_pid;\toffset:24;\tsize:4;\tsigned:1;\n\tfield:char child_comm[16];\toffset:28;\tsize:16;\tsigned:0;\n\tfield:pid_t child_pid;\toffset:44;\tsize:4;\tsigned:1;\n";
 
@@ -113,5 +129,15 @@ mod format_tests {
         assert_eq!(parse_field_offset(V6_1, "child_comm"), Some(28));
         assert_eq!(parse_field_offset(V6_1, "pid"), None);
         assert_eq!(parse_field_offset("garbage", "child_pid"), None);
+    }
+
+    /// `task_newtask`'s format on 6.18 (tracefs on this host).
+    const NEWTASK: &str = "name: task_newtask\nID: 205\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:pid_t pid;\toffset:8;\tsize:4;\tsigned:1;\n\tfield:char comm[16];\toffset:12;\tsize:16;\tsigned:0;\n\tfield:u64 clone_flags;\toffset:32;\tsize:8;\tsigned:0;\n\tfield:short oom_score_adj;\toffset:40;\tsize:2;\tsigned:1;\n";
+
+    #[test]
+    fn newtask_offsets() {
+        assert_eq!(parse_field_offset(NEWTASK, "pid"), Some(8));
+        assert_eq!(parse_field_offset(NEWTASK, "clone_flags"), Some(32));
+        assert_eq!(parse_field_offset(NEWTASK, "common_pid"), Some(4));
     }
 }

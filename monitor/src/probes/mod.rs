@@ -1,8 +1,8 @@
 //! eBPF request counting (issue 3): loads the embedded object, keeps the tgid filter equal to the group,
 //! reads per-process counters.
 //!
-//! Kernel side: `monitor-ebpf` (the raw `sys_exit` tracepoint, or per-syscall tracepoints as the fallback); map
-//! types: `monitor-common`. See docs/probes.md.
+//! Kernel side: `monitor-ebpf` (socket-layer raw tracepoints; the raw `sys_exit` tracepoint or per-syscall
+//! tracepoints as the fallbacks); map types: `monitor-common`. See docs/probes.md.
 
 mod attach;
 mod bitmap;
@@ -17,7 +17,7 @@ use crate::snapshot::Traffic;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError, PerCpuHashMap, PerCpuValues};
 use aya::programs::{ProgramError, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader};
-use monitor_common::socks::{SockKey, SockState};
+use monitor_common::socks::{SkKey, SockKey, SockState};
 use monitor_common::stats::Counters;
 use monitor_common::{filter, forked, socks, stats};
 use std::collections::{BTreeSet, HashMap};
@@ -61,6 +61,7 @@ pub struct Probes {
     filter: bitmap::Bitmap,
     stats: PerCpuHashMap<MapData, u32, Counters>,
     socks: BpfHashMap<MapData, SockKey, SockState>,
+    socks_by_sk: BpfHashMap<MapData, SkKey, SockState>,
     /// Children the `fork` program started tracing, with their parent (drained every read).
     forked: BpfHashMap<MapData, forked::Key, forked::Value>,
     /// The tgids user space put in `filter`: the group's pids at the last sync.
@@ -80,8 +81,8 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Loads the embedded object and attaches the programs: the raw `sys_exit` set where it loads
-    /// ([`Hooks::preferred`]), otherwise the per-syscall tracepoints.
+    /// Loads the embedded object and attaches the programs: the first set of [`Hooks::preferred`] and its
+    /// fallbacks that attaches (socket tracepoints, raw `sys_exit`, per-syscall tracepoints).
     pub fn load() -> Result<Probes, ProbeError> {
         Probes::attach(Hooks::preferred(), true)
     }
@@ -103,32 +104,32 @@ impl Probes {
         let nr_cpus = aya::util::nr_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
         let words = filter::words(pid_max());
         attach::ensure_tracefs()?;
-        // Where `child_pid` sits in sched_process_fork's record depends on the kernel: read it from tracefs.
-        let child_pid_offset = attach::field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(0);
+        // Where `pid` and `clone_flags` sit in task_newtask's record depends on the kernel: read it from tracefs.
+        let pid_at = attach::field_offset("task", "task_newtask", "pid").unwrap_or(0);
+        let flags_at = attach::field_offset("task", "task_newtask", "clone_flags").unwrap_or(0);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(filter::MAP, words)
-            .override_global("CHILD_PID_OFFSET", &child_pid_offset, true)
+            .override_global("NEWTASK_PID_OFFSET", &pid_at, true)
+            .override_global("NEWTASK_FLAGS_OFFSET", &flags_at, true)
             .load(object::OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
-        attach_tracepoints(&mut ebpf, attach::CLOSE)?;
-        let forks_off = if child_pid_offset == 0 {
-            Some("no child_pid field in sched/sched_process_fork's format".to_string())
+        let mut hooks = want;
+        loop {
+            match attach_set(&mut ebpf, hooks) {
+                Ok(()) => break,
+                Err(e) => match hooks.fallback() {
+                    Some(next) if fallback => {
+                        tracing::info!("eBPF hooks {hooks:?} unavailable ({e}); trying {next:?}");
+                        hooks = next;
+                    }
+                    _ => return Err(e),
+                },
+            }
+        }
+        let forks_off = if pid_at == 0 || flags_at == 0 {
+            Some("no pid or clone_flags field in task/task_newtask's format".to_string())
         } else {
             attach_forks(&mut ebpf).err().map(|e| e.to_string())
-        };
-        let hooks = match want {
-            Hooks::RawSysExit => match attach_raw(&mut ebpf) {
-                Ok(()) => Hooks::RawSysExit,
-                Err(_) if fallback => {
-                    attach_tracepoints(&mut ebpf, attach::TRACEPOINTS)?;
-                    Hooks::Tracepoints
-                }
-                Err(e) => return Err(e),
-            },
-            Hooks::Tracepoints => {
-                attach_tracepoints(&mut ebpf, attach::TRACEPOINTS)?;
-                Hooks::Tracepoints
-            }
         };
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         let Map::Array(filter) = take(filter::MAP)? else {
@@ -137,11 +138,13 @@ impl Probes {
         let filter = bitmap::Bitmap::map(filter, words).map_err(ProbeError::FilterMmap)?;
         let stats = PerCpuHashMap::try_from(take(stats::MAP)?).map_err(map_err(stats::MAP))?;
         let socks = BpfHashMap::try_from(take(socks::MAP)?).map_err(map_err(socks::MAP))?;
+        let socks_by_sk = BpfHashMap::try_from(take(socks::BY_SK_MAP)?).map_err(map_err(socks::BY_SK_MAP))?;
         let forked = BpfHashMap::try_from(take(forked::MAP)?).map_err(map_err(forked::MAP))?;
         Ok(Probes {
             filter,
             stats,
             socks,
+            socks_by_sk,
             forked,
             traced: BTreeSet::new(),
             children: BTreeSet::new(),
@@ -286,6 +289,16 @@ impl Probes {
         for k in stale {
             remove_present(&mut self.socks, &k).map_err(map_err(socks::MAP))?;
         }
+        let stale: Vec<SkKey> = self
+            .socks_by_sk
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, s)| gone.contains(&s.owner))
+            .map(|(k, _)| k)
+            .collect();
+        for k in stale {
+            remove_present(&mut self.socks_by_sk, &k).map_err(map_err(socks::BY_SK_MAP))?;
+        }
         Ok(())
     }
 }
@@ -327,18 +340,59 @@ fn attach_one(ebpf: &mut Ebpf, name: &'static str, category: &'static str, tp: &
     Ok(())
 }
 
-/// Loads the raw `sys_exit` program and attaches it; unloads it again when attaching fails.
-fn attach_raw(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
-    let (name, tracepoint) = attach::RAW_EXIT;
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .ok_or(ProbeError::MissingProgram(name))?
-        .try_into()
-        .map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
-    prog.load().map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
-    if let Err(e) = prog.attach(tracepoint) {
-        let _ = prog.unload();
-        return Err(ProbeError::AttachRaw { name, tracepoint, source: Box::new(e) });
+/// Attaches one set of hooks. When one of its programs fails to load or attach, the programs of the set already
+/// loaded are unloaded again (with their links) so that a fallback set starts clean.
+fn attach_set(ebpf: &mut Ebpf, hooks: Hooks) -> Result<(), ProbeError> {
+    let r = match hooks {
+        Hooks::Sock => attach_raw(ebpf, attach::SOCK),
+        Hooks::RawSysExit => attach_tracepoints(ebpf, attach::CLOSE).and_then(|()| attach_raw(ebpf, attach::RAW_EXIT)),
+        Hooks::Tracepoints => {
+            attach_tracepoints(ebpf, attach::CLOSE).and_then(|()| attach_tracepoints(ebpf, attach::TRACEPOINTS))
+        }
+    };
+    if r.is_err() {
+        let names: Vec<&str> = match hooks {
+            Hooks::Sock => attach::SOCK.iter().map(|p| p.0).collect(),
+            Hooks::RawSysExit => {
+                attach::CLOSE.iter().map(|p| p.0).chain(attach::RAW_EXIT.iter().map(|p| p.0)).collect()
+            }
+            Hooks::Tracepoints => attach::CLOSE.iter().chain(attach::TRACEPOINTS).map(|p| p.0).collect(),
+        };
+        for name in names {
+            unload(ebpf, name);
+        }
+    }
+    r
+}
+
+/// Unloads a program (and detaches its links) if it is loaded.
+fn unload(ebpf: &mut Ebpf, name: &str) {
+    let Some(prog) = ebpf.program_mut(name) else {
+        return;
+    };
+    if prog.fd().is_err() {
+        return;
+    }
+    let r = match prog {
+        aya::programs::Program::RawTracePoint(p) => p.unload(),
+        aya::programs::Program::TracePoint(p) => p.unload(),
+        _ => Ok(()),
+    };
+    if let Err(e) = r {
+        tracing::warn!("unloading eBPF program {name}: {e}");
+    }
+}
+
+/// Loads each program and attaches it to its raw tracepoint.
+fn attach_raw(ebpf: &mut Ebpf, list: &[(&'static str, &'static str)]) -> Result<(), ProbeError> {
+    for &(name, tracepoint) in list {
+        let prog: &mut RawTracePoint = ebpf
+            .program_mut(name)
+            .ok_or(ProbeError::MissingProgram(name))?
+            .try_into()
+            .map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+        prog.load().map_err(|e| ProbeError::Program { name, source: Box::new(e) })?;
+        prog.attach(tracepoint).map_err(|e| ProbeError::AttachRaw { name, tracepoint, source: Box::new(e) })?;
     }
     Ok(())
 }
