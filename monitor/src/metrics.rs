@@ -86,6 +86,10 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
     let _ = writeln!(o, "monitor_policy_abort_round {}", p.decision.abort_round);
     family(&mut o, "monitor_probes_enabled", "gauge", "1 when the eBPF probes count requests.");
     let _ = writeln!(o, "monitor_probes_enabled {}", u8::from(p.probes.enabled));
+    if let Some(hooks) = &p.probes.hooks {
+        family(&mut o, "monitor_probes_info", "gauge", "1, labelled with the kernel hooks the probes count from.");
+        let _ = writeln!(o, "monitor_probes_info{{hooks=\"{hooks}\"}} 1");
+    }
     family(&mut o, "monitor_sample_ok", "gauge", "1 when the latest sample of the group succeeded.");
     let _ = writeln!(o, "monitor_sample_ok {}", u8::from(p.error.is_none()));
     family(&mut o, "monitor_history_persisted", "gauge", "1 when the history is written to the stats database.");

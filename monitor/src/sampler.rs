@@ -21,6 +21,10 @@ const RESCAN_EVERY: Duration = Duration::from_secs(1);
 pub struct ProbeStatus {
     pub enabled: bool,
     pub reason: Option<String>,
+    /// The kernel hooks counting while enabled (`sock`, `raw_sys_exit` or `tracepoints`, see
+    /// [`crate::probes::Hooks`]): anything but `sock` slows every syscall on the host.
+    #[serde(default)]
+    pub hooks: Option<String>,
 }
 
 /// What every consumer reads: the latest sample and the decision taken on it.
@@ -87,8 +91,11 @@ impl Sampler {
     ) -> Result<Sampler, CgroupError> {
         let reader = GroupReader::open(group)?;
         let (probes, probe_status) = match probes {
-            Ok(p) => (Some(p), ProbeStatus { enabled: true, reason: None }),
-            Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason) }),
+            Ok(p) => {
+                let hooks = Some(p.hooks().name().to_string());
+                (Some(p), ProbeStatus { enabled: true, reason: None, hooks })
+            }
+            Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason), hooks: None }),
         };
         Ok(Sampler {
             reader,
@@ -165,7 +172,7 @@ impl Sampler {
             }
             Err(e) => {
                 tracing::warn!("eBPF probes stopped: {e}");
-                self.probe_status = ProbeStatus { enabled: false, reason: Some(format!("stopped: {e}")) };
+                self.probe_status = ProbeStatus { enabled: false, reason: Some(format!("stopped: {e}")), hooks: None };
                 self.probes = None;
             }
         }

@@ -30,7 +30,10 @@ pub fn render(v: &StatusView) -> String {
         let _ = writeln!(s, "error    {e}");
     }
     let probes = match (&v.probes.enabled, &v.probes.reason) {
-        (true, _) => "on".to_string(),
+        (true, _) => match &v.probes.hooks {
+            Some(h) => format!("on ({h})"),
+            None => "on".to_string(),
+        },
         (false, Some(r)) => format!("off ({r})"),
         (false, None) => "off".to_string(),
     };

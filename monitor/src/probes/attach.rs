@@ -30,6 +30,15 @@ impl Hooks {
         }
     }
 
+    /// The name `/api/v1/status` shows (`probes.hooks`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Hooks::Sock => "sock",
+            Hooks::RawSysExit => "raw_sys_exit",
+            Hooks::Tracepoints => "tracepoints",
+        }
+    }
+
     /// The set to try when this one does not attach, if any.
     pub fn fallback(self) -> Option<Hooks> {
         match self {

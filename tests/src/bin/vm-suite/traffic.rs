@@ -164,8 +164,21 @@ fn agent_tracing(cg: &CgroupV2, pids: &[u32]) -> Agent {
     let enabled = s.pointer("/probes/enabled").and_then(Value::as_bool);
     let reason = s.pointer("/probes/reason").cloned().unwrap_or_default();
     assert_eq!(enabled, Some(true), "the probes are not running on this kernel: {reason}");
+    // The socket hooks need `sock_recv_length`/`sock_send_length` (Linux 6.3); older kernels fall back to the raw
+    // `sys_exit` program. Both are exercised: 6.1 and 6.12 boot in turn.
+    let hooks = s.pointer("/probes/hooks").and_then(Value::as_str).unwrap_or_default();
+    let want = if kernel_at_least(6, 3) { "sock" } else { "raw_sys_exit" };
+    assert_eq!(hooks, want, "hooks the probes use on this kernel");
     agent.wait_for(|s| pids.iter().all(|&p| process(s, p).is_some()), SETTLE);
     agent
+}
+
+/// True when the running kernel's version is at least `major.minor` (from /proc/sys/kernel/osrelease).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(['.', '-', '+']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
 }
 
 fn serve_own(cg: &Path, port: u16) -> ChildGuard {
@@ -216,7 +229,7 @@ pub fn own_server_counts_exactly() {
 }
 
 /// busybox `httpd` (the static one in the VM) forks a child per connection, which reads the request on fd 0 and
-/// answers on fd 1. The probes follow the fork (`sched_process_fork`) and fold each child's counts into the server
+/// answers on fd 1. The probes follow the fork (`task_newtask`) and fold each child's counts into the server
 /// when it exits, so the server's pid shows exactly what was sent: accepts, requests and responses by class.
 pub fn busybox_httpd_counts() {
     let cg = CgroupV2::create("httpd", None);
