@@ -27,7 +27,7 @@ use monitor_common::{
 };
 
 use crate::{
-    io::{current, saved_args, syscall_io, traced},
+    io::{current, syscall_io, traced},
     maps::{PASSIVE, SOCK_BY_SK, STATS},
     recv::{count_recv, is_request_read, now},
     send::{count_send, status_written},
@@ -189,11 +189,20 @@ fn try_sock_state(ctx: &RawTracePointContext) -> Result<(), i32> {
 /// read or write family.
 #[inline(always)]
 fn current_io() -> Option<PendingIo> {
-    // SAFETY: helpers on the current task, which is valid for the whole program run.
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const u8;
-    let [dx, si, di, sysno] = saved_args(regs).ok()?;
+    // SAFETY: helpers on the current task, which is valid for the whole program run. `bpf_task_pt_regs` returns a
+    // BTF-typed pointer to the task's `struct pt_regs`: the verifier turns these loads into fault-tolerant
+    // kernel loads, bounds-checked against the kernel's BTF (no helper call: a `bpf_probe_read_kernel` costs
+    // more than the rest of the program).
+    let [dx, si, di, sysno] = unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const u64;
+        let at = |i: usize| core::ptr::read_volatile(regs.add(i));
+        [at(REGS_DX), at(REGS_DX + 1), at(REGS_DX + 2), at(REGS_DX + 3)]
+    };
     syscall_io(sysno, di, si, dx)
 }
+
+/// Index of `dx` among the u64 fields of x86_64 `struct pt_regs`; `si`, `di` and `orig_ax` follow it.
+const REGS_DX: usize = 12;
 
 /// True for an IPv4 or IPv6 socket: only TCP sockets are adopted, since only they are forgotten at `TCP_CLOSE`.
 #[inline(always)]

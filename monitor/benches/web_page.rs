@@ -95,7 +95,12 @@ impl Feed {
         };
         let (policy, decision) = decide(&self.policy, &snapshot, &self.thresholds);
         self.policy = policy;
-        Published { snapshot, decision, probes: ProbeStatus { enabled: true, reason: None, hooks: Some("sock".into()) }, error: None }
+        Published {
+            snapshot,
+            decision,
+            probes: ProbeStatus { enabled: true, reason: None, hooks: Some("sock".into()) },
+            error: None,
+        }
     }
 }
 
