@@ -67,10 +67,9 @@ pub fn recv_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
         return Ok(());
     }
     let key = SockKey { tgid, fd: p.fd };
-    let request = is_request_read(p, n as u64);
     match SOCKS.get_ptr_mut(key) {
-        Some(sock) => count_recv(sock, tgid, request, n as u64),
-        None if request => {
+        Some(sock) => count_recv(sock, tgid, Some(p), n as u64),
+        None if is_request_read(p, n as u64) => {
             // BPF_NOEXIST: never overwrite a socket an accept on another thread just recorded.
             let _ = SOCKS.insert(key, SockState::adopted(tgid, now(), n as u64), BPF_NOEXIST as u64);
             Ok(())
@@ -79,21 +78,27 @@ pub fn recv_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     }
 }
 
-/// A read of `n` bytes by `tgid` on a tracked socket, which began with a request line when `request`: bytes in
-/// and a request, or, on an unconfirmed socket, held until a status line confirms it. Shared by both hook sets.
+/// A read of `n` bytes by `tgid` on a tracked socket, described by `p` when it is a read whose buffer can be
+/// looked into: bytes in, and a request when it began with a request line; on an unconfirmed socket both are held
+/// until a status line confirms it. Shared by both hook sets.
+///
+/// The buffer is only looked into while no request waits on the socket: a read while one waits is the rest of that
+/// request (its body), or a pipelined request, counted with the one waiting (docs/probes.md). That spares the user
+/// read, the dearest part of the program, on every body read.
 ///
 /// An untracked fd (or socket) whose read began with a request line is adopted by the caller as an unconfirmed
 /// socket holding that request ([`SockState::adopted`]). That costs one 8-byte user read per read of 8 bytes or
 /// more on an untracked socket of a traced tgid.
 #[inline(always)]
-pub fn count_recv(sock: *mut SockState, tgid: u32, request: bool, n: u64) -> Result<(), i32> {
-    // SAFETY: our own map's value; one socket is served by one thread at a time. The oldest request wins.
+pub fn count_recv(sock: *mut SockState, tgid: u32, p: Option<&PendingIo>, n: u64) -> Result<(), i32> {
+    // SAFETY: our own map's value; one socket is served by one thread at a time.
+    let idle = unsafe { (*sock).request_ns == 0 };
+    let request = idle && p.is_some_and(|p| is_request_read(p, n));
+    // SAFETY: as above.
     unsafe {
         if request {
             (*sock).owner = tgid;
-            if (*sock).request_ns == 0 {
-                (*sock).request_ns = now();
-            }
+            (*sock).request_ns = now();
         }
         if (*sock).unconfirmed != 0 {
             (*sock).deferred_bytes_in += n;

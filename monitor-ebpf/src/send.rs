@@ -76,17 +76,24 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
     let Some(sock) = tracked_socket(tgid, p.fd) else {
         return Ok(());
     };
-    count_send(sock, tgid, status_written(p), n as u64)
+    count_send(sock, tgid, Some(p), n as u64)
 }
 
-/// A write of `n` bytes by `tgid` on a tracked socket, which began with the status line `st` if any: bytes out,
-/// and a response by class, with the latency since the request. The first status line on an adopted socket
-/// confirms it: the requests and bytes it held count from then on. Shared by both hook sets.
+/// A write of `n` bytes by `tgid` on a tracked socket, described by `p` when it is a write whose buffer can be
+/// looked into: bytes out, and a response by class when it began with a status line, with the latency since the
+/// request. The first status line on an adopted socket confirms it: the requests and bytes it held count from then
+/// on. Shared by both hook sets.
+///
+/// The buffer is only looked into while a request waits for its final response (or the socket is unconfirmed): the
+/// other writes are the rest of a response already counted, which spares the user read on every body write.
 #[inline(always)]
-pub fn count_send(sock: *mut SockState, tgid: u32, st: Option<Status>, n: u64) -> Result<(), i32> {
+pub fn count_send(sock: *mut SockState, tgid: u32, p: Option<&PendingIo>, n: u64) -> Result<(), i32> {
     let Some(s) = STATS.get_ptr_mut(tgid) else {
         return Ok(());
     };
+    // SAFETY: our own map's value (one socket is served by one thread at a time).
+    let awaited = unsafe { (*sock).request_ns != 0 || (*sock).unconfirmed != 0 };
+    let st = if awaited { p.and_then(status_written) } else { None };
     // SAFETY: `sock` is our own map's value (one socket is served by one thread at a time); `s` is this CPU's
     // value of our own per-CPU map (no other program runs on this CPU meanwhile).
     unsafe {

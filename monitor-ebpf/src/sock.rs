@@ -30,7 +30,7 @@ use crate::{
     io::{current, syscall_io, traced},
     maps::{PASSIVE, SOCK_BY_SK, STATS},
     recv::{count_recv, is_request_read, now},
-    send::{count_send, status_written},
+    send::count_send,
 };
 
 /// `MSG_PEEK`: a read that leaves the bytes queued (the real read that follows counts them).
@@ -92,16 +92,13 @@ fn try_sock_recv(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     let n = n as u64;
     // A read by another path (recvmmsg, io_uring, splice) counts its bytes but is not looked into.
-    let request = match current_io() {
-        Some(p) if kind::is_recv(p.kind) => is_request_read(&p, n),
-        _ => false,
-    };
+    let p = current_io().filter(|p| kind::is_recv(p.kind));
     let sock = match SOCK_BY_SK.get_ptr_mut(sk) {
         Some(sock) => sock,
         None => match accept(sk, tgid)? {
             Some(sock) => sock,
             None => {
-                if request && is_tcp(sk) {
+                if p.is_some_and(|p| is_request_read(&p, n)) && is_tcp(sk) {
                     // BPF_NOEXIST: never overwrite what another thread just recorded.
                     let _ = SOCK_BY_SK.insert(sk, SockState::adopted(tgid, now(), n), BPF_NOEXIST as u64);
                 }
@@ -109,7 +106,7 @@ fn try_sock_recv(ctx: &RawTracePointContext) -> Result<(), i32> {
             }
         },
     };
-    count_recv(sock, tgid, request, n)
+    count_recv(sock, tgid, p.as_ref(), n)
 }
 
 fn try_sock_send(ctx: &RawTracePointContext) -> Result<(), i32> {
@@ -130,11 +127,8 @@ fn try_sock_send(ctx: &RawTracePointContext) -> Result<(), i32> {
         },
     };
     // `sendfile` and the other paths (io_uring, splice) count their bytes only.
-    let st = match current_io() {
-        Some(p) if !kind::is_recv(p.kind) && p.kind != kind::SENDFILE => status_written(&p),
-        _ => None,
-    };
-    count_send(sock, tgid, st, n as u64)
+    let p = current_io().filter(|p| !kind::is_recv(p.kind) && p.kind != kind::SENDFILE);
+    count_send(sock, tgid, p.as_ref(), n as u64)
 }
 
 /// The first read or write of a traced tgid on an untracked socket: when the socket was opened passively and no

@@ -107,3 +107,43 @@ fn node_keepalive_opened_before_tracing_counts_exactly() {
     let t = assert_counts(&mut probes, &[server.pid()], &sent, "node keep-alive opened before tracing");
     assert_eq!(t.inflight, 0);
 }
+
+/// Pipelined requests (HTTP/1.1: several sent before the first response) that arrive while a request waits are
+/// counted with it, and so are their responses: the counts stay balanced (nothing left in flight), whether Node
+/// reads the batch at once or not. Sequential requests on the same connection afterwards count exactly.
+#[test]
+fn node_pipelined_requests_stay_balanced() {
+    let name = "node_pipelined_requests_stay_balanced";
+    if !require_root(name) || !require_program(name, "node") {
+        return;
+    }
+    let port = free_port();
+    let server = Server::start(
+        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
+        port,
+    );
+    let mut probes = load_probes();
+    sync(&mut probes, &[server.pid()]);
+    let mut conn = KeepAlive::connect(port);
+    for _ in 0..5 {
+        assert_eq!(conn.pipeline(&["/ok", "/missing", "/ok"]), [200, 404, 200]);
+    }
+    let settle = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let t = loop {
+        let t = total(&read(&mut probes), &[server.pid()]);
+        if (t.requests_total >= 5 && t.requests_total == t.responses_total) || std::time::Instant::now() > settle {
+            break t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!((5..=15).contains(&t.requests_total), "one per batch at least, one per request at most: {t:?}");
+    assert_eq!(t.requests_total, t.responses_total, "{t:?}");
+    assert_eq!(t.inflight, 0, "{t:?}");
+    // Then one at a time: exact again.
+    for _ in 0..4 {
+        assert_eq!(conn.get("/ok"), 200);
+    }
+    let mut sent = Sent { connects: 1, requests: t.requests_total + 4, ..Sent::default() };
+    sent.by_class = [0, t.responses_by_class[1] + 4, 0, t.responses_by_class[3], 0];
+    assert_counts(&mut probes, &[server.pid()], &sent, "node pipelined, then sequential");
+}

@@ -464,11 +464,27 @@ impl KeepAlive {
 
     /// Sends `GET path` and returns the response's status after reading its body.
     pub fn get(&mut self, path: &str) -> u16 {
-        use std::io::{Read, Write};
-        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: keep-alive\r\n\r\n", self.port);
-        if let Err(e) = self.stream.get_mut().write_all(req.as_bytes()) {
-            panic!("send GET {path}: {e}");
+        self.pipeline(&[path])[0]
+    }
+
+    /// Sends `GET` for every path in one write (HTTP/1.1 pipelining), then reads the responses in order and
+    /// returns their statuses.
+    pub fn pipeline(&mut self, paths: &[&str]) -> Vec<u16> {
+        use std::io::Write;
+        let port = self.port;
+        let reqs: String = paths
+            .iter()
+            .map(|p| format!("GET {p} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n\r\n"))
+            .collect();
+        if let Err(e) = self.stream.get_mut().write_all(reqs.as_bytes()) {
+            panic!("send GET {paths:?}: {e}");
         }
+        paths.iter().map(|p| self.response(p)).collect()
+    }
+
+    /// Reads one response to `GET path` (head and body) and returns its status.
+    fn response(&mut self, path: &str) -> u16 {
+        use std::io::Read;
         let status_line = self.line();
         let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse::<u16>().ok());
         let Some(status) = status else { panic!("GET {path}: status line {status_line:?}") };
