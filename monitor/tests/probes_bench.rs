@@ -185,17 +185,35 @@ fn probes_overhead_nginx() {
         println!(
             "PROBES BENCH: nginx 1 worker, wrk -t1 -c{conns} -d{secs}s, {rounds} rounds of {n} modes, order rotating"
         );
-        println!("| | req/s (mean) | req/s by round | CPU ns per request (nginx + wrk) | ratio | cost per request |");
-        println!("| --- | ---: | --- | ---: | ---: | ---: |");
-        println!("| detached | {rps_off:.0} | {} | {cpu_off:.0} | 1 | 0 |", fmt(&runs[0]));
+        // Each round's run next to the same round's detached run: ratio and cost per round, and their medians (a
+        // burst of other load on the machine moves a mean, hardly a median).
+        let ns = |r: &Run| r.cpu_s * 1e9 / r.requests.max(1) as f64;
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => f64::NAN,
+                l if l % 2 == 1 => v[l / 2],
+                l => (v[l / 2 - 1] + v[l / 2]) / 2.0,
+            }
+        };
+        println!(
+            "| | req/s (mean) | req/s by round | CPU ns per request (nginx + wrk) | ratio of means | median ratio | \
+             cost of means | median cost |"
+        );
+        println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+        println!("| detached | {rps_off:.0} | {} | {cpu_off:.0} | 1 | 1 | 0 | 0 |", fmt(&runs[0]));
         for m in 1..n {
             let (rps, cpu) = (mean_of(&runs[m]), cpu_ns(&runs[m]));
+            let ratios = runs[m].iter().zip(&runs[0]).map(|(a, b)| a.rps / b.rps).collect();
+            let costs = runs[m].iter().zip(&runs[0]).map(|(a, b)| ns(a) - ns(b)).collect();
             println!(
-                "| {} | {rps:.0} | {} | {cpu:.0} | {:.3} | {:.0} ns |",
+                "| {} | {rps:.0} | {} | {cpu:.0} | {:.3} | {:.3} | {:.0} ns | {:.0} ns |",
                 modes[m].1,
                 fmt(&runs[m]),
                 rps / rps_off,
-                cpu - cpu_off
+                median(ratios),
+                cpu - cpu_off,
+                median(costs)
             );
         }
         // Round by round (each next to its own detached run): throughput ratio and CPU cost.
@@ -203,10 +221,7 @@ fn probes_overhead_nginx() {
             let per: Vec<String> = runs[m]
                 .iter()
                 .zip(&runs[0])
-                .map(|(a, b)| {
-                    let ns = |r: &Run| r.cpu_s * 1e9 / r.requests.max(1) as f64;
-                    format!("{:.3}/{:.0}", a.rps / b.rps, ns(a) - ns(b))
-                })
+                .map(|(a, b)| format!("{:.3}/{:.0}", a.rps / b.rps, ns(a) - ns(b)))
                 .collect();
             println!("{} by round (ratio/ns): {}", modes[m].1, per.join(", "));
         }
