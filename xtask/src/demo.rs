@@ -1,5 +1,5 @@
 //! `cargo xtask demo`: the whole system on this host. `monitor run` (agent + launcher + front door) over a master
-//! and two workers of the fixture backend, in a limited cgroup v1 memory group it creates; a small load through the
+//! and two workers of the fixture backend, in a limited memory cgroup it creates (v1, or v2 on a unified-only host); a small load through the
 //! front door; the group pushed past refuse_at (85%: new requests shed with 503) and abort_at (92%: the largest
 //! process's in-flight request cancelled) and back; then SIGTERM, a drain, exit 0, and a check that nothing is
 //! left. Ctrl-C at any point drains and cleans up; a watchdog that outlives xtask cleans up if xtask is killed.
@@ -11,12 +11,11 @@ use crate::util::{is_root, root, run as sh};
 use anyhow::{bail, Context, Result};
 use load::Load;
 use serde_json::Value;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
-use system::{interrupted, pause, System, MIB, PROCESSES, V1_MEMORY};
+use system::{group_parent, interrupted, pause, System, MIB, PROCESSES};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -39,9 +38,7 @@ pub fn run(args: Args) -> Result<()> {
     if !is_root() {
         bail!("demo needs root (it creates a memory cgroup): run it as root");
     }
-    if !Path::new(V1_MEMORY).join("memory.limit_in_bytes").exists() {
-        bail!("demo needs the cgroup v1 memory controller at {V1_MEMORY} (the v2 demo is not built yet)");
-    }
+    let (parent, version) = group_parent().map_err(|e| anyhow::anyhow!("demo needs a memory cgroup: {e}"))?;
     if args.limit_mib < 256 {
         bail!("--limit-mib {}: at least 256", args.limit_mib);
     }
@@ -49,8 +46,8 @@ pub fn run(args: Args) -> Result<()> {
     let root = root();
     sh(Command::new("cargo").current_dir(&root).args(["build", "-p", "monitor", "-p", "monitor-tests", "--bins"]))?;
     system::catch_signals();
-    let mut sys = System::start(&root.join("target/debug"), args.limit_mib)?;
-    banner(&sys);
+    let mut sys = System::start(&root.join("target/debug"), parent, args.limit_mib)?;
+    banner(&sys, version);
     let played = play(&sys, &args);
     match &played {
         Err(_) if interrupted() => println!("\ninterrupted: stopping"),
@@ -62,10 +59,10 @@ pub fn run(args: Args) -> Result<()> {
     played.and(stopped)
 }
 
-fn banner(sys: &System) {
+fn banner(sys: &System, version: &str) {
     let names: Vec<String> = PROCESSES.iter().zip(&sys.ports).map(|((n, r), p)| format!("{n} ({r}, :{p})")).collect();
     println!("\n== monitor demo: the whole system on this host");
-    println!("   group       {} (cgroup v1, limit {} MiB)", sys.cgroup.display(), sys.limit / MIB);
+    println!("   group       {} (cgroup {version}, limit {} MiB)", sys.cgroup.display(), sys.limit / MIB);
     println!("   processes   {} — fixture-backend", names.join(", "));
     println!("   config      {}", sys.dir.join("monitor.toml").display());
     println!();

@@ -1,5 +1,5 @@
 //! The demo's running system: a temp config, `monitor run` over a master and two workers of `fixture-backend` in
-//! a limited v1 memory cgroup it creates, free loopback ports, a watchdog that cleans up if xtask itself dies, and
+//! a limited memory cgroup it creates (v1, or v2 on a unified-only host), free loopback ports, a watchdog that cleans up if xtask itself dies, and
 //! the checks that nothing is left behind.
 
 use anyhow::{bail, Context, Result};
@@ -14,6 +14,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub const V1_MEMORY: &str = "/sys/fs/cgroup/memory";
+/// The cgroup v2 root, used when there is no v1 memory hierarchy (a unified-only host).
+pub const V2_ROOT: &str = "/sys/fs/cgroup";
+
+/// Where the demo's group goes: under the v1 memory hierarchy when there is one, else under the cgroup v2 root when
+/// its children get the memory controller. Returns that parent and the version's name, or why neither works.
+pub fn group_parent() -> Result<(&'static Path, &'static str), String> {
+    if Path::new(V1_MEMORY).join("memory.limit_in_bytes").exists() {
+        return Ok((Path::new(V1_MEMORY), "v1"));
+    }
+    let v2 = Path::new(V2_ROOT);
+    let controllers = std::fs::read_to_string(v2.join("cgroup.subtree_control")).unwrap_or_default();
+    if controllers.split_whitespace().any(|c| c == "memory") {
+        return Ok((v2, "v2"));
+    }
+    Err(format!(
+        "neither a cgroup v1 memory hierarchy at {V1_MEMORY} nor a cgroup v2 root at {V2_ROOT} whose \
+         cgroup.subtree_control enables memory (echo +memory > {V2_ROOT}/cgroup.subtree_control)"
+    ))
+}
 pub const MIB: u64 = 1024 * 1024;
 /// The processes `monitor run` starts: name, role.
 pub const PROCESSES: [(&str, &str); 3] = [("m0", "master"), ("tx1", "worker"), ("tx2", "worker")];
@@ -78,9 +97,9 @@ pub struct System {
 
 impl System {
     /// Writes the config and starts `monitor run` (and the watchdog); waits until every process is ready.
-    pub fn start(bin: &Path, limit_mib: u64) -> Result<System> {
+    pub fn start(bin: &Path, parent: &Path, limit_mib: u64) -> Result<System> {
         let id = std::process::id();
-        let cgroup = Path::new(V1_MEMORY).join(format!("monitor-demo-{id}"));
+        let cgroup = parent.join(format!("monitor-demo-{id}"));
         if cgroup.exists() {
             bail!("{} exists already", cgroup.display());
         }

@@ -6,6 +6,7 @@
 //! `vm-suite: N passed, N failed`, and exits non-zero when a test failed. `monitor`, `alloc-hog` and `fixture-backend`
 //! must sit beside it. `vm-suite serve <port>` is the tiny HTTP server the traffic tests start.
 
+mod front_door;
 mod memory;
 mod server;
 mod support;
@@ -25,6 +26,7 @@ const TESTS: &[(&str, fn())] = &[
     ("own_server_counts_exactly", traffic::own_server_counts_exactly),
     ("busybox_httpd_counts", traffic::busybox_httpd_counts),
     ("fixture_backend_counts_exactly", traffic::fixture_backend_counts_exactly),
+    ("run_creates_the_group_and_serves", front_door::run_creates_the_group_and_serves),
 ];
 
 fn main() -> ExitCode {
