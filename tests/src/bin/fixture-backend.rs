@@ -1,13 +1,17 @@
 //! `fixture-backend --name tx1 --port 3002`: an HTTP server that behaves like a FHIRsmith tx process behind the
 //! front door, for the proxy and launcher tests, the demo and the benchmark.
 //!
-//! - `GET /health` answers `ok`; `GET /stats` answers `{"name","served","abandoned","inflight"}`; `/crash` exits 3.
+//! - `GET /health` answers `ok`; `GET /stats` answers `{"name","served","abandoned","inflight","dropped"}`;
+//!   `/crash` exits 3.
 //! - Any other path answers 200 with a JSON echo (`name`, `pid`, `method`, `path`, `xff`, `cache_id`,
 //!   `body_bytes`) and `X-Served-By: <name>`, after reading the request body.
 //! - `?cache=start` issues a cache id `<name>.<n>` in `X-Cache-Id`; a request carrying `X-Cache-Id` that this
 //!   process did not issue gets 404 `cache-id-unknown`.
 //! - `?alloc_mib=N` allocates and touches N MiB, held until the answer is sent; `?sleep_ms=N` waits N ms first;
 //!   `?body_kib=N` pads the answer to N KiB.
+//! - `?drop_on=NAME`: the process named NAME closes the connection without answering (counted as `dropped` in
+//!   `/stats`); the others answer as usual.
+//! - `GET /hang-health?ms=N`: for the next N ms `/health` hangs until the N ms are over, then answers 503.
 //! - A request whose client goes away before the answer is abandoned (its memory freed) and counted.
 //! - Idle keep-alive connections close after `--keepalive-ms` (default 5000, Node's default).
 //!   Logs nothing unless `--verbose`.
@@ -77,8 +81,11 @@ struct State {
     served: AtomicU64,
     abandoned: AtomicU64,
     inflight: AtomicU64,
+    dropped: AtomicU64,
     started: std::time::Instant,
     health_delay: Duration,
+    /// `/health` hangs until then.
+    health_hang_until: Mutex<Option<tokio::time::Instant>>,
     verbose: bool,
 }
 
@@ -110,10 +117,43 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     r
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The connection is closed without an answer (`?drop_on=<this process>`).
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("dropped on request")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, BoxError> {
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
+    if path == "/health" {
+        let until = state.health_hang_until.lock().map(|u| *u).unwrap_or(None);
+        if let Some(until) = until.filter(|u| *u > tokio::time::Instant::now()) {
+            tokio::time::sleep_until(until).await;
+            return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "was hung\n"));
+        }
+    }
+    if query.split('&').any(|kv| kv.strip_prefix("drop_on=") == Some(state.name.as_str())) {
+        state.dropped.fetch_add(1, Ordering::Relaxed);
+        // A service error makes hyper close the connection without writing a response.
+        return Err(Box::new(Dropped));
+    }
     match path.as_str() {
+        "/hang-health" => {
+            let ms = query_u64(&query, "ms").unwrap_or(0);
+            if let Ok(mut u) = state.health_hang_until.lock() {
+                *u = Some(tokio::time::Instant::now() + Duration::from_millis(ms));
+            }
+            return Ok(text(StatusCode::OK, format!("/health hangs for {ms} ms\n")));
+        }
         "/health" if state.started.elapsed() >= state.health_delay => return Ok(text(StatusCode::OK, "ok\n")),
         "/health" => return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "starting\n")),
         "/crash" => std::process::exit(3),
@@ -123,6 +163,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
                 "served": state.served.load(Ordering::Relaxed),
                 "abandoned": state.abandoned.load(Ordering::Relaxed),
                 "inflight": state.inflight.load(Ordering::Relaxed),
+                "dropped": state.dropped.load(Ordering::Relaxed),
             });
             return Ok(text(StatusCode::OK, v.to_string()));
         }
@@ -217,8 +258,10 @@ async fn serve(args: Args) -> std::io::Result<()> {
         served: AtomicU64::new(0),
         abandoned: AtomicU64::new(0),
         inflight: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
         started: std::time::Instant::now(),
         health_delay: args.health_delay,
+        health_hang_until: Mutex::new(None),
         verbose: args.verbose,
     });
     if state.verbose {

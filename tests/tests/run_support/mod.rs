@@ -31,6 +31,8 @@ pub struct Spec {
     /// Replace the master's command (for start-up failures).
     pub master_command: Option<Vec<String>>,
     pub start_timeout_s: u64,
+    /// Extra lines of every `[[process]]`.
+    pub process: String,
 }
 
 impl Default for Spec {
@@ -43,6 +45,7 @@ impl Default for Spec {
             limit_mib: 512,
             master_command: None,
             start_timeout_s: 20,
+            process: String::new(),
         }
     }
 }
@@ -94,9 +97,10 @@ pub fn launch(name: &str, spec: &Spec) -> Run {
             }
         }
         text.push_str(&format!(
-            "[[process]]\nname = \"{pname}\"\nrole = \"{role}\"\ncommand = {}\nport = {port}\nstart_timeout_s = {}\n",
+            "[[process]]\nname = \"{pname}\"\nrole = \"{role}\"\ncommand = {}\nport = {port}\nstart_timeout_s = {}\n{}\n",
             toml_list(&cmd),
-            spec.start_timeout_s
+            spec.start_timeout_s,
+            spec.process
         ));
     }
     let config = std::env::temp_dir().join(format!("{}.toml", cg.relative()));
