@@ -8,6 +8,9 @@
 //! 2. Master-only paths (`$closure`/`%24closure` anywhere, `^/syndication`, `^/info/`) go to the master.
 //! 3. Paths outside `tx_paths` go to the master.
 //! 4. The rest: the ready, serving tx process with the fewest outstanding requests; ties rotate.
+//!
+//! The one retry of a request that failed before any response byte ([`Table::retry`]) goes to another process of
+//! the least-outstanding pool when rule 4 chose the first; the rules that name one process keep it.
 
 use regex::RegexSet;
 
@@ -178,6 +181,22 @@ impl Table {
         self.least_outstanding(req, &live, rotor)
     }
 
+    /// Where the one retry of a request goes after process `failed`, chosen by `rule`, failed before sending any
+    /// response byte: when least-outstanding chose it, the least-outstanding usable process other than `failed`
+    /// (the same one if it is the only one); when a rule named the process (cache-id owner, master-only, not tx),
+    /// the same process. `exempt`: a health path (the memory guard's refusal does not apply).
+    pub fn retry(&self, rule: Rule, exempt: bool, live: impl Fn(usize) -> Live, rotor: u64, failed: usize) -> usize {
+        if rule != Rule::LeastOutstanding {
+            return failed;
+        }
+        let req = Request { exempt, ..Request::default() };
+        let others = |i: usize| if i == failed { Live { ready: false, ..live(i) } } else { live(i) };
+        match self.least_outstanding(&req, &others, rotor) {
+            Route::To { index, .. } => index,
+            Route::Unavailable(_) => failed,
+        }
+    }
+
     /// One pass, one `live` call per process (the counts move under us): the first usable process with the
     /// fewest outstanding requests, starting at a rotating place in the pool so ties rotate.
     fn least_outstanding(&self, req: &Request<'_>, live: &impl Fn(usize) -> Live, rotor: u64) -> Route {
@@ -213,6 +232,7 @@ pub fn cache_prefix(id: &str) -> &str {
 mod tests {
     use super::*;
     use crate::config::ProxyConfig;
+    use std::collections::BTreeSet;
 
     const UP: Live = Live { ready: true, serving: true, outstanding: 0 };
     const DOWN: Live = Live { ready: false, serving: true, outstanding: 0 };
@@ -322,6 +342,32 @@ mod tests {
             assert!(matches!(t.select(&req("/r4/x", None), live, rotor), Route::To { .. }));
         }
         assert_eq!(calls.get(), 150, "one look per process per request");
+    }
+
+    #[test]
+    fn a_retry_goes_elsewhere_only_after_least_outstanding() {
+        let t = table(true, &["^/r4/"]);
+        // (rule, failed, live, want)
+        type Case = (Rule, usize, fn(usize) -> Live, usize);
+        let cases: &[Case] = &[
+            // The least-outstanding of the others, even when the failed one has fewer.
+            (Rule::LeastOutstanding, 1, |i| Live { outstanding: [4, 0, 2][i], ..UP }, 2),
+            (Rule::LeastOutstanding, 2, |i| Live { outstanding: [4, 0, 2][i], ..UP }, 1),
+            (Rule::LeastOutstanding, 0, |i| Live { outstanding: [4, 0, 2][i], ..UP }, 1),
+            // The others down or refusing: the same process once more.
+            (Rule::LeastOutstanding, 1, |i| [DOWN, UP, REFUSING][i], 1),
+            // A rule that named the process keeps it.
+            (Rule::CacheOwner, 1, |_| UP, 1),
+            (Rule::MasterOnly, 0, |_| UP, 0),
+            (Rule::NotTx, 0, |_| UP, 0),
+        ];
+        for (rule, failed, live, want) in cases {
+            assert_eq!(t.retry(*rule, false, live, 0, *failed), *want, "{rule:?} after {failed}");
+        }
+        // Ties among the others rotate.
+        let picks: BTreeSet<usize> =
+            (0..4).map(|rotor| t.retry(Rule::LeastOutstanding, false, |_| UP, rotor, 0)).collect();
+        assert_eq!(picks, [1, 2].into());
     }
 
     #[test]

@@ -31,20 +31,22 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-/// Appends `client` to `X-Forwarded-For` (several fields are joined into one, in order).
-pub fn append_forwarded_for(h: &mut HeaderMap, client: IpAddr) {
-    let ip = client.to_string();
-    let joined = {
-        let mut prior = h.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).peekable();
-        if prior.peek().is_none() {
-            ip
-        } else {
-            let mut s: Vec<&str> = prior.collect();
-            s.push(&ip);
-            s.join(", ")
-        }
-    };
-    if let Ok(v) = HeaderValue::from_str(&joined) {
+/// A client's address as a header value, made once per connection.
+pub fn client_value(client: IpAddr) -> HeaderValue {
+    // An address's text is always a valid header value.
+    HeaderValue::from_str(&client.to_string()).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
+/// Appends `client` (from [`client_value`]) to `X-Forwarded-For` (several fields are joined into one, in order).
+/// Without a prior field this is one reference-counted copy of the connection's value.
+pub fn append_forwarded_for(h: &mut HeaderMap, client: &HeaderValue) {
+    if !h.contains_key(&X_FORWARDED_FOR) {
+        h.insert(X_FORWARDED_FOR.clone(), client.clone());
+        return;
+    }
+    let mut s: Vec<&str> = h.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
+    s.push(client.to_str().unwrap_or("unknown"));
+    if let Ok(v) = HeaderValue::from_str(&s.join(", ")) {
         h.insert(X_FORWARDED_FOR.clone(), v);
     }
 }
@@ -85,10 +87,10 @@ mod tests {
     fn forwarded_for_is_appended() {
         let ip: IpAddr = "127.0.0.9".parse().expect("ip");
         let mut h = HeaderMap::new();
-        append_forwarded_for(&mut h, ip);
+        append_forwarded_for(&mut h, &client_value(ip));
         assert_eq!(h["x-forwarded-for"], "127.0.0.9");
         let mut h = map(&[("x-forwarded-for", "203.0.113.7"), ("X-Forwarded-For", "10.1.1.1, 10.2.2.2")]);
-        append_forwarded_for(&mut h, ip);
+        append_forwarded_for(&mut h, &client_value(ip));
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.1.1.1, 10.2.2.2, 127.0.0.9");
     }

@@ -1,7 +1,8 @@
 //! The front door of `monitor run`: a hyper HTTP/1.1 reverse proxy in front of the launched processes. Routes each
 //! request with [`crate::route`], sheds and aborts by the policy's Decision ([`shed`]), streams both bodies, keeps
 //! upstream keep-alive pools ([`upstream`]) with an idle timeout below the backends', retries an idempotent bodiless
-//! request once when it fails before any response byte, and drains on shutdown ([`server`]).
+//! request once when it fails before any response byte (on another process when least-outstanding chose the
+//! first, [`route::Table::retry`]), and drains on shutdown ([`server`]).
 
 pub mod body;
 pub mod headers;
@@ -11,7 +12,7 @@ pub mod upstream;
 
 use crate::config::ProxyConfig;
 use crate::launcher::Member;
-use crate::route::{self, Live, Route, Unavailable};
+use crate::route::{self, Live, Route, Rule, Unavailable};
 use crate::token::{TokenError, Tokens};
 use body::{aborted, Lease, Outstanding, ProxyBody, Streamed};
 use http_body_util::{Either, Empty};
@@ -20,7 +21,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
 use hyper::http::uri::PathAndQuery;
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +52,31 @@ pub struct Backend {
     addr: SocketAddr,
     /// `Host` for requests that came without one.
     host: HeaderValue,
+}
+
+/// Where a request goes first, and what decides where its retry goes.
+#[derive(Clone, Copy)]
+struct Target {
+    index: usize,
+    rule: Rule,
+    exempt: bool,
+    rotor: u64,
+}
+
+/// How one try at a process ended.
+enum Attempt {
+    /// A response head came; the sender goes back to the pool when its body ends.
+    Answered {
+        resp: Response<Incoming>,
+        tx: SendRequest<ReqBody>,
+        outstanding: Outstanding,
+        abort_rx: watch::Receiver<u64>,
+    },
+    /// No response byte: connecting, writing or reading the head failed.
+    Failed(String),
+    TimedOut,
+    /// The memory guard told the process to abort.
+    Aborted,
 }
 
 /// The shared state of the front door.
@@ -165,8 +191,13 @@ impl Proxy {
         }
     }
 
-    /// Answers one request from a client at `peer`, over this thread's upstream connections.
-    pub async fn handle(&self, pool: &Arc<Upstream>, mut req: Request<Incoming>, peer: IpAddr) -> Response<ProxyBody> {
+    /// Answers one request from a client at `peer` ([`headers::client_value`]), over this thread's upstream connections.
+    pub async fn handle(
+        &self,
+        pool: &Arc<Upstream>,
+        mut req: Request<Incoming>,
+        peer: &HeaderValue,
+    ) -> Response<ProxyBody> {
         let exempt = self.health_paths.iter().any(|h| h == req.uri().path());
         if exempt && self.draining.load(Ordering::Acquire) {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
@@ -193,8 +224,8 @@ impl Proxy {
         }
         let rq = route::Request { path: req.uri().path(), cache_prefix: cache_owner.as_deref(), signed, exempt };
         let rotor = self.rotor.fetch_add(1, Ordering::Relaxed);
-        let (index, fallback) = match self.table.select(&rq, |i| self.live(i), rotor) {
-            Route::To { index, fallback, .. } => (index, fallback),
+        let (index, rule, fallback) = match self.table.select(&rq, |i| self.live(i), rotor) {
+            Route::To { index, rule, fallback } => (index, rule, fallback),
             Route::Unavailable(Unavailable::Shed) => return self.refused(),
             Route::Unavailable(Unavailable::Down) if signed => {
                 let owner = cache_owner.unwrap_or_default();
@@ -204,7 +235,8 @@ impl Proxy {
             Route::Unavailable(Unavailable::NoneReady) => return self.unavailable("no process is ready"),
         };
         let fallback = fallback.map(|f| HeaderValue::from_static(f.as_str()));
-        let mut resp = self.forward(pool, index, req, peer, fallback.clone()).await;
+        let to = Target { index, rule, exempt, rotor };
+        let mut resp = self.forward(pool, to, req, peer, fallback.clone()).await;
         if let Some(f) = fallback {
             resp.headers_mut().insert(X_ROUTE_FALLBACK.clone(), f);
         }
@@ -214,13 +246,11 @@ impl Proxy {
     async fn forward(
         &self,
         pool: &Arc<Upstream>,
-        index: usize,
+        to: Target,
         req: Request<Incoming>,
-        peer: IpAddr,
+        peer: &HeaderValue,
         fallback: Option<HeaderValue>,
     ) -> Response<ProxyBody> {
-        let backend = &self.backends[index];
-        let name = &self.members[index].name;
         let (mut parts, body) = req.into_parts();
         if parts.uri.scheme().is_some() || parts.uri.authority().is_some() || parts.uri.path_and_query().is_none() {
             // Absolute- or authority-form: the process gets the origin form.
@@ -229,8 +259,9 @@ impl Proxy {
         }
         headers::strip_hop_by_hop(&mut parts.headers);
         headers::append_forwarded_for(&mut parts.headers, peer);
-        if !parts.headers.contains_key(HOST) {
-            parts.headers.insert(HOST, backend.host.clone());
+        let own_host = !parts.headers.contains_key(HOST);
+        if own_host {
+            parts.headers.insert(HOST, self.backends[to.index].host.clone());
         }
         if let Some(f) = fallback {
             parts.headers.insert(X_ROUTE_FALLBACK.clone(), f);
@@ -244,24 +275,22 @@ impl Proxy {
             r
         });
         let body = if bodiless { Either::Right(Empty::new()) } else { Either::Left(body) };
-        let outstanding = Outstanding::new(backend.clone());
-        let abort_rx = backend.abort.subscribe();
-        let attempt = async {
-            let first = self.exchange(pool, index, Request::from_parts(parts, body)).await;
-            match (first, retry) {
-                (Err(e), Some(r)) => {
-                    tracing::debug!(name = %name, "retrying once after: {e}");
-                    self.exchange(pool, index, r).await
-                }
-                (other, _) => other,
+        // One deadline for the request and its retry.
+        let deadline = tokio::time::Instant::now() + self.upstream_timeout;
+        let mut index = to.index;
+        let mut outcome = self.attempt(pool, index, Request::from_parts(parts, body), deadline).await;
+        if let (Attempt::Failed(e), Some(mut r)) = (&outcome, retry) {
+            let next = self.table.retry(to.rule, to.exempt, |i| self.live(i), to.rotor.wrapping_add(1), index);
+            tracing::debug!(from = %self.members[index].name, to = %self.members[next].name, "retrying once after: {e}");
+            if next != index && own_host {
+                r.headers_mut().insert(HOST, self.backends[next].host.clone());
             }
-        };
-        let result = tokio::select! {
-            r = tokio::time::timeout(self.upstream_timeout, attempt) => r,
-            _ = aborted(abort_rx.clone()) => return self.aborted(name),
-        };
-        match result {
-            Ok(Ok((resp, tx))) => {
+            index = next;
+            outcome = self.attempt(pool, index, r, deadline).await;
+        }
+        let name = &self.members[index].name;
+        match outcome {
+            Attempt::Answered { resp, tx, outstanding, abort_rx } => {
                 let (mut parts, inner) = resp.into_parts();
                 headers::strip_hop_by_hop(&mut parts.headers);
                 if let Some(t) = &self.tokens {
@@ -274,17 +303,40 @@ impl Proxy {
                 let lease = Lease { pool: pool.clone(), index, tx };
                 Response::from_parts(parts, ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding)))
             }
-            Ok(Err(msg)) => {
+            Attempt::Aborted => self.aborted(name),
+            Attempt::Failed(msg) => {
                 tracing::warn!(name = %name, "upstream request failed: {msg}");
                 status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name}: {msg}\n"))
             }
-            Err(_) => status(
+            Attempt::TimedOut => status(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!(
                     "gateway timeout: process {name} sent no answer within {} s\n",
                     self.upstream_timeout.as_secs()
                 ),
             ),
+        }
+    }
+
+    /// One try at process `index`, counted as outstanding on it, until a response head, an error, the deadline, or
+    /// the memory guard's abort of that process.
+    async fn attempt(
+        &self,
+        pool: &Upstream,
+        index: usize,
+        req: Request<ReqBody>,
+        deadline: tokio::time::Instant,
+    ) -> Attempt {
+        let backend = &self.backends[index];
+        let outstanding = Outstanding::new(backend.clone());
+        let abort_rx = backend.abort.subscribe();
+        tokio::select! {
+            r = tokio::time::timeout_at(deadline, self.exchange(pool, index, req)) => match r {
+                Ok(Ok((resp, tx))) => Attempt::Answered { resp, tx, outstanding, abort_rx },
+                Ok(Err(msg)) => Attempt::Failed(msg),
+                Err(_) => Attempt::TimedOut,
+            },
+            _ = aborted(abort_rx.clone()) => Attempt::Aborted,
         }
     }
 

@@ -255,10 +255,12 @@ async fn connection(
     mut drain: watch::Receiver<bool>,
     _finished: Finished,
 ) {
+    let peer = super::headers::client_value(ip);
     let svc = hyper::service::service_fn(move |req| {
         let proxy = proxy.clone();
         let pool = pool.clone();
-        async move { Ok::<_, Infallible>(proxy.handle(&pool, req, ip).await) }
+        let peer = peer.clone();
+        async move { Ok::<_, Infallible>(proxy.handle(&pool, req, &peer).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
