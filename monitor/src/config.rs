@@ -207,6 +207,22 @@ pub struct ProcessConfig {
     /// after it). Default 60.
     #[serde(default = "default_start_timeout_s")]
     pub start_timeout_s: u64,
+    /// Once ready, the health path is asked this often, in milliseconds; a check fails without a 2xx answer
+    /// within the interval (at most 1 s). 0: only at start-up. Default 2000.
+    #[serde(default = "default_health_interval_ms")]
+    pub health_interval_ms: u64,
+    /// A ready process that fails this many checks in a row leaves the front door's pool (state `unhealthy`) until a
+    /// check passes again. Default 3.
+    #[serde(default = "default_health_failures")]
+    pub health_failures: u32,
+}
+
+fn default_health_interval_ms() -> u64 {
+    2000
+}
+
+fn default_health_failures() -> u32 {
+    3
 }
 
 fn default_start_timeout_s() -> u64 {
@@ -428,6 +444,12 @@ impl Config {
             }
             if proc.start_timeout_s == 0 {
                 out.push(problem(&at("start_timeout_s"), "must be above 0"));
+            }
+            if proc.health_interval_ms != 0 && proc.health_interval_ms < 50 {
+                out.push(problem(&at("health_interval_ms"), "must be 0 (off) or at least 50"));
+            }
+            if proc.health_failures == 0 {
+                out.push(problem(&at("health_failures"), "must be above 0"));
             }
         }
         if !self.processes.is_empty() && masters != 1 {

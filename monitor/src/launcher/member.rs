@@ -14,6 +14,8 @@ pub enum Phase {
     Starting,
     /// Healthy: the proxy sends it requests.
     Ready,
+    /// Running, but failed `health_failures` checks in a row: out of the proxy's pool until a check passes.
+    Unhealthy,
     /// Exited; restarted at `next_retry_unix_ms`.
     BackingOff,
     /// Stopped by the launcher (drain).
@@ -25,6 +27,7 @@ impl Phase {
         match self {
             Phase::Starting => "starting",
             Phase::Ready => "ready",
+            Phase::Unhealthy => "unhealthy",
             Phase::BackingOff => "backing-off",
             Phase::Stopped => "stopped",
         }
@@ -40,7 +43,7 @@ pub struct LauncherInfo {
     pub port: u16,
     /// The running process's pid (None while backing off).
     pub pid: Option<u32>,
-    /// `starting`, `ready`, `backing-off` or `stopped`.
+    /// `starting`, `ready`, `unhealthy`, `backing-off` or `stopped`.
     pub state: String,
     /// When the next start is due (Unix ms), while backing off.
     pub next_retry_unix_ms: Option<u64>,

@@ -1,6 +1,8 @@
-//! The launcher of `monitor run`: starts the master, waits for its health path, then starts the workers; restarts
-//! a process that exits after 1, 2, 4 … 60 s (back to 1 s once it has been healthy for `backoff_reset_s`); on stop,
-//! SIGTERMs every child and SIGKILLs those still running after the grace. Children die with the launcher.
+//! The launcher of `monitor run`: starts the master, waits for its health path, then starts the workers; keeps
+//! checking each ready process's health path every `health_interval_ms` (one that fails `health_failures` checks in
+//! a row is `unhealthy`, out of the proxy's pool, until a check passes); restarts a process that exits after 1, 2,
+//! 4 … 60 s (back to 1 s once it has been healthy for `backoff_reset_s`); on stop, SIGTERMs every child and SIGKILLs
+//! those still running after the grace. Children die with the launcher.
 
 mod member;
 mod spawn;
@@ -20,6 +22,8 @@ use tokio::task::JoinHandle;
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How often a starting process's health path is asked.
 const PROBE_EVERY: Duration = Duration::from_millis(50);
+/// The longest a periodic health check waits for its answer.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Why the group could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -158,24 +162,47 @@ async fn supervise(
     opts: &Options,
 ) {
     let mut backoff = Duration::from_secs(1);
+    let check_every = (p.health_interval_ms > 0).then(|| Duration::from_millis(p.health_interval_ms));
     loop {
         let pid = child.id().unwrap_or(0);
         let mut healthy_since = ready.then(Instant::now);
+        // Consecutive failed checks since the process was last seen healthy.
+        let mut failures = 0u32;
         let status = loop {
             if *stop.borrow() {
                 break None;
             }
+            // Starting: asked often until it first answers; then every interval, if checks are on.
+            let (every, timeout) = match (healthy_since, check_every) {
+                (None, _) => (Some(PROBE_EVERY), Duration::from_secs(1)),
+                (Some(_), Some(every)) => (Some(every), every.min(CHECK_TIMEOUT)),
+                (Some(_), None) => (None, CHECK_TIMEOUT),
+            };
             tokio::select! {
                 st = child.wait() => break Some(st),
                 _ = stop.changed() => {}
                 ok = async {
-                    tokio::time::sleep(PROBE_EVERY).await;
-                    spawn::probe(p.port, &p.health, Duration::from_secs(1)).await
-                }, if healthy_since.is_none() => {
-                    if ok {
-                        tracing::info!(name = %p.name, pid, "ready");
-                        m.set(Phase::Ready, pid, None);
-                        healthy_since = Some(Instant::now());
+                    tokio::time::sleep(every.unwrap_or(PROBE_EVERY)).await;
+                    spawn::probe(p.port, &p.health, timeout).await
+                }, if every.is_some() => {
+                    if healthy_since.is_none() {
+                        if ok {
+                            tracing::info!(name = %p.name, pid, "ready");
+                            m.set(Phase::Ready, pid, None);
+                            healthy_since = Some(Instant::now());
+                        }
+                    } else if ok {
+                        if failures >= p.health_failures {
+                            tracing::info!(name = %p.name, pid, "healthy again: back in the pool");
+                            m.set(Phase::Ready, pid, None);
+                        }
+                        failures = 0;
+                    } else {
+                        failures = failures.saturating_add(1);
+                        if failures == p.health_failures {
+                            tracing::warn!(name = %p.name, pid, failures, health = %p.health, "health checks failing: out of the pool");
+                            m.set(Phase::Unhealthy, pid, None);
+                        }
                     }
                 }
             }
