@@ -17,6 +17,8 @@ const srv = http.createServer((req, res) => {
     if (req.url === '/ok') {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end(req.method === 'POST' ? Buffer.concat(chunks) : 'ok\n');
+    } else if (req.url === '/hang') {
+      // never answered
     } else if (req.url === '/fail') {
       res.writeHead(500, { 'content-type': 'text/plain' });
       res.end('failed\n');
@@ -146,4 +148,50 @@ fn node_pipelined_requests_stay_balanced() {
     let mut sent = Sent { connects: 1, requests: t.requests_total + 4, ..Sent::default() };
     sent.by_class = [0, t.responses_by_class[1] + 4, 0, t.responses_by_class[3], 0];
     assert_counts(&mut probes, &[server.pid()], &sent, "node pipelined, then sequential");
+}
+
+/// A request the server never answers is in flight until its client goes away; then it counts as unanswered and
+/// nothing is left in flight (the socket programs see the connection reach TCP_CLOSE, the syscall hooks its close).
+#[test]
+fn node_request_abandoned_by_its_client_leaves_nothing_in_flight() {
+    let name = "node_request_abandoned_by_its_client_leaves_nothing_in_flight";
+    if !require_root(name) || !require_program(name, "node") {
+        return;
+    }
+    let port = free_port();
+    let server = Server::start(
+        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
+        port,
+    );
+    let mut probes = load_probes();
+    sync(&mut probes, &[server.pid()]);
+    let mut conn = KeepAlive::connect(port);
+    assert_eq!(conn.get("/ok"), 200);
+    let mut client = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+        Ok(c) => c,
+        Err(e) => panic!("connect: {e}"),
+    };
+    if let Err(e) = std::io::Write::write_all(&mut client, b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n") {
+        panic!("send: {e}");
+    }
+    let wait = |what: &str, probes: &mut monitor::probes::Probes, f: &dyn Fn(&monitor::snapshot::Traffic) -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let t = total(&read(probes), &[server.pid()]);
+            if f(&t) {
+                return t;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: {t:?}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let t = wait("the hanging request in flight", &mut probes, &|t| t.requests_total == 2);
+    assert_eq!((t.responses_total, t.inflight), (1, 1), "{t:?}");
+    drop(client);
+    let t = wait("nothing in flight once the client left", &mut probes, &|t| t.inflight == 0);
+    assert_eq!((t.requests_total, t.responses_total, t.accepts_total), (2, 1, 2), "{t:?}");
+    // The keep-alive connection still counts as before.
+    assert_eq!(conn.get("/ok"), 200);
+    let t = wait("the next request", &mut probes, &|t| t.responses_total == 2);
+    assert_eq!((t.requests_total, t.inflight), (3, 0), "{t:?}");
 }

@@ -9,9 +9,14 @@ use probes_support::*;
 use std::process::Command;
 
 fn python_server(dir: &TempDir) -> Server {
+    python_server_on(dir, "127.0.0.1")
+}
+
+/// python's http.server (HTTP/1.1) serving `dir` on `bind` (127.0.0.1 or ::1).
+fn python_server_on(dir: &TempDir, bind: &str) -> Server {
     let port = free_port();
     let mut cmd = Command::new("python3");
-    cmd.args(["-m", "http.server", "--protocol", "HTTP/1.1", "--bind", "127.0.0.1", "--directory"])
+    cmd.args(["-m", "http.server", "--protocol", "HTTP/1.1", "--bind", bind, "--directory"])
         .arg(dir.path())
         .arg(port.to_string())
         .stdout(std::process::Stdio::null())
@@ -190,4 +195,26 @@ fn programs_unload_when_probes_drop() {
         assert!(std::time::Instant::now() < deadline, "programs still loaded after drop: {left:?}");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// The same counting over IPv6 (::1): one request per connection and keep-alive, 200 and 404.
+#[test]
+fn python_on_ipv6_counts_exactly() {
+    if !require_root("python_on_ipv6_counts_exactly") || !require_program("python_on_ipv6_counts_exactly", "curl") {
+        return;
+    }
+    let dir = TempDir::new("py6");
+    dir.write("hello.txt", b"hello over IPv6\n");
+    let server = python_server_on(&dir, "::1");
+    let mut probes = load_probes();
+    sync(&mut probes, &[server.pid()]);
+    let url = |p: &str| format!("http://[::1]:{}{p}", server.port);
+    let mut sent = Sent::default();
+    for _ in 0..3 {
+        sent.add(&curl(&["-g", &url("/hello.txt")]));
+    }
+    sent.add(&curl(&["-g", &url("/hello.txt"), &url("/missing"), &url("/hello.txt")]));
+    assert_eq!((sent.requests, sent.by_class), (6, [0, 5, 0, 1, 0]), "{sent:?}");
+    let t = assert_counts(&mut probes, &[server.pid()], &sent, "python over ::1");
+    assert_eq!(t.inflight, 0);
 }

@@ -151,32 +151,40 @@ pub fn start_nginx(dir: &TempDir, conf: &str, port: u16, workers: usize) -> (Ser
     }
 }
 
-/// True when some socket listens on 127.0.0.1:`port` (state 0A in /proc/net/tcp).
-pub fn listening(port: u16) -> bool {
-    let want = format!("0100007F:{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
-        t.lines().skip(1).any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1] == want && f[3] == "0A"
+/// Listening sockets on the loopback `port`, IPv4 (127.0.0.1, /proc/net/tcp) and IPv6 (::1, /proc/net/tcp6), as
+/// the `socket:[inode]` names their fds link to.
+fn loopback_listeners(port: u16) -> Vec<String> {
+    let wanted = [
+        ("/proc/net/tcp", format!("0100007F:{port:04X}")),
+        ("/proc/net/tcp6", format!("{:0>32}:{port:04X}", "01000000")),
+    ];
+    wanted
+        .iter()
+        .flat_map(|(file, want)| {
+            std::fs::read_to_string(file)
+                .map(|t| {
+                    t.lines()
+                        .skip(1)
+                        .filter_map(|l| {
+                            let f: Vec<&str> = l.split_whitespace().collect();
+                            (f.len() > 9 && f[1] == want && f[3] == "0A").then(|| format!("socket:[{}]", f[9]))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
         })
-    })
+        .collect()
 }
 
-/// True when `pid` holds the socket listening on 127.0.0.1:`port` (its inode in /proc/net/tcp is one of the
-/// process's fds), so a readiness check can never be fooled by another server on the same port.
+/// True when some socket listens on 127.0.0.1:`port` or [::1]:`port` (state 0A).
+pub fn listening(port: u16) -> bool {
+    !loopback_listeners(port).is_empty()
+}
+
+/// True when `pid` holds the socket listening on the loopback `port` (its inode is one of the process's fds), so a
+/// readiness check can never be fooled by another server on the same port.
 pub fn owns_listener(pid: u32, port: u16) -> bool {
-    let want = format!("0100007F:{port:04X}");
-    let inodes: Vec<String> = std::fs::read_to_string("/proc/net/tcp")
-        .map(|t| {
-            t.lines()
-                .skip(1)
-                .filter_map(|l| {
-                    let f: Vec<&str> = l.split_whitespace().collect();
-                    (f.len() > 9 && f[1] == want && f[3] == "0A").then(|| format!("socket:[{}]", f[9]))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let inodes = loopback_listeners(port);
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
     fds.flatten().any(|fd| {
         std::fs::read_link(fd.path()).is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
