@@ -5,7 +5,11 @@
 //! `BENCH_SECONDS` (default 5) sets each wrk run's length. `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second
 //! `monitor run` from that binary (an older build, with its own two backends) to the same interleaved rounds, so a
 //! change is measured against what it replaces in one run. `BENCH_ROUNDS=N` (default 1) repeats the interleaved
-//! rounds; the summary takes the means.
+//! rounds; the summary takes the means, and the median of the per-round monitor/nginx throughput ratios (each
+//! round's runs are seconds apart, so a load change between rounds moves the means more than the per-round ratios).
+//! Each proxy's CPU time per request (user and system, all its threads; nginx: its workers) is read from
+//! `/proc/<pid>/stat` around each run: on a machine whose two cores are shared by wrk, the proxies and the backends,
+//! that is what throughput is made of, and it moves less with other load than req/s does.
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -18,10 +22,62 @@ use std::time::{Duration, Instant};
 
 const PATH: &str = "/r4/CodeSystem/$lookup";
 
+#[derive(Default)]
 struct Wrk {
     rps: f64,
     p50_us: f64,
     p99_us: f64,
+    requests: f64,
+    /// CPU µs per request of the target's own processes (0 for direct).
+    user_us: f64,
+    sys_us: f64,
+}
+
+/// (user, system) clock ticks of `pids` so far, all threads of each.
+fn cpu_ticks(pids: &[u32]) -> (u64, u64) {
+    let mut t = (0, 0);
+    for pid in pids {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // After the command (which may hold spaces), field 3 (state) comes first: utime is 14, stime 15.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        t.0 += num(11);
+        t.1 += num(12);
+    }
+    t
+}
+
+/// The pids whose parent is `parent` (nginx's workers).
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|s| {
+                let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+                rest.split_whitespace().nth(1).and_then(|v| v.parse::<u32>().ok()) == Some(parent)
+            })
+        })
+        .collect()
+}
+
+fn clock_ticks_per_s() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// `50.00us`, `1.20ms`, `2.00s` -> µs.
@@ -54,7 +110,22 @@ fn wrk(port: u16, conns: u32, seconds: u64) -> Result<Wrk> {
     let rps = field("Requests/sec:").parse::<f64>().with_context(|| format!("no Requests/sec in:\n{text}"))?;
     let p50_us = micros(&field("50%")).with_context(|| format!("no 50% in:\n{text}"))?;
     let p99_us = micros(&field("99%")).with_context(|| format!("no 99% in:\n{text}"))?;
-    Ok(Wrk { rps, p50_us, p99_us })
+    let requests = text
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in ").and_then(|(n, _)| n.trim().parse::<f64>().ok()))
+        .with_context(|| format!("no request count in:\n{text}"))?;
+    Ok(Wrk { rps, p50_us, p99_us, requests, ..Wrk::default() })
+}
+
+/// One measured wrk run, with the CPU time of `pids` per request.
+fn measure(port: u16, conns: u32, seconds: u64, pids: &[u32]) -> Result<Wrk> {
+    let before = cpu_ticks(pids);
+    let mut w = wrk(port, conns, seconds)?;
+    let after = cpu_ticks(pids);
+    let per_req = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / clock_ticks_per_s() * 1e6 / w.requests.max(1.0);
+    w.user_us = per_req(after.0, before.0);
+    w.sys_us = per_req(after.1, before.1);
+    Ok(w)
 }
 
 fn wait_port(port: u16) -> Result<()> {
@@ -85,7 +156,7 @@ fn nginx_conf(dir: &Path, listen: u16, a: u16, b: u16) -> String {
 /// A `monitor run` (with its own web and proxy ports) in front of two fixture backends on ports `a` and `b`.
 struct Monitor {
     front: u16,
-    _child: ChildGuard,
+    child: ChildGuard,
 }
 
 fn start_monitor(bin: &Path, fixture: &Path, cg: &CgroupV1, dir: &Path, tag: &str, a: u16, b: u16) -> Result<Monitor> {
@@ -107,7 +178,7 @@ fn start_monitor(bin: &Path, fixture: &Path, cg: &CgroupV1, dir: &Path, tag: &st
     for p in [a, b, front] {
         wait_port(p)?;
     }
-    Ok(Monitor { front, _child: child })
+    Ok(Monitor { front, child })
 }
 
 pub fn run() -> Result<()> {
@@ -142,48 +213,75 @@ pub fn run() -> Result<()> {
     };
     std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, ngx, a, b))?;
     // nginx runs inside the test cgroup too, so its workers go with the group whatever happens.
-    let _nginx = spawn_in_cgroup(
+    let nginx = spawn_in_cgroup(
         Command::new("nginx").arg("-p").arg(&dir).arg("-c").arg(dir.join("nginx.conf")).stderr(Stdio::null()),
         cg.path(),
     );
     wait_port(ngx)?;
-    let mut targets = vec![("direct (one backend)", a), ("monitor run", monitor.front)];
+    let workers = {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let w = children(nginx.pid());
+            if w.len() >= 2 || Instant::now() >= deadline {
+                break w;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut targets: Vec<(&str, u16, Vec<u32>)> =
+        vec![("direct (one backend)", a, Vec::new()), ("monitor run", monitor.front, vec![monitor.child.pid()])];
     if let Some(old) = &baseline {
-        targets.push(("monitor run (baseline build)", old.front));
+        targets.push(("monitor run (baseline build)", old.front, vec![old.child.pid()]));
     }
-    targets.push(("nginx", ngx));
-    println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)\n");
-    println!("| c | target | req/s | p50 µs | p99 µs |\n| --- | --- | --- | --- | --- |");
+    targets.push(("nginx", ngx, workers));
+    println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)");
+    println!("CPU: µs of the proxy's own processes per request (user + system)\n");
+    println!("| c | target | req/s | p50 µs | p99 µs | CPU µs/req |\n| --- | --- | --- | --- | --- | --- |");
     let mut summary = Vec::new();
     for c in [1u32, 16, 64] {
-        let mut row: Vec<Wrk> = targets.iter().map(|_| Wrk { rps: 0.0, p50_us: 0.0, p99_us: 0.0 }).collect();
+        let mut row: Vec<Wrk> = targets.iter().map(|_| Wrk::default()).collect();
+        let mut ratios = Vec::new();
         for _ in 0..rounds {
-            for (&(name, port), sum) in targets.iter().zip(row.iter_mut()) {
-                let _ = wrk(port, c, 1)?; // warm-up: connections, pools
-                let w = wrk(port, c, seconds)?;
-                println!("| {c} | {name} | {:.0} | {:.0} | {:.0} |", w.rps, w.p50_us, w.p99_us);
-                sum.rps += w.rps / rounds as f64;
-                sum.p50_us += w.p50_us / rounds as f64;
-                sum.p99_us += w.p99_us / rounds as f64;
+            let mut this_round = Vec::new();
+            for ((name, port, pids), sum) in targets.iter().zip(row.iter_mut()) {
+                let _ = wrk(*port, c, 1)?; // warm-up: connections, pools
+                let w = measure(*port, c, seconds, pids)?;
+                let cpu = if pids.is_empty() { String::new() } else { format!("{:.0} + {:.0}", w.user_us, w.sys_us) };
+                println!("| {c} | {name} | {:.0} | {:.0} | {:.0} | {cpu} |", w.rps, w.p50_us, w.p99_us);
+                let n = rounds as f64;
+                sum.rps += w.rps / n;
+                sum.p50_us += w.p50_us / n;
+                sum.p99_us += w.p99_us / n;
+                sum.user_us += w.user_us / n;
+                sum.sys_us += w.sys_us / n;
+                this_round.push(w.rps);
             }
+            ratios.push(this_round[1] / this_round[this_round.len() - 1]);
         }
-        summary.push((c, row));
+        summary.push((c, row, median(ratios)));
     }
     println!("\nmeans over {rounds} interleaved round(s):");
-    for (c, row) in &summary {
+    for (c, row, ratio) in &summary {
         let (direct, ours, nginx) = (&row[0], &row[1], &row[row.len() - 1]);
         print!(
-            "c={c}: monitor/nginx throughput {:.2} (goal >= 1); added p50 over direct: monitor {:+.0} µs, nginx {:+.0} µs",
+            "c={c}: monitor/nginx throughput {:.2} (median of per-round ratios {ratio:.2}; goal >= 1); added p50 over \
+             direct: monitor {:+.0} µs, nginx {:+.0} µs; CPU µs/req (user + sys): monitor {:.0} + {:.0}, nginx {:.0} + {:.0}",
             ours.rps / nginx.rps,
             ours.p50_us - direct.p50_us,
-            nginx.p50_us - direct.p50_us
+            nginx.p50_us - direct.p50_us,
+            ours.user_us,
+            ours.sys_us,
+            nginx.user_us,
+            nginx.sys_us
         );
         if row.len() == 4 {
             let old = &row[2];
             print!(
-                "; baseline build: /nginx {:.2}, {:+.0} µs; new/baseline throughput {:.2}",
+                "; baseline build: /nginx {:.2}, {:+.0} µs, CPU {:.0} + {:.0}; new/baseline throughput {:.2}",
                 old.rps / nginx.rps,
                 old.p50_us - direct.p50_us,
+                old.user_us,
+                old.sys_us,
                 ours.rps / old.rps
             );
         }
