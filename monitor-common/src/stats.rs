@@ -1,4 +1,10 @@
-//! `STATS`: per-CPU request counters of each traced tgid. User space creates the entry, the kernel only adds.
+//! `STATS` and `STATS_SLOTS`: per-CPU request counters of each traced tgid. User space creates the entries, the
+//! kernel only adds.
+//!
+//! `STATS` is a per-CPU hash by tgid. `STATS_SLOTS` is a per-CPU array of [`SLOTS`] slots: user space gives a traced
+//! tgid the slot `tgid % SLOTS` when no other traced tgid holds it, by writing the tgid into the slot on every CPU.
+//! The kernel programs count in the slot when it holds their tgid (an inlined array lookup and a compare) and in
+//! the hash otherwise (a forked child before user space sees it, or two tgids on one slot). User space sums both.
 
 use crate::user_pod;
 
@@ -11,6 +17,32 @@ pub const HIST_BUCKETS: usize = 32;
 
 /// Key: a tgid.
 pub type Key = u32;
+
+/// Name of the slot array in the object.
+pub const SLOTS_MAP: &str = "STATS_SLOTS";
+/// Slots in `STATS_SLOTS`.
+pub const SLOTS: u32 = 4096;
+
+/// The slot a tgid may hold.
+#[inline(always)]
+pub fn slot_of(tgid: u32) -> u32 {
+    tgid % SLOTS
+}
+
+/// One slot of `STATS_SLOTS` on one CPU: the tgid holding it (0: free) and its counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub counters: Counters,
+}
+user_pod!(Slot);
+
+impl Slot {
+    /// A free slot.
+    pub const FREE: Slot = Slot { tgid: 0, _pad: 0, counters: Counters::ZERO };
+}
 
 /// Counters of one tgid on one CPU.
 #[repr(C)]

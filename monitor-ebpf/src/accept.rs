@@ -4,8 +4,8 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use monitor_common::socks::{SockKey, SockState};
 
 use crate::{
-    io::{current, ret, traced},
-    maps::{SOCKS, STATS},
+    io::{counters, current, ret, traced},
+    maps::SOCKS,
 };
 
 /// Attached to `syscalls/sys_exit_accept4` and `syscalls/sys_exit_accept`.
@@ -33,7 +33,7 @@ pub fn accept_done(tgid: u32, fd: i64) -> Result<(), i32> {
     }
     // A new socket on a reused fd number starts clean.
     SOCKS.insert(SockKey { tgid, fd: fd as u32 }, SockState::accepted(tgid), 0)?;
-    if let Some(s) = STATS.get_ptr_mut(tgid) {
+    if let Some(s) = counters(tgid) {
         // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
         unsafe { (*s).accepts += 1 };
     }

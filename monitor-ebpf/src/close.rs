@@ -4,8 +4,8 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use monitor_common::socks::SockKey;
 
 use crate::{
-    io::{arg, current, traced},
-    maps::{SOCKS, STATS},
+    io::{arg, counters, current, traced},
+    maps::SOCKS,
 };
 
 /// Attached to `syscalls/sys_enter_close`.
@@ -31,7 +31,7 @@ fn try_close_enter(ctx: &TracePointContext) -> Result<(), i32> {
     let waiting = unsafe { (*sock).request_ns != 0 && (*sock).unconfirmed == 0 };
     let _ = SOCKS.remove(key);
     if waiting {
-        if let Some(s) = STATS.get_ptr_mut(tgid) {
+        if let Some(s) = counters(tgid) {
             // SAFETY: this CPU's value of our own per-CPU map.
             unsafe { (*s).unanswered += 1 };
         }

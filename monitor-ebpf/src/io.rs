@@ -9,9 +9,10 @@ use monitor_common::{
     filter,
     pending::{kind, PendingIo},
     socks::{SockKey, SockState},
+    stats::{slot_of, Counters},
 };
 
-use crate::maps::{FILTER, PENDING, SOCKS};
+use crate::maps::{FILTER, PENDING, SOCKS, STATS, STATS_SLOTS};
 
 /// The n-th syscall argument of a `syscalls/sys_enter_*` record: six 8-byte slots from offset 16 (after the
 /// 8 bytes of common fields and `__syscall_nr` padded to 8). Read straight from the context, which the
@@ -44,6 +45,21 @@ pub fn traced(tgid: u32) -> bool {
         Some(w) => *w & bit != 0,
         None => false,
     }
+}
+
+/// This CPU's counters of `tgid`: its slot of `STATS_SLOTS` when it holds one (an inlined array lookup), else its
+/// `STATS` entry (a hash lookup).
+#[inline(always)]
+pub fn counters(tgid: u32) -> Option<*mut Counters> {
+    if let Some(slot) = STATS_SLOTS.get_ptr_mut(slot_of(tgid)) {
+        // SAFETY: this CPU's value of our own per-CPU array; no other program runs on this CPU meanwhile.
+        unsafe {
+            if tgid != 0 && (*slot).tgid == tgid {
+                return Some(&raw mut (*slot).counters);
+            }
+        }
+    }
+    STATS.get_ptr_mut(tgid)
 }
 
 /// At a read or write entry of a traced tgid: saves the arguments for the exit, for a write only when `fd` is a

@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
     macros::map,
-    maps::{Array, LruHashMap, PerCpuHashMap},
+    maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
 use monitor_common::{filter, forked, passive, pending, socks, stats};
 
@@ -32,6 +32,10 @@ pub static PASSIVE: LruHashMap<passive::Key, passive::Value> = LruHashMap::with_
 #[map(name = "PENDING")]
 pub static PENDING: LruHashMap<pending::Key, pending::PendingIo> =
     LruHashMap::with_max_entries(pending::MAX_ENTRIES, 0);
+
+/// Per-CPU counter slots, each held by at most one traced tgid (written by user space; the kernel only adds).
+#[map(name = "STATS_SLOTS")]
+pub static STATS_SLOTS: PerCpuArray<stats::Slot> = PerCpuArray::with_max_entries(stats::SLOTS, 0);
 
 /// Per-CPU counters by tgid (entries created by user space; the kernel only adds).
 #[map(name = "STATS")]

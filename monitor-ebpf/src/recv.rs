@@ -10,8 +10,8 @@ use monitor_common::{
 };
 
 use crate::{
-    io::{current, first_buffer, peek, ret, save_if_tracked, take_pending, traced},
-    maps::{SOCKS, STATS},
+    io::{counters, current, first_buffer, peek, ret, save_if_tracked, take_pending, traced},
+    maps::SOCKS,
 };
 
 /// Attached to `syscalls/sys_enter_read` and `syscalls/sys_enter_recvfrom` (fd, buf, count, …).
@@ -108,7 +108,7 @@ pub fn count_recv(sock: *mut SockState, tgid: u32, p: Option<&PendingIo>, n: u64
             return Ok(());
         }
     }
-    let Some(s) = STATS.get_ptr_mut(tgid) else {
+    let Some(s) = counters(tgid) else {
         return Ok(());
     };
     // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.

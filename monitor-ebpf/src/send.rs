@@ -10,8 +10,7 @@ use monitor_common::{
 };
 
 use crate::{
-    io::{current, first_buffer, peek, ret, save_if_tracked, take_pending, traced, tracked_socket},
-    maps::STATS,
+    io::{counters, current, first_buffer, peek, ret, save_if_tracked, take_pending, traced, tracked_socket},
     recv::now,
 };
 
@@ -88,7 +87,7 @@ pub fn send_done(tgid: u32, p: &PendingIo, n: i64) -> Result<(), i32> {
 /// other writes are the rest of a response already counted, which spares the user read on every body write.
 #[inline(always)]
 pub fn count_send(sock: *mut SockState, tgid: u32, p: Option<&PendingIo>, n: u64) -> Result<(), i32> {
-    let Some(s) = STATS.get_ptr_mut(tgid) else {
+    let Some(s) = counters(tgid) else {
         return Ok(());
     };
     // SAFETY: our own map's value (one socket is served by one thread at a time).

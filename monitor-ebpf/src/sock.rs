@@ -27,8 +27,8 @@ use monitor_common::{
 };
 
 use crate::{
-    io::{current, syscall_io, traced},
-    maps::{PASSIVE, SOCK_BY_SK, STATS},
+    io::{counters, current, syscall_io, traced},
+    maps::{PASSIVE, SOCK_BY_SK},
     recv::{count_recv, is_request_read, now},
     send::count_send,
 };
@@ -146,7 +146,7 @@ fn accept(sk: u64, tgid: u32) -> Result<Option<*mut SockState>, i32> {
 
 #[inline(always)]
 fn count_accept(tgid: u32) {
-    if let Some(s) = STATS.get_ptr_mut(tgid) {
+    if let Some(s) = counters(tgid) {
         // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
         unsafe { (*s).accepts += 1 };
     }
@@ -171,7 +171,7 @@ fn try_sock_state(ctx: &RawTracePointContext) -> Result<(), i32> {
     let (waiting, owner) = unsafe { ((*sock).request_ns != 0 && (*sock).unconfirmed == 0, (*sock).owner) };
     let _ = SOCK_BY_SK.remove(sk);
     if waiting {
-        if let Some(s) = STATS.get_ptr_mut(owner) {
+        if let Some(s) = counters(owner) {
             // SAFETY: this CPU's value of our own per-CPU map.
             unsafe { (*s).unanswered += 1 };
         }

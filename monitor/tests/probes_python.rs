@@ -218,3 +218,33 @@ fn python_on_ipv6_counts_exactly() {
     let t = assert_counts(&mut probes, &[server.pid()], &sent, "python over ::1");
     assert_eq!(t.inflight, 0);
 }
+
+/// Counting does not depend on the counter slot: with the slot its pid maps to held by another traced tgid (a pid
+/// 4096 below it, synced first), the server's counts go to the per-CPU hash and are as exact.
+#[test]
+fn python_counts_exactly_without_its_counter_slot() {
+    let name = "python_counts_exactly_without_its_counter_slot";
+    if !require_root(name) || !require_program(name, "curl") {
+        return;
+    }
+    let dir = TempDir::new("py-slot");
+    dir.write("hello.txt", b"hello from python\n");
+    let server = python_server(&dir);
+    let Some(other) = server.pid().checked_sub(monitor_common::stats::SLOTS) else {
+        eprintln!("skipping {name}: server pid {} is below the slot count", server.pid());
+        return;
+    };
+    let mut probes = load_probes();
+    // Synced in ascending order: `other` (no such process needed) takes the slot first.
+    sync(&mut probes, &[other, server.pid()]);
+    let url = format!("http://127.0.0.1:{}/hello.txt", server.port);
+    let mut sent = Sent::default();
+    for _ in 0..3 {
+        sent.add(&curl(&[&url]));
+    }
+    sent.add(&curl(&[&url, &url, &url]));
+    let t = assert_counts(&mut probes, &[server.pid()], &sent, "python counting in the hash");
+    assert_eq!(t.inflight, 0);
+    let none = total(&read(&mut probes), &[other]);
+    assert_eq!(counts(&none), (0, 0, 0, [0; 5]), "the slot holder counted nothing: {none:?}");
+}

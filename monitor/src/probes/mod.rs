@@ -14,11 +14,11 @@ pub use attach::Hooks;
 pub use counters::percentile;
 
 use crate::snapshot::Traffic;
-use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError, PerCpuHashMap, PerCpuValues};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use aya::programs::{ProgramError, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use monitor_common::socks::{SkKey, SockKey, SockState};
-use monitor_common::stats::Counters;
+use monitor_common::stats::{slot_of, Counters, Slot};
 use monitor_common::{filter, forked, socks, stats};
 use std::collections::{BTreeSet, HashMap};
 
@@ -60,6 +60,9 @@ pub struct Probes {
     /// Bitmap of traced tgids: bit `tgid % 64` of word `tgid / 64`, shared with the kernel's `fork` program.
     filter: bitmap::Bitmap,
     stats: PerCpuHashMap<MapData, u32, Counters>,
+    /// Counter slots (`STATS_SLOTS`), and which tgid holds each slot user space gave out.
+    slots: PerCpuArray<MapData, Slot>,
+    claimed: HashMap<u32, u32>,
     socks: BpfHashMap<MapData, SockKey, SockState>,
     socks_by_sk: BpfHashMap<MapData, SkKey, SockState>,
     /// Children the `fork` program started tracing, with their parent (drained every read).
@@ -137,12 +140,15 @@ impl Probes {
         };
         let filter = bitmap::Bitmap::map(filter, words).map_err(ProbeError::FilterMmap)?;
         let stats = PerCpuHashMap::try_from(take(stats::MAP)?).map_err(map_err(stats::MAP))?;
+        let slots = PerCpuArray::try_from(take(stats::SLOTS_MAP)?).map_err(map_err(stats::SLOTS_MAP))?;
         let socks = BpfHashMap::try_from(take(socks::MAP)?).map_err(map_err(socks::MAP))?;
         let socks_by_sk = BpfHashMap::try_from(take(socks::BY_SK_MAP)?).map_err(map_err(socks::BY_SK_MAP))?;
         let forked = BpfHashMap::try_from(take(forked::MAP)?).map_err(map_err(forked::MAP))?;
         Ok(Probes {
             filter,
             stats,
+            slots,
+            claimed: HashMap::new(),
             socks,
             socks_by_sk,
             forked,
@@ -189,6 +195,7 @@ impl Probes {
                     r => r.map_err(map_err(stats::MAP))?,
                 }
             }
+            self.claim(pid)?;
             self.filter.set(pid);
             self.traced.insert(pid);
         }
@@ -204,6 +211,7 @@ impl Probes {
             self.lineage.record(child, parent);
             if !self.traced.contains(&child) {
                 self.children.insert(child);
+                self.claim(child)?;
             }
         }
         Ok(())
@@ -227,12 +235,9 @@ impl Probes {
     fn retire(&mut self, pid: u32) -> Result<(), ProbeError> {
         // Filter first, so the kernel stops counting before the counters are read.
         self.filter.clear(pid);
-        let mut last = match self.stats.get(&pid, 0) {
-            Ok(per_cpu) => counters::sum(&per_cpu),
-            Err(MapError::KeyNotFound) => Counters::ZERO,
-            Err(e) => return Err(map_err(stats::MAP)(e)),
-        };
+        let mut last = self.counters_of(pid)?;
         remove_present_percpu(&mut self.stats, &pid).map_err(map_err(stats::MAP))?;
+        self.release(pid)?;
         if let Some(f) = self.folded.remove(&pid) {
             counters::add(&mut last, &f);
         }
@@ -251,17 +256,56 @@ impl Probes {
         self.reap_children()?;
         let mut out = HashMap::with_capacity(self.traced.len() + self.children.len());
         for &pid in self.traced.iter().chain(&self.children) {
-            let mut c = match self.stats.get(&pid, 0) {
-                Ok(per_cpu) => counters::sum(&per_cpu),
-                Err(MapError::KeyNotFound) => Counters::ZERO,
-                Err(e) => return Err(map_err(stats::MAP)(e)),
-            };
+            let mut c = self.counters_of(pid)?;
             if let Some(f) = self.folded.get(&pid) {
                 counters::add(&mut c, f);
             }
             out.insert(pid, counters::traffic(&c));
         }
         Ok(out)
+    }
+
+    /// The kernel's counters of `pid`, summed over CPUs: its `STATS` entry plus its slot when it holds one.
+    fn counters_of(&self, pid: u32) -> Result<Counters, ProbeError> {
+        let mut c = match self.stats.get(&pid, 0) {
+            Ok(per_cpu) => counters::sum(&per_cpu),
+            Err(MapError::KeyNotFound) => Counters::ZERO,
+            Err(e) => return Err(map_err(stats::MAP)(e)),
+        };
+        let i = slot_of(pid);
+        if self.claimed.get(&i) == Some(&pid) {
+            let per_cpu = self.slots.get(&i, 0).map_err(map_err(stats::SLOTS_MAP))?;
+            for slot in per_cpu.iter().filter(|s| s.tgid == pid) {
+                counters::add(&mut c, &slot.counters);
+            }
+        }
+        Ok(c)
+    }
+
+    /// Gives `pid` its counter slot when no other traced tgid holds it: the slot is written, zeroed and naming
+    /// `pid`, on every CPU, and the kernel counts there from then on (an array lookup instead of a hash lookup).
+    fn claim(&mut self, pid: u32) -> Result<(), ProbeError> {
+        let i = slot_of(pid);
+        if self.claimed.contains_key(&i) {
+            return Ok(());
+        }
+        let held = Slot { tgid: pid, ..Slot::FREE };
+        let values = PerCpuValues::try_from(vec![held; self.nr_cpus]).map_err(ProbeError::Cpus)?;
+        self.slots.set(i, values, 0).map_err(map_err(stats::SLOTS_MAP))?;
+        self.claimed.insert(i, pid);
+        Ok(())
+    }
+
+    /// Frees `pid`'s slot, if it holds one (its counters were read by the caller).
+    fn release(&mut self, pid: u32) -> Result<(), ProbeError> {
+        let i = slot_of(pid);
+        if self.claimed.get(&i) != Some(&pid) {
+            return Ok(());
+        }
+        let values = PerCpuValues::try_from(vec![Slot::FREE; self.nr_cpus]).map_err(ProbeError::Cpus)?;
+        self.slots.set(i, values, 0).map_err(map_err(stats::SLOTS_MAP))?;
+        self.claimed.remove(&i);
+        Ok(())
     }
 
     /// The tgids currently traced.
