@@ -9,6 +9,7 @@ use crate::procs::ProcTable;
 use crate::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
@@ -52,6 +53,34 @@ pub struct Sampler {
     pids: Vec<u32>,
     samples: Vec<ProcSample>,
     last_rescan: Instant,
+    /// Requests to trace a pid at once ([`Tracer`]), served between samples.
+    early: Option<mpsc::Receiver<TraceRequest>>,
+}
+
+/// A pid to trace at once, and who to tell when it is.
+type TraceRequest = (u32, tokio::sync::oneshot::Sender<()>);
+
+/// Asks the sampler thread to trace a process at once, ahead of its next sample (see [`Probes::trace_now`]):
+/// `monitor run`'s launcher uses it for each process it starts, before its first health check, so that the kernel
+/// counts everything the process serves. Does nothing without probes.
+#[derive(Clone, Debug)]
+pub struct Tracer(Option<mpsc::Sender<TraceRequest>>);
+
+impl Tracer {
+    /// A tracer that does nothing (probes off, or no sampler).
+    pub fn none() -> Tracer {
+        Tracer(None)
+    }
+
+    /// Traces `pid` now; returns once the sampler thread has done it, or after a second at most.
+    pub async fn trace(&self, pid: u32) {
+        let Some(tx) = &self.0 else { return };
+        let (ack, done) = tokio::sync::oneshot::channel();
+        if tx.send((pid, ack)).is_err() {
+            return;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
+    }
 }
 
 /// The host's MemTotal in bytes (0 if /proc/meminfo cannot be read).
@@ -110,11 +139,52 @@ impl Sampler {
             pids: Vec::new(),
             samples: Vec::new(),
             last_rescan: Instant::now(),
+            early: None,
         })
     }
 
     pub fn group(&self) -> &Group {
         self.reader.group()
+    }
+
+    /// A [`Tracer`] served by this sampler's thread (a no-op one when the probes are off).
+    pub fn tracer(&mut self) -> Tracer {
+        if self.probes.is_none() {
+            return Tracer::none();
+        }
+        let (tx, rx) = mpsc::channel();
+        self.early = Some(rx);
+        Tracer(Some(tx))
+    }
+
+    /// Traces `pid` at once (a [`Tracer`] request).
+    fn trace_now(&mut self, pid: u32) {
+        let Some(probes) = self.probes.as_mut() else { return };
+        if let Err(e) = probes.trace_now(pid) {
+            tracing::warn!(pid, "tracing a new process at once: {e} (it counts from the next sample)");
+        }
+    }
+
+    /// Sleeps until `until`, serving [`Tracer`] requests meanwhile.
+    fn wait_until(&mut self, until: Instant) {
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            let Some(rx) = &self.early else {
+                std::thread::sleep(until - now);
+                return;
+            };
+            match rx.recv_timeout(until - now) {
+                Ok((pid, ack)) => {
+                    self.trace_now(pid);
+                    let _ = ack.send(());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => return,
+                Err(mpsc::RecvTimeoutError::Disconnected) => self.early = None,
+            }
+        }
     }
 
     pub fn probe_status(&self) -> &ProbeStatus {
@@ -156,7 +226,7 @@ impl Sampler {
     fn add_traffic(&mut self) {
         let Some(probes) = self.probes.as_mut() else { return };
         let result = (|| {
-            if self.synced_pids != self.pids {
+            if self.synced_pids != self.pids || probes.has_pinned() {
                 probes.sync_pids(&self.pids)?;
                 self.synced_pids.clone_from(&self.pids);
             }
@@ -193,10 +263,7 @@ pub fn spawn(
         let mut next = Instant::now() + interval;
         let mut failing = false;
         while !stop.load(Ordering::Relaxed) {
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            }
+            sampler.wait_until(next);
             next += interval;
             if next < Instant::now() {
                 next = Instant::now() + interval; // fell behind (suspend, overload): do not burst

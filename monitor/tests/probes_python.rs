@@ -248,3 +248,34 @@ fn python_counts_exactly_without_its_counter_slot() {
     let none = total(&read(&mut probes), &[other]);
     assert_eq!(counts(&none), (0, 0, 0, [0; 5]), "the slot holder counted nothing: {none:?}");
 }
+
+/// `trace_now` (what `monitor run`'s launcher asks for each process it starts): the process is traced at once and
+/// stays traced through syncs that do not list it yet, then like any synced pid.
+#[test]
+fn traced_at_once_counts_before_the_group_lists_it() {
+    let name = "traced_at_once_counts_before_the_group_lists_it";
+    if !require_root(name) || !require_program(name, "curl") {
+        return;
+    }
+    let dir = TempDir::new("py-now");
+    dir.write("hello.txt", b"hello from python\n");
+    let server = python_server(&dir);
+    let mut probes = load_probes();
+    sync(&mut probes, &[]);
+    if let Err(e) = probes.trace_now(server.pid()) {
+        panic!("trace_now: {e}");
+    }
+    let url = format!("http://127.0.0.1:{}/hello.txt", server.port);
+    let mut sent = Sent::default();
+    sent.add(&curl(&[&url]));
+    // A sync from a pid list that does not show the new process yet keeps it.
+    sync(&mut probes, &[]);
+    assert!(probes.has_pinned());
+    sent.add(&curl(&[&url, &url]));
+    assert_counts(&mut probes, &[server.pid()], &sent, "traced at once, not yet listed");
+    // Listed: an ordinary traced pid, counts kept.
+    sync(&mut probes, &[server.pid()]);
+    assert!(!probes.has_pinned());
+    sent.add(&curl(&[&url]));
+    assert_counts(&mut probes, &[server.pid()], &sent, "traced at once, then listed");
+}

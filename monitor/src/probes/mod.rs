@@ -69,6 +69,9 @@ pub struct Probes {
     forked: BpfHashMap<MapData, forked::Key, forked::Value>,
     /// The tgids user space put in `filter`: the group's pids at the last sync.
     traced: BTreeSet<u32>,
+    /// Tgids traced ahead of the sync ([`Probes::trace_now`]), with when: kept while they are not (yet) in the
+    /// synced pids, up to [`PIN_GRACE`].
+    pinned: HashMap<u32, std::time::Instant>,
     /// Live children the kernel traces from their fork that are not (yet) in `traced`.
     children: BTreeSet<u32>,
     /// Parent of every forked child not yet retired.
@@ -153,6 +156,7 @@ impl Probes {
             socks_by_sk,
             forked,
             traced: BTreeSet::new(),
+            pinned: HashMap::new(),
             children: BTreeSet::new(),
             lineage: lineage::Lineage::default(),
             folded: HashMap::new(),
@@ -176,8 +180,11 @@ impl Probes {
         // Learn the children first, so one that left folds into its parent.
         self.collect_forks()?;
         let want: BTreeSet<u32> = pids.iter().copied().collect();
+        // A pid traced ahead of the sync stays until it shows up in the group, or is gone, or its grace is over.
+        self.pinned.retain(|p, since| !want.contains(p) && since.elapsed() < PIN_GRACE && lineage::live_process(*p));
         let added: Vec<u32> = want.difference(&self.traced).copied().collect();
-        let removed: BTreeSet<u32> = self.traced.difference(&want).copied().collect();
+        let removed: BTreeSet<u32> =
+            self.traced.difference(&want).copied().filter(|p| !self.pinned.contains_key(p)).collect();
         if !removed.is_empty() {
             self.traced.retain(|p| !removed.contains(p));
             for &pid in &removed {
@@ -186,19 +193,42 @@ impl Probes {
             self.forget_sockets(&removed)?;
         }
         for pid in added {
-            // Counters first, so nothing the filter lets through is lost. A child the kernel traces from its fork
-            // already has counters; NOEXIST also keeps those of a child forked since `collect_forks`.
-            if !self.children.remove(&pid) {
-                let zeros = PerCpuValues::try_from(vec![Counters::ZERO; self.nr_cpus]).map_err(ProbeError::Cpus)?;
-                match self.stats.insert(pid, zeros, BPF_NOEXIST) {
-                    Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
-                    r => r.map_err(map_err(stats::MAP))?,
-                }
-            }
-            self.claim(pid)?;
-            self.filter.set(pid);
-            self.traced.insert(pid);
+            self.add(pid)?;
         }
+        Ok(())
+    }
+
+    /// Traces `pid` at once, ahead of the next sync: a process the launcher just started, so that everything it
+    /// serves counts, its first health checks included. It stays traced while it is not (yet) among the synced
+    /// pids, for up to [`PIN_GRACE`].
+    pub fn trace_now(&mut self, pid: u32) -> Result<(), ProbeError> {
+        self.collect_forks()?;
+        if !self.traced.contains(&pid) {
+            self.add(pid)?;
+        }
+        self.pinned.insert(pid, std::time::Instant::now());
+        Ok(())
+    }
+
+    /// True while a pid traced ahead of the sync waits to show up in the group (the caller should keep syncing).
+    pub fn has_pinned(&self) -> bool {
+        !self.pinned.is_empty()
+    }
+
+    /// Starts tracing `pid`: counters first, so nothing the filter lets through is lost (a child the kernel traces
+    /// from its fork already has them; NOEXIST also keeps those of a child forked since `collect_forks`), then its
+    /// counter slot, then the filter bit.
+    fn add(&mut self, pid: u32) -> Result<(), ProbeError> {
+        if !self.children.remove(&pid) {
+            let zeros = PerCpuValues::try_from(vec![Counters::ZERO; self.nr_cpus]).map_err(ProbeError::Cpus)?;
+            match self.stats.insert(pid, zeros, BPF_NOEXIST) {
+                Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+                r => r.map_err(map_err(stats::MAP))?,
+            }
+        }
+        self.claim(pid)?;
+        self.filter.set(pid);
+        self.traced.insert(pid);
         Ok(())
     }
 
@@ -440,6 +470,10 @@ fn attach_raw(ebpf: &mut Ebpf, list: &[(&'static str, &'static str)]) -> Result<
     }
     Ok(())
 }
+
+/// How long a pid traced ahead of the sync ([`Probes::trace_now`]) stays traced while the group's pid list does not
+/// show it (a process placed in the group before it execs shows up at once; this only covers slow cases).
+const PIN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `BPF_NOEXIST` (include/uapi/linux/bpf.h): an update that fails with EEXIST instead of replacing.
 const BPF_NOEXIST: u64 = 1;
