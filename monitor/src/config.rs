@@ -162,6 +162,9 @@ pub struct ProxyConfig {
     pub token_secret: Option<String>,
     /// Lifetime of a signed cache id in seconds. Default 3600.
     pub token_ttl_s: u64,
+    /// Front-door threads (each a current-thread runtime accepting on the same socket). Default 0: one per core
+    /// the process may run on.
+    pub threads: usize,
 }
 
 impl Default for ProxyConfig {
@@ -181,6 +184,7 @@ impl Default for ProxyConfig {
             max_header_bytes: 65536,
             token_secret: None,
             token_ttl_s: 3600,
+            threads: 0,
         }
     }
 }
@@ -411,6 +415,9 @@ impl Config {
                 &[Key("proxy"), Key("max_header_bytes")],
                 format!("{} is below 8192", px.max_header_bytes),
             ));
+        }
+        if px.threads > 256 {
+            out.push(problem(&[Key("proxy"), Key("threads")], format!("{} is above 256", px.threads)));
         }
         if px.token_secret.as_ref().is_some_and(|s| s.len() < 16) {
             out.push(problem(&[Key("proxy"), Key("token_secret")], "must be at least 16 bytes"));

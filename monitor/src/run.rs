@@ -193,7 +193,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         });
         tracing::info!(proxy = %cfg.proxy.listen, web = %cfg.web.listen, "serving");
         let deadline = Duration::from_secs(cfg.proxy.drain_timeout_s);
-        let drained = proxy::server::serve(proxy, front, cfg.proxy.max_header_bytes, drain_rx, deadline).await;
+        let drained = proxy::server::serve(proxy, front, &cfg.proxy, drain_rx, deadline).await;
         if drained.left > 0 {
             tracing::warn!(connections = drained.left, "drain deadline passed with requests in flight");
         } else {

@@ -4,6 +4,7 @@
 
 use super::upstream::Upstream;
 use super::Proxy;
+use crate::config::ProxyConfig;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -28,23 +29,27 @@ pub struct Drained {
     pub left: usize,
 }
 
-/// How many front-door threads: one per core the process may run on.
-fn threads() -> usize {
+/// How many front-door threads: `configured`, or (0) one per core the process may run on.
+fn threads(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16)
 }
 
-/// Serves until `drain` turns true, then drains for at most `deadline`. The front door runs on its own threads, one
-/// per core, each a current-thread runtime accepting from the same listening socket with its own upstream pools, so
+/// Serves until `drain` turns true, then drains for at most `deadline`. The front door runs on its own threads
+/// (`[proxy] threads`, default one per core), each a current-thread runtime accepting from the same listening socket with its own upstream pools, so
 /// a request, its upstream exchange and its response never change threads (and never queue behind the API). A
 /// thread that accepts while another has fewer connections hands the new one over (once per connection).
 pub async fn serve(
     proxy: Arc<Proxy>,
     listener: TcpListener,
-    max_header_bytes: usize,
+    cfg: &ProxyConfig,
     mut drain: watch::Receiver<bool>,
     deadline: Duration,
 ) -> Drained {
-    let n = threads();
+    let n = threads(cfg.threads);
+    let max_header_bytes = cfg.max_header_bytes;
     let (handoff, inboxes): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::unbounded_channel()).unzip();
     let load = Arc::new(Load { live: (0..n).map(|_| AtomicUsize::new(0)).collect(), handoff });
     // Closed once every thread has stopped accepting (dropped its listener).
