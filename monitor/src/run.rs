@@ -115,7 +115,8 @@ pub fn run(config: &Path) -> Result<(), RunError> {
     }
     let (group, created) = prepare_group(&cfg)?;
     let children_cgroup = (cfg.group.cgroup != "auto").then(|| group.dir.clone());
-    let sampler::Started { sampler, thresholds, state, first } = sampler::start(group, &cfg)?;
+    let sampler::Started { mut sampler, thresholds, state, first } = sampler::start(group, &cfg)?;
+    let tracer = sampler.tracer();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -146,6 +147,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             cgroup: children_cgroup,
             backoff_reset: Duration::from_secs(cfg.proxy.backoff_reset_s),
             stop_grace: Duration::from_secs(cfg.proxy.stop_grace_s),
+            tracer,
         };
         let mut cancel = drain_rx.clone();
         let started = Launcher::start(&cfg.processes, opts, async move {

@@ -47,6 +47,9 @@ pub struct Options {
     pub cgroup: Option<PathBuf>,
     pub backoff_reset: Duration,
     pub stop_grace: Duration,
+    /// Traces each process the moment it is started (before its first health check), so that the kernel counts
+    /// everything it serves; `Tracer::none()` without probes.
+    pub tracer: crate::sampler::Tracer,
 }
 
 /// The running group.
@@ -89,6 +92,7 @@ impl Launcher {
         let mp = &procs[master];
         let mut child = spawn::spawn(mp, opts.cgroup.as_deref()).map_err(|e| spawn_err(mp, e))?;
         let pid = child.id().unwrap_or(0);
+        opts.tracer.trace(pid).await;
         launcher.members[master].set(Phase::Starting, pid, None);
         tracing::info!(name = %mp.name, pid, "started the master; waiting for its health path");
         let deadline = Instant::now() + Duration::from_secs(mp.start_timeout_s);
@@ -118,6 +122,7 @@ impl Launcher {
         launcher.supervise(master, mp.clone(), child, true, opts.clone());
         for (i, p) in procs.iter().enumerate().filter(|(i, _)| *i != master) {
             let child = spawn::spawn(p, opts.cgroup.as_deref()).map_err(|e| spawn_err(p, e))?;
+            opts.tracer.trace(child.id().unwrap_or(0)).await;
             launcher.members[i].set(Phase::Starting, child.id().unwrap_or(0), None);
             tracing::info!(name = %p.name, pid = child.id().unwrap_or(0), "started");
             launcher.supervise(i, p.clone(), child, false, opts.clone());
@@ -231,6 +236,7 @@ async fn supervise(
             match spawn::spawn(&p, opts.cgroup.as_deref()) {
                 Ok(c) => {
                     child = c;
+                    opts.tracer.trace(child.id().unwrap_or(0)).await;
                     ready = false;
                     m.set(Phase::Starting, child.id().unwrap_or(0), None);
                     break;

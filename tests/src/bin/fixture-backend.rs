@@ -1,7 +1,8 @@
 //! `fixture-backend --name tx1 --port 3002`: an HTTP server that behaves like a FHIRsmith tx process behind the
 //! front door, for the proxy and launcher tests, the demo and the benchmark.
 //!
-//! - `GET /health` answers `ok`; `GET /stats` answers `{"name","served","abandoned","inflight","dropped"}`;
+//! - `GET /health` answers `ok`; `GET /stats` answers `{"name","requests","served","abandoned","inflight","dropped"}`
+//!   (`requests`: every request the handler got, any path, this one included);
 //!   `/crash` exits 3.
 //! - Any other path answers 200 with a JSON echo (`name`, `pid`, `method`, `path`, `xff`, `cache_id`,
 //!   `body_bytes`) and `X-Served-By: <name>`, after reading the request body.
@@ -78,6 +79,8 @@ struct State {
     name: String,
     issued: Mutex<HashSet<String>>,
     next_id: AtomicU64,
+    /// Every request the handler was given, whatever its path (what the kernel probes should count).
+    requests: AtomicU64,
     served: AtomicU64,
     abandoned: AtomicU64,
     inflight: AtomicU64,
@@ -132,6 +135,7 @@ impl std::fmt::Display for Dropped {
 impl std::error::Error for Dropped {}
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, BoxError> {
+    state.requests.fetch_add(1, Ordering::Relaxed);
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     if path == "/health" {
@@ -160,6 +164,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
         "/stats" => {
             let v = serde_json::json!({
                 "name": state.name,
+                "requests": state.requests.load(Ordering::Relaxed),
                 "served": state.served.load(Ordering::Relaxed),
                 "abandoned": state.abandoned.load(Ordering::Relaxed),
                 "inflight": state.inflight.load(Ordering::Relaxed),
@@ -255,6 +260,7 @@ async fn serve(args: Args) -> std::io::Result<()> {
         name: args.name,
         issued: Mutex::new(HashSet::new()),
         next_id: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
         served: AtomicU64::new(0),
         abandoned: AtomicU64::new(0),
         inflight: AtomicU64::new(0),

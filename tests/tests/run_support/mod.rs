@@ -33,6 +33,8 @@ pub struct Spec {
     pub start_timeout_s: u64,
     /// Extra lines of every `[[process]]`.
     pub process: String,
+    /// Count requests with the eBPF probes (needs root; off by default).
+    pub probes: bool,
 }
 
 impl Default for Spec {
@@ -46,6 +48,7 @@ impl Default for Spec {
             master_command: None,
             start_timeout_s: 20,
             process: String::new(),
+            probes: false,
         }
     }
 }
@@ -81,10 +84,12 @@ pub fn launch(name: &str, spec: &Spec) -> Run {
     let (proxy, web) = (free_port(), free_port());
     let ports: Vec<u16> = (0..=spec.workers).map(|_| free_port()).collect();
     let mut text = format!(
-        "[group]\ncgroup = {:?}\n[policy]\ninterval_ms = 50\n{}\n[probes]\nenabled = false\n[web]\nlisten = \
+        "[group]\ncgroup = {:?}\n[policy]\n{}{}\n[probes]\nenabled = {}\n[web]\nlisten = \
          \"127.0.0.1:{web}\"\n[proxy]\nlisten = \"127.0.0.1:{proxy}\"\n{}\n",
         cg.path().display().to_string(),
+        if spec.policy.contains("interval_ms") { "" } else { "interval_ms = 50\n" },
         spec.policy,
+        spec.probes,
         spec.proxy
     );
     for (i, port) in ports.iter().enumerate() {
