@@ -220,11 +220,17 @@ fn counts(sys: &System) -> Result<String> {
         let own = monitor_tests::http::get(std::net::SocketAddr::from(([127, 0, 0, 1], *port)), "/stats", TIMEOUT)
             .ok()
             .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok())
-            .map(|v| v["served"].clone());
-        let show = |v: Option<&Value>| v.and_then(Value::as_u64).map_or("-".to_string(), |n| n.to_string());
-        out.push(format!("{name} {}/{}", show(kernel), show(own.as_ref())));
+            // Every request it got, health checks included, less this /stats request (after the agent's snapshot).
+            .and_then(|v| v["requests"].as_u64())
+            .map(|n| n.saturating_sub(1));
+        let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+        out.push(format!("{name} {}/{}", show(kernel.and_then(Value::as_u64)), show(own)));
     }
-    Ok(format!("requests counted in the kernel (eBPF) / served by the process: {}", out.join(", ")))
+    Ok(format!(
+        "requests counted in the kernel (eBPF) / got by the process by its own count: {} (a launcher health \
+         check between the two reads adds one to the second)",
+        out.join(", ")
+    ))
 }
 
 /// SIGTERM (with requests in flight after a full run): they finish, `monitor run` exits 0; then nothing may be
