@@ -1,5 +1,6 @@
 //! Conditions raised from outside the sampler, by polling once a second: the launcher's processes (a crash and
-//! its restart; a crash loop, when the backoff has reached its cap) and the stats database (not persisting).
+//! its restart; a crash loop, when the backoff has reached its cap; a running process failing its health checks,
+//! out of the front door's pool) and the stats database (not persisting).
 
 use super::task::Raiser;
 use super::Condition;
@@ -35,6 +36,22 @@ pub fn launcher_conditions(
                     .annotate("restarts", i.restarts.to_string())
                     .annotate("state", i.state.clone())
                     .annotate("summary", format!("{} ({}) exited and is being restarted", i.name, i.role))
+            }),
+        ));
+        out.push((
+            format!("unhealthy/{}", i.name),
+            (i.state == "unhealthy").then(|| {
+                Condition::new("MonitorProcessUnhealthy")
+                    .label("process", i.name.clone())
+                    .label("role", i.role.clone())
+                    .annotate("pid", i.pid.map(|p| p.to_string()).unwrap_or_default())
+                    .annotate(
+                        "summary",
+                        format!(
+                            "{} ({}) is running but fails its health checks: out of the front door's pool",
+                            i.name, i.role
+                        ),
+                    )
             }),
         ));
         let at_cap = capped.entry(i.name.clone()).or_insert(false);
@@ -106,6 +123,15 @@ mod tests {
 
     fn names(v: &[(String, Option<Condition>)]) -> Vec<String> {
         v.iter().filter_map(|(_, c)| c.as_ref().map(|c| c.name.clone())).collect()
+    }
+
+    #[test]
+    fn unhealthy_while_it_fails_its_checks() {
+        let mut capped = HashMap::new();
+        let v = launcher_conditions(&[info("unhealthy", 0, None)], 0, &mut capped);
+        assert_eq!(names(&v), vec!["MonitorProcessUnhealthy"]);
+        let v = launcher_conditions(&[info("ready", 0, None)], 0, &mut capped);
+        assert!(names(&v).is_empty());
     }
 
     #[test]
