@@ -23,7 +23,12 @@ async fn metrics(State(h): State<Arc<History>>) -> impl IntoResponse {
     let p = h.latest();
     let restarts = h.restarts();
     let launched = h.launched();
-    let mut extra = Extra { restarts, shed_total: h.shed_total().unwrap_or(0), persisted: h.note().is_none() };
+    let mut extra = Extra {
+        restarts,
+        shed_total: h.shed_total().unwrap_or(0),
+        persisted: h.note().is_none(),
+        states: launched.iter().map(|m| (m.name.clone(), m.role.clone(), m.state.clone())).collect(),
+    };
     for m in &launched {
         if let Some(r) = extra.restarts.iter_mut().find(|(n, _)| n == &m.name) {
             r.1 = r.1.max(m.restarts as u64);
@@ -43,6 +48,8 @@ pub struct Extra {
     pub shed_total: u64,
     /// The history is being written to the database.
     pub persisted: bool,
+    /// Under `monitor run`: each process's (name, role, launcher state).
+    pub states: Vec<(String, String, String)>,
 }
 
 /// Escapes a label value: backslash, double quote and newline.
@@ -153,7 +160,30 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
             escape_label(role)
         );
     }
+    launcher_states(&mut o, &extra.states);
     o
+}
+
+/// `monitor_process_state`: under `monitor run`, one series per process labelled with its launcher state.
+fn launcher_states(o: &mut String, states: &[(String, String, String)]) {
+    if states.is_empty() {
+        return;
+    }
+    family(
+        o,
+        "monitor_process_state",
+        "gauge",
+        "1 for each process of monitor run, labelled with its launcher state (starting, ready, unhealthy, backing-off, stopped).",
+    );
+    for (n, role, state) in states {
+        let _ = writeln!(
+            o,
+            "monitor_process_state{{process=\"{}\",role=\"{}\",state=\"{}\"}} 1",
+            escape_label(n),
+            escape_label(role),
+            escape_label(state)
+        );
+    }
 }
 
 /// One histogram: bucket i of `hist` counts latencies in [2^i, 2^(i+1)) µs, so its upper bound is 2^(i+1) µs.
@@ -175,6 +205,21 @@ fn histogram(o: &mut String, labels: &str, hist: &[u64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launcher_states_are_one_series_per_process() {
+        let mut text = String::new();
+        launcher_states(
+            &mut text,
+            &[("m0".into(), "master".into(), "ready".into()), ("tx1".into(), "worker".into(), "unhealthy".into())],
+        );
+        assert!(text.contains("# TYPE monitor_process_state gauge"), "{text}");
+        assert!(text.contains("monitor_process_state{process=\"m0\",role=\"master\",state=\"ready\"} 1"), "{text}");
+        assert!(text.contains("monitor_process_state{process=\"tx1\",role=\"worker\",state=\"unhealthy\"} 1"));
+        let mut none = String::new();
+        launcher_states(&mut none, &[]);
+        assert!(none.is_empty(), "no launcher, no family: {none}");
+    }
 
     #[test]
     fn label_values_are_escaped() {

@@ -54,4 +54,28 @@ fn every_request_a_process_got_is_counted_from_its_start() {
         assert_eq!(after, before + 1, "{name}: requests reached it during the check");
         assert_eq!(kernel, Some(before), "{name} (pid {pid}): the kernel's count against the process's own");
     }
+    // /metrics under monitor run: one launcher-state series per process, and valid exposition text.
+    let metrics = monitor_tests::http::get(run.web, "/metrics", Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("GET /metrics: {e}"))
+        .text();
+    for (name, role) in [("m0", "master"), ("tx1", "worker"), ("tx2", "worker")] {
+        let line = format!("monitor_process_state{{process=\"{name}\",role=\"{role}\",state=\"ready\"}} 1");
+        assert!(metrics.contains(&line), "no {line} in /metrics:\n{metrics}");
+    }
+    if std::path::Path::new("/usr/bin/promtool").exists() {
+        let mut child = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("promtool: {e}"));
+        if let Some(mut stdin) = child.stdin.take() {
+            std::io::Write::write_all(&mut stdin, metrics.as_bytes()).unwrap_or_else(|e| panic!("promtool stdin: {e}"));
+        }
+        let out = child.wait_with_output().unwrap_or_else(|e| panic!("promtool: {e}"));
+        assert!(out.status.success(), "promtool check metrics: {}", String::from_utf8_lossy(&out.stderr));
+    } else {
+        assert!(!in_ci(), "promtool must be installed in CI");
+    }
 }
