@@ -178,8 +178,10 @@ async fn an_empty_group_still_renders() {
     assert!(html.contains("no processes in the group"));
 }
 
+/// Not a test: writes the 1 h page for four processes to /tmp/home.html to look at
+/// (`cargo test -p web --test home_page dump -- --ignored`).
 #[tokio::test]
-#[ignore]
+#[ignore = "tool, not a test: writes the page to /tmp/home.html to look at"]
 async fn dump() {
     let (_, html) = get(app(&["master", "tx1", "tx2", "tx<3>"]), "/?range=1h").await;
     std::fs::write("/tmp/home.html", html).expect("write");
