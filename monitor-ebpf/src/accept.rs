@@ -4,17 +4,14 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use monitor_common::socks::{SockKey, SockState};
 
 use crate::{
-    io::{counters, current, ret, traced},
+    io::{counters, current, ret, status, traced},
     maps::SOCKS,
 };
 
 /// Attached to `syscalls/sys_exit_accept4` and `syscalls/sys_exit_accept`.
 #[tracepoint]
 pub fn accept_exit(ctx: TracePointContext) -> u32 {
-    match try_accept_exit(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
+    status(try_accept_exit(&ctx))
 }
 
 fn try_accept_exit(ctx: &TracePointContext) -> Result<(), i32> {

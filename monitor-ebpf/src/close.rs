@@ -4,17 +4,14 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use monitor_common::socks::SockKey;
 
 use crate::{
-    io::{arg, counters, current, traced},
+    io::{arg, counters, current, status, traced},
     maps::SOCKS,
 };
 
 /// Attached to `syscalls/sys_enter_close`.
 #[tracepoint]
 pub fn close_enter(ctx: TracePointContext) -> u32 {
-    match try_close_enter(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
+    status(try_close_enter(&ctx))
 }
 
 fn try_close_enter(ctx: &TracePointContext) -> Result<(), i32> {

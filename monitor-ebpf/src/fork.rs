@@ -8,7 +8,7 @@ use core::intrinsics::{atomic_or, AtomicOrdering};
 use monitor_common::{filter, forked::CLONE_THREAD, stats::Counters};
 
 use crate::{
-    io::{current, traced},
+    io::{current, status, traced},
     maps::{FILTER, FORKED, STATS},
 };
 
@@ -23,10 +23,7 @@ static NEWTASK_FLAGS_OFFSET: u32 = 0;
 /// Attached to `task/task_newtask`, which runs in the parent (inside `copy_process`) before the child first runs.
 #[tracepoint]
 pub fn fork(ctx: TracePointContext) -> u32 {
-    match try_fork(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
+    status(try_fork(&ctx))
 }
 
 fn try_fork(ctx: &TracePointContext) -> Result<(), i32> {

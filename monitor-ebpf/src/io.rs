@@ -30,6 +30,16 @@ pub fn ret(ctx: &TracePointContext) -> i64 {
     unsafe { *(ctx.as_ptr() as *const i64).add(2) }
 }
 
+/// A program's return value from its body's result: 0, or 1 when a map update or helper failed (the kernel
+/// ignores it for tracepoints; it shows in `bpftool prog` run statistics only).
+#[inline(always)]
+pub fn status(r: Result<(), i32>) -> u32 {
+    match r {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
 /// The current thread id and its tgid.
 #[inline(always)]
 pub fn current() -> (u64, u32) {

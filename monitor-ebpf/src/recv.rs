@@ -10,7 +10,7 @@ use monitor_common::{
 };
 
 use crate::{
-    io::{counters, current, first_buffer, peek, ret, save_if_tracked, take_pending, traced},
+    io::{counters, current, first_buffer, peek, ret, save_if_tracked, status, take_pending, traced},
     maps::SOCKS,
 };
 
@@ -36,13 +36,6 @@ pub fn recv_enter_msg(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn recv_exit(ctx: TracePointContext) -> u32 {
     status(try_recv_exit(&ctx))
-}
-
-fn status(r: Result<(), i32>) -> u32 {
-    match r {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
 }
 
 fn try_recv_exit(ctx: &TracePointContext) -> Result<(), i32> {

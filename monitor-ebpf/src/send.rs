@@ -10,7 +10,7 @@ use monitor_common::{
 };
 
 use crate::{
-    io::{counters, current, first_buffer, peek, ret, save_if_tracked, take_pending, traced, tracked_socket},
+    io::{counters, current, first_buffer, peek, ret, save_if_tracked, status, take_pending, traced, tracked_socket},
     recv::now,
 };
 
@@ -42,13 +42,6 @@ pub fn sendfile_enter(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn send_exit(ctx: TracePointContext) -> u32 {
     status(try_send_exit(&ctx))
-}
-
-fn status(r: Result<(), i32>) -> u32 {
-    match r {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
 }
 
 fn try_send_exit(ctx: &TracePointContext) -> Result<(), i32> {

@@ -27,7 +27,7 @@ use monitor_common::{
 };
 
 use crate::{
-    io::{counters, current, syscall_io, traced},
+    io::{counters, current, status, syscall_io, traced},
     maps::{PASSIVE, SOCK_BY_SK},
     recv::{count_recv, is_request_read, now},
     send::count_send,
@@ -63,13 +63,6 @@ pub fn sock_send(ctx: RawTracePointContext) -> u32 {
 #[raw_tracepoint(tracepoint = "inet_sock_set_state")]
 pub fn sock_state(ctx: RawTracePointContext) -> u32 {
     status(try_sock_state(&ctx))
-}
-
-fn status(r: Result<(), i32>) -> u32 {
-    match r {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
 }
 
 fn try_sock_recv(ctx: &RawTracePointContext) -> Result<(), i32> {

@@ -9,7 +9,7 @@ use monitor_common::pending::kind;
 
 use crate::{
     accept::accept_done,
-    io::{current, nr, saved_args, syscall_io, traced},
+    io::{current, nr, saved_args, status, syscall_io, traced},
     recv::recv_done,
     send::send_done,
 };
@@ -17,10 +17,7 @@ use crate::{
 /// Attached to the raw tracepoint `sys_exit` (`struct pt_regs *regs, long ret`).
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
-    match try_sys_exit(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
+    status(try_sys_exit(&ctx))
 }
 
 fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
