@@ -32,6 +32,15 @@ srv.keepAliveTimeout = 60000;
 srv.listen(port, '127.0.0.1');
 "#;
 
+/// [`SERVER`] under Node on a free loopback port, listening.
+fn node_server() -> Server {
+    let port = free_port();
+    Server::start(
+        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
+        port,
+    )
+}
+
 #[test]
 fn node_http_server_counts_exactly() {
     let name = "node_http_server_counts_exactly";
@@ -40,11 +49,8 @@ fn node_http_server_counts_exactly() {
     }
     let wrk = require_program(name, "wrk");
     let dir = TempDir::new("node");
-    let port = free_port();
-    let server = Server::start(
-        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
-        port,
-    );
+    let server = node_server();
+    let port = server.port;
     let mut probes = load_probes();
     sync(&mut probes, &[server.pid()]);
     let url = |p: &str| format!("http://127.0.0.1:{port}{p}");
@@ -85,11 +91,8 @@ fn node_keepalive_opened_before_tracing_counts_exactly() {
     if !require_root(name) || !require_program(name, "node") {
         return;
     }
-    let port = free_port();
-    let server = Server::start(
-        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
-        port,
-    );
+    let server = node_server();
+    let port = server.port;
     let mut early = KeepAlive::connect(port);
     assert_eq!(early.get("/ok"), 200);
     let mut probes = load_probes();
@@ -119,25 +122,16 @@ fn node_pipelined_requests_stay_balanced() {
     if !require_root(name) || !require_program(name, "node") {
         return;
     }
-    let port = free_port();
-    let server = Server::start(
-        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
-        port,
-    );
+    let server = node_server();
+    let port = server.port;
     let mut probes = load_probes();
     sync(&mut probes, &[server.pid()]);
     let mut conn = KeepAlive::connect(port);
     for _ in 0..5 {
         assert_eq!(conn.pipeline(&["/ok", "/missing", "/ok"]), [200, 404, 200]);
     }
-    let settle = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let t = loop {
-        let t = total(&read(&mut probes), &[server.pid()]);
-        if (t.requests_total >= 5 && t.requests_total == t.responses_total) || std::time::Instant::now() > settle {
-            break t;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let t =
+        poll_total(&mut probes, &[server.pid()], |t| t.requests_total >= 5 && t.requests_total == t.responses_total);
     assert!((5..=15).contains(&t.requests_total), "one per batch at least, one per request at most: {t:?}");
     assert_eq!(t.requests_total, t.responses_total, "{t:?}");
     assert_eq!(t.inflight, 0, "{t:?}");
@@ -158,11 +152,8 @@ fn node_request_abandoned_by_its_client_leaves_nothing_in_flight() {
     if !require_root(name) || !require_program(name, "node") {
         return;
     }
-    let port = free_port();
-    let server = Server::start(
-        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
-        port,
-    );
+    let server = node_server();
+    let port = server.port;
     let mut probes = load_probes();
     sync(&mut probes, &[server.pid()]);
     let mut conn = KeepAlive::connect(port);
@@ -174,24 +165,14 @@ fn node_request_abandoned_by_its_client_leaves_nothing_in_flight() {
     if let Err(e) = std::io::Write::write_all(&mut client, b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n") {
         panic!("send: {e}");
     }
-    let wait = |what: &str, probes: &mut monitor::probes::Probes, f: &dyn Fn(&monitor::snapshot::Traffic) -> bool| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            let t = total(&read(probes), &[server.pid()]);
-            if f(&t) {
-                return t;
-            }
-            assert!(std::time::Instant::now() < deadline, "{what}: {t:?}");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    };
-    let t = wait("the hanging request in flight", &mut probes, &|t| t.requests_total == 2);
+    let pid = [server.pid()];
+    let t = wait_total(&mut probes, &pid, "the hanging request in flight", |t| t.requests_total == 2);
     assert_eq!((t.responses_total, t.inflight), (1, 1), "{t:?}");
     drop(client);
-    let t = wait("nothing in flight once the client left", &mut probes, &|t| t.inflight == 0);
+    let t = wait_total(&mut probes, &pid, "nothing in flight once the client left", |t| t.inflight == 0);
     assert_eq!((t.requests_total, t.responses_total, t.accepts_total), (2, 1, 2), "{t:?}");
     // The keep-alive connection still counts as before.
     assert_eq!(conn.get("/ok"), 200);
-    let t = wait("the next request", &mut probes, &|t| t.responses_total == 2);
+    let t = wait_total(&mut probes, &pid, "the next request", |t| t.responses_total == 2);
     assert_eq!((t.requests_total, t.inflight), (3, 0), "{t:?}");
 }

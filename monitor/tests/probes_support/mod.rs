@@ -348,17 +348,9 @@ pub fn counts(t: &Traffic) -> (u64, u64, u64, [u64; 5]) {
 /// Returns the final summed traffic; panics with both sides when they differ.
 pub fn assert_counts(probes: &mut Probes, pids: &[u32], want: &Sent, what: &str) -> Traffic {
     let want = (want.connects, want.requests, want.responses(), want.by_class);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut got;
-    loop {
-        got = total(&read(probes), pids);
-        if counts(&got) == want || Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_total(probes, pids, |t| counts(t) == want);
     std::thread::sleep(Duration::from_millis(300));
-    got = total(&read(probes), pids);
+    let got = total(&read(probes), pids);
     assert_eq!(counts(&got), want, "{what}: (accepts, requests, responses, by class) counted vs sent");
     // Every final response here answers a request read on its socket: one latency each.
     let latencies: u64 = got.latency_hist_us.iter().sum();
@@ -371,6 +363,25 @@ pub fn assert_counts(probes: &mut Probes, pids: &[u32], want: &Sent, what: &str)
         got.latency_p50_us,
         got.latency_p99_us
     );
+    got
+}
+
+/// The summed traffic of `pids`, read every 20 ms until `done` holds of it or 5 s have passed; the last read.
+pub fn poll_total(probes: &mut Probes, pids: &[u32], done: impl Fn(&Traffic) -> bool) -> Traffic {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = total(&read(probes), pids);
+        if done(&got) || Instant::now() >= deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Like [`poll_total`], but panics with `what` when `done` does not hold within the 5 s.
+pub fn wait_total(probes: &mut Probes, pids: &[u32], what: &str, done: impl Fn(&Traffic) -> bool) -> Traffic {
+    let got = poll_total(probes, pids, &done);
+    assert!(done(&got), "{what}: not within 5 s: {got:?}");
     got
 }
 
