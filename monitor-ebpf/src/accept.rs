@@ -30,9 +30,15 @@ pub fn accept_done(tgid: u32, fd: i64) -> Result<(), i32> {
     }
     // A new socket on a reused fd number starts clean.
     SOCKS.insert(SockKey { tgid, fd: fd as u32 }, SockState::accepted(tgid), 0)?;
+    count_accept(tgid);
+    Ok(())
+}
+
+/// Counts an accept for `tgid`. Shared with the socket programs.
+#[inline(always)]
+pub fn count_accept(tgid: u32) {
     if let Some(s) = counters(tgid) {
         // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
         unsafe { (*s).accepts += 1 };
     }
-    Ok(())
 }

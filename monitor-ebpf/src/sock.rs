@@ -27,6 +27,7 @@ use monitor_common::{
 };
 
 use crate::{
+    accept::count_accept,
     io::{counters, current, status, syscall_io, traced},
     maps::{PASSIVE, SOCK_BY_SK},
     recv::{count_recv, is_request_read, now},
@@ -77,10 +78,7 @@ fn try_sock_recv(ctx: &RawTracePointContext) -> Result<(), i32> {
     let sk: u64 = ctx.arg(0);
     if n <= 0 {
         // The end of the stream (or a reset) on a connection that never carried a byte: still an accept.
-        if PASSIVE.get_ptr(sk).is_some() {
-            let _ = PASSIVE.remove(sk);
-            count_accept(tgid);
-        }
+        take_passive(sk, tgid);
         return Ok(());
     }
     let n = n as u64;
@@ -128,21 +126,23 @@ fn try_sock_send(ctx: &RawTracePointContext) -> Result<(), i32> {
 /// process has touched it yet, `tgid` accepted it. Tracks it and counts the accept.
 #[inline(always)]
 fn accept(sk: u64, tgid: u32) -> Result<Option<*mut SockState>, i32> {
-    if PASSIVE.get_ptr(sk).is_none() {
+    if !take_passive(sk, tgid) {
         return Ok(None);
     }
-    let _ = PASSIVE.remove(sk);
     SOCK_BY_SK.insert(sk, SockState::accepted(tgid), 0)?;
-    count_accept(tgid);
     Ok(SOCK_BY_SK.get_ptr_mut(sk))
 }
 
+/// When `sk` was opened passively and no process has touched it yet: forgets that and counts the accept for
+/// `tgid`, the first traced process to touch it. False when it was not.
 #[inline(always)]
-fn count_accept(tgid: u32) {
-    if let Some(s) = counters(tgid) {
-        // SAFETY: this CPU's value of our own per-CPU map; no other program runs on this CPU meanwhile.
-        unsafe { (*s).accepts += 1 };
+fn take_passive(sk: u64, tgid: u32) -> bool {
+    if PASSIVE.get_ptr(sk).is_none() {
+        return false;
     }
+    let _ = PASSIVE.remove(sk);
+    count_accept(tgid);
+    true
 }
 
 fn try_sock_state(ctx: &RawTracePointContext) -> Result<(), i32> {
