@@ -414,8 +414,9 @@ fn attach_one(ebpf: &mut Ebpf, name: &'static str, category: &'static str, tp: &
     Ok(())
 }
 
-/// Attaches one set of hooks. When one of its programs fails to load or attach, the programs of the set already
-/// loaded are unloaded again (with their links) so that a fallback set starts clean.
+/// Attaches one set of hooks. When one of its programs fails to load or attach, every loaded program is unloaded
+/// again (with its links), so that a fallback set starts clean: sets are tried before anything else is loaded
+/// (the fork-following program comes after), so the loaded programs are exactly this set's.
 fn attach_set(ebpf: &mut Ebpf, hooks: Hooks) -> Result<(), ProbeError> {
     let r = match hooks {
         Hooks::Sock => attach_raw(ebpf, attach::SOCK),
@@ -425,35 +426,25 @@ fn attach_set(ebpf: &mut Ebpf, hooks: Hooks) -> Result<(), ProbeError> {
         }
     };
     if r.is_err() {
-        let names: Vec<&str> = match hooks {
-            Hooks::Sock => attach::SOCK.iter().map(|p| p.0).collect(),
-            Hooks::RawSysExit => {
-                attach::CLOSE.iter().map(|p| p.0).chain(attach::RAW_EXIT.iter().map(|p| p.0)).collect()
-            }
-            Hooks::Tracepoints => attach::CLOSE.iter().chain(attach::TRACEPOINTS).map(|p| p.0).collect(),
-        };
-        for name in names {
-            unload(ebpf, name);
-        }
+        unload_all(ebpf);
     }
     r
 }
 
-/// Unloads a program (and detaches its links) if it is loaded.
-fn unload(ebpf: &mut Ebpf, name: &str) {
-    let Some(prog) = ebpf.program_mut(name) else {
-        return;
-    };
-    if prog.fd().is_err() {
-        return;
-    }
-    let r = match prog {
-        aya::programs::Program::RawTracePoint(p) => p.unload(),
-        aya::programs::Program::TracePoint(p) => p.unload(),
-        _ => Ok(()),
-    };
-    if let Err(e) = r {
-        tracing::warn!("unloading eBPF program {name}: {e}");
+/// Unloads every loaded program (and detaches its links).
+fn unload_all(ebpf: &mut Ebpf) {
+    for (name, prog) in ebpf.programs_mut() {
+        if prog.fd().is_err() {
+            continue;
+        }
+        let r = match prog {
+            aya::programs::Program::RawTracePoint(p) => p.unload(),
+            aya::programs::Program::TracePoint(p) => p.unload(),
+            _ => Ok(()),
+        };
+        if let Err(e) = r {
+            tracing::warn!("unloading eBPF program {name}: {e}");
+        }
     }
 }
 
