@@ -1,7 +1,8 @@
 //! `cargo xtask bench proxy`: the front door against nginx. Two release `fixture-backend`s (a master and a worker)
 //! started by `monitor run` in a v1 test cgroup; the same two behind nginx (`least_conn`, `keepalive`, a temporary
-//! config on 127.0.0.1); wrk at c = 1, 16, 64 against the backend directly, `monitor run` and nginx, interleaved
-//! in one run. Goal: throughput >= nginx at every c; added p50 over direct <= 25 µs at c = 1.
+//! config on 127.0.0.1) and behind a bare hyper hop (tests/src/bin/bare-hop.rs: the least hyper can do, the floor
+//! of the library the front door is built on); wrk at c = 1, 16, 64 against the backend directly, `monitor run`,
+//! the bare hop and nginx, interleaved in one run. Goal: throughput >= nginx at every c; added p50 over direct <= 25 µs at c = 1.
 //! `BENCH_SECONDS` (default 5) sets each wrk run's length. `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second
 //! `monitor run` from that binary (an older build, with its own two backends) to the same interleaved rounds, so a
 //! change is measured against what it replaces in one run. `BENCH_ROUNDS=N` (default 1) repeats the interleaved
@@ -233,6 +234,16 @@ pub fn run() -> Result<()> {
     if let Some(old) = &baseline {
         targets.push(("monitor run (baseline build)", old.front, vec![old.child.pid()]));
     }
+    // The floor of the library: a bare hyper hop (tests/src/bin/bare-hop.rs) in front of the same two backends.
+    let hop_port = free_port();
+    let hop = spawn_in_cgroup(
+        Command::new(bin.join("bare-hop"))
+            .args(["--port", &hop_port.to_string(), "--upstream", &a.to_string(), "--upstream", &b.to_string()])
+            .stdin(Stdio::null()),
+        cg.path(),
+    );
+    wait_port(hop_port)?;
+    targets.push(("bare hyper hop", hop_port, vec![hop.pid()]));
     targets.push(("nginx", ngx, workers));
     println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)");
     println!("CPU: µs of the proxy's own processes per request (user + system)\n");
@@ -262,24 +273,30 @@ pub fn run() -> Result<()> {
     }
     println!("\nmeans over {rounds} interleaved round(s):");
     for (c, row, ratio) in &summary {
-        let (direct, ours, nginx) = (&row[0], &row[1], &row[row.len() - 1]);
+        let (direct, ours, hop, nginx) = (&row[0], &row[1], &row[row.len() - 2], &row[row.len() - 1]);
+        let added = |w: &Wrk| w.p50_us - direct.p50_us;
         print!(
-            "c={c}: monitor/nginx throughput {:.2} (median of per-round ratios {ratio:.2}; goal >= 1); added p50 over \
-             direct: monitor {:+.0} µs, nginx {:+.0} µs; CPU µs/req (user + sys): monitor {:.0} + {:.0}, nginx {:.0} + {:.0}",
+            "c={c}: monitor/nginx throughput {:.2} (median of per-round ratios {ratio:.2}; goal >= 1), monitor/bare hop \
+             {:.2}; added p50 over direct: monitor {:+.0} µs, bare hop {:+.0} µs, nginx {:+.0} µs; CPU µs/req (user + \
+             sys): monitor {:.0} + {:.0}, bare hop {:.0} + {:.0}, nginx {:.0} + {:.0}",
             ours.rps / nginx.rps,
-            ours.p50_us - direct.p50_us,
-            nginx.p50_us - direct.p50_us,
+            ours.rps / hop.rps,
+            added(ours),
+            added(hop),
+            added(nginx),
             ours.user_us,
             ours.sys_us,
+            hop.user_us,
+            hop.sys_us,
             nginx.user_us,
             nginx.sys_us
         );
-        if row.len() == 4 {
+        if row.len() == 5 {
             let old = &row[2];
             print!(
                 "; baseline build: /nginx {:.2}, {:+.0} µs, CPU {:.0} + {:.0}; new/baseline throughput {:.2}",
                 old.rps / nginx.rps,
-                old.p50_us - direct.p50_us,
+                added(old),
                 old.user_us,
                 old.sys_us,
                 ours.rps / old.rps
@@ -287,6 +304,7 @@ pub fn run() -> Result<()> {
         }
         println!();
     }
+    drop(hop);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
