@@ -121,11 +121,23 @@ impl Default for StatsConfig {
 pub struct ProbesConfig {
     /// Count requests per process with eBPF. Default true (the agent runs on without them if they cannot load).
     pub enabled: bool,
+    /// Which kernel hooks carry the programs: `auto` (default: the socket tracepoints where the kernel has them,
+    /// else raw `sys_exit`, else the per-syscall tracepoints), or one set by name, `sock`, `raw_sys_exit` or
+    /// `tracepoints`, with no fallback. The socket set does not see HTTP served on Unix domain sockets: a group
+    /// that serves there needs `raw_sys_exit` (docs/probes.md).
+    pub hooks: String,
 }
 
 impl Default for ProbesConfig {
     fn default() -> Self {
-        ProbesConfig { enabled: true }
+        ProbesConfig { enabled: true, hooks: "auto".to_string() }
+    }
+}
+
+impl ProbesConfig {
+    /// The hook set `hooks` names, or `None` for `auto` (and for a name [`Config::validate`] refuses).
+    pub fn chosen_hooks(&self) -> Option<crate::probes::Hooks> {
+        crate::probes::Hooks::from_name(&self.hooks)
     }
 }
 
@@ -382,6 +394,12 @@ impl Config {
         }
         if self.stats.retention_days == 0 {
             out.push(problem(&[Key("stats"), Key("retention_days")], "must be at least 1"));
+        }
+        if self.probes.hooks != "auto" && self.probes.chosen_hooks().is_none() {
+            out.push(problem(
+                &[Key("probes"), Key("hooks")],
+                format!("{:?} is not one of \"auto\", \"sock\", \"raw_sys_exit\", \"tracepoints\"", self.probes.hooks),
+            ));
         }
         if let Err(e) = self.proxy.listen.parse::<SocketAddr>() {
             out.push(problem(
@@ -655,6 +673,7 @@ mod tests {
             ("[proxy]\nupstream_timeout_s = 0\n", "m.toml:2: proxy.upstream_timeout_s:"),
             ("[proxy]\nmax_header_bytes = 100\n", "m.toml:2: proxy.max_header_bytes:"),
             ("[group]\nlimit_bytes = 0\n", "m.toml:2: group.limit_bytes:"),
+            ("[probes]\nenabled = true\nhooks = \"kprobe\"\n", "m.toml:3: probes.hooks:"),
         ];
         for (text, want) in cases {
             let e = err(text);
@@ -682,6 +701,7 @@ path = "/var/lib/monitor/stats.db"
 retention_days = 7
 [probes]
 enabled = false
+hooks = "raw_sys_exit"
 [proxy]
 listen = "[::1]:8080"
 master_serves_tx = false
@@ -705,6 +725,8 @@ alertmanager = "http://127.0.0.1:9093"
         assert_eq!(c.processes[1].health, "/health");
         assert_eq!(c.policy.limit_bytes, Some(1 << 30));
         assert!(c.policy.shadow && !c.probes.enabled && !c.proxy.master_serves_tx);
+        assert_eq!(c.probes.chosen_hooks(), Some(crate::probes::Hooks::RawSysExit));
+        assert_eq!(Config::default().probes.chosen_hooks(), None);
     }
 
     proptest::proptest! {

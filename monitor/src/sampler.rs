@@ -93,14 +93,24 @@ pub fn host_mem_total() -> u64 {
         .unwrap_or(0)
 }
 
-/// Loads the eBPF probes if the config wants them, or says why not in one line (the verifier's log can run to
-/// hundreds of lines: the status shows the first, the debug log all). Logs the reason once.
-pub fn load_probes(enabled: bool) -> Result<Probes, String> {
-    let probes = if enabled {
-        Probes::load().map_err(|e| {
+/// Loads the eBPF probes if the config wants them, on the hooks it names (`auto`: the preferred set and its
+/// fallbacks), or says why not in one line (the verifier's log can run to hundreds of lines: the status shows the
+/// first, the debug log all). Logs the reason once.
+pub fn load_probes(cfg: &crate::config::ProbesConfig) -> Result<Probes, String> {
+    let probes = if cfg.enabled {
+        let chosen = cfg.chosen_hooks();
+        match chosen {
+            Some(h) => Probes::load_with(h),
+            None => Probes::load(),
+        }
+        .map_err(|e| {
             let full = e.to_string();
             tracing::debug!("eBPF load failed: {full}");
-            full.lines().next().unwrap_or_default().to_string()
+            let first = full.lines().next().unwrap_or_default();
+            match chosen {
+                Some(h) => format!("[probes] hooks = {:?}: {first}", h.name()),
+                None => first.to_string(),
+            }
         })
     } else {
         Err("disabled in the config ([probes] enabled = false)".to_string())
@@ -317,7 +327,7 @@ pub struct Started {
 /// Opens the group with the config's probes, limit and thresholds, takes the first sample (start-up fails fast
 /// on an unreadable group) and logs what is watched. Shared by `monitor agent` and `monitor run`.
 pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, CgroupError> {
-    let probes = load_probes(cfg.probes.enabled);
+    let probes = load_probes(&cfg.probes);
     let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
     let thresholds = cfg.policy.thresholds();
     let (state, first) = first(&mut sampler, &thresholds)?;

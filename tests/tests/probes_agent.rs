@@ -96,3 +96,34 @@ fn agent_counts_requests_of_group_processes_exactly() {
         st["processes"].as_array().map(|a| a.iter().filter_map(|p| p["requests_total"].as_u64()).sum()).unwrap_or(0);
     assert_eq!(total, want_requests);
 }
+
+#[test]
+fn agent_counts_on_the_hooks_the_config_names() {
+    let test = "agent_counts_on_the_hooks_the_config_names";
+    if !require_root(test) {
+        return;
+    }
+    let cg = CgroupV1::create("probes-hooks", Some(512 << 20));
+    let port = monitor_tests::agent::free_port();
+    let server = spawn_in_cgroup(&mut http_server(port), cg.path());
+    wait_port(port);
+    let config = std::env::temp_dir().join(format!("monitor-probes-hooks-{}.toml", std::process::id()));
+    if let Err(e) = std::fs::write(&config, "[probes]\nenabled = true\nhooks = \"raw_sys_exit\"\n") {
+        panic!("write {}: {e}", config.display());
+    }
+    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
+    let _ = std::fs::remove_file(&config);
+    let st = agent.status();
+    assert_eq!(st["probes"]["enabled"], true, "probes must load as root: {}", st["probes"]);
+    assert_eq!(st["probes"]["hooks"], "raw_sys_exit", "the config's hooks: {}", st["probes"]);
+    let pid = server.pid();
+    std::thread::sleep(Duration::from_millis(300));
+    let url = format!("http://127.0.0.1:{port}/Cargo.toml");
+    curl(&[&url, "-o", "/dev/null", &url, "-o", "/dev/null", &url]);
+    let st = agent.wait_for(
+        |s| proc_entry(s, pid).is_some_and(|p| p["responses_total"].as_u64() == Some(3)),
+        Duration::from_secs(10),
+    );
+    let p = proc_entry(&st, pid).unwrap_or_default();
+    assert_eq!((p["accepts_total"].as_u64(), p["requests_total"].as_u64()), (Some(1), Some(3)), "{p}");
+}

@@ -39,6 +39,11 @@ impl Hooks {
         }
     }
 
+    /// The set named `name` ([`Hooks::name`]; the config's `probes.hooks`).
+    pub fn from_name(name: &str) -> Option<Hooks> {
+        [Hooks::Sock, Hooks::RawSysExit, Hooks::Tracepoints].into_iter().find(|h| h.name() == name)
+    }
+
     /// The set to try when this one does not attach, if any.
     pub fn fallback(self) -> Option<Hooks> {
         match self {

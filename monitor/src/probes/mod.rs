@@ -93,7 +93,8 @@ impl Probes {
         Probes::attach(Hooks::preferred(), true)
     }
 
-    /// Like [`Probes::load`] with the given hooks and no fallback (benchmarks and tests compare the two sets).
+    /// Like [`Probes::load`] with the given hooks and no fallback (`[probes] hooks` naming a set; benchmarks and
+    /// tests compare the sets).
     pub fn load_with(hooks: Hooks) -> Result<Probes, ProbeError> {
         Probes::attach(hooks, false)
     }

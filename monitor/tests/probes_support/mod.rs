@@ -97,6 +97,31 @@ impl Server {
         s
     }
 
+    /// Like [`Server::start`] for a server on the Unix domain socket `path` (`port` 0): waits until the process
+    /// holds a listening socket bound to `path` (from /proc/net/unix, without connecting).
+    pub fn start_unix(cmd: &mut Command, path: &Path) -> Server {
+        cmd.process_group(0).stdin(Stdio::null());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => panic!("cannot start {cmd:?}: {e}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("server pid {} exited before listening: {status}", child.id());
+            }
+            if unix_listener(path).is_some_and(|inode| holds_socket(child.id(), &inode)) {
+                return Server { child, port: 0, dir: None };
+            }
+            if Instant::now() >= deadline {
+                let pid = child.id();
+                drop(Server { child, port: 0, dir: None });
+                panic!("server pid {pid} did not listen on {} within 15 s", path.display());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -189,6 +214,23 @@ pub fn owns_listener(pid: u32, port: u16) -> bool {
     fds.flatten().any(|fd| {
         std::fs::read_link(fd.path()).is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
     })
+}
+
+/// The inode of the socket listening on the Unix domain socket `path` (`/proc/net/unix`: flags `00010000`,
+/// `__SO_ACCEPTCON`), as `socket:[N]`.
+pub fn unix_listener(path: &Path) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    let want = path.to_str()?;
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 8 && f[3] == "00010000" && f[7] == want).then(|| format!("socket:[{}]", f[6]))
+    })
+}
+
+/// True when one of `pid`'s fds is the socket `inode` (`socket:[N]`).
+fn holds_socket(pid: u32, inode: &str) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == inode))
 }
 
 impl Drop for Server {
