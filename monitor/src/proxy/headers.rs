@@ -2,7 +2,7 @@
 //! it names, plus `Proxy-Connection`, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`), and the
 //! client's address appended to `X-Forwarded-For`.
 
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use hyper::header::{Entry, HeaderMap, HeaderName, HeaderValue, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use std::net::IpAddr;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -11,6 +11,12 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// Removes the hop-by-hop fields of one connection, before the message goes out on another.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // One pass over the names first: most requests and responses carry none of these, and comparing names is
+    // cheaper than hashing each of the seven for a lookup.
+    let hop = [&CONNECTION, &PROXY_CONNECTION, &KEEP_ALIVE, &TE, &TRAILER, &TRANSFER_ENCODING, &UPGRADE];
+    if !h.keys().any(|k| hop.contains(&k)) {
+        return;
+    }
     if h.contains_key(CONNECTION) {
         let listed: Vec<HeaderName> = h
             .get_all(CONNECTION)
@@ -22,12 +28,9 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
         for n in listed {
             h.remove(n);
         }
-        h.remove(CONNECTION);
     }
-    for n in [&PROXY_CONNECTION, &KEEP_ALIVE, &TE, &TRAILER, &TRANSFER_ENCODING, &UPGRADE] {
-        if h.contains_key(n) {
-            h.remove(n);
-        }
+    for n in hop {
+        h.remove(n);
     }
 }
 
@@ -40,14 +43,20 @@ pub fn client_value(client: IpAddr) -> HeaderValue {
 /// Appends `client` (from [`client_value`]) to `X-Forwarded-For` (several fields are joined into one, in order).
 /// Without a prior field this is one reference-counted copy of the connection's value.
 pub fn append_forwarded_for(h: &mut HeaderMap, client: &HeaderValue) {
-    if !h.contains_key(&X_FORWARDED_FOR) {
-        h.insert(X_FORWARDED_FOR.clone(), client.clone());
-        return;
-    }
-    let mut s: Vec<&str> = h.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
-    s.push(client.to_str().unwrap_or("unknown"));
-    if let Ok(v) = HeaderValue::from_str(&s.join(", ")) {
-        h.insert(X_FORWARDED_FOR.clone(), v);
+    match h.entry(&X_FORWARDED_FOR) {
+        Entry::Vacant(v) => {
+            v.insert(client.clone());
+        }
+        Entry::Occupied(mut o) => {
+            let joined = {
+                let mut s: Vec<&str> = o.iter().filter_map(|v| v.to_str().ok()).collect();
+                s.push(client.to_str().unwrap_or("unknown"));
+                s.join(", ")
+            };
+            if let Ok(v) = HeaderValue::from_str(&joined) {
+                o.insert(v);
+            }
+        }
     }
 }
 

@@ -79,6 +79,13 @@ enum Attempt {
     Aborted,
 }
 
+/// One front-door thread's own part of the proxy ([`Proxy::local`]).
+pub struct Local {
+    /// Its upstream keep-alive connections.
+    pub pool: Arc<Upstream>,
+    table: route::Table,
+}
+
 /// The shared state of the front door.
 pub struct Proxy {
     table: route::Table,
@@ -162,9 +169,10 @@ impl Proxy {
         })
     }
 
-    /// A new, empty set of upstream pools (one per front-door thread).
-    pub fn upstream(&self) -> Upstream {
-        Upstream::new(self.backends.len(), self.idle_timeout)
+    /// What one front-door thread keeps for itself: a new, empty set of upstream pools, and its own copy of the
+    /// routing table (a regex shared by threads serves all but the first from a slower, locked cache pool).
+    pub fn local(&self) -> Local {
+        Local { pool: Arc::new(Upstream::new(self.backends.len(), self.idle_timeout)), table: self.table.clone() }
     }
 
     /// How long an upstream connection may sit idle before it is closed.
@@ -191,13 +199,9 @@ impl Proxy {
         }
     }
 
-    /// Answers one request from a client at `peer` ([`headers::client_value`]), over this thread's upstream connections.
-    pub async fn handle(
-        &self,
-        pool: &Arc<Upstream>,
-        mut req: Request<Incoming>,
-        peer: &HeaderValue,
-    ) -> Response<ProxyBody> {
+    /// Answers one request from a client at `peer` ([`headers::client_value`]), with this thread's table and
+    /// upstream connections.
+    pub async fn handle(&self, local: &Local, mut req: Request<Incoming>, peer: &HeaderValue) -> Response<ProxyBody> {
         let exempt = self.health_paths.iter().any(|h| h == req.uri().path());
         if exempt && self.draining.load(Ordering::Acquire) {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
@@ -224,7 +228,7 @@ impl Proxy {
         }
         let rq = route::Request { path: req.uri().path(), cache_prefix: cache_owner.as_deref(), signed, exempt };
         let rotor = self.rotor.fetch_add(1, Ordering::Relaxed);
-        let (index, rule, fallback) = match self.table.select(&rq, |i| self.live(i), rotor) {
+        let (index, rule, fallback) = match local.table.select(&rq, |i| self.live(i), rotor) {
             Route::To { index, rule, fallback } => (index, rule, fallback),
             Route::Unavailable(Unavailable::Shed) => return self.refused(),
             Route::Unavailable(Unavailable::Down) if signed => {
@@ -236,7 +240,7 @@ impl Proxy {
         };
         let fallback = fallback.map(|f| HeaderValue::from_static(f.as_str()));
         let to = Target { index, rule, exempt, rotor };
-        let mut resp = self.forward(pool, to, req, peer, fallback.clone()).await;
+        let mut resp = self.forward(local, to, req, peer, fallback.clone()).await;
         if let Some(f) = fallback {
             resp.headers_mut().insert(X_ROUTE_FALLBACK.clone(), f);
         }
@@ -245,7 +249,7 @@ impl Proxy {
 
     async fn forward(
         &self,
-        pool: &Arc<Upstream>,
+        local: &Local,
         to: Target,
         req: Request<Incoming>,
         peer: &HeaderValue,
@@ -277,10 +281,11 @@ impl Proxy {
         let body = if bodiless { Either::Right(Empty::new()) } else { Either::Left(body) };
         // One deadline for the request and its retry.
         let deadline = tokio::time::Instant::now() + self.upstream_timeout;
+        let pool = &local.pool;
         let mut index = to.index;
         let mut outcome = self.attempt(pool, index, Request::from_parts(parts, body), deadline).await;
         if let (Attempt::Failed(e), Some(mut r)) = (&outcome, retry) {
-            let next = self.table.retry(to.rule, to.exempt, |i| self.live(i), to.rotor.wrapping_add(1), index);
+            let next = local.table.retry(to.rule, to.exempt, |i| self.live(i), to.rotor.wrapping_add(1), index);
             tracing::debug!(from = %self.members[index].name, to = %self.members[next].name, "retrying once after: {e}");
             if next != index && own_host {
                 r.headers_mut().insert(HOST, self.backends[next].host.clone());

@@ -2,8 +2,7 @@
 //! 400; request head over `max_header_bytes`: 431). On drain: stop accepting, close idle keep-alive connections,
 //! let in-flight requests finish until the deadline. The front door has threads of its own (see [`serve`]).
 
-use super::upstream::Upstream;
-use super::Proxy;
+use super::{Local, Proxy};
 use crate::config::ProxyConfig;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -171,8 +170,9 @@ impl Thread {
                     return;
                 }
             };
-            let pool = Arc::new(proxy.upstream());
-            let reaper = tokio::spawn(pool.clone().reaper((proxy.idle_timeout() / 2).max(Duration::from_millis(100))));
+            let local = Arc::new(proxy.local());
+            let reaper =
+                tokio::spawn(local.pool.clone().reaper((proxy.idle_timeout() / 2).max(Duration::from_millis(100))));
             // Held by each connection of this thread: recv() ends once they are all gone.
             let (conn_tx, mut conn_rx) = mpsc::channel::<()>(1);
             loop {
@@ -208,8 +208,8 @@ impl Thread {
                         match TcpStream::from_std(s) {
                             Ok(stream) => {
                                 let _ = stream.set_nodelay(true);
-                                let (proxy, pool, drain) = (proxy.clone(), pool.clone(), drain.clone());
-                                tokio::spawn(connection(proxy, pool, stream, ip, max_header_bytes, drain, finished));
+                                let (proxy, local, drain) = (proxy.clone(), local.clone(), drain.clone());
+                                tokio::spawn(connection(proxy, local, stream, ip, max_header_bytes, drain, finished));
                             }
                             Err(e) => tracing::warn!("taking a connection from another thread: {e}"),
                         }
@@ -220,8 +220,8 @@ impl Thread {
                 let _ = stream.set_nodelay(true);
                 load.live[index].fetch_add(1, Ordering::Relaxed);
                 let finished = Finished { load: load.clone(), index, _conn: conn_tx.clone() };
-                let (proxy, pool, drain) = (proxy.clone(), pool.clone(), drain.clone());
-                tokio::spawn(connection(proxy, pool, stream, ip, max_header_bytes, drain, finished));
+                let (proxy, local, drain) = (proxy.clone(), local.clone(), drain.clone());
+                tokio::spawn(connection(proxy, local, stream, ip, max_header_bytes, drain, finished));
             }
             drop(listener);
             drop(accepting);
@@ -253,7 +253,7 @@ impl Drop for Finished {
 
 async fn connection(
     proxy: Arc<Proxy>,
-    pool: Arc<Upstream>,
+    local: Arc<Local>,
     stream: TcpStream,
     ip: IpAddr,
     max_header_bytes: usize,
@@ -263,9 +263,9 @@ async fn connection(
     let peer = super::headers::client_value(ip);
     let svc = hyper::service::service_fn(move |req| {
         let proxy = proxy.clone();
-        let pool = pool.clone();
+        let local = local.clone();
         let peer = peer.clone();
-        async move { Ok::<_, Infallible>(proxy.handle(&pool, req, &peer).await) }
+        async move { Ok::<_, Infallible>(proxy.handle(&local, req, &peer).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
