@@ -98,8 +98,8 @@ pub struct TableError(#[from] regex::Error);
 pub struct Table {
     names: Vec<String>,
     master: Option<usize>,
-    master_paths: RegexSet,
-    tx_paths: RegexSet,
+    master_paths: PathSet,
+    tx_paths: PathSet,
     /// The processes least-outstanding picks from: the workers, and the master unless `master_serves_tx = false`.
     tx_pool: Vec<usize>,
 }
@@ -115,8 +115,8 @@ impl Table {
         Ok(Table {
             names: procs.iter().map(|(n, _)| n.clone()).collect(),
             master: procs.iter().position(|(_, r)| *r == Role::Master),
-            master_paths: RegexSet::new(master_paths)?,
-            tx_paths: RegexSet::new(tx_paths)?,
+            master_paths: PathSet::new(master_paths)?,
+            tx_paths: PathSet::new(tx_paths)?,
             tx_pool: (0..procs.len()).filter(|&i| procs[i].1 == Role::Worker || master_serves_tx).collect(),
         })
     }
@@ -223,6 +223,65 @@ impl Table {
     }
 }
 
+/// Path regexes, matched as the regex crate would, but those that are plain text (optionally anchored with `^`,
+/// like every default: `^/`, `\$closure`, `%24closure`, `^/syndication`, `^/info/`) compared as text: on every
+/// request a regex search costs more than the rest of the routing.
+#[derive(Debug, Clone)]
+struct PathSet {
+    /// `^text`: the path starts with it.
+    prefixes: Vec<String>,
+    /// `text`: the path contains it.
+    contains: Vec<String>,
+    /// Every other pattern.
+    rest: Option<RegexSet>,
+}
+
+impl PathSet {
+    fn new(patterns: &[String]) -> Result<PathSet, regex::Error> {
+        // Every pattern must be a valid regex, whichever way it is matched.
+        RegexSet::new(patterns)?;
+        let (mut prefixes, mut contains, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+        for p in patterns {
+            match literal(p) {
+                Some((true, text)) => prefixes.push(text),
+                Some((false, text)) => contains.push(text),
+                None => rest.push(p.as_str()),
+            }
+        }
+        let rest = if rest.is_empty() { None } else { Some(RegexSet::new(rest)?) };
+        Ok(PathSet { prefixes, contains, rest })
+    }
+
+    fn is_match(&self, path: &str) -> bool {
+        self.prefixes.iter().any(|p| path.starts_with(p.as_str()))
+            || self.contains.iter().any(|c| path.contains(c.as_str()))
+            || self.rest.as_ref().is_some_and(|r| r.is_match(path))
+    }
+}
+
+/// `Some((anchored, text))` when the (valid) regex `pattern` matches exactly `text`, at the start of the path
+/// when `anchored` (a leading `^`), anywhere otherwise: no operator, class or flag, and escapes only of
+/// punctuation (`\<` and `\>` are word boundaries, not text).
+fn literal(pattern: &str) -> Option<(bool, String)> {
+    let (anchored, body) = match pattern.strip_prefix('^') {
+        Some(b) => (true, b),
+        None => (false, pattern),
+    };
+    let mut text = String::with_capacity(body.len());
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e) if e.is_ascii_punctuation() && e != '<' && e != '>' => text.push(e),
+                _ => return None,
+            },
+            '.' | '+' | '*' | '?' | '(' | ')' | '|' | '[' | ']' | '{' | '}' | '^' | '$' => return None,
+            c => text.push(c),
+        }
+    }
+    Some((anchored, text))
+}
+
 /// The prefix of a cache id: the text before the first `.` (the whole id when it has none).
 pub fn cache_prefix(id: &str) -> &str {
     id.split('.').next().unwrap_or(id)
@@ -252,6 +311,41 @@ mod tests {
 
     fn req<'a>(path: &'a str, cache: Option<&'a str>) -> Request<'a> {
         Request { path, cache_prefix: cache, ..Request::default() }
+    }
+
+    #[test]
+    fn plain_text_patterns_are_matched_as_text() {
+        let cases: &[(&str, Option<(bool, &str)>)] = &[
+            ("^/", Some((true, "/"))),
+            ("\\$closure", Some((false, "$closure"))),
+            ("%24closure", Some((false, "%24closure"))),
+            ("^/info/", Some((true, "/info/"))),
+            ("^/a\\.b\\-c", Some((true, "/a.b-c"))),
+            ("", Some((false, ""))),
+            ("^/r4/.*", None),
+            ("/x$", None),
+            ("(?i)^/info", None),
+            ("^/a\\d", None),
+            ("\\<word", None),
+            ("a|b", None),
+        ];
+        for (pattern, want) in cases {
+            let got = literal(pattern);
+            assert_eq!(got.as_ref().map(|(a, t)| (*a, t.as_str())), *want, "{pattern:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the patterns, the set matches exactly the paths the regex crate matches.
+        #[test]
+        fn path_sets_match_as_the_regex_crate_does(
+            patterns in proptest::collection::vec("\\^?([a-c/.$%|*?]|\\\\[.$/dw<]){0,5}", 0..4),
+            path in "[a-c/.$%]{0,8}",
+        ) {
+            let Ok(want) = RegexSet::new(&patterns) else { return Ok(()) };
+            let set = PathSet::new(&patterns).expect("valid regexes");
+            proptest::prop_assert_eq!(set.is_match(&path), want.is_match(&path), "{:?} on {:?}", patterns, path);
+        }
     }
 
     #[test]
