@@ -26,6 +26,7 @@ const TESTS: &[(&str, fn())] = &[
     ("own_server_counts_exactly", traffic::own_server_counts_exactly),
     ("busybox_httpd_counts", traffic::busybox_httpd_counts),
     ("fixture_backend_counts_exactly", traffic::fixture_backend_counts_exactly),
+    ("configured_hooks_have_no_fallback", traffic::configured_hooks_have_no_fallback),
     ("run_creates_the_group_and_serves", front_door::run_creates_the_group_and_serves),
 ];
 

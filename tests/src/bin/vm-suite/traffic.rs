@@ -311,3 +311,28 @@ pub fn fixture_backend_counts_exactly() {
     assert_eq!(sent, Sent { accepts: 11, requests: 18, by_class: [0, 16, 0, 2, 0] }, "unexpected answers");
     assert_counts(&agent, backend.pid(), &sent, "fixture-backend");
 }
+
+/// `[probes] hooks` names one set and gets that set or none: `sock` runs on 6.3+ and, on an older kernel, leaves
+/// the probes off with a reason naming the key (no silent fallback); `raw_sys_exit` runs on both.
+pub fn configured_hooks_have_no_fallback() {
+    let cg = CgroupV2::create("hooks", None);
+    for (hooks, runs) in [("sock", kernel_at_least(6, 3)), ("raw_sys_exit", true)] {
+        let config = std::env::temp_dir().join(format!("vm-suite-hooks-{hooks}.toml"));
+        if let Err(e) = std::fs::write(&config, format!("[probes]\nhooks = {hooks:?}\n")) {
+            panic!("write {}: {e}", config.display());
+        }
+        let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
+        let s = agent.status();
+        let _ = std::fs::remove_file(&config);
+        let enabled = s.pointer("/probes/enabled").and_then(Value::as_bool);
+        let reason = s.pointer("/probes/reason").and_then(Value::as_str).unwrap_or_default();
+        if runs {
+            assert_eq!(enabled, Some(true), "hooks = {hooks:?}: {reason}");
+            assert_eq!(s.pointer("/probes/hooks").and_then(Value::as_str), Some(hooks), "{:#}", s["probes"]);
+        } else {
+            assert_eq!(enabled, Some(false), "hooks = {hooks:?} on a kernel without it: {:#}", s["probes"]);
+            let want = format!("[probes] hooks = {hooks:?}");
+            assert!(reason.starts_with(&want), "reason {reason:?} should start with {want:?}");
+        }
+    }
+}
