@@ -92,6 +92,7 @@ impl Feed {
                 limit_source: LimitSource::Cgroup,
             },
             processes,
+            agent_pid: 0,
         };
         let (policy, decision) = decide(&self.policy, &snapshot, &self.thresholds);
         self.policy = policy;

@@ -118,10 +118,12 @@ impl Decision {
     }
 }
 
-/// The largest process by RSS; ties go to the larger RssAnon, then to the lower pid (deterministic).
-pub fn largest(processes: &[ProcSample]) -> Option<&ProcSample> {
+/// The largest process by RSS other than the agent itself (`agent_pid`); ties go to the larger RssAnon, then to
+/// the lower pid (deterministic).
+pub fn largest(processes: &[ProcSample], agent_pid: u32) -> Option<&ProcSample> {
     processes
         .iter()
+        .filter(|p| p.pid != agent_pid)
         .max_by(|a, b| a.rss_bytes.cmp(&b.rss_bytes).then(a.anon_bytes.cmp(&b.anon_bytes)).then(b.pid.cmp(&a.pid)))
 }
 
@@ -133,7 +135,7 @@ fn id(p: &ProcSample) -> ProcId {
 pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicyState, Decision) {
     let ratio = snap.group.ratio();
     let now = snap.mono_ms;
-    let big = largest(&snap.processes);
+    let big = largest(&snap.processes, snap.agent_pid);
 
     let state = match prev.state {
         _ if ratio >= t.abort_at => State::Aborting,
@@ -202,6 +204,7 @@ mod tests {
                 limit_source: LimitSource::Cgroup,
             },
             processes: procs,
+            agent_pid: 0,
         }
     }
 
@@ -297,8 +300,22 @@ mod tests {
         let mut a = proc(20, 500);
         a.anon_bytes = 100;
         let b = proc(21, 500);
-        assert_eq!(largest(&[a.clone(), b.clone()]).map(|p| p.pid), Some(21));
-        assert_eq!(largest(&[proc(30, 5), proc(29, 5), proc(31, 5)]).map(|p| p.pid), Some(29));
+        assert_eq!(largest(&[a.clone(), b.clone()], 0).map(|p| p.pid), Some(21));
+        assert_eq!(largest(&[proc(30, 5), proc(29, 5), proc(31, 5)], 0).map(|p| p.pid), Some(29));
+    }
+
+    #[test]
+    fn the_agent_in_its_own_group_is_never_the_victim() {
+        let t = Thresholds::default();
+        // The agent (pid 11) is the largest member here: the next largest aborts, and alone it is no victim.
+        let mut s = snap(950, 1000, 0, three());
+        s.agent_pid = 11;
+        let (_, d) = decide(&PolicyState::default(), &s, &t);
+        assert_eq!((d.state, d.victim.map(|v| v.pid), d.largest_pid), (State::Aborting, Some(12), Some(12)));
+        let mut alone = snap(950, 1000, 0, vec![proc(11, 300)]);
+        alone.agent_pid = 11;
+        let (_, d) = decide(&PolicyState::default(), &alone, &t);
+        assert_eq!((d.victim, d.largest_pid), (None, None));
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Sampler {
     probes: Option<Probes>,
     probe_status: ProbeStatus,
     synced_pids: Vec<u32>,
+    /// This process (never traced; never the victim).
+    agent_pid: u32,
     limit_override: Option<u64>,
     host_total: u64,
     start: Instant,
@@ -142,6 +144,7 @@ impl Sampler {
             probes,
             probe_status,
             synced_pids: Vec::new(),
+            agent_pid: std::process::id(),
             limit_override,
             host_total: host_mem_total(),
             start: Instant::now(),
@@ -230,15 +233,21 @@ impl Sampler {
                 limit_source,
             },
             processes: self.samples.clone(),
+            agent_pid: self.agent_pid,
         })
     }
 
     fn add_traffic(&mut self) {
         let Some(probes) = self.probes.as_mut() else { return };
         let result = (|| {
-            if self.synced_pids != self.pids || probes.has_pinned() {
-                probes.sync_pids(&self.pids)?;
-                self.synced_pids.clone_from(&self.pids);
+            // The agent itself is never traced, even in its own group (`cgroup = "auto"`).
+            let me = self.agent_pid;
+            let changed = self.synced_pids.len() != self.pids.iter().filter(|&&p| p != me).count()
+                || self.synced_pids.iter().zip(self.pids.iter().filter(|&&p| p != me)).any(|(a, b)| a != b);
+            if changed || probes.has_pinned() {
+                self.synced_pids.clear();
+                self.synced_pids.extend(self.pids.iter().copied().filter(|&p| p != me));
+                probes.sync_pids(&self.synced_pids)?;
             }
             probes.read()
         })();

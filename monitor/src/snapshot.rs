@@ -91,4 +91,8 @@ pub struct Snapshot {
     pub mono_ms: u64,
     pub group: GroupSample,
     pub processes: Vec<ProcSample>,
+    /// The agent's own pid. With `cgroup = "auto"` the agent is a member of the group it guards: it is listed,
+    /// but it is never the process told to abort, and the probes never trace it (its own front door's traffic
+    /// is not the group's).
+    pub agent_pid: u32,
 }

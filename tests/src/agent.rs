@@ -99,9 +99,18 @@ impl Agent {
 
     /// Starts `monitor <args…>` (which must make it listen on `127.0.0.1:<port>`) and waits for `/healthz`.
     pub fn start_args(args: Vec<String>, port: u16) -> Agent {
+        Self::start_args_in(args, port, None)
+    }
+
+    /// Like [`Agent::start_args`], the agent placed in `cgroup` (a v1 memory cgroup directory) from its first
+    /// instruction, as a service manager would start it in its unit's group.
+    pub fn start_args_in(args: Vec<String>, port: u16, cgroup: Option<&std::path::Path>) -> Agent {
         let mut cmd = Command::new(monitor_bin());
         cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = ChildGuard::spawn(&mut cmd);
+        let mut child = match cgroup {
+            Some(cg) => crate::spawn_in_cgroup(&mut cmd, cg),
+            None => ChildGuard::spawn(&mut cmd),
+        };
         let stderr = Arc::new(Mutex::new(Vec::new()));
         if let Some(err) = child.stderr.take() {
             collect(err, stderr.clone());
