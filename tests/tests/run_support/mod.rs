@@ -5,7 +5,7 @@
 
 use monitor_tests::agent::free_port;
 use monitor_tests::http::{self, Response};
-use monitor_tests::{monitor_bin, require, CgroupV1, ChildGuard, MIB};
+use monitor_tests::{monitor_bin, require, spawn_in_cgroup, CgroupV1, ChildGuard, MIB};
 use serde_json::Value;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -35,6 +35,9 @@ pub struct Spec {
     pub process: String,
     /// Count requests with the eBPF probes (needs root; off by default).
     pub probes: bool,
+    /// `monitor run` itself starts in the test cgroup with `cgroup = "auto"`, as a systemd unit runs it
+    /// (deploy/monitor-run.service); otherwise it starts outside and is given the cgroup's path.
+    pub own_group: bool,
 }
 
 impl Default for Spec {
@@ -49,6 +52,7 @@ impl Default for Spec {
             start_timeout_s: 20,
             process: String::new(),
             probes: false,
+            own_group: false,
         }
     }
 }
@@ -86,7 +90,7 @@ pub fn launch(name: &str, spec: &Spec) -> Run {
     let mut text = format!(
         "[group]\ncgroup = {:?}\n[policy]\n{}{}\n[probes]\nenabled = {}\n[web]\nlisten = \
          \"127.0.0.1:{web}\"\n[proxy]\nlisten = \"127.0.0.1:{proxy}\"\n{}\n",
-        cg.path().display().to_string(),
+        if spec.own_group { "auto".to_string() } else { cg.path().display().to_string() },
         if spec.policy.contains("interval_ms") { "" } else { "interval_ms = 50\n" },
         spec.policy,
         spec.probes,
@@ -114,7 +118,7 @@ pub fn launch(name: &str, spec: &Spec) -> Run {
     }
     let mut cmd = Command::new(monitor_bin());
     cmd.arg("run").arg("--config").arg(&config).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = ChildGuard::spawn(&mut cmd);
+    let mut child = if spec.own_group { spawn_in_cgroup(&mut cmd, cg.path()) } else { ChildGuard::spawn(&mut cmd) };
     let stderr = Arc::new(Mutex::new(Vec::new()));
     if let Some(mut err) = child.stderr.take() {
         let into = stderr.clone();
