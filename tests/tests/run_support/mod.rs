@@ -61,6 +61,8 @@ impl Default for Spec {
 pub struct Run {
     child: ChildGuard,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// The thread copying monitor's stderr into `stderr`; done at the pipe's end.
+    reader: Option<std::thread::JoinHandle<()>>,
     pub proxy: SocketAddr,
     pub web: SocketAddr,
     /// Ports of m0, tx1, tx2 …
@@ -120,9 +122,10 @@ pub fn launch(name: &str, spec: &Spec) -> Run {
     cmd.arg("run").arg("--config").arg(&config).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     let mut child = if spec.own_group { spawn_in_cgroup(&mut cmd, cg.path()) } else { ChildGuard::spawn(&mut cmd) };
     let stderr = Arc::new(Mutex::new(Vec::new()));
+    let mut reader = None;
     if let Some(mut err) = child.stderr.take() {
         let into = stderr.clone();
-        std::thread::spawn(move || {
+        reader = Some(std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = err.read(&mut buf) {
                 if n == 0 {
@@ -132,10 +135,10 @@ pub fn launch(name: &str, spec: &Spec) -> Run {
                     v.extend_from_slice(&buf[..n]);
                 }
             }
-        });
+        }));
     }
     let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-    Run { child, stderr, proxy: at(proxy), web: at(web), ports, config, cg }
+    Run { child, stderr, reader, proxy: at(proxy), web: at(web), ports, config, cg }
 }
 
 impl Run {
@@ -217,7 +220,7 @@ impl Run {
     pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
         self.sigterm();
         match self.child.wait_timeout(timeout) {
-            Some(s) => s,
+            Some(s) => self.exited(s),
             None => panic!("monitor run still running {timeout:?} after SIGTERM; stderr:\n{}", self.stderr()),
         }
     }
@@ -225,9 +228,24 @@ impl Run {
     /// Waits for `monitor run` to exit by itself.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         match self.child.wait_timeout(timeout) {
-            Some(s) => s,
+            Some(s) => self.exited(s),
             None => panic!("monitor run still running after {timeout:?}; stderr:\n{}", self.stderr()),
         }
+    }
+
+    /// After the exit: lets the stderr copy reach the pipe's end (bounded: a process monitor started could still
+    /// hold the pipe), so [`Run::stderr`] has monitor's last words.
+    fn exited(&mut self, status: ExitStatus) -> ExitStatus {
+        if let Some(reader) = self.reader.take() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !reader.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if reader.is_finished() {
+                let _ = reader.join();
+            }
+        }
+        status
     }
 }
 
