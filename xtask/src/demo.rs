@@ -190,7 +190,11 @@ fn play(sys: &System, args: &Args) -> Result<()> {
     let t = load.take();
     println!("   {}\n   {}\n", t.statuses(), t.routing());
     sys.print_table()?;
+    // The clients hold still for the comparison (their last requests finish first).
+    load.hold(true);
+    std::thread::sleep(Duration::from_millis(300));
     println!("   {}", counts(sys)?);
+    load.hold(false);
 
     if args.keep || args.hold.is_some() {
         load.set_pace(Duration::from_millis(500));
@@ -210,27 +214,34 @@ fn play(sys: &System, args: &Args) -> Result<()> {
 }
 
 /// Requests per process as the kernel counted them (eBPF) beside the processes' own count of what they served.
+/// Each process's count is read, then (after two samples) the kernel's, then the process's again: when nothing
+/// else reached the process in between (the second read is the first plus itself), the two must be equal.
 fn counts(sys: &System) -> Result<String> {
-    let s = sys.status()?;
-    let processes = s["processes"].as_array().cloned().unwrap_or_default();
-    let mut out = Vec::new();
-    for ((name, _), port) in PROCESSES.iter().zip(&sys.ports) {
-        let pid = s["launcher"].as_array().into_iter().flatten().find(|p| p["name"] == *name).map(|p| &p["pid"]);
-        let kernel = processes.iter().find(|p| Some(&p["pid"]) == pid).map(|p| &p["requests_total"]);
-        let own = monitor_tests::http::get(std::net::SocketAddr::from(([127, 0, 0, 1], *port)), "/stats", TIMEOUT)
+    // Every request it got, health checks and this /stats request included.
+    let own = |port: u16| {
+        monitor_tests::http::get(std::net::SocketAddr::from(([127, 0, 0, 1], port)), "/stats", TIMEOUT)
             .ok()
             .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok())
-            // Every request it got, health checks included, less this /stats request (after the agent's snapshot).
             .and_then(|v| v["requests"].as_u64())
-            .map(|n| n.saturating_sub(1));
+    };
+    let before: Vec<Option<u64>> = sys.ports.iter().map(|&p| own(p)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let s = sys.status()?;
+    let after: Vec<Option<u64>> = sys.ports.iter().map(|&p| own(p)).collect();
+    let processes = s["processes"].as_array().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, (name, _)) in PROCESSES.iter().enumerate() {
+        let pid = s["launcher"].as_array().into_iter().flatten().find(|p| p["name"] == *name).map(|p| &p["pid"]);
+        let kernel = processes.iter().find(|p| Some(&p["pid"]) == pid).and_then(|p| p["requests_total"].as_u64());
         let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
-        out.push(format!("{name} {}/{}", show(kernel.and_then(Value::as_u64)), show(own)));
+        let (b, a) = (before.get(i).copied().flatten(), after.get(i).copied().flatten());
+        let others = match (b, a) {
+            (Some(b), Some(a)) if a > b + 1 => format!(" (+{} arrived during the check)", a - b - 1),
+            _ => String::new(),
+        };
+        out.push(format!("{name} {}/{}{others}", show(kernel), show(b)));
     }
-    Ok(format!(
-        "requests counted in the kernel (eBPF) / got by the process by its own count: {} (a launcher health \
-         check between the two reads adds one to the second)",
-        out.join(", ")
-    ))
+    Ok(format!("requests counted in the kernel (eBPF) / got by the process by its own count: {}", out.join(", ")))
 }
 
 /// SIGTERM (with requests in flight after a full run): they finish, `monitor run` exits 0; then nothing may be

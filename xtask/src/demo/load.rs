@@ -60,6 +60,8 @@ impl Tally {
 /// Client threads sending requests through the proxy until dropped.
 pub struct Load {
     stop: Arc<AtomicBool>,
+    /// While set, the threads send nothing (their current request finishes).
+    held: Arc<AtomicBool>,
     /// Pause between a thread's requests, in ms.
     pace_ms: Arc<AtomicU64>,
     tally: Arc<Mutex<Tally>>,
@@ -69,15 +71,21 @@ pub struct Load {
 impl Load {
     pub fn start(proxy: SocketAddr, clients: usize, pace: Duration) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(AtomicBool::new(false));
         let pace_ms = Arc::new(AtomicU64::new(u64::try_from(pace.as_millis()).unwrap_or(100)));
         let tally = Arc::new(Mutex::new(Tally::default()));
         let threads = (0..clients)
             .map(|c| {
-                let (stop, pace_ms, tally) = (stop.clone(), pace_ms.clone(), tally.clone());
-                std::thread::spawn(move || client(proxy, c, &stop, &pace_ms, &tally))
+                let (stop, held, pace_ms, tally) = (stop.clone(), held.clone(), pace_ms.clone(), tally.clone());
+                std::thread::spawn(move || client(proxy, c, &stop, &held, &pace_ms, &tally))
             })
             .collect();
-        Load { stop, pace_ms, tally, threads }
+        Load { stop, held, pace_ms, tally, threads }
+    }
+
+    /// Holds the clients (`true`: each finishes its current request, then waits) or lets them go on.
+    pub fn hold(&self, on: bool) {
+        self.held.store(on, Ordering::Relaxed);
     }
 
     pub fn set_pace(&self, pace: Duration) {
@@ -99,10 +107,21 @@ impl Drop for Load {
     }
 }
 
-fn client(proxy: SocketAddr, c: usize, stop: &AtomicBool, pace_ms: &AtomicU64, tally: &Mutex<Tally>) {
+fn client(
+    proxy: SocketAddr,
+    c: usize,
+    stop: &AtomicBool,
+    held: &AtomicBool,
+    pace_ms: &AtomicU64,
+    tally: &Mutex<Tally>,
+) {
     let mut session: Option<String> = None;
     let mut i: u64 = c as u64 * 3;
     while !stop.load(Ordering::Relaxed) {
+        if held.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
         i += 1;
         let code = i % 50;
         let (path, cache_id) = match i % 10 {
