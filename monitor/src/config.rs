@@ -295,6 +295,20 @@ pub struct Config {
     #[serde(rename = "process")]
     pub processes: Vec<ProcessConfig>,
     pub alerts: AlertsConfig,
+    pub actions: ActionsConfig,
+}
+
+/// `[actions]`: a signal to each process of the group when its action changes (for processes not behind the
+/// front door; see [`crate::actions`]). Names such as `"SIGUSR1"`; each unset by default (nothing is sent).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ActionsConfig {
+    /// Sent to every process when it starts refusing new requests.
+    pub refuse_signal: Option<String>,
+    /// Sent to the process told to abort its in-flight work (the largest).
+    pub abort_signal: Option<String>,
+    /// Sent when a process may serve again.
+    pub serve_signal: Option<String>,
 }
 
 /// A bad value: its key path (`policy.refuse_at`, `process[1].port`) and why.
@@ -498,6 +512,17 @@ impl Config {
                 out.push(problem(&[Key("alerts"), Key("command")], "must name a program"));
             }
         }
+        let a = &self.actions;
+        for (k, v) in
+            [("refuse_signal", &a.refuse_signal), ("abort_signal", &a.abort_signal), ("serve_signal", &a.serve_signal)]
+        {
+            if let Some(name) = v.as_deref().filter(|n| crate::actions::signal_number(n).is_none()) {
+                out.push(problem(
+                    &[Key("actions"), Key(k)],
+                    format!("{name:?} is not one of SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGUSR1, SIGUSR2, SIGTERM, SIGCONT, SIGWINCH, SIGURG"),
+                ));
+            }
+        }
         out
     }
 }
@@ -674,6 +699,7 @@ mod tests {
             ("[proxy]\nmax_header_bytes = 100\n", "m.toml:2: proxy.max_header_bytes:"),
             ("[group]\nlimit_bytes = 0\n", "m.toml:2: group.limit_bytes:"),
             ("[probes]\nenabled = true\nhooks = \"kprobe\"\n", "m.toml:3: probes.hooks:"),
+            ("[actions]\nrefuse_signal = \"SIGUSR1\"\nabort_signal = \"SIGSEGV\"\n", "m.toml:3: actions.abort_signal:"),
         ];
         for (text, want) in cases {
             let e = err(text);

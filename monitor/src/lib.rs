@@ -3,6 +3,7 @@
 //! Data flows one way: cgroup files, /proc and eBPF maps -> [`sampler`] -> [`snapshot::Snapshot`] ->
 //! [`policy::decide`] -> consumers (api, proxy, alerts, history).
 
+pub mod actions;
 pub mod alerts;
 pub mod api;
 pub mod cgroup;

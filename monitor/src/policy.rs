@@ -63,7 +63,7 @@ impl Action {
 }
 
 /// A process named by pid and start time (a pid alone can be reused).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct ProcId {
     pub pid: u32,
     pub start_ticks: u64,

@@ -63,6 +63,12 @@ pub struct StatInfo {
     pub start_ticks: u64,
 }
 
+/// The start time of process `pid` (`/proc/<pid>/stat` field 22, clock ticks since boot).
+pub fn start_ticks(pid: u32) -> Result<u64, String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    parse_stat(&text).map(|s| s.start_ticks)
+}
+
 /// Parses `/proc/<pid>/stat`. The command name is in parentheses and may itself contain spaces and `)`, so the
 /// fields are counted from the last `)`.
 pub fn parse_stat(text: &str) -> Result<StatInfo, String> {

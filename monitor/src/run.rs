@@ -178,6 +178,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         );
         let alerts =
             crate::alerts::task::spawn(&cfg.alerts, rx.clone(), cfg.probes.enabled, format!("http://{web_addr}/"));
+        crate::actions::spawn(&cfg.actions, rx.clone());
         if let Some(raiser) = alerts {
             tokio::spawn(crate::alerts::watch::launcher(launcher_view.clone(), raiser.clone()));
             let h = history.history.clone();

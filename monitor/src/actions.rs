@@ -1,0 +1,252 @@
+//! Per-transition signals (`[actions]`): for processes that are not behind `monitor run`'s front door, the agent
+//! can tell each process of the group when its action changes, instead of (or besides) the process polling
+//! `GET /api/v1/decision?pid=N`. A process that starts refusing gets `refuse_signal`, the one told to abort gets
+//! `abort_signal`, and one that may serve again gets `serve_signal` (each optional).
+//!
+//! A signal goes only to a process of the group as sampled, never to the agent itself. It is sent through a pidfd
+//! opened on the pid and checked against the sampled start time, so a pid reused by another process since the sample
+//! is never signalled. In shadow mode the signals are logged and not sent.
+
+use crate::config::ActionsConfig;
+use crate::policy::{Action, ProcId};
+use crate::sampler::Published;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The configured signal numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Signals {
+    pub refuse: Option<i32>,
+    pub abort: Option<i32>,
+    pub serve: Option<i32>,
+}
+
+impl Signals {
+    pub fn from_config(cfg: &ActionsConfig) -> Signals {
+        let num = |s: &Option<String>| s.as_deref().and_then(signal_number);
+        Signals { refuse: num(&cfg.refuse_signal), abort: num(&cfg.abort_signal), serve: num(&cfg.serve_signal) }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.refuse.is_none() && self.abort.is_none() && self.serve.is_none()
+    }
+
+    fn for_action(&self, a: Action) -> Option<i32> {
+        match a {
+            Action::Serve => self.serve,
+            Action::Refuse => self.refuse,
+            Action::Abort => self.abort,
+        }
+    }
+}
+
+/// The signals `[actions]` accepts, by name (with or without `SIG`).
+const NAMES: &[(&str, i32)] = &[
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("TERM", libc::SIGTERM),
+    ("CONT", libc::SIGCONT),
+    ("WINCH", libc::SIGWINCH),
+    ("URG", libc::SIGURG),
+];
+
+/// The number of a signal named `SIGUSR1` or `USR1` (one of [`NAMES`]).
+pub fn signal_number(name: &str) -> Option<i32> {
+    let bare = name.strip_prefix("SIG").unwrap_or(name);
+    NAMES.iter().find(|(n, _)| *n == bare).map(|&(_, s)| s)
+}
+
+/// One signal to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Send {
+    pub to: ProcId,
+    pub action: Action,
+    pub signal: i32,
+}
+
+/// What each process was last told, to send a signal only when its action changes.
+#[derive(Debug, Default)]
+pub struct Plan {
+    last: HashMap<ProcId, Action>,
+}
+
+impl Plan {
+    /// The signals one published sample calls for: for each process of the group but the agent whose decided action
+    /// differs from the last one seen (a process first seen serving gets nothing), the configured signal, if any.
+    /// Processes gone from the group are forgotten.
+    pub fn next(&mut self, p: &Published, signals: &Signals) -> Vec<Send> {
+        let d = &p.decision;
+        let mut out = Vec::new();
+        let mut seen = HashMap::with_capacity(p.snapshot.processes.len());
+        for proc in p.snapshot.processes.iter().filter(|q| q.pid != p.snapshot.agent_pid) {
+            let id = ProcId { pid: proc.pid, start_ticks: proc.start_ticks };
+            let now = d.decided_for(id);
+            let before = self.last.get(&id).copied().unwrap_or(Action::Serve);
+            if now != before {
+                if let Some(signal) = signals.for_action(now) {
+                    out.push(Send { to: id, action: now, signal });
+                }
+            }
+            seen.insert(id, now);
+        }
+        self.last = seen;
+        out
+    }
+}
+
+/// Sends `signal` to the process `to` if it is still the process sampled: a pidfd is opened on the pid, then the
+/// start time of the process behind it is compared with the sampled one.
+pub fn send(to: ProcId, signal: i32) -> Result<(), String> {
+    // SAFETY: pidfd_open takes a pid and flags; the result is a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, to.pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(format!("pidfd_open({}): {}", to.pid, std::io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh fd we own.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    let start = crate::procs::start_ticks(to.pid).map_err(|e| format!("pid {}: {e}", to.pid))?;
+    if start != to.start_ticks {
+        return Err(format!("pid {} is another process now", to.pid));
+    }
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    // SAFETY: a pidfd we own, a valid signal number, no siginfo.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, raw, signal, std::ptr::null::<libc::siginfo_t>(), 0) };
+    if r < 0 {
+        return Err(format!("pidfd_send_signal({}): {}", to.pid, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Starts the task that follows the published decisions and signals the processes (none when `[actions]` names no
+/// signal).
+pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>) {
+    let signals = Signals::from_config(cfg);
+    if signals.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut plan = Plan::default();
+        loop {
+            let p = rx.borrow_and_update().clone();
+            for s in plan.next(&p, &signals) {
+                let name = NAMES.iter().find(|(_, n)| *n == s.signal).map_or("?", |(n, _)| n);
+                if p.decision.shadow {
+                    tracing::info!(pid = s.to.pid, action = s.action.as_str(), "shadow: would send SIG{name}");
+                    continue;
+                }
+                match send(s.to, s.signal) {
+                    Ok(()) => tracing::info!(pid = s.to.pid, action = s.action.as_str(), "sent SIG{name}"),
+                    Err(e) => tracing::warn!(action = s.action.as_str(), "SIG{name} not sent: {e}"),
+                }
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Decision, State};
+    use crate::sampler::ProbeStatus;
+    use crate::snapshot::{CgroupVersion, GroupSample, LimitSource, ProcSample, Snapshot, Traffic};
+
+    fn proc(pid: u32) -> ProcSample {
+        ProcSample {
+            pid,
+            name: format!("p{pid}"),
+            start_ticks: u64::from(pid) * 10,
+            ppid: 1,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            traffic: Traffic::default(),
+        }
+    }
+
+    fn published(state: State, victim: Option<u32>, pids: &[u32], agent_pid: u32) -> Published {
+        Published {
+            snapshot: Snapshot {
+                seq: 0,
+                unix_ms: 0,
+                mono_ms: 0,
+                group: GroupSample {
+                    cgroup: "/g".into(),
+                    version: CgroupVersion::V1,
+                    usage_bytes: 0,
+                    limit_bytes: 1,
+                    limit_source: LimitSource::Cgroup,
+                },
+                processes: pids.iter().map(|&p| proc(p)).collect(),
+                agent_pid,
+            },
+            decision: Decision {
+                state,
+                ratio: 0.0,
+                largest_pid: victim,
+                victim: victim.map(|pid| ProcId { pid, start_ticks: u64::from(pid) * 10 }),
+                abort_round: 0,
+                shadow: false,
+                changed: true,
+            },
+            probes: ProbeStatus { enabled: false, reason: None, hooks: None },
+            error: None,
+        }
+    }
+
+    fn sent(v: &[Send]) -> Vec<(u32, i32)> {
+        v.iter().map(|s| (s.to.pid, s.signal)).collect()
+    }
+
+    #[test]
+    fn signals_follow_each_process_action_changes() {
+        let sig = Signals { refuse: Some(10), abort: Some(12), serve: Some(1) };
+        let mut plan = Plan::default();
+        // First sight while serving: nothing.
+        assert_eq!(sent(&plan.next(&published(State::Normal, None, &[1, 2, 3], 0), &sig)), []);
+        assert_eq!(
+            sent(&plan.next(&published(State::Refusing, None, &[1, 2, 3], 0), &sig)),
+            [(1, 10), (2, 10), (3, 10)]
+        );
+        // Still refusing: nothing new.
+        assert_eq!(sent(&plan.next(&published(State::Refusing, None, &[1, 2, 3], 0), &sig)), []);
+        // Aborting: only the victim changes.
+        assert_eq!(sent(&plan.next(&published(State::Aborting, Some(3), &[1, 2, 3], 0), &sig)), [(3, 12)]);
+        // The victim is gone; a new process appears while refusing: it is told to refuse.
+        assert_eq!(sent(&plan.next(&published(State::Refusing, None, &[1, 2, 4], 0), &sig)), [(4, 10)]);
+        assert_eq!(sent(&plan.next(&published(State::Normal, None, &[1, 2, 4], 0), &sig)), [(1, 1), (2, 1), (4, 1)]);
+    }
+
+    #[test]
+    fn the_agent_is_never_signalled_and_unset_signals_are_not_sent() {
+        let sig = Signals { refuse: Some(10), abort: None, serve: None };
+        let mut plan = Plan::default();
+        assert_eq!(sent(&plan.next(&published(State::Refusing, None, &[1, 2], 2), &sig)), [(1, 10)]);
+        assert_eq!(sent(&plan.next(&published(State::Aborting, Some(1), &[1, 2], 2), &sig)), []);
+        assert_eq!(sent(&plan.next(&published(State::Normal, None, &[1, 2], 2), &sig)), []);
+    }
+
+    #[test]
+    fn signal_names() {
+        assert_eq!(signal_number("SIGUSR1"), Some(libc::SIGUSR1));
+        assert_eq!(signal_number("USR2"), Some(libc::SIGUSR2));
+        assert_eq!(signal_number("SIGSEGV"), None);
+        assert_eq!(signal_number("usr1"), None);
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_signalled() {
+        // This process, with a start time that is not its own: refused before any signal.
+        let me = ProcId { pid: std::process::id(), start_ticks: 1 };
+        let e = send(me, libc::SIGCONT).expect_err("a different start time");
+        assert!(e.contains("another process"), "{e}");
+        let real = crate::procs::start_ticks(me.pid).expect("own start time");
+        send(ProcId { start_ticks: real, ..me }, 0).expect("signal 0 to itself");
+    }
+}

@@ -1,0 +1,133 @@
+//! `[actions]`: `monitor agent` signals each process of a real v1 group when its action changes. A python process
+//! that records the signals it gets and an `alloc-hog` share a 256 MiB group: the hog grows to 86% (every process
+//! refuses: the recorder gets `refuse_signal`), then to 96% (the hog, the largest, gets `abort_signal`, SIGUSR2,
+//! which ends it), and the group is back to normal (the recorder gets `serve_signal`). A twin recorder outside the
+//! group gets nothing.
+
+use monitor_tests::{require, require_root, spawn_in_cgroup, Agent, CgroupV1, ChildGuard, Hog, MIB};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// Appends the name of each of the three signals it gets to the file `argv[1]`, after a first line `ready`.
+const RECORDER: &str = r#"
+import signal, sys, time
+out = open(sys.argv[1], "a", buffering=1)
+for s in (signal.SIGWINCH, signal.SIGUSR2, signal.SIGCONT):
+    signal.signal(s, lambda n, f: out.write(signal.Signals(n).name + "\n"))
+out.write("ready\n")
+while True:
+    time.sleep(1)
+"#;
+
+fn recorder(file: &Path, cgroup: Option<&Path>) -> ChildGuard {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", RECORDER]).arg(file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let child = match cgroup {
+        Some(cg) => spawn_in_cgroup(&mut cmd, cg),
+        None => ChildGuard::spawn(&mut cmd),
+    };
+    let deadline = Instant::now() + SETTLE;
+    while !std::fs::read_to_string(file).unwrap_or_default().starts_with("ready") {
+        assert!(Instant::now() < deadline, "the recorder did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// The signals a recorder got so far.
+fn got(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file).unwrap_or_default().lines().skip(1).map(str::to_string).collect()
+}
+
+fn wait_got(file: &Path, want: &[&str]) {
+    let deadline = Instant::now() + SETTLE;
+    while got(file) != want {
+        assert!(Instant::now() < deadline, "the recorder got {:?}, want {want:?}", got(file));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn state(s: &Value) -> Option<&str> {
+    s.pointer("/policy/state").and_then(Value::as_str)
+}
+
+#[test]
+fn processes_get_the_configured_signal_when_their_action_changes() {
+    let test = "processes_get_the_configured_signal_when_their_action_changes";
+    if !require_root(test) {
+        return;
+    }
+    if let Some(reason) = CgroupV1::unavailable_reason() {
+        require(false, test, &reason);
+        return;
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("monitor-actions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let cg = CgroupV1::create("actions", Some(256 * MIB));
+    let (inside, outside) = (dir.join("inside.log"), dir.join("outside.log"));
+    let rec = recorder(&inside, Some(cg.path()));
+    let _twin = recorder(&outside, None);
+    let mut hog = Hog::spawn(HOG, cg.path(), 64, false);
+    let config = dir.join("monitor.toml");
+    let text = "[actions]\nrefuse_signal = \"SIGWINCH\"\nabort_signal = \"SIGUSR2\"\nserve_signal = \"SIGCONT\"\n";
+    std::fs::write(&config, text).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
+    let listed = |s: &Value, pid: u32| {
+        s["processes"].as_array().is_some_and(|a| a.iter().any(|p| p["pid"].as_u64() == Some(u64::from(pid))))
+    };
+    agent.wait_for(|s| state(s) == Some("normal") && listed(s, rec.pid()) && listed(s, hog.pid()), SETTLE);
+    assert_eq!(got(&inside), Vec::<String>::new(), "nothing is sent while every process serves");
+
+    // 86% of the limit: everyone refuses; the recorder is told once.
+    hog.set_mib(215);
+    agent.wait_for(|s| state(s) == Some("refusing"), SETTLE);
+    wait_got(&inside, &["SIGWINCH"]);
+    // 96%: the hog is the largest and aborts (SIGUSR2 ends it); the recorder keeps refusing, with no new signal.
+    // Then the group is back to normal and the recorder may serve again.
+    hog.set_mib(240);
+    agent.wait_for(|s| state(s) == Some("normal") && !listed(s, hog.pid()), SETTLE);
+    wait_got(&inside, &["SIGWINCH", "SIGCONT"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(got(&inside), ["SIGWINCH", "SIGCONT"], "one signal per change of action");
+    assert_eq!(got(&outside), Vec::<String>::new(), "a process outside the group was signalled");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn shadow_mode_sends_no_signal() {
+    let test = "shadow_mode_sends_no_signal";
+    if !require_root(test) {
+        return;
+    }
+    if let Some(reason) = CgroupV1::unavailable_reason() {
+        require(false, test, &reason);
+        return;
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("monitor-actions-shadow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let cg = CgroupV1::create("actions-shadow", Some(256 * MIB));
+    let log = dir.join("inside.log");
+    let _rec = recorder(&log, Some(cg.path()));
+    let mut hog = Hog::spawn(HOG, cg.path(), 215, false);
+    let config = dir.join("monitor.toml");
+    let text = "[policy]\nshadow = true\n[actions]\nrefuse_signal = \"SIGWINCH\"\nabort_signal = \"SIGUSR2\"\n";
+    std::fs::write(&config, text).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
+    agent.wait_for(|s| state(s) == Some("refusing"), SETTLE);
+    hog.set_mib(240);
+    let s = agent.wait_for(|s| state(s) == Some("aborting"), SETTLE);
+    assert_eq!(s.pointer("/policy/shadow"), Some(&Value::Bool(true)), "{s:#}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(got(&log), Vec::<String>::new(), "shadow mode sent a signal");
+    // The hog, the victim, is still there: SIGUSR2 would have ended it.
+    let s = agent.status();
+    let hog_listed =
+        s["processes"].as_array().is_some_and(|a| a.iter().any(|p| p["pid"].as_u64() == Some(u64::from(hog.pid()))));
+    assert!(hog_listed, "the victim was signalled in shadow mode: {s:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
