@@ -1,11 +1,12 @@
-//! Per-transition signals (`[actions]`): for processes that are not behind `monitor run`'s front door, the agent
+//! Per-transition actions (`[actions]`): for processes that are not behind `monitor run`'s front door, the agent
 //! can tell each process of the group when its action changes, instead of (or besides) the process polling
 //! `GET /api/v1/decision?pid=N`. A process that starts refusing gets `refuse_signal`, the one told to abort gets
-//! `abort_signal`, and one that may serve again gets `serve_signal` (each optional).
+//! `abort_signal`, and one that may serve again gets `serve_signal` (each optional); and every change is POSTed
+//! as JSON to `post_url` when set (`{"pid", "name", "action", "state", "ratio"}`), for a master that relays it.
 //!
 //! A signal goes only to a process of the group as sampled, never to the agent itself. It is sent through a pidfd
 //! opened on the pid and checked against the sampled start time, so a pid reused by another process since the sample
-//! is never signalled. In shadow mode the signals are logged and not sent.
+//! is never signalled. In shadow mode nothing is sent or posted: the changes are logged.
 
 use crate::config::ActionsConfig;
 use crate::policy::{Action, ProcId};
@@ -61,12 +62,13 @@ pub fn signal_number(name: &str) -> Option<i32> {
     NAMES.iter().find(|(n, _)| *n == bare).map(|&(_, s)| s)
 }
 
-/// One signal to send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Send {
+/// One process whose action changed, and the signal configured for its new action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
     pub to: ProcId,
+    pub name: String,
     pub action: Action,
-    pub signal: i32,
+    pub signal: Option<i32>,
 }
 
 /// What each process was last told, to send a signal only when its action changes.
@@ -76,10 +78,10 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The signals one published sample calls for: for each process of the group but the agent whose decided action
-    /// differs from the last one seen (a process first seen serving gets nothing), the configured signal, if any.
+    /// The changes one published sample makes: each process of the group but the agent whose decided action differs
+    /// from the last one seen (a process first seen serving is no change), with the configured signal, if any.
     /// Processes gone from the group are forgotten.
-    pub fn next(&mut self, p: &Published, signals: &Signals) -> Vec<Send> {
+    pub fn next(&mut self, p: &Published, signals: &Signals) -> Vec<Change> {
         let d = &p.decision;
         let mut out = Vec::new();
         let mut seen = HashMap::with_capacity(p.snapshot.processes.len());
@@ -88,9 +90,7 @@ impl Plan {
             let now = d.decided_for(id);
             let before = self.last.get(&id).copied().unwrap_or(Action::Serve);
             if now != before {
-                if let Some(signal) = signals.for_action(now) {
-                    out.push(Send { to: id, action: now, signal });
-                }
+                out.push(Change { to: id, name: proc.name.clone(), action: now, signal: signals.for_action(now) });
             }
             seen.insert(id, now);
         }
@@ -122,26 +122,51 @@ pub fn send(to: ProcId, signal: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// Starts the task that follows the published decisions and signals the processes (none when `[actions]` names no
-/// signal).
+/// The JSON POSTed to `post_url` for one change.
+pub fn post_body(c: &Change, p: &Published) -> String {
+    serde_json::json!({
+        "pid": c.to.pid,
+        "name": c.name,
+        "action": c.action.as_str(),
+        "state": p.decision.state.as_str(),
+        "ratio": p.decision.ratio,
+        "cgroup": p.snapshot.group.cgroup.display().to_string(),
+    })
+    .to_string()
+}
+
+/// Starts the task that follows the published decisions, signals the processes and posts the changes (none when
+/// `[actions]` sets nothing).
 pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>) {
     let signals = Signals::from_config(cfg);
-    if signals.is_empty() {
+    let post_url = cfg.post_url.clone();
+    if signals.is_empty() && post_url.is_none() {
         return;
     }
     tokio::spawn(async move {
         let mut plan = Plan::default();
         loop {
             let p = rx.borrow_and_update().clone();
-            for s in plan.next(&p, &signals) {
-                let name = NAMES.iter().find(|(_, n)| *n == s.signal).map_or("?", |(n, _)| n);
+            for c in plan.next(&p, &signals) {
+                let name = c.signal.and_then(|n| NAMES.iter().find(|(_, s)| *s == n)).map_or("-", |(n, _)| n);
                 if p.decision.shadow {
-                    tracing::info!(pid = s.to.pid, action = s.action.as_str(), "shadow: would send SIG{name}");
+                    tracing::info!(pid = c.to.pid, action = c.action.as_str(), signal = name, "shadow: not told");
                     continue;
                 }
-                match send(s.to, s.signal) {
-                    Ok(()) => tracing::info!(pid = s.to.pid, action = s.action.as_str(), "sent SIG{name}"),
-                    Err(e) => tracing::warn!(action = s.action.as_str(), "SIG{name} not sent: {e}"),
+                if let Some(signal) = c.signal {
+                    match send(c.to, signal) {
+                        Ok(()) => tracing::info!(pid = c.to.pid, action = c.action.as_str(), "sent SIG{name}"),
+                        Err(e) => tracing::warn!(action = c.action.as_str(), "SIG{name} not sent: {e}"),
+                    }
+                }
+                if let Some(url) = &post_url {
+                    let (url, body, pid) = (url.clone(), post_body(&c, &p), c.to.pid);
+                    // In order for one process; a slow receiver delays nobody else's signal.
+                    tokio::spawn(async move {
+                        if let Err(e) = crate::client::post_json(&url, &body).await {
+                            tracing::warn!(pid, "posting the action change: {e}");
+                        }
+                    });
                 }
             }
             if rx.changed().await.is_err() {
@@ -200,8 +225,8 @@ mod tests {
         }
     }
 
-    fn sent(v: &[Send]) -> Vec<(u32, i32)> {
-        v.iter().map(|s| (s.to.pid, s.signal)).collect()
+    fn sent(v: &[Change]) -> Vec<(u32, i32)> {
+        v.iter().filter_map(|c| Some((c.to.pid, c.signal?))).collect()
     }
 
     #[test]
@@ -221,6 +246,20 @@ mod tests {
         // The victim is gone; a new process appears while refusing: it is told to refuse.
         assert_eq!(sent(&plan.next(&published(State::Refusing, None, &[1, 2, 4], 0), &sig)), [(4, 10)]);
         assert_eq!(sent(&plan.next(&published(State::Normal, None, &[1, 2, 4], 0), &sig)), [(1, 1), (2, 1), (4, 1)]);
+    }
+
+    #[test]
+    fn every_change_is_reported_with_or_without_a_signal() {
+        let mut plan = Plan::default();
+        let none = Signals::default();
+        let c = plan.next(&published(State::Refusing, None, &[1, 2], 2), &none);
+        assert_eq!(c.iter().map(|c| (c.to.pid, c.action, c.signal)).collect::<Vec<_>>(), [(1, Action::Refuse, None)]);
+        let p = published(State::Refusing, None, &[1], 0);
+        let body: serde_json::Value = serde_json::from_str(&post_body(&c[0], &p)).expect("json");
+        assert_eq!(
+            (body["pid"].as_u64(), body["action"].as_str(), body["state"].as_str()),
+            (Some(1), Some("refuse"), Some("refusing"))
+        );
     }
 
     #[test]

@@ -309,6 +309,8 @@ pub struct ActionsConfig {
     pub abort_signal: Option<String>,
     /// Sent when a process may serve again.
     pub serve_signal: Option<String>,
+    /// Every change of a process's action is POSTed here as JSON (`http://host:port/path`).
+    pub post_url: Option<String>,
 }
 
 /// A bad value: its key path (`policy.refuse_at`, `process[1].port`) and why.
@@ -513,6 +515,12 @@ impl Config {
             }
         }
         let a = &self.actions;
+        if let Some(url) = a.post_url.as_deref().filter(|u| crate::client::split_url(u).is_none()) {
+            out.push(problem(
+                &[Key("actions"), Key("post_url")],
+                format!("{url:?} is not an http://host:port/path URL"),
+            ));
+        }
         for (k, v) in
             [("refuse_signal", &a.refuse_signal), ("abort_signal", &a.abort_signal), ("serve_signal", &a.serve_signal)]
         {
@@ -700,6 +708,7 @@ mod tests {
             ("[group]\nlimit_bytes = 0\n", "m.toml:2: group.limit_bytes:"),
             ("[probes]\nenabled = true\nhooks = \"kprobe\"\n", "m.toml:3: probes.hooks:"),
             ("[actions]\nrefuse_signal = \"SIGUSR1\"\nabort_signal = \"SIGSEGV\"\n", "m.toml:3: actions.abort_signal:"),
+            ("[actions]\n\npost_url = \"ftp://x\"\n", "m.toml:3: actions.post_url:"),
         ];
         for (text, want) in cases {
             let e = err(text);

@@ -61,6 +61,14 @@ impl Hog {
         assert_eq!(self.bytes, mib * MIB);
     }
 
+    /// Asks for `mib` MiB without waiting for the acknowledgement: for a hog that may be told to end (or be killed)
+    /// while it grows. Its reply, if any, is left unread.
+    pub fn ask_mib(&mut self, mib: u64) {
+        if let Err(e) = writeln!(self.stdin, "set {mib}").and_then(|()| self.stdin.flush()) {
+            panic!("alloc-hog {}: cannot send command: {e}", self.child.pid());
+        }
+    }
+
     /// The pid.
     pub fn pid(&self) -> u32 {
         self.child.pid()

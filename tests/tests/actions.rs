@@ -2,7 +2,8 @@
 //! that records the signals it gets and an `alloc-hog` share a 256 MiB group: the hog grows to 86% (every process
 //! refuses: the recorder gets `refuse_signal`), then to 96% (the hog, the largest, gets `abort_signal`, SIGUSR2,
 //! which ends it), and the group is back to normal (the recorder gets `serve_signal`). A twin recorder outside the
-//! group gets nothing.
+//! group gets nothing. Every change is also POSTed to `post_url` (python's `http.server` with a handler that
+//! writes down each body). Shadow mode sends and posts nothing.
 
 use monitor_tests::{require, require_root, spawn_in_cgroup, Agent, CgroupV1, ChildGuard, Hog, MIB};
 use serde_json::Value;
@@ -23,6 +24,34 @@ out.write("ready\n")
 while True:
     time.sleep(1)
 "#;
+
+/// Writes down the body of every POST, one per line, in the file `argv[2]`; answers 204.
+const POST_RECORDER: &str = r#"
+import http.server, sys
+out = open(sys.argv[2], "a", buffering=1)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        out.write(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode() + "\n")
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"#;
+
+/// The (pid, action) of every change posted so far, sorted.
+fn posted(file: &Path) -> Vec<(u64, String)> {
+    let mut v: Vec<(u64, String)> = std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let j: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("posted {l:?}: {e}"));
+            (j["pid"].as_u64().unwrap_or(0), j["action"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
 
 fn recorder(file: &Path, cgroup: Option<&Path>) -> ChildGuard {
     let mut cmd = Command::new("python3");
@@ -73,8 +102,16 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
     let rec = recorder(&inside, Some(cg.path()));
     let _twin = recorder(&outside, None);
     let mut hog = Hog::spawn(HOG, cg.path(), 64, false);
+    let (port, posts) = (monitor_tests::agent::free_port(), dir.join("posts.log"));
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", POST_RECORDER, &port.to_string()]).arg(&posts).stdout(Stdio::null()).stderr(Stdio::null());
+    let _post_server = ChildGuard::spawn(&mut cmd);
+    monitor_tests::http::wait_port(port);
     let config = dir.join("monitor.toml");
-    let text = "[actions]\nrefuse_signal = \"SIGWINCH\"\nabort_signal = \"SIGUSR2\"\nserve_signal = \"SIGCONT\"\n";
+    let text = format!(
+        "[actions]\nrefuse_signal = \"SIGWINCH\"\nabort_signal = \"SIGUSR2\"\nserve_signal = \"SIGCONT\"\n\
+         post_url = \"http://127.0.0.1:{port}/actions\"\n"
+    );
     std::fs::write(&config, text).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
     let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
     let listed = |s: &Value, pid: u32| {
@@ -89,12 +126,27 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
     wait_got(&inside, &["SIGWINCH"]);
     // 96%: the hog is the largest and aborts (SIGUSR2 ends it); the recorder keeps refusing, with no new signal.
     // Then the group is back to normal and the recorder may serve again.
-    hog.set_mib(240);
+    // (The hog may get SIGUSR2 before it has finished growing: its acknowledgement is not waited for.)
+    hog.ask_mib(240);
     agent.wait_for(|s| state(s) == Some("normal") && !listed(s, hog.pid()), SETTLE);
     wait_got(&inside, &["SIGWINCH", "SIGCONT"]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(got(&inside), ["SIGWINCH", "SIGCONT"], "one signal per change of action");
     assert_eq!(got(&outside), Vec::<String>::new(), "a process outside the group was signalled");
+    // Every change, posted: both refuse, the hog aborts, the recorder serves again. The hog may be sampled once
+    // more between SIGUSR2 and its end, with the group already normal: then it was told to serve too.
+    let (r, h) = (u64::from(rec.pid()), u64::from(hog.pid()));
+    let mut want =
+        vec![(r, "refuse".to_string()), (h, "refuse".to_string()), (h, "abort".to_string()), (r, "serve".to_string())];
+    want.sort();
+    let without_hog_serve = |v: Vec<(u64, String)>| -> Vec<(u64, String)> {
+        v.into_iter().filter(|(p, a)| !(*p == h && a == "serve")).collect()
+    };
+    let deadline = Instant::now() + SETTLE;
+    while without_hog_serve(posted(&posts)) != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(without_hog_serve(posted(&posts)), want, "the posted changes: {:?}", posted(&posts));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -114,8 +166,16 @@ fn shadow_mode_sends_no_signal() {
     let log = dir.join("inside.log");
     let _rec = recorder(&log, Some(cg.path()));
     let mut hog = Hog::spawn(HOG, cg.path(), 215, false);
+    let (port, posts) = (monitor_tests::agent::free_port(), dir.join("posts.log"));
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", POST_RECORDER, &port.to_string()]).arg(&posts).stdout(Stdio::null()).stderr(Stdio::null());
+    let _post_server = ChildGuard::spawn(&mut cmd);
+    monitor_tests::http::wait_port(port);
     let config = dir.join("monitor.toml");
-    let text = "[policy]\nshadow = true\n[actions]\nrefuse_signal = \"SIGWINCH\"\nabort_signal = \"SIGUSR2\"\n";
+    let text = format!(
+        "[policy]\nshadow = true\n[actions]\nrefuse_signal = \"SIGWINCH\"\nabort_signal = \"SIGUSR2\"\n\
+         post_url = \"http://127.0.0.1:{port}/actions\"\n"
+    );
     std::fs::write(&config, text).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
     let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
     agent.wait_for(|s| state(s) == Some("refusing"), SETTLE);
@@ -124,6 +184,7 @@ fn shadow_mode_sends_no_signal() {
     assert_eq!(s.pointer("/policy/shadow"), Some(&Value::Bool(true)), "{s:#}");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(got(&log), Vec::<String>::new(), "shadow mode sent a signal");
+    assert_eq!(posted(&posts), Vec::<(u64, String)>::new(), "shadow mode posted a change");
     // The hog, the victim, is still there: SIGUSR2 would have ended it.
     let s = agent.status();
     let hog_listed =
