@@ -191,6 +191,15 @@ impl OpenFile {
         pread_all(&self.file, buf).map_err(|e| CgroupError::io(&self.path, e))?;
         std::str::from_utf8(buf).map_err(|_| CgroupError::Parse { path: self.path.clone(), msg: "not UTF-8".into() })
     }
+
+    /// Reads the file through a new open: cgroup v1's `cgroup.procs` serves an open file the pid list it built at
+    /// the file's first read, for as long as that list is in use (its destruction is pushed back one second at each
+    /// read), so a kept fd re-read with pread would never see a process join or leave.
+    fn read_fresh<'a>(&self, buf: &'a mut Vec<u8>) -> Result<&'a str, CgroupError> {
+        let file = File::open(&self.path).map_err(|e| CgroupError::io(&self.path, e))?;
+        pread_all(&file, buf).map_err(|e| CgroupError::io(&self.path, e))?;
+        std::str::from_utf8(buf).map_err(|_| CgroupError::Parse { path: self.path.clone(), msg: "not UTF-8".into() })
+    }
 }
 
 /// Keeps the group's files open and samples them.
@@ -281,8 +290,9 @@ impl GroupReader {
     /// The pids of the group and its descendants, sorted and unique.
     pub fn pids(&mut self, out: &mut Vec<u32>) -> Result<(), CgroupError> {
         out.clear();
+        let fresh = self.group.version == CgroupVersion::V1;
         for (n, f) in self.procs_files.iter().enumerate() {
-            let text = match f.read(&mut self.buf) {
+            let text = match if fresh { f.read_fresh(&mut self.buf) } else { f.read(&mut self.buf) } {
                 Ok(t) => t,
                 Err(e) if n == 0 => return Err(e),
                 Err(_) => continue, // a descendant removed since the last rescan
