@@ -2,11 +2,16 @@
 //! can tell each process of the group when its action changes, instead of (or besides) the process polling
 //! `GET /api/v1/decision?pid=N`. A process that starts refusing gets `refuse_signal`, the one told to abort gets
 //! `abort_signal`, and one that may serve again gets `serve_signal` (each optional); and every change is POSTed
-//! as JSON to `post_url` when set (`{"pid", "name", "action", "state", "ratio"}`), for a master that relays it.
+//! as JSON to `post_url` when set (`{"pid", "name", "action", "state", "ratio", "cgroup"}`), for a master that
+//! relays it. Under `monitor run`, a process with `[[process]] admin_path` also gets its own changes POSTed to
+//! `http://127.0.0.1:<its port><admin_path>`.
 //!
 //! A signal goes only to a process of the group as sampled, never to the agent itself. It is sent through a pidfd
 //! opened on the pid and checked against the sampled start time, so a pid reused by another process since the sample
 //! is never signalled. In shadow mode nothing is sent or posted: the changes are logged.
+//!
+//! The task follows the latest published decision (a watch channel), so a state that lasts less than its reaction
+//! (a sample or two) may pass without anybody being told; an abort lasts until the victim frees memory.
 
 use crate::config::ActionsConfig;
 use crate::policy::{Action, ProcId};
@@ -135,12 +140,24 @@ pub fn post_body(c: &Change, p: &Published) -> String {
     .to_string()
 }
 
+/// The admin URL of the process with this pid, if it has one (`monitor run`'s `[[process]] admin_path`).
+pub type AdminUrl = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
+
+/// POSTs `body` to `url` in the background (a slow receiver delays nobody's signal).
+fn post(url: String, body: String, pid: u32) {
+    tokio::spawn(async move {
+        if let Err(e) = crate::client::post_json(&url, &body).await {
+            tracing::warn!(pid, "posting the action change: {e}");
+        }
+    });
+}
+
 /// Starts the task that follows the published decisions, signals the processes and posts the changes (none when
-/// `[actions]` sets nothing).
-pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>) {
+/// `[actions]` sets nothing and no process has an admin URL).
+pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>, admin_url: Option<AdminUrl>) {
     let signals = Signals::from_config(cfg);
     let post_url = cfg.post_url.clone();
-    if signals.is_empty() && post_url.is_none() {
+    if signals.is_empty() && post_url.is_none() && admin_url.is_none() {
         return;
     }
     tokio::spawn(async move {
@@ -148,6 +165,7 @@ pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>) {
         loop {
             let p = rx.borrow_and_update().clone();
             for c in plan.next(&p, &signals) {
+                tracing::debug!(pid = c.to.pid, action = c.action.as_str(), seq = p.snapshot.seq, "action changed");
                 let name = c.signal.and_then(|n| NAMES.iter().find(|(_, s)| *s == n)).map_or("-", |(n, _)| n);
                 if p.decision.shadow {
                     tracing::info!(pid = c.to.pid, action = c.action.as_str(), signal = name, "shadow: not told");
@@ -160,13 +178,10 @@ pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>) {
                     }
                 }
                 if let Some(url) = &post_url {
-                    let (url, body, pid) = (url.clone(), post_body(&c, &p), c.to.pid);
-                    // In order for one process; a slow receiver delays nobody else's signal.
-                    tokio::spawn(async move {
-                        if let Err(e) = crate::client::post_json(&url, &body).await {
-                            tracing::warn!(pid, "posting the action change: {e}");
-                        }
-                    });
+                    post(url.clone(), post_body(&c, &p), c.to.pid);
+                }
+                if let Some(url) = admin_url.as_ref().and_then(|f| f(c.to.pid)) {
+                    post(url, post_body(&c, &p), c.to.pid);
                 }
             }
             if rx.changed().await.is_err() {

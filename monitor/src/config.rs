@@ -231,6 +231,10 @@ pub struct ProcessConfig {
     /// check passes again. Default 3.
     #[serde(default = "default_health_failures")]
     pub health_failures: u32,
+    /// `monitor run`: each change of this process's action (serve, refuse, abort) is POSTed as JSON to
+    /// `http://127.0.0.1:<port><admin_path>` (see [`crate::actions`]). Unset by default.
+    #[serde(default)]
+    pub admin_path: Option<String>,
 }
 
 fn default_health_interval_ms() -> u64 {
@@ -489,6 +493,9 @@ impl Config {
             if proc.health_interval_ms != 0 && proc.health_interval_ms < 50 {
                 out.push(problem(&at("health_interval_ms"), "must be 0 (off) or at least 50"));
             }
+            if proc.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
+                out.push(problem(&at("admin_path"), "must start with /"));
+            }
             if proc.health_failures == 0 {
                 out.push(problem(&at("health_failures"), "must be above 0"));
             }
@@ -709,6 +716,10 @@ mod tests {
             ("[probes]\nenabled = true\nhooks = \"kprobe\"\n", "m.toml:3: probes.hooks:"),
             ("[actions]\nrefuse_signal = \"SIGUSR1\"\nabort_signal = \"SIGSEGV\"\n", "m.toml:3: actions.abort_signal:"),
             ("[actions]\n\npost_url = \"ftp://x\"\n", "m.toml:3: actions.post_url:"),
+            (
+                "[[process]]\nname = \"m0\"\nrole = \"master\"\ncommand = [\"x\"]\nport = 1\nadmin_path = \"admin\"\n",
+                "m.toml:6: process[0].admin_path:",
+            ),
         ];
         for (text, want) in cases {
             let e = err(text);

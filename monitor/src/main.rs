@@ -154,7 +154,7 @@ fn agent(a: AgentArgs) -> Result<()> {
         // Alerts read the same channel; the Raiser is for other parts (launcher, stats) to raise conditions.
         let alerts =
             monitor::alerts::task::spawn(&cfg.alerts, rx.clone(), cfg.probes.enabled, format!("http://{listen}/"));
-        monitor::actions::spawn(&cfg.actions, rx.clone());
+        monitor::actions::spawn(&cfg.actions, rx.clone(), None);
         let stop = Arc::new(AtomicBool::new(false));
         let interval = Duration::from_millis(cfg.policy.interval_ms);
         let handle = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())

@@ -138,6 +138,23 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         let interval = Duration::from_millis(cfg.policy.interval_ms);
         let sampler = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())
             .map_err(io("starting the sampler thread"))?;
+        // The actions follow the decisions from the first sample on, while the processes start. `[[process]]
+        // admin_path`: the URL of a launched process's own admin endpoint, found by its pid once they are known.
+        let launched: Arc<std::sync::OnceLock<Arc<[launcher::Member]>>> = Arc::default();
+        let admins: Vec<(usize, String)> =
+            cfg.processes.iter().enumerate().filter_map(|(i, p)| Some((i, p.admin_path.clone()?))).collect();
+        let admin_url: Option<crate::actions::AdminUrl> = (!admins.is_empty()).then(|| {
+            let launched = launched.clone();
+            let f: crate::actions::AdminUrl = Arc::new(move |pid: u32| {
+                let members = launched.get()?;
+                admins.iter().find_map(|(i, path)| {
+                    let m = members.get(*i)?;
+                    (m.pid() == pid).then(|| format!("http://127.0.0.1:{}{path}", m.port))
+                })
+            });
+            f
+        });
+        crate::actions::spawn(&cfg.actions, rx.clone(), admin_url);
         let (drain_tx, drain_rx) = watch::channel(false);
         tokio::spawn(async move {
             signalled().await;
@@ -162,6 +179,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             }
         };
         let members = launcher.members();
+        let _ = launched.set(members.clone());
         let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone())?);
         tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
         let view = members.clone();
@@ -178,7 +196,6 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         );
         let alerts =
             crate::alerts::task::spawn(&cfg.alerts, rx.clone(), cfg.probes.enabled, format!("http://{web_addr}/"));
-        crate::actions::spawn(&cfg.actions, rx.clone());
         if let Some(raiser) = alerts {
             tokio::spawn(crate::alerts::watch::launcher(launcher_view.clone(), raiser.clone()));
             let h = history.history.clone();

@@ -3,6 +3,7 @@
 //!
 //! - `GET /health` answers `ok`; `GET /stats` answers `{"name","requests","served","abandoned","inflight","dropped"}`
 //!   (`requests`: every request the handler got, any path, this one included);
+//!   (`admin`: the `action` of every `POST /admin/memory`, monitor's per-process action change, in order);
 //!   `/crash` exits 3.
 //! - Any other path answers 200 with a JSON echo (`name`, `pid`, `method`, `path`, `xff`, `cache_id`,
 //!   `body_bytes`) and `X-Served-By: <name>`, after reading the request body.
@@ -89,6 +90,8 @@ struct State {
     health_delay: Duration,
     /// `/health` hangs until then.
     health_hang_until: Mutex<Option<tokio::time::Instant>>,
+    /// The `action` of every `POST /admin/memory` (monitor's `[[process]] admin_path`), in order.
+    admin: Mutex<Vec<String>>,
     verbose: bool,
 }
 
@@ -161,6 +164,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
         "/health" if state.started.elapsed() >= state.health_delay => return Ok(text(StatusCode::OK, "ok\n")),
         "/health" => return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "starting\n")),
         "/crash" => std::process::exit(3),
+        "/admin/memory" if req.method() == hyper::Method::POST => {
+            let body = req.into_body().collect().await?.to_bytes();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let action = v["action"].as_str().unwrap_or("?").to_string();
+            if let Ok(mut a) = state.admin.lock() {
+                a.push(action);
+            }
+            return Ok(text(StatusCode::NO_CONTENT, ""));
+        }
         "/stats" => {
             let v = serde_json::json!({
                 "name": state.name,
@@ -169,6 +181,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
                 "abandoned": state.abandoned.load(Ordering::Relaxed),
                 "inflight": state.inflight.load(Ordering::Relaxed),
                 "dropped": state.dropped.load(Ordering::Relaxed),
+                "admin": state.admin.lock().map(|a| a.clone()).unwrap_or_default(),
             });
             return Ok(text(StatusCode::OK, v.to_string()));
         }
@@ -268,6 +281,7 @@ async fn serve(args: Args) -> std::io::Result<()> {
         started: std::time::Instant::now(),
         health_delay: args.health_delay,
         health_hang_until: Mutex::new(None),
+        admin: Mutex::new(Vec::new()),
         verbose: args.verbose,
     });
     if state.verbose {
