@@ -104,25 +104,39 @@ impl Plan {
     }
 }
 
+/// Why a signal was not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("pidfd_open({pid}): {source}")]
+    Open { pid: u32, source: std::io::Error },
+    #[error("pid {pid}: reading its start time: {msg}")]
+    StartTime { pid: u32, msg: String },
+    #[error("pid {pid} is another process now")]
+    Reused { pid: u32 },
+    #[error("pidfd_send_signal({pid}): {source}")]
+    Send { pid: u32, source: std::io::Error },
+}
+
 /// Sends `signal` to the process `to` if it is still the process sampled: a pidfd is opened on the pid, then the
 /// start time of the process behind it is compared with the sampled one.
-pub fn send(to: ProcId, signal: i32) -> Result<(), String> {
+pub fn send(to: ProcId, signal: i32) -> Result<(), ActionError> {
+    let pid = to.pid;
     // SAFETY: pidfd_open takes a pid and flags; the result is a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, to.pid as libc::pid_t, 0) };
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
-        return Err(format!("pidfd_open({}): {}", to.pid, std::io::Error::last_os_error()));
+        return Err(ActionError::Open { pid, source: std::io::Error::last_os_error() });
     }
     // SAFETY: a fresh fd we own.
     let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-    let start = crate::procs::start_ticks(to.pid).map_err(|e| format!("pid {}: {e}", to.pid))?;
+    let start = crate::procs::start_ticks(pid).map_err(|msg| ActionError::StartTime { pid, msg })?;
     if start != to.start_ticks {
-        return Err(format!("pid {} is another process now", to.pid));
+        return Err(ActionError::Reused { pid });
     }
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
     // SAFETY: a pidfd we own, a valid signal number, no siginfo.
     let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, raw, signal, std::ptr::null::<libc::siginfo_t>(), 0) };
     if r < 0 {
-        return Err(format!("pidfd_send_signal({}): {}", to.pid, std::io::Error::last_os_error()));
+        return Err(ActionError::Send { pid, source: std::io::Error::last_os_error() });
     }
     Ok(())
 }
@@ -299,7 +313,7 @@ mod tests {
         // This process, with a start time that is not its own: refused before any signal.
         let me = ProcId { pid: std::process::id(), start_ticks: 1 };
         let e = send(me, libc::SIGCONT).expect_err("a different start time");
-        assert!(e.contains("another process"), "{e}");
+        assert!(matches!(e, ActionError::Reused { .. }), "{e}");
         let real = crate::procs::start_ticks(me.pid).expect("own start time");
         send(ProcId { start_ticks: real, ..me }, 0).expect("signal 0 to itself");
     }

@@ -307,13 +307,13 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ActionsConfig {
-    /// Sent to every process when it starts refusing new requests.
+    /// Sent to every process when it starts refusing new requests. Default: none.
     pub refuse_signal: Option<String>,
-    /// Sent to the process told to abort its in-flight work (the largest).
+    /// Sent to the process told to abort its in-flight work (the largest). Default: none.
     pub abort_signal: Option<String>,
-    /// Sent when a process may serve again.
+    /// Sent when a process may serve again. Default: none.
     pub serve_signal: Option<String>,
-    /// Every change of a process's action is POSTed here as JSON (`http://host:port/path`).
+    /// Every change of a process's action is POSTed here as JSON (`http://host:port/path`). Default: none.
     pub post_url: Option<String>,
 }
 
