@@ -67,6 +67,11 @@ pub fn signal_number(name: &str) -> Option<i32> {
     NAMES.iter().find(|(n, _)| *n == bare).map(|&(_, s)| s)
 }
 
+/// The name of signal number `n` without `SIG` (`-` for none or one not in [`NAMES`]), for the log.
+fn signal_name(n: Option<i32>) -> &'static str {
+    n.and_then(|n| NAMES.iter().find(|(_, s)| *s == n)).map_or("-", |(name, _)| name)
+}
+
 /// One process whose action changed, and the signal configured for its new action.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -180,7 +185,7 @@ pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>, admin
             let p = rx.borrow_and_update().clone();
             for c in plan.next(&p, &signals) {
                 tracing::debug!(pid = c.to.pid, action = c.action.as_str(), seq = p.snapshot.seq, "action changed");
-                let name = c.signal.and_then(|n| NAMES.iter().find(|(_, s)| *s == n)).map_or("-", |(n, _)| n);
+                let name = signal_name(c.signal);
                 if p.decision.shadow {
                     tracing::info!(pid = c.to.pid, action = c.action.as_str(), signal = name, "shadow: not told");
                     continue;
@@ -191,11 +196,12 @@ pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>, admin
                         Err(e) => tracing::warn!(action = c.action.as_str(), "SIG{name} not sent: {e}"),
                     }
                 }
-                if let Some(url) = &post_url {
-                    post(url.clone(), post_body(&c, &p), c.to.pid);
-                }
-                if let Some(url) = admin_url.as_ref().and_then(|f| f(c.to.pid)) {
-                    post(url, post_body(&c, &p), c.to.pid);
+                let own = admin_url.as_ref().and_then(|f| f(c.to.pid));
+                if post_url.is_some() || own.is_some() {
+                    let body = post_body(&c, &p);
+                    for url in post_url.iter().cloned().chain(own) {
+                        post(url, body.clone(), c.to.pid);
+                    }
                 }
             }
             if rx.changed().await.is_err() {

@@ -242,8 +242,7 @@ impl Sampler {
         let result = (|| {
             // The agent itself is never traced, even in its own group (`cgroup = "auto"`).
             let me = self.agent_pid;
-            let changed = self.synced_pids.len() != self.pids.iter().filter(|&&p| p != me).count()
-                || self.synced_pids.iter().zip(self.pids.iter().filter(|&&p| p != me)).any(|(a, b)| a != b);
+            let changed = !self.synced_pids.iter().copied().eq(self.pids.iter().copied().filter(|&p| p != me));
             if changed || probes.has_pinned() {
                 self.synced_pids.clear();
                 self.synced_pids.extend(self.pids.iter().copied().filter(|&p| p != me));

@@ -188,8 +188,7 @@ impl OpenFile {
     }
 
     fn read<'a>(&self, buf: &'a mut Vec<u8>) -> Result<&'a str, CgroupError> {
-        pread_all(&self.file, buf).map_err(|e| CgroupError::io(&self.path, e))?;
-        std::str::from_utf8(buf).map_err(|_| CgroupError::Parse { path: self.path.clone(), msg: "not UTF-8".into() })
+        self.read_from(&self.file, buf)
     }
 
     /// Reads the file through a new open: cgroup v1's `cgroup.procs` serves an open file the pid list it built at
@@ -197,7 +196,12 @@ impl OpenFile {
     /// read), so a kept fd re-read with pread would never see a process join or leave.
     fn read_fresh<'a>(&self, buf: &'a mut Vec<u8>) -> Result<&'a str, CgroupError> {
         let file = File::open(&self.path).map_err(|e| CgroupError::io(&self.path, e))?;
-        pread_all(&file, buf).map_err(|e| CgroupError::io(&self.path, e))?;
+        self.read_from(&file, buf)
+    }
+
+    /// The whole text of `file` (this file, opened once or anew).
+    fn read_from<'a>(&self, file: &File, buf: &'a mut Vec<u8>) -> Result<&'a str, CgroupError> {
+        pread_all(file, buf).map_err(|e| CgroupError::io(&self.path, e))?;
         std::str::from_utf8(buf).map_err(|_| CgroupError::Parse { path: self.path.clone(), msg: "not UTF-8".into() })
     }
 }
