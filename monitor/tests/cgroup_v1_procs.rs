@@ -5,17 +5,13 @@
 
 use monitor::cgroup::{Group, GroupReader};
 use monitor::snapshot::CgroupVersion;
-use monitor_tests::{require_root, spawn_in_cgroup, CgroupV1};
+use monitor_tests::{require_v1, spawn_in_cgroup, CgroupV1};
 use std::process::{Command, Stdio};
 
 #[test]
 fn v1_pids_see_a_process_join_and_leave_at_once() {
     let test = "v1_pids_see_a_process_join_and_leave_at_once";
-    if !require_root(test) {
-        return;
-    }
-    if let Some(reason) = CgroupV1::unavailable_reason() {
-        monitor_tests::require(false, test, &reason);
+    if !require_v1(test) {
         return;
     }
     let cg = CgroupV1::create("pids-fresh", Some(64 << 20));

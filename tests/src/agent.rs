@@ -86,6 +86,15 @@ pub struct Agent {
     stderr: Arc<Mutex<Vec<u8>>>,
 }
 
+/// The entry of a status's `processes` for `pid`.
+pub fn process(status: &Value, pid: u32) -> Option<&Value> {
+    status
+        .pointer("/processes")?
+        .as_array()?
+        .iter()
+        .find(|p| p.get("pid").and_then(Value::as_u64) == Some(u64::from(pid)))
+}
+
 impl Agent {
     /// Starts `monitor agent --cgroup <cgroup> --listen 127.0.0.1:<free port> --interval-ms 50 <extra…>` and
     /// waits until `/healthz` answers 200.

@@ -196,8 +196,7 @@ mod tests {
 
     #[test]
     fn creates_limits_runs_and_removes() {
-        if let Some(reason) = CgroupV1::unavailable_reason() {
-            crate::require(false, "creates_limits_runs_and_removes", &reason);
+        if !crate::require_v1("creates_limits_runs_and_removes") {
             return;
         }
         let cg = CgroupV1::create("support", Some(64 << 20));

@@ -18,7 +18,7 @@ pub use agent::{monitor_bin, run_monitor, workspace_root, Agent, Finished};
 pub use cgroup::CgroupV1;
 pub use child::{spawn_in_cgroup, ChildGuard};
 pub use hog::Hog;
-pub use require::{in_ci, is_root, require, require_root};
+pub use require::{in_ci, is_root, on_path, require, require_root, require_v1};
 
 /// One mebibyte.
 pub const MIB: u64 = 1024 * 1024;

@@ -36,6 +36,20 @@ pub fn require_root(test: &str) -> bool {
     require(is_root(), test, "needs root")
 }
 
+/// True with root and a v1 memory controller ([`crate::CgroupV1::unavailable_reason`]); otherwise prints
+/// `skipping <test>: <reason>` (or panics in CI).
+pub fn require_v1(test: &str) -> bool {
+    match crate::CgroupV1::unavailable_reason() {
+        None => true,
+        Some(reason) => require(false, test, &reason),
+    }
+}
+
+/// True when `program` is a file in one of PATH's directories.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

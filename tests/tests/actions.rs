@@ -5,7 +5,8 @@
 //! group gets nothing. Every change is also POSTed to `post_url` (python's `http.server` with a handler that
 //! writes down each body). Shadow mode sends and posts nothing.
 
-use monitor_tests::{require, require_root, spawn_in_cgroup, Agent, CgroupV1, ChildGuard, Hog, MIB};
+use monitor_tests::agent::process;
+use monitor_tests::{require_v1, spawn_in_cgroup, Agent, CgroupV1, ChildGuard, Hog, MIB};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,6 +39,16 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 "#;
+
+/// The POST recorder on a free port, writing to `dir/posts.log`: (server, port, file).
+fn post_recorder(dir: &Path) -> (ChildGuard, u16, PathBuf) {
+    let (port, posts) = (monitor_tests::agent::free_port(), dir.join("posts.log"));
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", POST_RECORDER, &port.to_string()]).arg(&posts).stdout(Stdio::null()).stderr(Stdio::null());
+    let server = ChildGuard::spawn(&mut cmd);
+    monitor_tests::http::wait_port(port);
+    (server, port, posts)
+}
 
 /// The (pid, action) of every change posted so far, sorted.
 fn posted(file: &Path) -> Vec<(u64, String)> {
@@ -88,11 +99,7 @@ fn state(s: &Value) -> Option<&str> {
 #[test]
 fn processes_get_the_configured_signal_when_their_action_changes() {
     let test = "processes_get_the_configured_signal_when_their_action_changes";
-    if !require_root(test) {
-        return;
-    }
-    if let Some(reason) = CgroupV1::unavailable_reason() {
-        require(false, test, &reason);
+    if !require_v1(test) {
         return;
     }
     let dir: PathBuf = std::env::temp_dir().join(format!("monitor-actions-{}", std::process::id()));
@@ -102,11 +109,7 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
     let rec = recorder(&inside, Some(cg.path()));
     let _twin = recorder(&outside, None);
     let mut hog = Hog::spawn(HOG, cg.path(), 64, false);
-    let (port, posts) = (monitor_tests::agent::free_port(), dir.join("posts.log"));
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", POST_RECORDER, &port.to_string()]).arg(&posts).stdout(Stdio::null()).stderr(Stdio::null());
-    let _post_server = ChildGuard::spawn(&mut cmd);
-    monitor_tests::http::wait_port(port);
+    let (_post_server, port, posts) = post_recorder(&dir);
     let config = dir.join("monitor.toml");
     let text = format!(
         "[actions]\nrefuse_signal = \"SIGWINCH\"\nabort_signal = \"SIGUSR2\"\nserve_signal = \"SIGCONT\"\n\
@@ -114,9 +117,7 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
     );
     std::fs::write(&config, text).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
     let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
-    let listed = |s: &Value, pid: u32| {
-        s["processes"].as_array().is_some_and(|a| a.iter().any(|p| p["pid"].as_u64() == Some(u64::from(pid))))
-    };
+    let listed = |s: &Value, pid: u32| process(s, pid).is_some();
     agent.wait_for(|s| state(s) == Some("normal") && listed(s, rec.pid()) && listed(s, hog.pid()), SETTLE);
     assert_eq!(got(&inside), Vec::<String>::new(), "nothing is sent while every process serves");
 
@@ -153,11 +154,7 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
 #[test]
 fn shadow_mode_sends_no_signal() {
     let test = "shadow_mode_sends_no_signal";
-    if !require_root(test) {
-        return;
-    }
-    if let Some(reason) = CgroupV1::unavailable_reason() {
-        require(false, test, &reason);
+    if !require_v1(test) {
         return;
     }
     let dir: PathBuf = std::env::temp_dir().join(format!("monitor-actions-shadow-{}", std::process::id()));
@@ -166,11 +163,7 @@ fn shadow_mode_sends_no_signal() {
     let log = dir.join("inside.log");
     let _rec = recorder(&log, Some(cg.path()));
     let mut hog = Hog::spawn(HOG, cg.path(), 215, false);
-    let (port, posts) = (monitor_tests::agent::free_port(), dir.join("posts.log"));
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", POST_RECORDER, &port.to_string()]).arg(&posts).stdout(Stdio::null()).stderr(Stdio::null());
-    let _post_server = ChildGuard::spawn(&mut cmd);
-    monitor_tests::http::wait_port(port);
+    let (_post_server, port, posts) = post_recorder(&dir);
     let config = dir.join("monitor.toml");
     let text = format!(
         "[policy]\nshadow = true\n[actions]\nrefuse_signal = \"SIGWINCH\"\nabort_signal = \"SIGUSR2\"\n\
@@ -187,8 +180,7 @@ fn shadow_mode_sends_no_signal() {
     assert_eq!(posted(&posts), Vec::<(u64, String)>::new(), "shadow mode posted a change");
     // The hog, the victim, is still there: SIGUSR2 would have ended it.
     let s = agent.status();
-    let hog_listed =
-        s["processes"].as_array().is_some_and(|a| a.iter().any(|p| p["pid"].as_u64() == Some(u64::from(hog.pid()))));
+    let hog_listed = process(&s, hog.pid()).is_some();
     assert!(hog_listed, "the victim was signalled in shadow mode: {s:#}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,15 +2,11 @@
 //! the servers): it lists itself, but it is never the process told to abort even when it is the largest, and the
 //! probes never trace it (its own API traffic is not counted), while busybox httpd in the same group is.
 
+use monitor_tests::agent::process as entry;
 use monitor_tests::http::wait_port;
-use monitor_tests::{require, require_root, spawn_in_cgroup, Agent, CgroupV1};
-use serde_json::Value;
+use monitor_tests::{on_path, require, require_root, spawn_in_cgroup, Agent, CgroupV1};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn entry(status: &Value, pid: u32) -> Option<&Value> {
-    status["processes"].as_array()?.iter().find(|p| p["pid"].as_u64() == Some(u64::from(pid)))
-}
 
 #[test]
 fn the_agent_in_its_own_group_is_listed_never_aborted_never_traced() {
@@ -75,8 +71,4 @@ fn the_agent_in_its_own_group_is_listed_never_aborted_never_traced() {
         eprintln!("{test}: probes off ({}); the tracing half is not checked", st["probes"]["reason"]);
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }

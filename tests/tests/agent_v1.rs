@@ -3,21 +3,14 @@
 //! processes' RssAnon), each process's RSS, and follow the policy as the group grows past 85% and 92% and shrinks
 //! back below the hysteresis. Also: THP-backed memory is counted, relative and nested groups, no limit = host.
 
-use monitor_tests::{proc, require, require::skip, Agent, CgroupV1, Hog, MIB};
+use monitor_tests::agent::process;
+use monitor_tests::{proc, require, require::skip, require_v1, Agent, CgroupV1, Hog, MIB};
 use serde_json::Value;
 use std::time::Duration;
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
 /// How long the agent (sampling every 50 ms) may take to show a change.
 const SETTLE: Duration = Duration::from_secs(10);
-
-/// Root and a v1 memory controller, or a printed reason to skip.
-fn v1_ready(test: &str) -> bool {
-    match CgroupV1::unavailable_reason() {
-        None => true,
-        Some(reason) => require(false, test, &reason),
-    }
-}
 
 fn u64_at(v: &Value, ptr: &str) -> u64 {
     v.pointer(ptr).and_then(Value::as_u64).unwrap_or_else(|| panic!("no unsigned {ptr} in status:\n{v:#}"))
@@ -29,15 +22,6 @@ fn f64_at(v: &Value, ptr: &str) -> f64 {
 
 fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or_else(|| panic!("no string {ptr} in status:\n{v:#}"))
-}
-
-/// The entry of `processes` for `pid`.
-fn process(status: &Value, pid: u32) -> Option<&Value> {
-    status
-        .pointer("/processes")?
-        .as_array()?
-        .iter()
-        .find(|p| p.get("pid").and_then(Value::as_u64) == Some(u64::from(pid)))
 }
 
 fn action(status: &Value, pid: u32) -> Option<&str> {
@@ -95,7 +79,7 @@ fn decision_says(agent: &Agent, pid: u32, want: &str) {
 #[test]
 fn alloc_hog_holds_what_it_says() {
     let test = "alloc_hog_holds_what_it_says";
-    if !v1_ready(test) {
+    if !require_v1(test) {
         return;
     }
     let cg = CgroupV1::create("hog", Some(256 * MIB));
@@ -113,7 +97,7 @@ fn alloc_hog_holds_what_it_says() {
 #[test]
 fn v1_group_usage_limit_processes_and_policy() {
     let test = "v1_group_usage_limit_processes_and_policy";
-    if !v1_ready(test) {
+    if !require_v1(test) {
         return;
     }
     let limit = 512 * MIB;
@@ -195,7 +179,7 @@ fn thp_mode() -> Option<String> {
 #[test]
 fn thp_backed_memory_is_counted() {
     let test = "thp_backed_memory_is_counted";
-    if !v1_ready(test) {
+    if !require_v1(test) {
         return;
     }
     let mode = thp_mode();
@@ -225,7 +209,7 @@ fn thp_backed_memory_is_counted() {
 #[test]
 fn relative_path_and_nested_group_inherit_the_limit() {
     let test = "relative_path_and_nested_group_inherit_the_limit";
-    if !v1_ready(test) {
+    if !require_v1(test) {
         return;
     }
     let parent = CgroupV1::create("parent", Some(256 * MIB));
@@ -242,7 +226,7 @@ fn relative_path_and_nested_group_inherit_the_limit() {
 #[test]
 fn no_limit_anywhere_means_the_host_memory() {
     let test = "no_limit_anywhere_means_the_host_memory";
-    if !v1_ready(test) {
+    if !require_v1(test) {
         return;
     }
     let root_limit = std::fs::read_to_string("/sys/fs/cgroup/memory/memory.limit_in_bytes").unwrap_or_default();

@@ -2,9 +2,9 @@
 //! requests with curl (one per connection and several on one keep-alive connection); `/api/v1/status` must show
 //! exactly those counts for that pid, and nothing for a twin server outside the group.
 
+use monitor_tests::agent::process;
 use monitor_tests::http::wait_port;
 use monitor_tests::{require_root, spawn_in_cgroup, Agent, CgroupV1, ChildGuard};
-use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -24,10 +24,6 @@ fn curl(args: &[&str]) {
         Ok(o) => panic!("curl {args:?}: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => panic!("curl cannot run: {e}"),
     }
-}
-
-fn proc_entry(status: &Value, pid: u32) -> Option<Value> {
-    status["processes"].as_array()?.iter().find(|p| p["pid"].as_u64() == Some(u64::from(pid))).cloned()
 }
 
 #[test]
@@ -54,7 +50,7 @@ fn agent_counts_requests_of_group_processes_exactly() {
     let want = if has_sock { "sock" } else { "raw_sys_exit" };
     assert_eq!(st["probes"]["hooks"], want, "hooks: {}", st["probes"]);
     let pid = server.pid();
-    assert!(proc_entry(&st, pid).is_some(), "server pid {pid} not in {st}");
+    assert!(process(&st, pid).is_some(), "server pid {pid} not in {st}");
     // Let the sampler put the pid in the kernel's filter before the first request.
     std::thread::sleep(Duration::from_millis(300));
 
@@ -80,10 +76,10 @@ fn agent_counts_requests_of_group_processes_exactly() {
 
     let want_requests = 5 + 6 + 2;
     let st = agent.wait_for(
-        |s| proc_entry(s, pid).is_some_and(|p| p["responses_total"].as_u64() == Some(want_requests)),
+        |s| process(s, pid).is_some_and(|p| p["responses_total"].as_u64() == Some(want_requests)),
         Duration::from_secs(10),
     );
-    let p = proc_entry(&st, pid).unwrap_or_default();
+    let p = process(&st, pid).cloned().unwrap_or_default();
     assert_eq!(p["requests_total"], want_requests, "{p}");
     assert_eq!(p["responses_total"], want_requests, "{p}");
     // 2xx: 3 + 6 + 1 HEAD; 4xx: 2 + 1 HEAD.
@@ -121,9 +117,9 @@ fn agent_counts_on_the_hooks_the_config_names() {
     let url = format!("http://127.0.0.1:{port}/Cargo.toml");
     curl(&[&url, "-o", "/dev/null", &url, "-o", "/dev/null", &url]);
     let st = agent.wait_for(
-        |s| proc_entry(s, pid).is_some_and(|p| p["responses_total"].as_u64() == Some(3)),
+        |s| process(s, pid).is_some_and(|p| p["responses_total"].as_u64() == Some(3)),
         Duration::from_secs(10),
     );
-    let p = proc_entry(&st, pid).unwrap_or_default();
+    let p = process(&st, pid).cloned().unwrap_or_default();
     assert_eq!((p["accepts_total"].as_u64(), p["requests_total"].as_u64()), (Some(1), Some(3)), "{p}");
 }

@@ -3,15 +3,11 @@
 //! per connection; `/api/v1/status` must show exactly N requests and N responses for the server's pid, its
 //! exited children folded in (docs/probes.md, "Forked children").
 
+use monitor_tests::agent::process;
 use monitor_tests::http::wait_port;
-use monitor_tests::{require, require_root, spawn_in_cgroup, Agent, CgroupV1};
-use serde_json::Value;
+use monitor_tests::{on_path, require, require_root, spawn_in_cgroup, Agent, CgroupV1};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-}
 
 fn curl(url: &str) {
     let out = Command::new("curl").args(["-s", "-o", "/dev/null", "--max-time", "10", url]).output();
@@ -20,10 +16,6 @@ fn curl(url: &str) {
         Ok(o) => panic!("curl {url}: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => panic!("curl cannot run: {e}"),
     }
-}
-
-fn proc_entry(status: &Value, pid: u32) -> Option<Value> {
-    status["processes"].as_array()?.iter().find(|p| p["pid"].as_u64() == Some(u64::from(pid))).cloned()
 }
 
 /// Starts `server` in a new test cgroup with the agent on it, sends `n` GETs of `path` one per connection, and
@@ -36,21 +28,21 @@ fn counts_exactly(name: &str, mut server: Command, port: u16, path: &str, n: u64
     let st = agent.status();
     assert_eq!(st["probes"]["enabled"], true, "probes must load as root: {}", st["probes"]);
     let pid = server.pid();
-    assert!(proc_entry(&st, pid).is_some(), "server pid {pid} not in {st}");
+    assert!(process(&st, pid).is_some(), "server pid {pid} not in {st}");
     // Let the sampler put the pid in the kernel's filter before the first request.
     std::thread::sleep(Duration::from_millis(300));
     for _ in 0..n {
         curl(&format!("http://127.0.0.1:{port}{path}"));
     }
     let st = agent.wait_for(
-        |s| proc_entry(s, pid).is_some_and(|p| p["responses_total"].as_u64() == Some(n)),
+        |s| process(s, pid).is_some_and(|p| p["responses_total"].as_u64() == Some(n)),
         Duration::from_secs(10),
     );
     // A pause, then again: nothing more arrives (no double folding), and the children are gone from the list.
     std::thread::sleep(Duration::from_millis(500));
     let st2 = agent.status();
     for s in [&st, &st2] {
-        let p = proc_entry(s, pid).unwrap_or_default();
+        let p = process(s, pid).cloned().unwrap_or_default();
         assert_eq!(p["requests_total"], n, "{p}");
         assert_eq!(p["responses_total"], n, "{p}");
         assert_eq!(p["responses_by_class"], serde_json::json!([0, n, 0, 0, 0]), "{p}");

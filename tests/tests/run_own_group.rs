@@ -6,13 +6,15 @@
 
 mod run_support;
 
+use monitor_tests::agent::process;
 use monitor_tests::{in_ci, is_root};
 use run_support::{launcher, ready, Run, Spec};
 use serde_json::Value;
 use std::time::Duration;
 
+/// The status entry of `pid` (a u64 from the launcher's list).
 fn entry(s: &Value, pid: u64) -> Option<&Value> {
-    s["processes"].as_array()?.iter().find(|p| p["pid"].as_u64() == Some(pid))
+    process(s, u32::try_from(pid).ok()?)
 }
 
 #[test]

@@ -32,8 +32,7 @@ pub fn require_root(test: &str) -> bool {
 
 /// True when `program` is on PATH; otherwise skips (or panics in CI) like [`require_root`].
 pub fn require_program(test: &str, program: &str) -> bool {
-    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
-    if found {
+    if monitor_tests::on_path(program) {
         return true;
     }
     if in_ci() {

@@ -5,7 +5,7 @@
 
 use monitor_tests::agent::free_port;
 use monitor_tests::http::{self, Response};
-use monitor_tests::{monitor_bin, require, spawn_in_cgroup, CgroupV1, ChildGuard, MIB};
+use monitor_tests::{monitor_bin, spawn_in_cgroup, CgroupV1, ChildGuard, MIB};
 use serde_json::Value;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -77,12 +77,7 @@ fn toml_list(v: &[String]) -> String {
 }
 
 /// Root and a v1 memory controller, or a printed reason to skip (a failure in CI).
-pub fn ready(test: &str) -> bool {
-    match CgroupV1::unavailable_reason() {
-        None => true,
-        Some(reason) => require(false, test, &reason),
-    }
-}
+pub use monitor_tests::require_v1 as ready;
 
 /// Writes the config and starts `monitor run` without waiting for it.
 pub fn launch(name: &str, spec: &Spec) -> Run {

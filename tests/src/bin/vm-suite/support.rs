@@ -34,14 +34,7 @@ pub fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or_else(|| panic!("no string {ptr} in status:\n{v:#}"))
 }
 
-/// The entry of `processes` for `pid`.
-pub fn process(status: &Value, pid: u32) -> Option<&Value> {
-    status
-        .pointer("/processes")?
-        .as_array()?
-        .iter()
-        .find(|p| p.get("pid").and_then(Value::as_u64) == Some(u64::from(pid)))
-}
+pub use monitor_tests::agent::process;
 
 pub fn action(status: &Value, pid: u32) -> Option<&str> {
     process(status, pid)?.get("action")?.as_str()
