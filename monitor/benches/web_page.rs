@@ -1,6 +1,6 @@
 //! The home page over 24 h of per-second samples of a 16-process group, fed through the real history (the
 //! consumer task, the aggregator, the ring and the per-minute rows) exactly as the sampler feeds it: one
-//! `Published` per second on the watch channel, decisions from `policy::decide`. Criterion times, in one run:
+//! `Published` per second on the sampler's feed, decisions from `policy::decide`. Criterion times, in one run:
 //!
 //! - `web-24h-16/page`: the 24 h home page (history query + downsampling + five SVG charts + HTML), goal <= 50 ms;
 //! - `web-24h-16/json`: the baseline, the same 24 h data as `/api/v1/dashboard?range=24h` sends it (same query and
@@ -15,13 +15,12 @@ use criterion::Criterion;
 use monitor::config::StatsConfig;
 use monitor::history::{self, HistoryHandle, Inputs};
 use monitor::policy::{decide, PolicyState, Thresholds};
-use monitor::sampler::{ProbeStatus, Published};
+use monitor::sampler::{self, ProbeStatus, Published};
 use monitor::snapshot::{CgroupVersion, GroupSample, LimitSource, ProcSample, Snapshot, Traffic};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::watch;
 use web::chart::PLOT_WIDTH;
 use web::{Range, Source};
 
@@ -109,22 +108,22 @@ fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// The runtime of the history's consumer: one thread, so a yield after each send lets the consumer take every
-/// sample (a watch channel keeps only the latest).
+/// The runtime of the history's consumer: one thread, so a yield after each send lets the consumer take each
+/// sample as it comes.
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }
 
 /// Feeds 24 h of samples, ending now, through the real history.
-fn fill(rt: &tokio::runtime::Runtime, stats: &StatsConfig) -> (HistoryHandle, watch::Sender<Arc<Published>>) {
+fn fill(rt: &tokio::runtime::Runtime, stats: &StatsConfig) -> (HistoryHandle, sampler::Feed) {
     let start_s = now_s() - DAY_S;
     let mut feed = Feed::new(start_s);
-    let (tx, rx) = watch::channel(Arc::new(feed.sample(0)));
+    let (tx, rx) = sampler::Feed::new(feed.sample(0));
     let handle = rt.block_on(async {
-        let handle = history::spawn(rx, stats, Thresholds::default(), Inputs::default());
+        let handle = history::spawn(rx, tx.subscribe("history"), stats, Thresholds::default(), Inputs::default());
         tokio::task::yield_now().await;
         for i in 1..DAY_S {
-            tx.send_replace(Arc::new(feed.sample(i)));
+            tx.publish(Arc::new(feed.sample(i)));
             tokio::task::yield_now().await;
         }
         tokio::task::yield_now().await;

@@ -10,15 +10,14 @@
 //! opened on the pid and checked against the sampled start time, so a pid reused by another process since the sample
 //! is never signalled. In shadow mode nothing is sent or posted: the changes are logged.
 //!
-//! The task follows the latest published decision (a watch channel), so a state that lasts less than its reaction
-//! (a sample or two) may pass without anybody being told; an abort lasts until the victim frees memory.
+//! The task reads every published sample in order ([`Samples`]), so a state that lasted a single sample is told
+//! too. It subscribes before the processes start, so decisions taken while they start are told as well.
 
 use crate::config::ActionsConfig;
 use crate::policy::{Action, ProcId};
-use crate::sampler::Published;
+use crate::sampler::{Published, Samples};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::watch;
 
 /// The configured signal numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -173,7 +172,7 @@ fn post(url: String, body: String, pid: u32) {
 
 /// Starts the task that follows the published decisions, signals the processes and posts the changes (none when
 /// `[actions]` sets nothing and no process has an admin URL).
-pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>, admin_url: Option<AdminUrl>) {
+pub fn spawn(cfg: &ActionsConfig, mut samples: Samples, admin_url: Option<AdminUrl>) {
     let signals = Signals::from_config(cfg);
     let post_url = cfg.post_url.clone();
     if signals.is_empty() && post_url.is_none() && admin_url.is_none() {
@@ -181,8 +180,7 @@ pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>, admin
     }
     tokio::spawn(async move {
         let mut plan = Plan::default();
-        loop {
-            let p = rx.borrow_and_update().clone();
+        while let Some(p) = samples.next().await {
             for c in plan.next(&p, &signals) {
                 tracing::debug!(pid = c.to.pid, action = c.action.as_str(), seq = p.snapshot.seq, "action changed");
                 let name = signal_name(c.signal);
@@ -203,9 +201,6 @@ pub fn spawn(cfg: &ActionsConfig, mut rx: watch::Receiver<Arc<Published>>, admin
                         post(url, body.clone(), c.to.pid);
                     }
                 }
-            }
-            if rx.changed().await.is_err() {
-                return;
             }
         }
     });

@@ -150,17 +150,28 @@ fn agent(a: AgentArgs) -> Result<()> {
         .context("starting the runtime")?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
-        let (tx, rx) = tokio::sync::watch::channel(Arc::new(first));
-        // Alerts read the same channel; the Raiser is for other parts (launcher, stats) to raise conditions.
-        let alerts =
-            monitor::alerts::task::spawn(&cfg.alerts, rx.clone(), cfg.probes.enabled, format!("http://{listen}/"));
-        monitor::actions::spawn(&cfg.actions, rx.clone(), None);
+        let (feed, rx) = sampler::Feed::new(first);
+        // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the
+        // stats database) to raise conditions.
+        let alerts = monitor::alerts::task::spawn(
+            &cfg.alerts,
+            feed.subscribe("alerts"),
+            cfg.probes.enabled,
+            format!("http://{listen}/"),
+        );
+        monitor::actions::spawn(&cfg.actions, feed.subscribe("actions"), None);
+        let history = monitor::history::spawn(
+            rx.clone(),
+            feed.subscribe("history"),
+            &cfg.stats,
+            thresholds.clone(),
+            Default::default(),
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let interval = Duration::from_millis(cfg.policy.interval_ms);
-        let handle = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())
+        let handle = sampler::spawn(sampler, thresholds.clone(), interval, state, feed, stop.clone())
             .context("starting the sampler thread")?;
         tracing::info!(%listen, "serving the API");
-        let history = monitor::history::spawn(rx.clone(), &cfg.stats, thresholds.clone(), Default::default());
         if let Some(raiser) = alerts {
             let h = history.history.clone();
             tokio::spawn(monitor::alerts::watch::stats(Arc::new(move || h.note()), raiser));

@@ -133,20 +133,42 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         let front = tokio::net::TcpListener::bind(front.as_str())
             .await
             .map_err(|source| ProxyError::Bind { addr: front.clone(), source })?;
-        let (tx, rx) = watch::channel(Arc::new(first));
-        let stop = Arc::new(AtomicBool::new(false));
-        let interval = Duration::from_millis(cfg.policy.interval_ms);
-        let sampler = sampler::spawn(sampler, thresholds.clone(), interval, state, tx, stop.clone())
-            .map_err(io("starting the sampler thread"))?;
-        // The actions follow the decisions from the first sample on, while the processes start. `[[process]]
-        // admin_path`: the URL of a launched process's own admin endpoint, found by its pid once they are known.
-        let launched: Arc<std::sync::OnceLock<Arc<[launcher::Member]>>> = Arc::default();
+        let (feed, rx) = sampler::Feed::new(first);
+        // Everything that follows the group knows its processes, and reads the samples, from before the first of
+        // them starts: a decision taken while they start is alerted, told and kept like any other.
+        let members = Launcher::members_of(&cfg.processes);
+        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone())?);
+        tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
+        let view = members.clone();
+        let launcher_view: crate::history::LauncherFn = Arc::new(move || view.iter().map(|m| m.info()).collect());
+        let shed = proxy.clone();
+        let history = crate::history::spawn(
+            rx.clone(),
+            feed.subscribe("history"),
+            &cfg.stats,
+            thresholds.clone(),
+            crate::history::Inputs {
+                launcher: Some(launcher_view.clone()),
+                shed_total: Some(Arc::new(move || shed.shed_total())),
+            },
+        );
+        let alerts = crate::alerts::task::spawn(
+            &cfg.alerts,
+            feed.subscribe("alerts"),
+            cfg.probes.enabled,
+            format!("http://{web_addr}/"),
+        );
+        if let Some(raiser) = alerts {
+            tokio::spawn(crate::alerts::watch::launcher(launcher_view.clone(), raiser.clone()));
+            let h = history.history.clone();
+            tokio::spawn(crate::alerts::watch::stats(Arc::new(move || h.note()), raiser));
+        }
+        // `[[process]] admin_path`: the URL of a launched process's own admin endpoint, found by its pid.
         let admins: Vec<(usize, String)> =
             cfg.processes.iter().enumerate().filter_map(|(i, p)| Some((i, p.admin_path.clone()?))).collect();
         let admin_url: Option<crate::actions::AdminUrl> = (!admins.is_empty()).then(|| {
-            let launched = launched.clone();
+            let members = members.clone();
             let f: crate::actions::AdminUrl = Arc::new(move |pid: u32| {
-                let members = launched.get()?;
                 admins.iter().find_map(|(i, path)| {
                     let m = members.get(*i)?;
                     (m.pid() == pid).then(|| format!("http://127.0.0.1:{}{path}", m.port))
@@ -154,7 +176,11 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             });
             f
         });
-        crate::actions::spawn(&cfg.actions, rx.clone(), admin_url);
+        crate::actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url);
+        let stop = Arc::new(AtomicBool::new(false));
+        let interval = Duration::from_millis(cfg.policy.interval_ms);
+        let sampler = sampler::spawn(sampler, thresholds.clone(), interval, state, feed, stop.clone())
+            .map_err(io("starting the sampler thread"))?;
         let (drain_tx, drain_rx) = watch::channel(false);
         tokio::spawn(async move {
             signalled().await;
@@ -167,7 +193,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             tracer,
         };
         let mut cancel = drain_rx.clone();
-        let started = Launcher::start(&cfg.processes, opts, async move {
+        let started = Launcher::start(&cfg.processes, members, opts, async move {
             let _ = cancel.wait_for(|d| *d).await;
         })
         .await;
@@ -178,29 +204,6 @@ pub fn run(config: &Path) -> Result<(), RunError> {
                 return Err(e.into());
             }
         };
-        let members = launcher.members();
-        let _ = launched.set(members.clone());
-        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone())?);
-        tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
-        let view = members.clone();
-        let launcher_view: crate::history::LauncherFn = Arc::new(move || view.iter().map(|m| m.info()).collect());
-        let shed = proxy.clone();
-        let history = crate::history::spawn(
-            rx.clone(),
-            &cfg.stats,
-            thresholds.clone(),
-            crate::history::Inputs {
-                launcher: Some(launcher_view.clone()),
-                shed_total: Some(Arc::new(move || shed.shed_total())),
-            },
-        );
-        let alerts =
-            crate::alerts::task::spawn(&cfg.alerts, rx.clone(), cfg.probes.enabled, format!("http://{web_addr}/"));
-        if let Some(raiser) = alerts {
-            tokio::spawn(crate::alerts::watch::launcher(launcher_view.clone(), raiser.clone()));
-            let h = history.history.clone();
-            tokio::spawn(crate::alerts::watch::stats(Arc::new(move || h.note()), raiser));
-        }
         let app =
             api::router(ApiState { latest: rx, thresholds, launcher: Some(launcher_view) }).merge(history.router());
         let mut web_drain = drain_rx.clone();

@@ -1,6 +1,7 @@
 //! The sampler: reads the group (cgroup files, /proc, eBPF maps) every interval, runs the policy, and
-//! publishes the latest Snapshot + Decision on a `tokio::sync::watch` channel. It runs on its own thread so a
-//! sample never waits on the async runtime and its cost stays measurable.
+//! publishes each Snapshot + Decision on a [`Feed`]: the latest for readers of the present (the API), and every
+//! sample in order for those that must not miss a state that lasted one sample (alerts, actions, history). It
+//! runs on its own thread so a sample never waits on the async runtime and its cost stays measurable.
 
 use crate::cgroup::{CgroupError, Group, GroupReader};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
@@ -37,6 +38,84 @@ pub struct Published {
     /// Set when the latest sample failed (the group vanished, a file became unreadable); the snapshot is the last
     /// good one.
     pub error: Option<String>,
+}
+
+/// Samples a slow consumer may fall behind by before it loses some (at the default 100 ms interval, 6.4 s). The
+/// channel keeps that many samples alive, so it stays small.
+const FEED_BACKLOG: usize = 64;
+
+/// Where the sampler publishes. Cheap to clone.
+#[derive(Clone)]
+pub struct Feed {
+    latest: watch::Sender<Arc<Published>>,
+    every: broadcast::Sender<Arc<Published>>,
+}
+
+impl Feed {
+    /// A feed whose present value is `first`, and a reader of the present (for the API).
+    pub fn new(first: Published) -> (Feed, watch::Receiver<Arc<Published>>) {
+        let (latest, rx) = watch::channel(Arc::new(first));
+        let (every, _) = broadcast::channel(FEED_BACKLOG);
+        (Feed { latest, every }, rx)
+    }
+
+    /// Every sample from the present one on, in order; `who` names the reader in the warning it logs if it ever
+    /// falls more than [`FEED_BACKLOG`] samples behind.
+    pub fn subscribe(&self, who: &'static str) -> Samples {
+        // Subscribed before the present is read: a sample published in between comes both ways, and is dropped
+        // the second time (see `Samples::next`).
+        let rx = self.every.subscribe();
+        let current = self.latest.borrow().clone();
+        Samples { rx, latest: current.clone(), first: Some(current), who }
+    }
+
+    /// Publishes a new sample (the sampler thread's job; public for benchmarks that feed a history).
+    pub fn publish(&self, p: Arc<Published>) {
+        // Nobody listening (no alerts, actions or history) is not an error.
+        let _ = self.every.send(p.clone());
+        self.latest.send_replace(p);
+    }
+
+    /// The present sample.
+    fn current(&self) -> Arc<Published> {
+        self.latest.borrow().clone()
+    }
+}
+
+/// One reader's view of the [`Feed`]: every sample in order.
+pub struct Samples {
+    rx: broadcast::Receiver<Arc<Published>>,
+    latest: Arc<Published>,
+    first: Option<Arc<Published>>,
+    who: &'static str,
+}
+
+impl Samples {
+    /// The next sample (the present one first); None once the sampler has stopped. A reader that fell behind
+    /// logs how many samples it lost and goes on with the oldest one still kept.
+    pub async fn next(&mut self) -> Option<Arc<Published>> {
+        if let Some(p) = self.first.take() {
+            return Some(p);
+        }
+        loop {
+            match self.rx.recv().await {
+                Ok(p) if Arc::ptr_eq(&p, &self.latest) => continue,
+                Ok(p) => {
+                    self.latest = p.clone();
+                    return Some(p);
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(reader = self.who, samples = n, "fell behind the sampler: samples skipped");
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// The last sample [`next`](Self::next) returned (the present one before the first call).
+    pub fn latest(&self) -> &Arc<Published> {
+        &self.latest
+    }
 }
 
 /// Reads one sample of the group.
@@ -267,14 +346,14 @@ impl Sampler {
     }
 }
 
-/// Runs the sampler every `interval` until `stop` is set, publishing on `tx`. The first sample must already be
-/// published (see [`first`]), so consumers always have a value.
+/// Runs the sampler every `interval` until `stop` is set, publishing on `feed`. The first sample must already be
+/// published (see [`first`] and [`Feed::new`]), so consumers always have a value.
 pub fn spawn(
     mut sampler: Sampler,
     thresholds: Thresholds,
     interval: Duration,
     mut state: PolicyState,
-    tx: watch::Sender<Arc<Published>>,
+    feed: Feed,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("sampler".into()).spawn(move || {
@@ -296,19 +375,16 @@ pub fn spawn(
                     state = s;
                     log_decision(&decision, &snap);
                     let probes = sampler.probe_status().clone();
-                    tx.send_replace(Arc::new(Published { snapshot: snap, decision, probes, error: None }));
+                    feed.publish(Arc::new(Published { snapshot: snap, decision, probes, error: None }));
                 }
                 Err(e) => {
                     if !failing {
                         tracing::error!("sample failed: {e}");
                         failing = true;
                     }
-                    let msg = e.to_string();
-                    tx.send_modify(|p| {
-                        let mut np = (**p).clone();
-                        np.error = Some(msg);
-                        *p = Arc::new(np);
-                    });
+                    let mut p = (*feed.current()).clone();
+                    p.error = Some(e.to_string());
+                    feed.publish(Arc::new(p));
                 }
             }
         }
@@ -368,4 +444,112 @@ fn log_decision(d: &Decision, snap: &Snapshot) {
         shadow = d.shadow,
         "decision changed"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::State;
+    use crate::snapshot::CgroupVersion;
+
+    fn published(seq: u64, state: State) -> Published {
+        Published {
+            snapshot: Snapshot {
+                seq,
+                unix_ms: 0,
+                mono_ms: 0,
+                group: GroupSample {
+                    cgroup: "/g".into(),
+                    version: CgroupVersion::V1,
+                    usage_bytes: 0,
+                    limit_bytes: 1,
+                    limit_source: LimitSource::Cgroup,
+                },
+                processes: Vec::new(),
+                agent_pid: 0,
+            },
+            decision: Decision {
+                state,
+                ratio: 0.0,
+                largest_pid: None,
+                victim: None,
+                abort_round: 0,
+                shadow: false,
+                changed: true,
+            },
+            probes: ProbeStatus { enabled: false, reason: None, hooks: None },
+            error: None,
+        }
+    }
+
+    fn seqs(got: &[Arc<Published>]) -> Vec<u64> {
+        got.iter().map(|p| p.snapshot.seq).collect()
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime")
+    }
+
+    #[test]
+    fn a_reader_gets_every_sample_in_order_even_one_published_while_it_was_not_looking() {
+        let (feed, latest) = Feed::new(published(0, State::Normal));
+        let mut samples = feed.subscribe("test");
+        // Three samples before the reader looks: a refusal that lasted one sample sits between two normal ones.
+        feed.publish(Arc::new(published(1, State::Normal)));
+        feed.publish(Arc::new(published(2, State::Refusing)));
+        feed.publish(Arc::new(published(3, State::Normal)));
+        assert_eq!(latest.borrow().snapshot.seq, 3, "the API reads the present");
+        drop(feed);
+        let got = runtime().block_on(async {
+            let mut got = Vec::new();
+            while let Some(p) = samples.next().await {
+                got.push(p);
+            }
+            got
+        });
+        assert_eq!(seqs(&got), [0, 1, 2, 3], "the present first, then each sample once, and None at the end");
+        assert_eq!(got[2].decision.state, State::Refusing);
+        assert_eq!(samples.latest().snapshot.seq, 3);
+    }
+
+    #[test]
+    fn a_sample_published_while_subscribing_comes_once() {
+        let (feed, _latest) = Feed::new(published(0, State::Normal));
+        // What `subscribe` sees when the sampler publishes between its two steps: the new sample both as the
+        // present and on the channel.
+        let rx = feed.every.subscribe();
+        feed.publish(Arc::new(published(1, State::Refusing)));
+        let current = feed.current();
+        let mut samples = Samples { rx, latest: current.clone(), first: Some(current), who: "test" };
+        feed.publish(Arc::new(published(2, State::Normal)));
+        drop(feed);
+        let got = runtime().block_on(async {
+            let mut got = Vec::new();
+            while let Some(p) = samples.next().await {
+                got.push(p);
+            }
+            got
+        });
+        assert_eq!(seqs(&got), [1, 2]);
+    }
+
+    #[test]
+    fn a_reader_that_fell_too_far_behind_goes_on_with_the_oldest_kept() {
+        let (feed, _latest) = Feed::new(published(0, State::Normal));
+        let mut samples = feed.subscribe("test");
+        let n = FEED_BACKLOG as u64 + 10;
+        for seq in 1..=n {
+            feed.publish(Arc::new(published(seq, State::Normal)));
+        }
+        drop(feed);
+        let got = runtime().block_on(async {
+            let mut got = Vec::new();
+            while let Some(p) = samples.next().await {
+                got.push(p);
+            }
+            got
+        });
+        let expected: Vec<u64> = std::iter::once(0).chain(n - FEED_BACKLOG as u64 + 1..=n).collect();
+        assert_eq!(seqs(&got), expected);
+    }
 }

@@ -1,17 +1,17 @@
 //! The alerts task: derives conditions from each published decision, merges those raised by other parts (the
 //! launcher's crashes and crash loops, the stats database), runs the [`Book`](super::engine::Book) and hands
-//! notifications to the sinks. It only reads the watch channel; it never blocks the sampler.
+//! notifications to the sinks. It reads every published sample in order ([`Samples`]), so a decision that lasted a
+//! single sample is alerted too; it never blocks the sampler.
 
 use super::engine::Book;
 use super::sinks::{self, SinkHandle};
 use super::Condition;
 use crate::config::AlertsConfig;
 use crate::policy::State;
-use crate::sampler::Published;
+use crate::sampler::{Published, Samples};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 /// Raises and clears conditions from outside the sampler (launcher, stats database). Cheap to clone.
 #[derive(Clone)]
@@ -84,12 +84,7 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
 }
 
 /// Starts the alerts task if any sink is configured. `generator_url` links back to the agent.
-pub fn spawn(
-    cfg: &AlertsConfig,
-    mut rx: watch::Receiver<Arc<Published>>,
-    probes_wanted: bool,
-    generator_url: String,
-) -> Option<Raiser> {
+pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, generator_url: String) -> Option<Raiser> {
     let mut sinks: Vec<SinkHandle> = Vec::new();
     if let Some(argv) = &cfg.command {
         sinks.push(sinks::command(argv.clone(), Duration::from_secs(cfg.command_timeout_s), generator_url.clone()));
@@ -114,7 +109,7 @@ pub fn spawn(
         let mut resend_tick = tokio::time::interval(resend);
         loop {
             tokio::select! {
-                changed = rx.changed() => if changed.is_err() { break },
+                p = samples.next() => if p.is_none() { break },
                 Some((key, cond)) = ext_rx.recv() => match cond {
                     Some(c) => { external.insert(key, c); }
                     None => { external.remove(&key); }
@@ -126,7 +121,7 @@ pub fn spawn(
                     continue;
                 }
             }
-            let mut conds = conditions(&rx.borrow(), probes_wanted);
+            let mut conds = conditions(samples.latest(), probes_wanted);
             conds.extend(external.values().cloned());
             let out = book.observe(SystemTime::now(), &conds);
             if out.is_empty() {

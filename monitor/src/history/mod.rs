@@ -14,7 +14,7 @@ use crate::api::infer_roles;
 use crate::config::StatsConfig;
 use crate::launcher::LauncherInfo;
 use crate::policy::Thresholds;
-use crate::sampler::Published;
+use crate::sampler::{Published, Samples};
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -224,6 +224,7 @@ pub struct HistoryHandle {
 /// runtime. Never fails: a database problem is logged, shown on the home page, and the history stays in memory.
 pub fn spawn(
     rx: watch::Receiver<Arc<Published>>,
+    samples: Samples,
     cfg: &StatsConfig,
     thresholds: Thresholds,
     inputs: Inputs,
@@ -254,7 +255,7 @@ pub fn spawn(
         None => None,
     };
     let h = history.clone();
-    let consumer = tokio::spawn(async move { consume(rx, h, tx).await });
+    let consumer = tokio::spawn(async move { consume(samples, h, tx).await });
     HistoryHandle { history, consumer, writer }
 }
 
@@ -270,20 +271,16 @@ fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> Result<Store
     Ok(s)
 }
 
-async fn consume(mut rx: watch::Receiver<Arc<Published>>, h: Arc<History>, tx: mpsc::Sender<(Minute, Labels)>) {
+async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<(Minute, Labels)>) {
     let mut agg = Aggregator::default();
     let mut last_seq = None;
-    loop {
-        let p = rx.borrow_and_update().clone();
+    while let Some(p) = samples.next().await {
         if last_seq != Some(p.snapshot.seq) && p.error.is_none() {
             last_seq = Some(p.snapshot.seq);
             let (sec, min) = agg.push(&h.input(&p));
             if let Some(row) = h.keep(sec, min) {
                 let _ = tx.send(row);
             }
-        }
-        if rx.changed().await.is_err() {
-            break;
         }
     }
     let (sec, min) = agg.flush();

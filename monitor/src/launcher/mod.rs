@@ -76,15 +76,21 @@ fn spawn_err(p: &ProcessConfig, source: std::io::Error) -> LaunchError {
 }
 
 impl Launcher {
-    /// Starts the group: the master first (until healthy, or a clear error), then the workers. `cancel` resolving
-    /// aborts the start-up (a signal): every child started so far is killed.
+    /// The group's processes, in config order, none started yet: made before [`start`](Self::start), so that
+    /// everything following the group (history, alerts, actions) knows each process from the moment it starts.
+    pub fn members_of(procs: &[ProcessConfig]) -> Arc<[Member]> {
+        procs.iter().map(|p| Member::new(&p.name, role(p), p.port, &p.health)).collect::<Vec<_>>().into()
+    }
+
+    /// Starts the group (`members` from [`members_of`](Self::members_of) on the same `procs`): the master first
+    /// (until healthy, or a clear error), then the workers. `cancel` resolving aborts the start-up (a signal):
+    /// every child started so far is killed.
     pub async fn start(
         procs: &[ProcessConfig],
+        members: Arc<[Member]>,
         opts: Options,
         cancel: impl std::future::Future<Output = ()>,
     ) -> Result<Launcher, LaunchError> {
-        let members: Arc<[Member]> =
-            procs.iter().map(|p| Member::new(&p.name, role(p), p.port, &p.health)).collect::<Vec<_>>().into();
         let master = procs.iter().position(|p| p.role == "master").ok_or(LaunchError::NoMaster)?;
         let (stop, _) = watch::channel(false);
         let mut launcher = Launcher { members, stop, tasks: Vec::new() };

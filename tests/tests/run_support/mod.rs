@@ -38,6 +38,8 @@ pub struct Spec {
     /// `monitor run` itself starts in the test cgroup with `cgroup = "auto"`, as a systemd unit runs it
     /// (deploy/monitor-run.service); otherwise it starts outside and is given the cgroup's path.
     pub own_group: bool,
+    /// Whole sections (`[alerts]` …) added before the processes.
+    pub extra: String,
 }
 
 impl Default for Spec {
@@ -53,6 +55,7 @@ impl Default for Spec {
             process: String::new(),
             probes: false,
             own_group: false,
+            extra: String::new(),
         }
     }
 }
@@ -86,12 +89,13 @@ pub fn launch(name: &str, spec: &Spec) -> Run {
     let ports: Vec<u16> = (0..=spec.workers).map(|_| free_port()).collect();
     let mut text = format!(
         "[group]\ncgroup = {:?}\n[policy]\n{}{}\n[probes]\nenabled = {}\n[web]\nlisten = \
-         \"127.0.0.1:{web}\"\n[proxy]\nlisten = \"127.0.0.1:{proxy}\"\n{}\n",
+         \"127.0.0.1:{web}\"\n[proxy]\nlisten = \"127.0.0.1:{proxy}\"\n{}\n{}\n",
         if spec.own_group { "auto".to_string() } else { cg.path().display().to_string() },
         if spec.policy.contains("interval_ms") { "" } else { "interval_ms = 50\n" },
         spec.policy,
         spec.probes,
-        spec.proxy
+        spec.proxy,
+        spec.extra
     );
     for (i, port) in ports.iter().enumerate() {
         let (pname, role) = if i == 0 { ("m0".to_string(), "master") } else { (format!("tx{i}"), "worker") };

@@ -1,0 +1,100 @@
+//! Decisions taken while `monitor run` starts its processes are alerted like any other. The master takes 6 s to
+//! become healthy; meanwhile an `alloc-hog` in the group pushes it past refuse_at (85% of 256 MiB) and then
+//! leaves. The alert hook (python writing what it got to a file) must get the refusal, firing and then resolved,
+//! before the master is healthy. Until the alerts task read every sample from the first one on, it started after
+//! the processes, and a state that was over by then was never alerted.
+
+mod run_support;
+
+use monitor_tests::http;
+use monitor_tests::Hog;
+use run_support::{launch, launcher, ready, Spec};
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
+
+/// The hook: appends one JSON line per run with the alert it got on stdin.
+const HOOK: &str = r#"
+import json, sys
+alert = json.load(sys.stdin)
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps(alert) + "\n")
+"#;
+
+fn alerts(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("the hook wrote bad JSON ({e}): {l}")))
+        .collect()
+}
+
+/// Statuses the hook got for `name`, in order.
+fn statuses(path: &Path, name: &str) -> Vec<String> {
+    alerts(path)
+        .iter()
+        .filter(|a| a["labels"]["alertname"] == name)
+        .filter_map(|a| a["status"].as_str().map(String::from))
+        .collect()
+}
+
+fn master_healthy(port: u16) -> bool {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    http::get(addr, "/health", Duration::from_secs(2)).is_ok_and(|r| r.status == 200)
+}
+
+#[test]
+fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
+    if !ready("run_startup") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("monitor-run-startup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let (hook, out) = (dir.join("hook.py"), dir.join("alerts.jsonl"));
+    std::fs::write(&hook, HOOK).unwrap_or_else(|e| panic!("{}: {e}", hook.display()));
+    let spec = Spec {
+        workers: 1,
+        limit_mib: 256,
+        fixture_args: vec!["--health-delay-ms".into(), "6000".into()],
+        extra: format!(
+            "[alerts]\ncommand = [\"python3\", {:?}, {:?}]\nquiet_s = 0\n",
+            hook.display().to_string(),
+            out.display().to_string()
+        ),
+        ..Spec::default()
+    };
+    let run = launch("run-startup", &spec);
+    // 224 MiB of 256 (87.5%, plus the fixture processes): past refuse_at, short of abort_at (92%).
+    let hog = Hog::spawn(HOG, run.cg.path(), 224, false);
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while !statuses(&out, "MonitorGroupRefusing").contains(&"firing".to_string()) {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal alerted within 4 s of the group passing 85% while the master starts; hook got {:?}\n{}",
+            alerts(&out),
+            run.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(hog);
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while statuses(&out, "MonitorGroupRefusing") != ["firing", "resolved"] {
+        assert!(
+            Instant::now() < deadline,
+            "the refusal was not resolved within 4 s of the hog leaving; hook got {:?}\n{}",
+            alerts(&out),
+            run.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !master_healthy(run.ports[0]),
+        "the master was already healthy: the alert did not come during start-up (raise --health-delay-ms)"
+    );
+    run.wait_for("every process ready", |s| launcher(s).iter().all(|p| p["state"] == "ready"), Duration::from_secs(20));
+    assert_eq!(statuses(&out, "MonitorGroupRefusing"), ["firing", "resolved"], "one incident, told once each way");
+    let _ = std::fs::remove_dir_all(&dir);
+}
