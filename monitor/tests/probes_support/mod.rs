@@ -6,29 +6,14 @@ use monitor::probes::{Hooks, Probes};
 use monitor::snapshot::Traffic;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// True when the `CI` environment variable is `true` (or `1`).
-pub fn in_ci() -> bool {
-    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
-}
-
-/// True when the test may run: as root. Otherwise prints `skipping <test>: needs root`, or panics in CI.
-pub fn require_root(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if in_ci() {
-        panic!("{test}: needs root (CI=true: the eBPF tests must run in CI)");
-    }
-    eprintln!("skipping {test}: needs root");
-    false
-}
+/// The root/CI rule and free ports, shared with the workspace's other integration tests.
+pub use monitor_tests::agent::free_port;
+pub use monitor_tests::{in_ci, require_root};
 
 /// True when `program` is on PATH; otherwise skips (or panics in CI) like [`require_root`].
 pub fn require_program(test: &str, program: &str) -> bool {
@@ -269,23 +254,6 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A loopback port nobody listens on right now, never the same twice in one test binary (tests run in parallel:
-/// two servers handed one port would see one fail to bind while the other's socket looks like its own).
-pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
-            Ok(a) => a.port(),
-            Err(e) => panic!("no free port: {e}"),
-        };
-        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
     }
 }
 
