@@ -322,6 +322,9 @@ pub struct ActionsConfig {
 pub struct Problem {
     pub key: Vec<KeyPart>,
     pub msg: String,
+    /// The other key the value is checked against (`refuse_at` for `abort_at`), if any: named instead when `key`
+    /// is not in the file (its default is what the file's value makes wrong).
+    pub with: Vec<KeyPart>,
 }
 
 /// One step of a key path.
@@ -332,7 +335,12 @@ pub enum KeyPart {
 }
 
 fn problem(key: &[KeyPart], msg: impl Into<String>) -> Problem {
-    Problem { key: key.to_vec(), msg: msg.into() }
+    Problem { key: key.to_vec(), msg: msg.into(), with: Vec::new() }
+}
+
+/// A [`problem`] of `key` against the value of `with`.
+fn problem_with(key: &[KeyPart], with: &[KeyPart], msg: impl Into<String>) -> Problem {
+    Problem { with: with.to_vec(), ..problem(key, msg) }
 }
 
 use KeyPart::{Index, Key};
@@ -363,11 +371,14 @@ impl Config {
             ConfigError::Syntax { path: path.to_path_buf(), line, msg }
         })?;
         if let Some(p) = cfg.validate().into_iter().next() {
-            return Err(ConfigError::Invalid {
-                path: path.to_path_buf(),
-                line: locate(text, &p.key).unwrap_or(0),
-                key: key_name(&p.key),
-                msg: p.msg,
+            let path = path.to_path_buf();
+            let other = || Some((locate(text, &p.with)?, key_name(&p.with)));
+            return Err(match (locate(text, &p.key), other()) {
+                (None, Some((line, key))) => {
+                    let msg = format!("with {} at its default, {}", key_name(&p.key), p.msg);
+                    ConfigError::Invalid { path, line, key, msg }
+                }
+                (line, _) => ConfigError::Invalid { path, line: line.unwrap_or(0), key: key_name(&p.key), msg: p.msg },
             });
         }
         Ok(cfg)
@@ -386,14 +397,16 @@ impl Config {
         if !(p.abort_at > 0.0 && p.abort_at <= 1.0) {
             out.push(problem(&[Key("policy"), Key("abort_at")], format!("{} is not in (0, 1]", p.abort_at)));
         } else if p.abort_at <= p.refuse_at {
-            out.push(problem(
+            out.push(problem_with(
                 &[Key("policy"), Key("abort_at")],
+                &[Key("policy"), Key("refuse_at")],
                 format!("{} must be above refuse_at ({})", p.abort_at, p.refuse_at),
             ));
         }
         if !(p.hysteresis >= 0.0 && p.hysteresis < p.refuse_at) {
-            out.push(problem(
+            out.push(problem_with(
                 &[Key("policy"), Key("hysteresis")],
+                &[Key("policy"), Key("refuse_at")],
                 format!("{} must be >= 0 and below refuse_at ({})", p.hysteresis, p.refuse_at),
             ));
         }
@@ -404,8 +417,9 @@ impl Config {
             out.push(problem(&[Key("policy"), Key("limit_bytes")], "must be above 0"));
         }
         if p.abort_repeat_ms < p.interval_ms {
-            out.push(problem(
+            out.push(problem_with(
                 &[Key("policy"), Key("abort_repeat_ms")],
+                &[Key("policy"), Key("interval_ms")],
                 format!("{} is below interval_ms ({})", p.abort_repeat_ms, p.interval_ms),
             ));
         }
@@ -684,6 +698,23 @@ mod tests {
         assert!(e.starts_with("m.toml:5: process[0].port:"), "{e}");
         let e = err("[proxy]\nlisten = 5\n");
         assert!(e.starts_with("m.toml:2: proxy.listen:"), "{e}");
+    }
+
+    #[test]
+    fn a_value_that_makes_a_default_wrong_is_the_one_named() {
+        // abort_at is not in the file: its default (0.92) is below the refuse_at the file sets.
+        let e = err("[policy]\n\nrefuse_at = 0.95\n");
+        assert_eq!(
+            e,
+            "m.toml:3: policy.refuse_at: with policy.abort_at at its default, 0.92 must be above refuse_at (0.95)"
+        );
+        let e = err("[policy]\nrefuse_at = 0.01\n");
+        assert!(e.starts_with("m.toml:2: policy.refuse_at: with policy.hysteresis at its default,"), "{e}");
+        let e = err("[policy]\ninterval_ms = 20000\n");
+        assert!(e.starts_with("m.toml:2: policy.interval_ms: with policy.abort_repeat_ms at its default,"), "{e}");
+        // Both in the file: the checked key is named, as before.
+        let e = err("[policy]\nrefuse_at = 0.95\nabort_at = 0.9\n");
+        assert!(e.starts_with("m.toml:3: policy.abort_at: 0.9 must be above"), "{e}");
     }
 
     #[test]
