@@ -17,7 +17,7 @@ use std::path::Path;
 pub enum ReportError {
     #[error("bad date {0:?}: use YYYY-MM-DD")]
     Date(String),
-    #[error("no stats database: set [stats] path in the config")]
+    #[error("no stats database: pass --db FILE, or --config FILE whose [stats] path names it")]
     NoDatabase,
     #[error("no stats database at {0}")]
     Missing(std::path::PathBuf),

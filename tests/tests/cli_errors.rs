@@ -136,6 +136,7 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("wrong-type.toml", &["refuse_at"], &[2]),
     ("not-toml.toml", &[], &[3]),
     ("role-unknown.toml", &["role"], &[3]),
+    ("refuse-above-default-abort.toml", &["refuse_at", "abort_at at its default"], &[3]),
 ];
 
 /// Whether an error message names line `n` (`file:3:`, `line 3`, `line: 3`).
@@ -179,6 +180,14 @@ fn names_line_reads_the_usual_forms() {
     assert!(names_line("cfg.toml:3: unknown field", 3));
     assert!(names_line("TOML parse error at line 4, column 1", 4));
     assert!(!names_line("cfg.toml:13: x", 3));
+}
+
+#[test]
+fn report_without_a_database_says_how_to_name_one() {
+    let out = run_monitor(&["report"], LIMIT);
+    assert!(!out.status.success(), "{out:?}");
+    assert_one_line_no_panic(&out.stderr, "report");
+    assert!(out.stderr.contains("--db") && out.stderr.contains("--config"), "{}", out.stderr);
 }
 
 #[test]
