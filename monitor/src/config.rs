@@ -151,6 +151,9 @@ pub struct ProxyConfig {
     pub tx_paths: Vec<String>,
     /// Path regexes only the master serves. Default `$closure`/`%24closure` anywhere, `^/syndication`, `^/info/`.
     pub master_paths: Vec<String>,
+    /// Path regexes of admin endpoints, which the memory guard never refuses (like the health paths; each
+    /// `[[process]] admin_path` is one too). Default: none.
+    pub admin_paths: Vec<String>,
     /// Header whose prefix (text before the first `.`) names the owning process. Default `X-Cache-Id`.
     pub cache_id_header: String,
     /// The master is in the least-loaded pool of tx processes. Default true.
@@ -185,6 +188,7 @@ impl Default for ProxyConfig {
             listen: "127.0.0.1:8080".into(),
             tx_paths: vec!["^/".into()],
             master_paths: vec![r"(\$|%24)closure".into(), "^/syndication".into(), "^/info/".into()],
+            admin_paths: Vec::new(),
             cache_id_header: "X-Cache-Id".into(),
             master_serves_tx: true,
             retry_after_s: 5,
@@ -444,7 +448,11 @@ impl Config {
         if self.proxy.cache_id_header.parse::<http_header_name::Name>().is_err() {
             out.push(problem(&[Key("proxy"), Key("cache_id_header")], "is not a valid header name"));
         }
-        for (k, list) in [("tx_paths", &self.proxy.tx_paths), ("master_paths", &self.proxy.master_paths)] {
+        for (k, list) in [
+            ("tx_paths", &self.proxy.tx_paths),
+            ("master_paths", &self.proxy.master_paths),
+            ("admin_paths", &self.proxy.admin_paths),
+        ] {
             if let Some(e) = list.iter().find_map(|r| regex::Regex::new(r).err()) {
                 let msg = e.to_string().lines().last().unwrap_or_default().trim().to_string();
                 out.push(problem(&[Key("proxy"), Key(k)], format!("bad regex: {msg}")));

@@ -100,6 +100,8 @@ pub struct Table {
     master: Option<usize>,
     master_paths: PathSet,
     tx_paths: PathSet,
+    /// Admin endpoints: never refused by the memory guard.
+    admin_paths: PathSet,
     /// The processes least-outstanding picks from: the workers, and the master unless `master_serves_tx = false`.
     tx_pool: Vec<usize>,
 }
@@ -117,8 +119,23 @@ impl Table {
             master: procs.iter().position(|(_, r)| *r == Role::Master),
             master_paths: PathSet::new(master_paths)?,
             tx_paths: PathSet::new(tx_paths)?,
+            admin_paths: PathSet::new(&[])?,
             tx_pool: (0..procs.len()).filter(|&i| procs[i].1 == Role::Worker || master_serves_tx).collect(),
         })
+    }
+
+    /// The table with admin endpoints: `patterns` are regexes, `exact` plain paths (each `[[process]]
+    /// admin_path`, matched as a prefix, so with its query too).
+    pub fn with_admin_paths(mut self, patterns: &[String], exact: &[String]) -> Result<Table, TableError> {
+        let mut all = patterns.to_vec();
+        all.extend(exact.iter().map(|p| format!("^{}", regex::escape(p))));
+        self.admin_paths = PathSet::new(&all)?;
+        Ok(self)
+    }
+
+    /// True for a path of an admin endpoint ([`with_admin_paths`](Self::with_admin_paths)).
+    pub fn is_admin(&self, path: &str) -> bool {
+        self.admin_paths.is_match(path)
     }
 
     pub fn len(&self) -> usize {
@@ -368,6 +385,25 @@ mod tests {
         ];
         for (path, cache, want) in cases {
             assert_eq!(t.select(&req(path, *cache), tx1_busiest, 0), *want, "{path} {cache:?}");
+        }
+    }
+
+    #[test]
+    fn admin_paths_are_the_patterns_and_the_processes_own_paths() {
+        let procs = [("m0".to_string(), Role::Master)];
+        let t = Table::new(&procs, &[], &["^/".to_string()], true).expect("valid table");
+        assert!(!t.is_admin("/admin/memory"), "no admin path unless configured");
+        let t = t
+            .with_admin_paths(
+                &["^/ops/".to_string(), "reload$".to_string()],
+                &["/admin/memory".to_string(), "/a.b".to_string()],
+            )
+            .expect("valid patterns");
+        for p in ["/ops/x", "/x/reload", "/admin/memory", "/admin/memory/2", "/a.b"] {
+            assert!(t.is_admin(p), "{p}");
+        }
+        for p in ["/", "/ops", "/reload/x", "/admin/mem", "/aXb", "/r4/admin/memory"] {
+            assert!(!t.is_admin(p), "{p}");
         }
     }
 

@@ -137,7 +137,8 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         // Everything that follows the group knows its processes, and reads the samples, from before the first of
         // them starts: a decision taken while they start is alerted, told and kept like any other.
         let members = Launcher::members_of(&cfg.processes);
-        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone())?);
+        let own_admin: Vec<String> = cfg.processes.iter().filter_map(|p| p.admin_path.clone()).collect();
+        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin)?);
         tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
         let view = members.clone();
         let launcher_view: crate::history::LauncherFn = Arc::new(move || view.iter().map(|m| m.info()).collect());

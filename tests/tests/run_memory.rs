@@ -22,7 +22,7 @@ fn spec(shadow: bool) -> Spec {
     Spec {
         workers: 1,
         limit_mib: 256,
-        proxy: "master_serves_tx = false\nretry_after_s = 7".into(),
+        proxy: "master_serves_tx = false\nretry_after_s = 7\nadmin_paths = [\"^/stats$\"]".into(),
         policy: format!("shadow = {shadow}\nabort_repeat_ms = 60000"),
         // Each process is also told of its own action changes on its admin endpoint.
         process: "admin_path = \"/admin/memory\"\n".into(),
@@ -68,6 +68,12 @@ fn shedding_at_85_and_cancelling_at_92() {
     assert!(r.text().starts_with("memory guard:") && r.text().contains("refuses new requests"), "{}", r.text());
     let r = run.get("/health", &[]);
     assert_eq!(r.status, 200, "health paths are exempt: {}", r.text());
+    // So are admin paths: `[proxy] admin_paths` and each process's own admin_path.
+    let r = run.get("/stats", &[]);
+    assert_eq!(r.status, 200, "[proxy] admin_paths are exempt: {}", r.text());
+    let r = run.get("/admin/memory", &[]);
+    assert_ne!(r.status, 503, "[[process]] admin_path is exempt: {}", r.text());
+    assert!(!r.text().starts_with("memory guard:"), "{}", r.text());
     wait_admin(&run, 1, &["refuse"]);
     hog.set_mib(40);
     run.wait_for("normal", |s| state(s) == "normal", TIMEOUT);

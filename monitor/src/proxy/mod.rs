@@ -131,9 +131,12 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 impl Proxy {
-    pub fn new(cfg: &ProxyConfig, members: Arc<[Member]>) -> Result<Proxy, ProxyError> {
+    /// The front door to `members`; `admin_paths`: the processes' own admin endpoints (`[[process]]
+    /// admin_path`), never refused like `[proxy] admin_paths`.
+    pub fn new(cfg: &ProxyConfig, members: Arc<[Member]>, admin_paths: &[String]) -> Result<Proxy, ProxyError> {
         let procs: Vec<(String, route::Role)> = members.iter().map(|m| (m.name.clone(), m.role)).collect();
-        let table = route::Table::new(&procs, &cfg.master_paths, &cfg.tx_paths, cfg.master_serves_tx)?;
+        let table = route::Table::new(&procs, &cfg.master_paths, &cfg.tx_paths, cfg.master_serves_tx)?
+            .with_admin_paths(&cfg.admin_paths, admin_paths)?;
         let backends = members
             .iter()
             .map(|m| {
@@ -202,10 +205,12 @@ impl Proxy {
     /// Answers one request from a client at `peer` ([`headers::client_value`]), with this thread's table and
     /// upstream connections.
     pub async fn handle(&self, local: &Local, mut req: Request<Incoming>, peer: &HeaderValue) -> Response<ProxyBody> {
-        let exempt = self.health_paths.iter().any(|h| h == req.uri().path());
-        if exempt && self.draining.load(Ordering::Acquire) {
+        let health = self.health_paths.iter().any(|h| h == req.uri().path());
+        if health && self.draining.load(Ordering::Acquire) {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
         }
+        // Health and admin paths are never refused by the memory guard.
+        let exempt = health || local.table.is_admin(req.uri().path());
         let mut signed = false;
         let mut cache_owner: Option<String> = None;
         if let Some(v) = req.headers().get(&self.cache_header) {
