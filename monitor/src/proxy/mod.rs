@@ -61,6 +61,8 @@ struct Target {
     rule: Rule,
     exempt: bool,
     rotor: u64,
+    /// Sent to the owner of a signed cache id: if it fails, nobody else may answer (503, owner unavailable).
+    signed_owner: bool,
 }
 
 /// How one try at a process ended.
@@ -243,8 +245,9 @@ impl Proxy {
             Route::Unavailable(Unavailable::Down) => return self.unavailable("the master process is not ready"),
             Route::Unavailable(Unavailable::NoneReady) => return self.unavailable("no process is ready"),
         };
+        let signed_owner = signed && rule == Rule::CacheOwner && fallback.is_none();
         let fallback = fallback.map(|f| HeaderValue::from_static(f.as_str()));
-        let to = Target { index, rule, exempt, rotor };
+        let to = Target { index, rule, exempt, rotor, signed_owner };
         let mut resp = self.forward(local, to, req, peer, fallback.clone()).await;
         if let Some(f) = fallback {
             resp.headers_mut().insert(X_ROUTE_FALLBACK.clone(), f);
@@ -314,6 +317,10 @@ impl Proxy {
                 Response::from_parts(parts, ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding)))
             }
             Attempt::Aborted => self.aborted(name),
+            Attempt::Failed(msg) if to.signed_owner => {
+                tracing::warn!(name = %name, "upstream request failed: {msg}");
+                self.unavailable(&format!("the owner of this cache id ({name}) is not available: {msg}"))
+            }
             Attempt::Failed(msg) => {
                 tracing::warn!(name = %name, "upstream request failed: {msg}");
                 status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name}: {msg}\n"))
