@@ -201,7 +201,10 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         let launcher = match started {
             Ok(l) => l,
             Err(e) => {
+                // The samples taken while the processes started are history too: keep them.
                 stop.store(true, Ordering::Relaxed);
+                let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
+                history.close(Duration::from_secs(3)).await;
                 return Err(e.into());
             }
         };

@@ -2,7 +2,8 @@
 //! become healthy; meanwhile an `alloc-hog` in the group pushes it past refuse_at (85% of 256 MiB) and then
 //! leaves. The alert hook (python writing what it got to a file) must get the refusal, firing and then resolved,
 //! before the master is healthy. Until the alerts task read every sample from the first one on, it started after
-//! the processes, and a state that was over by then was never alerted.
+//! the processes, and a state that was over by then was never alerted. A start-up that fails keeps the history of
+//! its samples in the stats database.
 
 mod run_support;
 
@@ -11,6 +12,7 @@ use monitor_tests::Hog;
 use run_support::{launch, launcher, ready, Spec};
 use serde_json::Value;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
@@ -96,5 +98,43 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
     );
     run.wait_for("every process ready", |s| launcher(s).iter().all(|p| p["state"] == "ready"), Duration::from_secs(20));
     assert_eq!(statuses(&out, "MonitorGroupRefusing"), ["firing", "resolved"], "one incident, told once each way");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_start_keeps_its_samples_in_the_stats_database() {
+    if !ready("run_startup") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("monitor-run-failed-start-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let db = dir.join("stats.db");
+    let spec = Spec {
+        workers: 1,
+        fixture_args: vec!["--health-delay-ms".into(), "60000".into()],
+        start_timeout_s: 2,
+        extra: format!("[stats]\npath = {:?}\n", db.display().to_string()),
+        ..Spec::default()
+    };
+    let mut run = launch("run-failed-start", &spec);
+    let status = run.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(1), "{}", run.stderr());
+    // The minute in progress when the start failed was written, with the master under its own name.
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
+             print(c.execute('select count(*) from group_minute').fetchone()[0], \
+             ','.join(sorted({r[0] for r in c.execute('select process from process_minute')})))",
+        )
+        .arg(&db)
+        .output()
+        .unwrap_or_else(|e| panic!("python3: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success(), "python3 failed: {}", String::from_utf8_lossy(&out.stderr));
+    let (minutes, names) = text.split_once(' ').unwrap_or((text.as_str(), ""));
+    assert!(minutes.parse::<u64>().is_ok_and(|n| n >= 1), "no minute written: {text:?}\n{}", run.stderr());
+    assert!(names.split(',').any(|n| n == "m0"), "the master is not in the history by its name: {text:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
