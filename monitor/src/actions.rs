@@ -3,8 +3,9 @@
 //! `GET /api/v1/decision?pid=N`. A process that starts refusing gets `refuse_signal`, the one told to abort gets
 //! `abort_signal`, and one that may serve again gets `serve_signal` (each optional); and every change is POSTed
 //! as JSON to `post_url` when set (`{"pid", "name", "action", "state", "ratio", "cgroup"}`), for a master that
-//! relays it. Under `monitor run`, a process with `[[process]] admin_path` also gets its own changes POSTed to
-//! `http://127.0.0.1:<its port><admin_path>`.
+//! relays it. Each process can also get its own changes POSTed to its admin endpoint: under `monitor run` at
+//! `http://127.0.0.1:<its port><admin_path>` (`[[process]] admin_path`, else `[actions] admin_path`); for the agent
+//! at `[actions] admin_path` on the lowest TCP port the process listens on.
 //!
 //! A signal goes only to a process of the group as sampled, never to the agent itself. It is sent through a pidfd
 //! opened on the pid and checked against the sampled start time, so a pid reused by another process since the sample
@@ -158,8 +159,18 @@ pub fn post_body(c: &Change, p: &Published) -> String {
     .to_string()
 }
 
-/// The admin URL of the process with this pid, if it has one (`monitor run`'s `[[process]] admin_path`).
+/// The admin URL of the process with this pid, if it has one (`monitor run`'s `[[process]] admin_path`, or
+/// `[actions] admin_path` on its port).
 pub type AdminUrl = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
+
+/// For the agent: `[actions] admin_path` on the lowest TCP port the process listens on (found when a change is
+/// told, not per sample). A process that listens on nothing is told nothing there.
+pub fn admin_url_by_port(path: String) -> AdminUrl {
+    Arc::new(move |pid: u32| {
+        let addr = crate::procs::listening_addrs(pid).into_iter().min_by_key(|a| a.port())?;
+        Some(format!("http://{addr}{path}"))
+    })
+}
 
 /// POSTs `body` to `url` in the background (a slow receiver delays nobody's signal).
 fn post(url: String, body: String, pid: u32) {

@@ -319,6 +319,10 @@ pub struct ActionsConfig {
     pub serve_signal: Option<String>,
     /// Every change of a process's action is POSTed here as JSON (`http://host:port/path`). Default: none.
     pub post_url: Option<String>,
+    /// Each process is POSTed its own changes at this path on the port it listens on (under `monitor run`, its
+    /// `[[process]] port`; for the agent, the lowest TCP port the process listens on, found when a change is told).
+    /// A `[[process]] admin_path` takes precedence. Default: none.
+    pub admin_path: Option<String>,
 }
 
 /// A bad value: its key path (`policy.refuse_at`, `process[1].port`) and why.
@@ -550,6 +554,9 @@ impl Config {
                 format!("{url:?} is not an http://host:port/path URL"),
             ));
         }
+        if a.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
+            out.push(problem(&[Key("actions"), Key("admin_path")], "must start with /"));
+        }
         for (k, v) in
             [("refuse_signal", &a.refuse_signal), ("abort_signal", &a.abort_signal), ("serve_signal", &a.serve_signal)]
         {
@@ -755,6 +762,7 @@ mod tests {
             ("[probes]\nenabled = true\nhooks = \"kprobe\"\n", "m.toml:3: probes.hooks:"),
             ("[actions]\nrefuse_signal = \"SIGUSR1\"\nabort_signal = \"SIGSEGV\"\n", "m.toml:3: actions.abort_signal:"),
             ("[actions]\n\npost_url = \"ftp://x\"\n", "m.toml:3: actions.post_url:"),
+            ("[actions]\nadmin_path = \"admin\"\n", "m.toml:2: actions.admin_path:"),
             (
                 "[[process]]\nname = \"m0\"\nrole = \"master\"\ncommand = [\"x\"]\nport = 1\nadmin_path = \"admin\"\n",
                 "m.toml:6: process[0].admin_path:",

@@ -159,7 +159,8 @@ fn agent(a: AgentArgs) -> Result<()> {
             cfg.probes.enabled,
             format!("http://{listen}/"),
         );
-        monitor::actions::spawn(&cfg.actions, feed.subscribe("actions"), None);
+        let admin_url = cfg.actions.admin_path.clone().map(monitor::actions::admin_url_by_port);
+        monitor::actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url);
         let history = monitor::history::spawn(
             rx.clone(),
             feed.subscribe("history"),

@@ -137,7 +137,8 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         // Everything that follows the group knows its processes, and reads the samples, from before the first of
         // them starts: a decision taken while they start is alerted, told and kept like any other.
         let members = Launcher::members_of(&cfg.processes);
-        let own_admin: Vec<String> = cfg.processes.iter().filter_map(|p| p.admin_path.clone()).collect();
+        let own_admin: Vec<String> =
+            cfg.processes.iter().filter_map(|p| p.admin_path.clone()).chain(cfg.actions.admin_path.clone()).collect();
         let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin)?);
         tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
         let view = members.clone();
@@ -164,9 +165,14 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             let h = history.history.clone();
             tokio::spawn(crate::alerts::watch::stats(Arc::new(move || h.note()), raiser));
         }
-        // `[[process]] admin_path`: the URL of a launched process's own admin endpoint, found by its pid.
-        let admins: Vec<(usize, String)> =
-            cfg.processes.iter().enumerate().filter_map(|(i, p)| Some((i, p.admin_path.clone()?))).collect();
+        // `[[process]] admin_path` (else `[actions] admin_path`): the URL of a launched process's own admin
+        // endpoint, found by its pid.
+        let admins: Vec<(usize, String)> = cfg
+            .processes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.admin_path.clone().or_else(|| cfg.actions.admin_path.clone())?)))
+            .collect();
         let admin_url: Option<crate::actions::AdminUrl> = (!admins.is_empty()).then(|| {
             let members = members.clone();
             let f: crate::actions::AdminUrl = Arc::new(move |pid: u32| {

@@ -3,7 +3,8 @@
 //! refuses: the recorder gets `refuse_signal`), then to 96% (the hog, the largest, gets `abort_signal`, SIGUSR2,
 //! which ends it), and the group is back to normal (the recorder gets `serve_signal`). A twin recorder outside the
 //! group gets nothing. Every change is also POSTed to `post_url` (python's `http.server` with a handler that
-//! writes down each body). Shadow mode sends and posts nothing.
+//! writes down each body). Shadow mode sends and posts nothing. With `[actions] admin_path`, each process that
+//! listens is POSTed its own changes on its own port.
 
 use monitor_tests::agent::process;
 use monitor_tests::{require_v1, spawn_in_cgroup, Agent, CgroupV1, ChildGuard, Hog, MIB};
@@ -182,5 +183,72 @@ fn shadow_mode_sends_no_signal() {
     let s = agent.status();
     let hog_listed = process(&s, hog.pid()).is_some();
     assert!(hog_listed, "the victim was signalled in shadow mode: {s:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The action changes a `fixture-backend` on `port` was POSTed on its admin endpoint.
+fn told(port: u16) -> Vec<String> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let r = monitor_tests::http::get(addr, "/stats", Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("GET /stats on {port}: {e}"));
+    let v: Value = serde_json::from_str(&r.text()).unwrap_or_else(|e| panic!("/stats on {port}: {e}"));
+    v["admin"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+fn wait_told(port: u16, want: &[&str]) {
+    let deadline = Instant::now() + SETTLE;
+    while told(port) != want {
+        assert!(Instant::now() < deadline, "the process on {port} was told {:?}, want {want:?}", told(port));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn each_listening_process_is_told_on_its_own_port() {
+    let test = "each_listening_process_is_told_on_its_own_port";
+    if !require_v1(test) {
+        return;
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("monitor-actions-admin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let cg = CgroupV1::create("actions-admin", Some(256 * MIB));
+    let fixture = |name: &str, port: u16, cgroup: Option<&Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixture-backend"));
+        cmd.args(["--name", name, "--port", &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null());
+        let child = match cgroup {
+            Some(cg) => spawn_in_cgroup(&mut cmd, cg),
+            None => ChildGuard::spawn(&mut cmd),
+        };
+        monitor_tests::http::wait_port(port);
+        child
+    };
+    let ports: Vec<u16> = (0..3).map(|_| monitor_tests::agent::free_port()).collect();
+    let m0 = fixture("m0", ports[0], Some(cg.path()));
+    let tx1 = fixture("tx1", ports[1], Some(cg.path()));
+    let _twin = fixture("twin", ports[2], None);
+    let mut hog = Hog::spawn(HOG, cg.path(), 64, false);
+    let config = dir.join("monitor.toml");
+    std::fs::write(&config, "[actions]\nadmin_path = \"/admin/memory\"\n")
+        .unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
+    let listed = |s: &Value, pid: u32| process(s, pid).is_some();
+    agent.wait_for(|s| state(s) == Some("normal") && listed(s, m0.pid()) && listed(s, tx1.pid()), SETTLE);
+
+    // Over 85%: every process refuses; each one that listens is told on its own port (the hog listens on nothing).
+    hog.set_mib(222);
+    agent.wait_for(|s| state(s) == Some("refusing"), SETTLE);
+    wait_told(ports[0], &["refuse"]);
+    wait_told(ports[1], &["refuse"]);
+    hog.set_mib(40);
+    agent.wait_for(|s| state(s) == Some("normal"), SETTLE);
+    wait_told(ports[0], &["refuse", "serve"]);
+    wait_told(ports[1], &["refuse", "serve"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        (told(ports[0]), told(ports[1])),
+        (vec!["refuse".to_string(), "serve".into()], vec!["refuse".to_string(), "serve".into()]),
+        "one POST per change"
+    );
+    assert_eq!(told(ports[2]), Vec::<String>::new(), "a process outside the group was told");
     let _ = std::fs::remove_dir_all(&dir);
 }
