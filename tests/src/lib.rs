@@ -22,3 +22,25 @@ pub use require::{in_ci, is_root, on_path, require, require_root, require_v1};
 
 /// One mebibyte.
 pub const MIB: u64 = 1024 * 1024;
+
+/// A fresh directory `monitor-<name>-<pid>` under the system's temp dir (emptied first if a crashed run left one).
+/// Panics when it cannot be made. Tests remove it themselves at the end.
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("monitor-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+    d
+}
+
+/// `busybox httpd` in the foreground on 127.0.0.1:`port`, serving `dir` with an `index.html` of `hi\n` written
+/// into it (output discarded): a server far smaller than ours, that forks a child per connection.
+pub fn busybox_httpd(dir: &std::path::Path, port: u16) -> std::process::Command {
+    let index = dir.join("index.html");
+    std::fs::write(&index, "hi\n").unwrap_or_else(|e| panic!("{}: {e}", index.display()));
+    let mut cmd = std::process::Command::new("busybox");
+    cmd.args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    cmd
+}

@@ -7,7 +7,7 @@
 //! listens is POSTed its own changes on its own port.
 
 use monitor_tests::agent::process;
-use monitor_tests::{require_v1, spawn_in_cgroup, Agent, CgroupV1, ChildGuard, Hog, MIB};
+use monitor_tests::{require_v1, spawn_in_cgroup, temp_dir, Agent, CgroupV1, ChildGuard, Hog, MIB};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -103,8 +103,7 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
     if !require_v1(test) {
         return;
     }
-    let dir: PathBuf = std::env::temp_dir().join(format!("monitor-actions-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let dir = temp_dir("actions");
     let cg = CgroupV1::create("actions", Some(256 * MIB));
     let (inside, outside) = (dir.join("inside.log"), dir.join("outside.log"));
     let rec = recorder(&inside, Some(cg.path()));
@@ -158,8 +157,7 @@ fn shadow_mode_sends_no_signal() {
     if !require_v1(test) {
         return;
     }
-    let dir: PathBuf = std::env::temp_dir().join(format!("monitor-actions-shadow-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let dir = temp_dir("actions-shadow");
     let cg = CgroupV1::create("actions-shadow", Some(256 * MIB));
     let log = dir.join("inside.log");
     let _rec = recorder(&log, Some(cg.path()));
@@ -209,8 +207,7 @@ fn each_listening_process_is_told_on_its_own_port() {
     if !require_v1(test) {
         return;
     }
-    let dir: PathBuf = std::env::temp_dir().join(format!("monitor-actions-admin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let dir = temp_dir("actions-admin");
     let cg = CgroupV1::create("actions-admin", Some(256 * MIB));
     let fixture = |name: &str, port: u16, cgroup: Option<&Path>| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixture-backend"));

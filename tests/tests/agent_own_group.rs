@@ -5,7 +5,7 @@
 use monitor_tests::agent::process as entry;
 use monitor_tests::http::wait_port;
 use monitor_tests::{on_path, require, require_root, spawn_in_cgroup, Agent, CgroupV1};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 #[test]
@@ -20,15 +20,8 @@ fn the_agent_in_its_own_group_is_listed_never_aborted_never_traced() {
     let cg = CgroupV1::create("own-group", Some(512 << 20));
     let port = monitor_tests::agent::free_port();
     // busybox httpd: a server far smaller than the agent, so the agent is the group's largest process.
-    let dir = std::env::temp_dir().join(format!("monitor-own-group-www-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("index.html"), "hi\n")) {
-        panic!("{}: {e}", dir.display());
-    }
-    let mut cmd = Command::new("busybox");
-    cmd.args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let dir = monitor_tests::temp_dir("own-group-www");
+    let mut cmd = monitor_tests::busybox_httpd(&dir, port);
     let server = spawn_in_cgroup(&mut cmd, cg.path());
     wait_port(port);
     // A limit far below what the group uses: the policy is in `aborting` from the first sample.

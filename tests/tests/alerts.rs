@@ -3,10 +3,10 @@
 //! (Debian's prometheus-alertmanager) on loopback. The hook gets each transition once, with an untrusted process
 //! name intact; Alertmanager lists the alert while it fires and not after; the hung webhook delays neither.
 
-use monitor_tests::{require, require_root, Agent, CgroupV1, ChildGuard, Hog};
+use monitor_tests::{require, require_root, temp_dir, Agent, CgroupV1, ChildGuard, Hog};
 use serde_json::Value;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,13 +21,6 @@ env = {k: v for k, v in os.environ.items() if k.startswith("MONITOR_")}
 with open(sys.argv[1], "a") as f:
     f.write(json.dumps({"alert": alert, "env": env}) + "\n")
 "#;
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("monitor-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-    d
-}
 
 fn hook_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)

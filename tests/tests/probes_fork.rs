@@ -61,15 +61,8 @@ fn agent_counts_busybox_httpd_forked_children_exactly() {
         return;
     }
     let port = monitor_tests::agent::free_port();
-    let dir = std::env::temp_dir().join(format!("monitor-probes-fork-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("index.html"), "hi\n")) {
-        panic!("{}: {e}", dir.display());
-    }
-    let mut cmd = Command::new("busybox");
-    cmd.args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let dir = monitor_tests::temp_dir("probes-fork");
+    let cmd = monitor_tests::busybox_httpd(&dir, port);
     counts_exactly("probes-fork-busybox", cmd, port, "/index.html", 10);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,8 +7,7 @@
 
 mod run_support;
 
-use monitor_tests::http;
-use monitor_tests::Hog;
+use monitor_tests::{http, temp_dir, Hog};
 use run_support::{launch, launcher, ready, Spec};
 use serde_json::Value;
 use std::path::Path;
@@ -49,12 +48,10 @@ fn master_healthy(port: u16) -> bool {
 
 #[test]
 fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
-    if !ready("run_startup") {
+    if !ready("a_refusal_while_the_processes_start_is_alerted_and_resolved") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("monitor-run-startup-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let dir = temp_dir("run-startup");
     let (hook, out) = (dir.join("hook.py"), dir.join("alerts.jsonl"));
     std::fs::write(&hook, HOOK).unwrap_or_else(|e| panic!("{}: {e}", hook.display()));
     let spec = Spec {
@@ -103,12 +100,10 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
 
 #[test]
 fn a_failed_start_keeps_its_samples_in_the_stats_database() {
-    if !ready("run_startup") {
+    if !ready("a_failed_start_keeps_its_samples_in_the_stats_database") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("monitor-run-failed-start-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let dir = temp_dir("run-failed-start");
     let db = dir.join("stats.db");
     let spec = Spec {
         workers: 1,
