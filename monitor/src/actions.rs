@@ -220,9 +220,8 @@ pub fn spawn(cfg: &ActionsConfig, mut samples: Samples, admin_url: Option<AdminU
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Decision, State};
-    use crate::sampler::ProbeStatus;
-    use crate::snapshot::{CgroupVersion, GroupSample, LimitSource, ProcSample, Snapshot, Traffic};
+    use crate::policy::State;
+    use crate::snapshot::{ProcSample, Traffic};
 
     fn proc(pid: u32) -> ProcSample {
         ProcSample {
@@ -237,33 +236,12 @@ mod tests {
     }
 
     fn published(state: State, victim: Option<u32>, pids: &[u32], agent_pid: u32) -> Published {
-        Published {
-            snapshot: Snapshot {
-                seq: 0,
-                unix_ms: 0,
-                mono_ms: 0,
-                group: GroupSample {
-                    cgroup: "/g".into(),
-                    version: CgroupVersion::V1,
-                    usage_bytes: 0,
-                    limit_bytes: 1,
-                    limit_source: LimitSource::Cgroup,
-                },
-                processes: pids.iter().map(|&p| proc(p)).collect(),
-                agent_pid,
-            },
-            decision: Decision {
-                state,
-                ratio: 0.0,
-                largest_pid: victim,
-                victim: victim.map(|pid| ProcId { pid, start_ticks: u64::from(pid) * 10 }),
-                abort_round: 0,
-                shadow: false,
-                changed: true,
-            },
-            probes: ProbeStatus { enabled: false, reason: None, hooks: None },
-            error: None,
-        }
+        let mut p = Published::test(state);
+        p.snapshot.processes = pids.iter().map(|&p| proc(p)).collect();
+        p.snapshot.agent_pid = agent_pid;
+        p.decision.largest_pid = victim;
+        p.decision.victim = victim.map(|pid| ProcId { pid, start_ticks: u64::from(pid) * 10 });
+        p
     }
 
     fn sent(v: &[Change]) -> Vec<(u32, i32)> {

@@ -118,6 +118,41 @@ impl Samples {
     }
 }
 
+#[cfg(test)]
+impl Published {
+    /// For unit tests: sample 0 of an empty v1 group `/g` (limit 1 byte, nothing used) with a decision in `state`
+    /// that just changed, no victim, probes off.
+    pub(crate) fn test(state: crate::policy::State) -> Published {
+        Published {
+            snapshot: Snapshot {
+                seq: 0,
+                unix_ms: 0,
+                mono_ms: 0,
+                group: GroupSample {
+                    cgroup: "/g".into(),
+                    version: crate::snapshot::CgroupVersion::V1,
+                    usage_bytes: 0,
+                    limit_bytes: 1,
+                    limit_source: LimitSource::Cgroup,
+                },
+                processes: Vec::new(),
+                agent_pid: 0,
+            },
+            decision: Decision {
+                state,
+                ratio: 0.0,
+                largest_pid: None,
+                victim: None,
+                abort_round: 0,
+                shadow: false,
+                changed: true,
+            },
+            probes: ProbeStatus { enabled: false, reason: None, hooks: None },
+            error: None,
+        }
+    }
+}
+
 /// Reads one sample of the group.
 pub struct Sampler {
     reader: GroupReader,
@@ -450,44 +485,27 @@ fn log_decision(d: &Decision, snap: &Snapshot) {
 mod tests {
     use super::*;
     use crate::policy::State;
-    use crate::snapshot::CgroupVersion;
 
     fn published(seq: u64, state: State) -> Published {
-        Published {
-            snapshot: Snapshot {
-                seq,
-                unix_ms: 0,
-                mono_ms: 0,
-                group: GroupSample {
-                    cgroup: "/g".into(),
-                    version: CgroupVersion::V1,
-                    usage_bytes: 0,
-                    limit_bytes: 1,
-                    limit_source: LimitSource::Cgroup,
-                },
-                processes: Vec::new(),
-                agent_pid: 0,
-            },
-            decision: Decision {
-                state,
-                ratio: 0.0,
-                largest_pid: None,
-                victim: None,
-                abort_round: 0,
-                shadow: false,
-                changed: true,
-            },
-            probes: ProbeStatus { enabled: false, reason: None, hooks: None },
-            error: None,
-        }
+        let mut p = Published::test(state);
+        p.snapshot.seq = seq;
+        p
     }
 
     fn seqs(got: &[Arc<Published>]) -> Vec<u64> {
         got.iter().map(|p| p.snapshot.seq).collect()
     }
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime")
+    /// Everything `samples` delivers until the feed is dropped.
+    fn drain(samples: &mut Samples) -> Vec<Arc<Published>> {
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime");
+        rt.block_on(async {
+            let mut got = Vec::new();
+            while let Some(p) = samples.next().await {
+                got.push(p);
+            }
+            got
+        })
     }
 
     #[test]
@@ -500,13 +518,7 @@ mod tests {
         feed.publish(Arc::new(published(3, State::Normal)));
         assert_eq!(latest.borrow().snapshot.seq, 3, "the API reads the present");
         drop(feed);
-        let got = runtime().block_on(async {
-            let mut got = Vec::new();
-            while let Some(p) = samples.next().await {
-                got.push(p);
-            }
-            got
-        });
+        let got = drain(&mut samples);
         assert_eq!(seqs(&got), [0, 1, 2, 3], "the present first, then each sample once, and None at the end");
         assert_eq!(got[2].decision.state, State::Refusing);
         assert_eq!(samples.latest().snapshot.seq, 3);
@@ -523,13 +535,7 @@ mod tests {
         let mut samples = Samples { rx, latest: current.clone(), first: Some(current), who: "test" };
         feed.publish(Arc::new(published(2, State::Normal)));
         drop(feed);
-        let got = runtime().block_on(async {
-            let mut got = Vec::new();
-            while let Some(p) = samples.next().await {
-                got.push(p);
-            }
-            got
-        });
+        let got = drain(&mut samples);
         assert_eq!(seqs(&got), [1, 2]);
     }
 
@@ -542,13 +548,7 @@ mod tests {
             feed.publish(Arc::new(published(seq, State::Normal)));
         }
         drop(feed);
-        let got = runtime().block_on(async {
-            let mut got = Vec::new();
-            while let Some(p) = samples.next().await {
-                got.push(p);
-            }
-            got
-        });
+        let got = drain(&mut samples);
         let expected: Vec<u64> = std::iter::once(0).chain(n - FEED_BACKLOG as u64 + 1..=n).collect();
         assert_eq!(seqs(&got), expected);
     }
