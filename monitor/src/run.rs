@@ -107,6 +107,17 @@ async fn signalled() {
     }
 }
 
+/// Stops the sampler thread and waits for it, then for the history to write its last minute.
+async fn stop_sampling(
+    stop: &AtomicBool,
+    sampler: std::thread::JoinHandle<()>,
+    history: crate::history::HistoryHandle,
+) {
+    stop.store(true, Ordering::Relaxed);
+    let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
+    history.close(Duration::from_secs(3)).await;
+}
+
 /// Runs everything until a signal, then drains. Ok after a clean drain.
 pub fn run(config: &Path) -> Result<(), RunError> {
     let cfg = Config::load(config)?;
@@ -137,8 +148,15 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         // Everything that follows the group knows its processes, and reads the samples, from before the first of
         // them starts: a decision taken while they start is alerted, told and kept like any other.
         let members = Launcher::members_of(&cfg.processes);
-        let own_admin: Vec<String> =
-            cfg.processes.iter().filter_map(|p| p.admin_path.clone()).chain(cfg.actions.admin_path.clone()).collect();
+        // Each process's admin endpoint (`[[process]] admin_path`, else `[actions] admin_path`), by its index: never
+        // refused by the front door, and where its own action changes are POSTed.
+        let admins: Vec<(usize, String)> = cfg
+            .processes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.admin_path.clone().or_else(|| cfg.actions.admin_path.clone())?)))
+            .collect();
+        let own_admin: Vec<String> = admins.iter().map(|(_, path)| path.clone()).collect();
         let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin)?);
         tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
         let view = members.clone();
@@ -165,14 +183,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             let h = history.history.clone();
             tokio::spawn(crate::alerts::watch::stats(Arc::new(move || h.note()), raiser));
         }
-        // `[[process]] admin_path` (else `[actions] admin_path`): the URL of a launched process's own admin
-        // endpoint, found by its pid.
-        let admins: Vec<(usize, String)> = cfg
-            .processes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| Some((i, p.admin_path.clone().or_else(|| cfg.actions.admin_path.clone())?)))
-            .collect();
+        // The URL of a launched process's own admin endpoint, found by its pid.
         let admin_url: Option<crate::actions::AdminUrl> = (!admins.is_empty()).then(|| {
             let members = members.clone();
             let f: crate::actions::AdminUrl = Arc::new(move |pid: u32| {
@@ -208,9 +219,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             Ok(l) => l,
             Err(e) => {
                 // The samples taken while the processes started are history too: keep them.
-                stop.store(true, Ordering::Relaxed);
-                let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
-                history.close(Duration::from_secs(3)).await;
+                stop_sampling(&stop, sampler, history).await;
                 return Err(e.into());
             }
         };
@@ -233,10 +242,8 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             tracing::info!("every in-flight request finished");
         }
         launcher.stop().await;
-        stop.store(true, Ordering::Relaxed);
         let _ = tokio::time::timeout(Duration::from_secs(2), api).await;
-        let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
-        history.close(Duration::from_secs(3)).await;
+        stop_sampling(&stop, sampler, history).await;
         tracing::info!("stopped");
         Ok(())
     });

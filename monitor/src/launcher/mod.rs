@@ -136,11 +136,6 @@ impl Launcher {
         Ok(launcher)
     }
 
-    /// The processes, in config order.
-    pub fn members(&self) -> Arc<[Member]> {
-        self.members.clone()
-    }
-
     fn supervise(&mut self, i: usize, p: ProcessConfig, child: Child, ready: bool, opts: Arc<Options>) {
         let members = self.members.clone();
         let stop = self.stop.subscribe();

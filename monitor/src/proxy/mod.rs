@@ -317,13 +317,13 @@ impl Proxy {
                 Response::from_parts(parts, ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding)))
             }
             Attempt::Aborted => self.aborted(name),
-            Attempt::Failed(msg) if to.signed_owner => {
-                tracing::warn!(name = %name, "upstream request failed: {msg}");
-                self.unavailable(&format!("the owner of this cache id ({name}) is not available: {msg}"))
-            }
             Attempt::Failed(msg) => {
                 tracing::warn!(name = %name, "upstream request failed: {msg}");
-                status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name}: {msg}\n"))
+                if to.signed_owner {
+                    self.unavailable(&format!("the owner of this cache id ({name}) is not available: {msg}"))
+                } else {
+                    status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name}: {msg}\n"))
+                }
             }
             Attempt::TimedOut => status(
                 StatusCode::GATEWAY_TIMEOUT,
