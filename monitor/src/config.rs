@@ -380,13 +380,14 @@ impl Config {
         })?;
         if let Some(p) = cfg.validate().into_iter().next() {
             let path = path.to_path_buf();
-            let other = || Some((locate(text, &p.with)?, key_name(&p.with)));
-            return Err(match (locate(text, &p.key), other()) {
-                (None, Some((line, key))) => {
+            // The other key is looked for (the text parsed again) only when the checked one is not in the file.
+            let line = locate(text, &p.key);
+            return Err(match line.is_none().then(|| locate(text, &p.with)).flatten() {
+                Some(line) => {
                     let msg = format!("with {} at its default, {}", key_name(&p.key), p.msg);
-                    ConfigError::Invalid { path, line, key, msg }
+                    ConfigError::Invalid { path, line, key: key_name(&p.with), msg }
                 }
-                (line, _) => ConfigError::Invalid { path, line: line.unwrap_or(0), key: key_name(&p.key), msg: p.msg },
+                None => ConfigError::Invalid { path, line: line.unwrap_or(0), key: key_name(&p.key), msg: p.msg },
             });
         }
         Ok(cfg)
