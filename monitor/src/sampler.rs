@@ -44,8 +44,7 @@ pub struct Published {
 /// channel keeps that many samples alive, so it stays small.
 const FEED_BACKLOG: usize = 64;
 
-/// Where the sampler publishes. Cheap to clone.
-#[derive(Clone)]
+/// Where the sampler publishes. Not `Clone`: the readers see the end of the samples when the sampler drops it.
 pub struct Feed {
     latest: watch::Sender<Arc<Published>>,
     every: broadcast::Sender<Arc<Published>>,
@@ -65,7 +64,7 @@ impl Feed {
         // Subscribed before the present is read: a sample published in between comes both ways, and is dropped
         // the second time (see `Samples::next`).
         let rx = self.every.subscribe();
-        let current = self.latest.borrow().clone();
+        let current = self.current();
         Samples { rx, latest: current.clone(), first: Some(current), who }
     }
 
