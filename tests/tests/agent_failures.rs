@@ -1,0 +1,449 @@
+//! `monitor agent` when the world misbehaves, with the real binary against real v1 cgroups: the group removed and
+//! created again, emptied and refilled; a stats database that is locked, in a folder that cannot be made, or
+//! garbage; alert sinks that hang, refuse or fail; bad API input; `monitor status` against nothing or a server that
+//! is not a monitor. In each case the agent keeps running, says what happened once, and loses nothing it can keep.
+
+use monitor_tests::agent::{free_port, process};
+use monitor_tests::{require, require_v1, run_monitor, spawn_in_cgroup, temp_dir, Agent, CgroupV1, ChildGuard};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Writes a config into `dir` (probes off: these tests are about everything else) and returns its path.
+fn config(dir: &Path, extra: &str) -> String {
+    let path = dir.join("monitor.toml");
+    std::fs::write(&path, format!("[probes]\nenabled = false\n{extra}"))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    path.display().to_string()
+}
+
+/// Polls `f` every 50 ms until it gives a value; panics with `what` after `timeout`.
+fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How many lines of the agent's log contain `needle`.
+fn log_count(agent: &Agent, needle: &str) -> usize {
+    agent.stderr().lines().filter(|l| l.contains(needle)).count()
+}
+
+fn sleeper(cg: &CgroupV1) -> ChildGuard {
+    spawn_in_cgroup(Command::new("sleep").arg("600").stdout(Stdio::null()), cg.path())
+}
+
+/// The home page, `/healthz` and `/metrics` answer 200 (whatever else is failing).
+fn web_still_works(agent: &Agent) {
+    for path in ["/healthz", "/", "/metrics", "/api/v1/status"] {
+        let (code, body) = agent.get(path);
+        assert_eq!(code, 200, "GET {path}: {body}");
+    }
+}
+
+#[test]
+fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
+    let test = "a_removed_group_is_said_once_and_picked_up_when_created_again";
+    if !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("removed");
+    let cg = CgroupV1::create("removed", None);
+    let mut first = sleeper(&cg);
+    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config(&dir, "")]);
+    let pid = first.pid();
+    agent.wait_for(|s| process(s, pid).is_some(), Duration::from_secs(5));
+
+    // Every process gone, then the directory.
+    first.kill();
+    agent.wait_for(|s| s["processes"].as_array().is_some_and(Vec::is_empty), Duration::from_secs(5));
+    std::fs::remove_dir(cg.path()).unwrap_or_else(|e| panic!("rmdir {}: {e}", cg.path().display()));
+    let gone = agent.wait_for(|s| s["group"]["error"].is_string(), Duration::from_secs(5));
+    let error = gone["group"]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains(&cg.path().display().to_string()), "the error names the group: {error}");
+    assert!(error.contains("does not exist"), "the error says the group is gone, in words: {error}");
+    // A second of samples later: still said the same way, and logged once.
+    std::thread::sleep(Duration::from_secs(1));
+    let still = agent.status();
+    assert_eq!(still["group"]["error"].as_str(), Some(error.as_str()), "one clear reason, not a changing one");
+    assert_eq!(log_count(&agent, "sample failed"), 1, "logged once, not per sample:\n{}", agent.stderr());
+    web_still_works(&agent);
+    let (_, metrics) = agent.get("/metrics");
+    assert!(metrics.contains("monitor_sample_ok 0"), "{metrics}");
+
+    // Created again, with a new process: the agent watches it again.
+    std::fs::create_dir(cg.path()).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.path().display()));
+    let second = sleeper(&cg);
+    let pid = second.pid();
+    let back = agent.wait_for(|s| s["group"]["error"].is_null() && process(s, pid).is_some(), Duration::from_secs(5));
+    assert_eq!(back["policy"]["state"], "normal");
+    assert_eq!(log_count(&agent, "group readable again"), 1, "{}", agent.stderr());
+    assert_eq!(log_count(&agent, "sample failed"), 1, "{}", agent.stderr());
+    drop(second);
+    drop(agent);
+    drop(cg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_emptied_group_is_watched_on_and_new_processes_are_seen() {
+    let test = "an_emptied_group_is_watched_on_and_new_processes_are_seen";
+    if !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("emptied");
+    let cg = CgroupV1::create("emptied", Some(256 << 20));
+    let mut first = sleeper(&cg);
+    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config(&dir, "")]);
+    let pid = first.pid();
+    agent.wait_for(|s| process(s, pid).is_some(), Duration::from_secs(5));
+    first.kill();
+    let empty = agent.wait_for(|s| s["processes"].as_array().is_some_and(Vec::is_empty), Duration::from_secs(5));
+    assert!(empty["group"]["error"].is_null(), "an empty group is not an error: {empty}");
+    assert_eq!(empty["policy"]["state"], "normal");
+    assert!(empty["policy"]["largest_pid"].is_null(), "{empty}");
+    let seq = empty["sample"]["seq"].as_u64().unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(agent.status()["sample"]["seq"].as_u64().unwrap_or(0) > seq, "sampling goes on");
+    // New processes, one of them in a child group created after the agent started.
+    let second = sleeper(&cg);
+    let child = cg.create_child("late", None);
+    let third = spawn_in_cgroup(Command::new("sleep").arg("600"), child.path());
+    let (p2, p3) = (second.pid(), third.pid());
+    agent.wait_for(|s| process(s, p2).is_some() && process(s, p3).is_some(), Duration::from_secs(5));
+    let (code, body) = agent.get(&format!("/api/v1/decision?pid={p2}"));
+    assert_eq!(code, 200, "{body}");
+    assert!(!agent.stderr().contains("ERROR"), "nothing went wrong:\n{}", agent.stderr());
+    drop((third, second, child));
+    drop(agent);
+    drop(cg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Holds an exclusive lock on the SQLite database at argv[1] (rollback journal, so readers and writers both wait)
+/// until it is killed; prints `locked` once it holds it.
+const LOCKER: &str = r#"
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA journal_mode=DELETE")
+c.execute("CREATE TABLE IF NOT EXISTS held(x)")
+c.execute("BEGIN EXCLUSIVE")
+c.execute("INSERT INTO held VALUES (1)")
+print("locked", flush=True)
+time.sleep(600)
+"#;
+
+fn metric(agent: &Agent, name: &str) -> Option<String> {
+    let (_, text) = agent.get("/metrics");
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).map(|v| v.trim().to_string()))
+}
+
+/// An agent on its own cgroup (no test group needed) with `extra` config.
+fn own_group_agent(dir: &Path, extra: &str) -> Agent {
+    let port = free_port();
+    let args = ["agent", "--config", &config(dir, extra), "--cgroup", "auto", "--interval-ms", "50"];
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    args.extend(["--listen".into(), format!("127.0.0.1:{port}")]);
+    Agent::start_args(args, port)
+}
+
+#[test]
+fn a_database_locked_at_start_is_opened_once_the_lock_is_gone() {
+    let test = "a_database_locked_at_start_is_opened_once_the_lock_is_gone";
+    if !require(Path::new("/usr/bin/python3").exists(), test, "needs python3") {
+        return;
+    }
+    let dir = temp_dir("locked");
+    let db = dir.join("stats.db");
+    let mut locker = ChildGuard::spawn(
+        Command::new("python3").args(["-c", LOCKER]).arg(&db).stdout(Stdio::piped()).stderr(Stdio::null()),
+    );
+    let mut line = String::new();
+    if let Some(out) = locker.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    assert_eq!(line.trim(), "locked", "the locker did not take its lock");
+    let agent = own_group_agent(&dir, &format!("[stats]\npath = {:?}\n", db.display().to_string()));
+    // It started, says why nothing is written, and serves everything.
+    assert_eq!(metric(&agent, "monitor_history_persisted").as_deref(), Some("0"));
+    let (_, page) = agent.get("/");
+    assert!(page.contains("history is not persisted") && page.contains("locked"), "the page says why");
+    web_still_works(&agent);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(log_count(&agent, "history is not persisted"), 1, "logged once:\n{}", agent.stderr());
+    // The lock goes away: the database is opened without a restart.
+    drop(locker);
+    wait_until("the database to be opened", Duration::from_secs(20), || {
+        (metric(&agent, "monitor_history_persisted").as_deref() == Some("1")).then_some(())
+    });
+    assert_eq!(log_count(&agent, "history is not persisted"), 1, "{}", agent.stderr());
+    assert!(agent.stderr().contains("stats database open"), "{}", agent.stderr());
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_database_where_none_can_be_made_is_said_once_and_the_agent_serves_on() {
+    let dir = temp_dir("unwritable");
+    // The folder cannot be created: its parent is a file (root ignores permission bits, so this is the reliable
+    // "not writable" here).
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap_or_else(|e| panic!("{e}"));
+    let db = file.join("stats.db");
+    let agent = own_group_agent(&dir, &format!("[stats]\npath = {:?}\n", db.display().to_string()));
+    web_still_works(&agent);
+    let (_, page) = agent.get("/");
+    assert!(page.contains("history is not persisted"), "the page says so");
+    assert_eq!(metric(&agent, "monitor_history_persisted").as_deref(), Some("0"));
+    let seq = agent.status()["sample"]["seq"].as_u64().unwrap_or(0);
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(agent.status()["sample"]["seq"].as_u64().unwrap_or(0) > seq + 20, "sampling goes on");
+    assert_eq!(log_count(&agent, "history is not persisted"), 1, "logged once:\n{}", agent.stderr());
+    assert!(agent.stderr().contains(&file.display().to_string()), "the log names the folder");
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_garbage_database_is_said_once_and_left_untouched() {
+    let dir = temp_dir("garbage");
+    let db = dir.join("stats.db");
+    let garbage: Vec<u8> = (0..16384u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&db, &garbage).unwrap_or_else(|e| panic!("{e}"));
+    let agent = own_group_agent(&dir, &format!("[stats]\npath = {:?}\n", db.display().to_string()));
+    web_still_works(&agent);
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(log_count(&agent, "history is not persisted"), 1, "logged once:\n{}", agent.stderr());
+    assert_eq!(std::fs::read(&db).ok().as_deref(), Some(garbage.as_slice()), "the operator's file is not changed");
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A recorder for POSTs (an Alertmanager stand-in): appends each body as one line to argv[2].
+const RECORDER: &str = r#"
+import sys, http.server
+port, log = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get('content-length', 0)))
+        with open(log, 'a') as f:
+            f.write(body.decode().replace('\n', ' ') + '\n')
+        self.send_response(200)
+        self.send_header('content-length', '0')
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
+"#;
+
+/// Accepts connections and never answers (nor reads), holding each one open.
+const SILENT: &str = r#"
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', int(sys.argv[1])))
+s.listen(64)
+held = []
+while True:
+    c, _ = s.accept()
+    held.append(c)
+"#;
+
+/// Starts the alerting agent on a group with one process whose limit (`[policy] limit_bytes`) it is far over, so
+/// it is aborting (in shadow mode: nothing enforced) from its first sample.
+fn alerting_agent(dir: &Path, cg: &CgroupV1, alerts: &str) -> Agent {
+    let extra = format!("[policy]\nlimit_bytes = 4096\nshadow = true\n[alerts]\nquiet_s = 1\nresend_s = 1\n{alerts}");
+    Agent::start(&cg.path().display().to_string(), &["--config", &config(dir, &extra)])
+}
+
+#[test]
+fn hung_refused_and_failing_sinks_block_nothing_and_are_said_once() {
+    let test = "hung_refused_and_failing_sinks_block_nothing_and_are_said_once";
+    if !require_v1(test) || !require(Path::new("/usr/bin/python3").exists(), test, "needs python3") {
+        return;
+    }
+    let dir = temp_dir("sinks");
+    let recorded = dir.join("am.jsonl");
+    let am_port = free_port();
+    let _am = ChildGuard::spawn(
+        Command::new("python3")
+            .args(["-c", RECORDER, &am_port.to_string(), &recorded.display().to_string()])
+            .stderr(Stdio::null()),
+    );
+    let silent_port = free_port();
+    let _silent = ChildGuard::spawn(Command::new("python3").args(["-c", SILENT, &silent_port.to_string()]));
+    monitor_tests::http::wait_port(am_port);
+    monitor_tests::http::wait_port(silent_port);
+    let refused_port = free_port(); // nothing listens there
+
+    // A command that hangs (killed after 1 s), a webhook that never answers, an Alertmanager that works.
+    let cg = CgroupV1::create("sinks", None);
+    let _p = sleeper(&cg);
+    let alerts = format!(
+        "command = [\"sleep\", \"600\"]\ncommand_timeout_s = 1\nwebhook = \"http://127.0.0.1:{silent_port}/hook\"\n\
+         alertmanager = \"http://127.0.0.1:{am_port}\"\n"
+    );
+    let agent = alerting_agent(&dir, &cg, &alerts);
+    let started = Instant::now();
+    let lines = || std::fs::read_to_string(&recorded).unwrap_or_default();
+    wait_until("the working sink to get the alerts", Duration::from_secs(5), || {
+        lines().contains("MonitorGroupAborting").then_some(())
+    });
+    assert!(started.elapsed() < Duration::from_secs(4), "the working sink waited {:?}", started.elapsed());
+    // The sampler never waited: a sample every 50 ms throughout.
+    let seq = agent.status()["sample"]["seq"].as_u64().unwrap_or(0);
+    std::thread::sleep(Duration::from_secs(5));
+    let now = agent.status();
+    assert!(now["sample"]["seq"].as_u64().unwrap_or(0) >= seq + 50, "sampling slowed: {seq} -> {now}");
+    web_still_works(&agent);
+    // The Alertmanager re-sends kept arriving (resend_s = 1) despite the hung sinks.
+    assert!(lines().lines().count() >= 4, "re-sends: {}", lines());
+    // The command timed out for each notification it got, and said so as a warning each time; the webhook is
+    // reported down once.
+    let log = agent.stderr();
+    assert!(log_count(&agent, "alert command timed out") >= 1, "{log}");
+    assert!(log.lines().filter(|l| l.contains("alert command timed out")).all(|l| l.contains("WARN")), "{log}");
+    assert!(log_count(&agent, "alert sink is down") <= 1, "reported once:\n{log}");
+    drop(agent);
+
+    // A refused webhook and a command that fails: each said clearly, the refused sink once.
+    let alerts = format!(
+        "command = [\"sh\", \"-c\", \"echo cannot page >&2; exit 3\"]\nwebhook = \"http://127.0.0.1:{refused_port}/hook\"\n\
+         alertmanager = \"http://127.0.0.1:{am_port}\"\n"
+    );
+    let before = lines().lines().count();
+    let agent = alerting_agent(&dir, &cg, &alerts);
+    wait_until("the working sink to get the alerts again", Duration::from_secs(5), || {
+        (lines().lines().count() > before).then_some(())
+    });
+    wait_until("the webhook to be reported down", Duration::from_secs(20), || {
+        (log_count(&agent, "alert sink is down") >= 1).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let log = agent.stderr();
+    assert_eq!(log_count(&agent, "alert sink is down"), 1, "reported once:\n{log}");
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("alert command failed")).collect();
+    assert!(!failed.is_empty(), "a failing command is a warning naming its exit:\n{log}");
+    assert!(failed.iter().all(|l| l.contains("WARN") && l.contains('3') && l.contains("cannot page")), "{log}");
+    web_still_works(&agent);
+    drop(agent);
+    drop(cg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_api_input_gets_400_or_404_with_a_body_never_a_500() {
+    let dir = temp_dir("api");
+    let agent = own_group_agent(&dir, "");
+    let me = agent.pid();
+    let cases: Vec<(String, u16)> = vec![
+        ("/api/v1/decision?pid=abc".into(), 400),
+        ("/api/v1/decision?pid=-1".into(), 400),
+        ("/api/v1/decision?pid=".into(), 400),
+        ("/api/v1/decision?pid=99999999".into(), 404),
+        ("/api/v1/decision?pid=4294967296".into(), 400),
+        ("/api/v1/decision".into(), 400),
+        ("/api/v1/decision?pid=1&pid=2".into(), 400),
+        ("/api/v1/decision?pid=%ff%fe".into(), 400),
+        (format!("/api/v1/decision?pid={me}"), 200),
+        ("/api/v1/dashboard?range=forever".into(), 400),
+        ("/nope".into(), 404),
+        ("/api/v1/nope".into(), 404),
+        ("/api/v2/status".into(), 404),
+    ];
+    for (path, want) in &cases {
+        let (code, body) = agent.get(path);
+        assert_eq!(code, *want, "GET {path}: {body}");
+        assert!(!body.trim().is_empty(), "GET {path}: {code} with an empty body");
+    }
+    // A huge query string: refused (4xx), the agent unharmed.
+    let huge = format!("/api/v1/decision?pid={}", "1".repeat(200_000));
+    match monitor_tests::http::get(agent.addr(), &huge, Duration::from_secs(5)) {
+        Ok(r) => assert!((400..500).contains(&r.status), "huge query: {}", r.status),
+        Err(e) => assert!(e.contains("reset") || e.contains("Broken pipe"), "huge query: {e}"),
+    }
+    // HEAD: the headers of the GET, no body.
+    let head = monitor_tests::http::request(agent.addr(), "HEAD", "/api/v1/status", &[], Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("HEAD: {e}"));
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    // Another method on a GET route: 405 with a body.
+    let post = monitor_tests::http::request(agent.addr(), "POST", "/api/v1/status", &[], Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("POST: {e}"));
+    assert_eq!(post.status, 405);
+    assert!(!post.text().trim().is_empty(), "405 with an empty body");
+    web_still_works(&agent);
+    assert!(!agent.stderr().contains("panicked"), "{}", agent.stderr());
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn assert_one_clear_line(out: &monitor_tests::Finished, what: &str, words: &[&str]) {
+    assert!(!out.status.success(), "{what}: exit 0; stdout: {}", out.stdout);
+    assert!(out.stdout.trim().is_empty(), "{what}: nothing on stdout, got {}", out.stdout);
+    let err = out.stderr.trim();
+    assert_eq!(err.lines().count(), 1, "{what}: one line, got:\n{err}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    for w in words {
+        assert!(err.contains(w), "{what}: {w:?} not in {err}");
+    }
+}
+
+#[test]
+fn status_against_nothing_or_not_a_monitor_fails_with_one_clear_line() {
+    let test = "status_against_nothing_or_not_a_monitor_fails_with_one_clear_line";
+    if !require(Path::new("/usr/bin/python3").exists(), test, "needs python3") {
+        return;
+    }
+    let t = Duration::from_secs(20);
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    for json in [false, true] {
+        let mut args = vec!["status", "--url", &url];
+        if json {
+            args.push("--json");
+        }
+        assert_one_clear_line(&run_monitor(&args, t), "nothing listening", &[&format!("127.0.0.1:{port}")]);
+    }
+    // A web server that is not a monitor: HTML at /api/v1/status.
+    let dir = temp_dir("not-monitor");
+    std::fs::create_dir_all(dir.join("api/v1")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join("api/v1/status"), "<!doctype html><html><body>hello</body></html>\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _server = ChildGuard::spawn(
+        Command::new("python3")
+            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "-d"])
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    monitor_tests::http::wait_port(port);
+    for json in [false, true] {
+        let mut args = vec!["status", "--url", &url];
+        if json {
+            args.push("--json");
+        }
+        let out = run_monitor(&args, t);
+        assert_one_clear_line(&out, &format!("an HTML server (json: {json})"), &[&url, "not a monitor"]);
+    }
+    // Valid JSON that is not a status document (a JSON API of something else).
+    std::fs::write(dir.join("api/v1/status"), "{\"status\": \"green\"}\n").unwrap_or_else(|e| panic!("{e}"));
+    for json in [false, true] {
+        let mut args = vec!["status", "--url", &url];
+        if json {
+            args.push("--json");
+        }
+        let out = run_monitor(&args, t);
+        assert_one_clear_line(&out, &format!("another JSON API (json: {json})"), &[&url, "not a monitor"]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
