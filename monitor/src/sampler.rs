@@ -168,6 +168,9 @@ pub struct Sampler {
     pids: Vec<u32>,
     samples: Vec<ProcSample>,
     last_rescan: Instant,
+    /// The last sample failed: the group's files are opened anew before the next (a group removed and created
+    /// again is a new directory; the files kept open belong to the old one).
+    reopen: bool,
     /// Requests to trace a pid at once ([`Tracer`]), served between samples.
     early: Option<mpsc::Receiver<TraceRequest>>,
 }
@@ -265,6 +268,7 @@ impl Sampler {
             pids: Vec::new(),
             samples: Vec::new(),
             last_rescan: Instant::now(),
+            reopen: false,
             early: None,
         })
     }
@@ -317,8 +321,20 @@ impl Sampler {
         &self.probe_status
     }
 
-    /// One sample of the group.
+    /// One sample of the group. After a failed sample, the group's files are opened again first (one failed open
+    /// while the group stays gone), so a group created again under the same path is watched again.
     pub fn sample(&mut self) -> Result<Snapshot, CgroupError> {
+        if self.reopen {
+            self.reader = GroupReader::open(self.reader.group().clone())?;
+            self.last_rescan = Instant::now();
+            self.reopen = false;
+        }
+        let snap = self.read();
+        self.reopen = snap.is_err();
+        snap
+    }
+
+    fn read(&mut self) -> Result<Snapshot, CgroupError> {
         if self.last_rescan.elapsed() >= RESCAN_EVERY {
             self.reader.rescan()?;
             self.last_rescan = Instant::now();

@@ -37,8 +37,9 @@ pub enum CgroupError {
 
 impl CgroupError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        if source.kind() == std::io::ErrorKind::NotFound {
-            // A file of the group vanished: the group itself was removed.
+        // A file of the group vanished (ENOENT on open), or the group was removed under a file kept open (kernfs
+        // answers ENODEV): either way the group itself is gone.
+        if source.kind() == std::io::ErrorKind::NotFound || source.raw_os_error() == Some(libc::ENODEV) {
             CgroupError::NotFound(path.parent().unwrap_or(path).to_path_buf())
         } else {
             CgroupError::Io { path: path.to_path_buf(), source }
@@ -358,6 +359,17 @@ mod tests {
         assert!(!g.dir.starts_with("/sys/fs/cgroup/memory"), "{g:?}");
         // resolve() then refuses it because it has no memory.stat (and it is not a cgroup).
         assert!(resolve("../../etc", &m, "").is_err());
+    }
+
+    #[test]
+    fn a_file_gone_or_on_a_removed_group_means_the_group_is_gone() {
+        let file = Path::new("/sys/fs/cgroup/memory/g/memory.stat");
+        for e in [std::io::Error::from(std::io::ErrorKind::NotFound), std::io::Error::from_raw_os_error(libc::ENODEV)] {
+            let err = CgroupError::io(file, e);
+            assert_eq!(err.to_string(), "cgroup /sys/fs/cgroup/memory/g does not exist");
+        }
+        let denied = CgroupError::io(file, std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(matches!(denied, CgroupError::Io { .. }), "{denied}");
     }
 
     #[test]
