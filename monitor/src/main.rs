@@ -204,12 +204,16 @@ async fn shutdown_signal() {
 
 fn status(url: &str, json: bool) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let body = rt.block_on(monitor::client::get(&format!("{}/api/v1/status", url.trim_end_matches('/'))))?;
+    let url = format!("{}/api/v1/status", url.trim_end_matches('/'));
+    let body = rt.block_on(monitor::client::get(&url))?;
+    // Checked with --json too: a server that is not a monitor (an HTML page, another JSON API) is an error, not
+    // output.
+    let v: StatusView = serde_json::from_str(&body)
+        .with_context(|| format!("{url}: not a monitor status document (is a monitor agent listening there?)"))?;
     if json {
         println!("{body}");
         return Ok(());
     }
-    let v: StatusView = serde_json::from_str(&body).context("the agent's answer is not a status document")?;
     print!("{}", monitor::table::render(&v));
     Ok(())
 }
