@@ -30,7 +30,19 @@ pub fn router(state: ApiState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/v1/status", get(status))
         .route("/api/v1/decision", get(decision))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+/// Any path no route serves (also under the routers merged into this one): 404 with a JSON body naming it.
+async fn not_found(uri: axum::http::Uri) -> Response {
+    error(StatusCode::NOT_FOUND, format!("no such path: {}", uri.path()))
+}
+
+/// A known path asked with a method it does not take: 405 with a JSON body (GET and HEAD are what it serves).
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not served on {}: use GET", uri.path()))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -240,4 +252,36 @@ async fn decision(State(st): State<ApiState>, Query(q): Query<DecisionQuery>) ->
         shadow: p.decision.shadow,
     })
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::State as PolicyState;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    fn app() -> Router {
+        let (_tx, latest) = watch::channel(Arc::new(Published::test(PolicyState::Normal)));
+        router(ApiState { latest, thresholds: Thresholds::default(), launcher: None })
+    }
+
+    async fn call(method: &str, uri: &str) -> (StatusCode, String) {
+        let req = axum::http::Request::builder().method(method).uri(uri).body(axum::body::Body::empty());
+        let resp = app().oneshot(req.expect("a request")).await.expect("infallible");
+        let code = resp.status();
+        let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        (code, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn unknown_paths_and_methods_get_a_json_reason() {
+        let (code, body) = call("GET", "/api/v1/nope?x=1").await;
+        assert_eq!((code, body.as_str()), (StatusCode::NOT_FOUND, r#"{"error":"no such path: /api/v1/nope"}"#));
+        let (code, body) = call("POST", "/api/v1/status").await;
+        assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED);
+        assert!(body.contains("POST is not served on /api/v1/status"), "{body}");
+        let (code, body) = call("GET", "/api/v1/decision?pid=-1").await;
+        assert_eq!((code, body.as_str()), (StatusCode::BAD_REQUEST, r#"{"error":"pid is not a number: \"-1\""}"#));
+    }
 }

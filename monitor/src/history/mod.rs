@@ -321,7 +321,9 @@ impl HistoryHandle {
     /// The home page, `/api/v1/dashboard` and `/metrics`, to merge with the API's router.
     pub fn router(&self) -> axum::Router {
         let source: Arc<dyn web::Source> = self.history.clone();
-        web::router(source).merge(crate::metrics::router(self.history.clone()))
+        web::router(source)
+            .merge(crate::metrics::router(self.history.clone()))
+            .method_not_allowed_fallback(crate::api::method_not_allowed)
     }
 
     /// Waits (up to `timeout`) for the last minute to be written after the sampler stopped.
