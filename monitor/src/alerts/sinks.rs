@@ -137,6 +137,7 @@ pub fn command(argv: Vec<String>, timeout: Duration, generator_url: String) -> S
 
 async fn run_command(argv: &[String], n: &Notification, timeout: Duration, generator_url: &str) {
     let Some((prog, args)) = argv.split_first() else { return };
+    let alert = n.labels.get("alertname").map(String::as_str).unwrap_or("");
     let body = alert_json(n, generator_url).to_string();
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args)
@@ -148,7 +149,7 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            tracing::warn!(command = %prog, "alert command cannot start: {e}");
+            tracing::warn!(command = %prog, alert, "alert command cannot start: {e}");
             return;
         }
     };
@@ -161,18 +162,19 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
     match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(out)) => {
             let text = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(2000)]).trim().to_string();
-            tracing::info!(
-                command = %prog,
-                alert = %n.labels.get("alertname").map(String::as_str).unwrap_or(""),
-                status = ?n.status,
-                exit = ?out.status.code(),
-                stdout = %text(&out.stdout),
-                stderr = %text(&out.stderr),
-                "alert command ran"
-            );
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            if out.status.success() {
+                tracing::info!(command = %prog, alert, status = ?n.status, %stdout, %stderr, "alert command ran");
+            } else {
+                // The alert did not get through: a warning, with how the command ended and what it said.
+                tracing::warn!(command = %prog, alert, status = ?n.status, %stdout, %stderr,
+                    "alert command failed: {}", out.status);
+            }
         }
-        Ok(Err(e)) => tracing::warn!(command = %prog, "alert command failed: {e}"),
-        Err(_) => tracing::warn!(command = %prog, timeout_s = timeout.as_secs(), "alert command timed out: killed"),
+        Ok(Err(e)) => tracing::warn!(command = %prog, alert, "alert command failed: {e}"),
+        Err(_) => {
+            tracing::warn!(command = %prog, alert, timeout_s = timeout.as_secs(), "alert command timed out: killed")
+        }
     }
 }
 
