@@ -29,6 +29,10 @@ pub const SECONDS_KEPT: usize = 3600;
 pub const MINUTES_KEPT: usize = 7 * 1440;
 /// How often old rows are deleted.
 const RETAIN_EVERY: Duration = Duration::from_secs(3600);
+/// How often a database that cannot be opened or written is tried again.
+const REOPEN_EVERY: Duration = Duration::from_secs(5);
+/// Minutes kept while the database cannot be written (a day), written when it can be again.
+const PENDING_KEPT: usize = 1440;
 
 /// What can go wrong with the stats database.
 #[derive(Debug, thiserror::Error)]
@@ -230,26 +234,28 @@ pub fn spawn(
     inputs: Inputs,
 ) -> HistoryHandle {
     let history = Arc::new(History::new(rx.clone(), thresholds, inputs));
-    let mut store = None;
-    if let Some(path) = &cfg.path {
-        match open_and_load(path, cfg.retention_days, &history) {
-            Ok(s) => store = Some(s),
-            Err(e) => {
-                tracing::error!("history is not persisted: {e}");
-                history.set_note(Some(format!("history is not persisted: {e}")));
-            }
-        }
-    }
     let (tx, writes) = mpsc::channel::<(Minute, Labels)>();
-    let writer = store.map(|s| {
-        let h = history.clone();
-        let days = cfg.retention_days;
-        std::thread::Builder::new().name("history-db".into()).spawn(move || write_loop(s, writes, h, days))
+    let writer = cfg.path.clone().map(|path| {
+        // Opened here, so that a database that cannot be opened is said before the API serves; the writer tries
+        // again in the background (a lock held by a backup, a folder mounted late) and keeps the minutes meanwhile.
+        let store = match open_and_load(&path, cfg.retention_days, &history) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!("history is not persisted: {e} (trying again every {}s)", REOPEN_EVERY.as_secs());
+                history.set_note(Some(format!("history is not persisted: {e}")));
+                None
+            }
+        };
+        let (h, days) = (history.clone(), cfg.retention_days);
+        std::thread::Builder::new()
+            .name("history-db".into())
+            .spawn(move || Writer::new(store, path, h, days).run(writes))
     });
     let writer = match writer {
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => {
             tracing::error!("history is not persisted: cannot start its thread: {e}");
+            history.set_note(Some(format!("history is not persisted: cannot start its thread: {e}")));
             None
         }
         None => None,
@@ -259,15 +265,23 @@ pub fn spawn(
     HistoryHandle { history, consumer, writer }
 }
 
+/// Opens the database and loads its minutes of the last week that are older than those already in memory (none at
+/// start-up; those of the time it could not be opened when it opens late).
 fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> Result<Store, HistoryError> {
     let mut s = Store::open(path)?;
     let now = now_s();
     let gone = s.retain(days, now)?;
     let mut inner = h.lock();
     let from = now.saturating_sub(MINUTES_KEPT as u64 * 60);
-    let loaded = s.minutes(from, now + 60, &mut inner.labels)?;
+    let to = inner.minutes.front().map_or(now + 60, |m| m.t);
+    let loaded = s.minutes(from, to, &mut inner.labels)?;
     tracing::info!(path = %path.display(), minutes = loaded.len(), deleted = gone, "stats database open");
-    inner.minutes = loaded.into();
+    for m in loaded.into_iter().rev() {
+        if inner.minutes.len() >= MINUTES_KEPT {
+            break;
+        }
+        inner.minutes.push_front(m);
+    }
     Ok(s)
 }
 
@@ -289,30 +303,86 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<(Minute
     }
 }
 
-fn write_loop(mut s: Store, rows: mpsc::Receiver<(Minute, Labels)>, h: Arc<History>, days: u32) {
-    let mut last_retain = std::time::Instant::now();
-    let mut failing = false;
-    for (m, labels) in rows {
-        match s.insert(&m, &labels) {
-            Ok(()) if failing => {
-                tracing::info!("stats database writable again");
-                h.set_note(None);
-                failing = false;
-            }
-            Ok(()) => {}
-            Err(e) => {
-                if !failing {
-                    tracing::error!("history is not persisted: {e}");
+/// The database thread: writes each finished minute; while the database cannot be opened or written, keeps the
+/// minutes (up to [`PENDING_KEPT`], the oldest dropped first) and tries again every [`REOPEN_EVERY`], saying so once
+/// when it fails and once when it works again.
+struct Writer {
+    store: Option<Store>,
+    path: PathBuf,
+    h: Arc<History>,
+    days: u32,
+    /// Minutes not written yet, oldest first.
+    pending: VecDeque<Minute>,
+    /// The latest labels (they only grow, so they name every pending minute's processes).
+    labels: Labels,
+    /// How often a database that cannot be opened or written is tried again ([`REOPEN_EVERY`]).
+    retry: Duration,
+}
+
+impl Writer {
+    fn new(store: Option<Store>, path: PathBuf, h: Arc<History>, days: u32) -> Writer {
+        Writer { store, path, h, days, pending: VecDeque::new(), labels: Labels::default(), retry: REOPEN_EVERY }
+    }
+
+    fn run(mut self, rows: mpsc::Receiver<(Minute, Labels)>) {
+        let mut last_retain = std::time::Instant::now();
+        loop {
+            let row = if self.pending.is_empty() && self.store.is_some() {
+                rows.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+            } else {
+                rows.recv_timeout(self.retry)
+            };
+            let done = match row {
+                Ok((m, labels)) => {
+                    self.labels = labels;
+                    if self.pending.len() >= PENDING_KEPT {
+                        self.pending.pop_front();
+                    }
+                    self.pending.push_back(m);
+                    false
                 }
-                h.set_note(Some(format!("history is not persisted since minute {}: {e}", m.t)));
-                failing = true;
+                Err(mpsc::RecvTimeoutError::Timeout) => false,
+                Err(mpsc::RecvTimeoutError::Disconnected) => true,
+            };
+            self.flush();
+            if done {
+                return;
+            }
+            if let Some(s) = self.store.as_mut().filter(|_| last_retain.elapsed() >= RETAIN_EVERY) {
+                last_retain = std::time::Instant::now();
+                if let Err(e) = s.retain(self.days, now_s()) {
+                    tracing::warn!("deleting old history rows: {e}");
+                }
             }
         }
-        if last_retain.elapsed() >= RETAIN_EVERY {
-            last_retain = std::time::Instant::now();
-            if let Err(e) = s.retain(days, now_s()) {
-                tracing::warn!("deleting old history rows: {e}");
+    }
+
+    /// Opens the database if it is not open, and writes the pending minutes, oldest first.
+    fn flush(&mut self) {
+        let failing = self.h.note().is_some();
+        if self.store.is_none() {
+            match open_and_load(&self.path, self.days, &self.h) {
+                Ok(s) => self.store = Some(s),
+                Err(e) => {
+                    tracing::debug!("stats database still cannot be opened: {e}");
+                    return;
+                }
             }
+        }
+        let Some(store) = self.store.as_mut() else { return };
+        while let Some(m) = self.pending.front() {
+            if let Err(e) = store.insert(m, &self.labels) {
+                if !failing {
+                    tracing::error!("history is not persisted: {e} (kept in memory, trying again)");
+                }
+                self.h.set_note(Some(format!("history is not persisted since minute {}: {e}", m.t)));
+                return;
+            }
+            self.pending.pop_front();
+        }
+        if failing {
+            tracing::info!("stats database writable again: history is persisted");
+            self.h.set_note(None);
         }
     }
 }
@@ -338,5 +408,54 @@ impl HistoryHandle {
         if tokio::time::timeout(timeout, done).await.is_err() {
             tracing::warn!("the history's last minute was not written within {timeout:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::State;
+
+    /// Minutes finished while another process holds the database locked are kept and written, in order, once the
+    /// lock is gone; the note says why nothing is written meanwhile and goes away after.
+    #[test]
+    fn minutes_wait_for_a_locked_database_and_are_written_after() {
+        let dir = monitor_tests::temp_dir("history-locked");
+        let path = dir.join("stats.db");
+        let holder = rusqlite::Connection::open(&path).expect("open");
+        holder
+            .execute_batch("PRAGMA journal_mode=DELETE; CREATE TABLE x(y); BEGIN EXCLUSIVE; INSERT INTO x VALUES (1);")
+            .expect("lock");
+        let (_tx, latest) = watch::channel(Arc::new(Published::test(State::Normal)));
+        let h = Arc::new(History::new(latest, Thresholds::default(), Inputs::default()));
+        h.set_note(Some("history is not persisted: database is locked".into()));
+        let mut w = Writer::new(None, path.clone(), h.clone(), 30);
+        w.retry = Duration::from_millis(100);
+        let (rows, writes) = mpsc::channel();
+        let writer = std::thread::spawn(move || w.run(writes));
+        let mut labels = Labels::default();
+        let now = now_s() / 60 * 60;
+        for t in [now - 120, now - 60] {
+            let label = labels.intern("tx1", "worker");
+            let procs = vec![ring::ProcMinute { label, rss_max: 7, ..Default::default() }];
+            rows.send((Minute { t, usage_max: t, procs, ..Minute::default() }, labels.clone())).expect("send");
+        }
+        std::thread::sleep(Duration::from_millis(800));
+        assert!(h.note().is_some(), "locked: nothing written yet");
+        holder.execute_batch("ROLLBACK").expect("unlock");
+        drop(holder);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while h.note().is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(h.note(), None, "written once the lock is gone");
+        drop(rows);
+        writer.join().expect("the writer ends with the samples");
+        let store = Store::open_read_only(&path).expect("read back");
+        let mut fresh = Labels::default();
+        let written = store.minutes(0, u64::MAX / 2, &mut fresh).expect("minutes");
+        assert_eq!(written.iter().map(|m| m.t).collect::<Vec<_>>(), [now - 120, now - 60]);
+        assert_eq!(fresh.get(written[1].procs[0].label).0, "tx1");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
