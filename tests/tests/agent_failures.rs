@@ -5,7 +5,6 @@
 
 use monitor_tests::agent::{free_port, process};
 use monitor_tests::{require, require_v1, run_monitor, spawn_in_cgroup, temp_dir, Agent, CgroupV1, ChildGuard};
-use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
