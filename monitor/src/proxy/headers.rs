@@ -9,14 +9,16 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
-/// Removes the hop-by-hop fields of one connection, before the message goes out on another.
-pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+/// Removes the hop-by-hop fields of one connection, before the message goes out on another; returns the `Upgrade`
+/// field it removed, if any.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) -> Option<HeaderValue> {
     // One pass over the names first: most requests and responses carry none of these, and comparing names is
     // cheaper than hashing each of the seven for a lookup.
-    let hop = [&CONNECTION, &PROXY_CONNECTION, &KEEP_ALIVE, &TE, &TRAILER, &TRANSFER_ENCODING, &UPGRADE];
-    if !h.keys().any(|k| hop.contains(&k)) {
-        return;
+    let hop = [&CONNECTION, &PROXY_CONNECTION, &KEEP_ALIVE, &TE, &TRAILER, &TRANSFER_ENCODING];
+    if !h.keys().any(|k| hop.contains(&k) || k == UPGRADE) {
+        return None;
     }
+    let upgrade = h.remove(UPGRADE);
     if h.contains_key(CONNECTION) {
         let listed: Vec<HeaderName> = h
             .get_all(CONNECTION)
@@ -32,6 +34,14 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     for n in hop {
         h.remove(n);
     }
+    upgrade
+}
+
+/// True when an `Upgrade` field lists `protocol` (e.g. `websocket`, any case, any version).
+pub fn names_protocol(upgrade: &HeaderValue, protocol: &str) -> bool {
+    upgrade.to_str().is_ok_and(|s| {
+        s.split(',').any(|p| p.trim().split('/').next().is_some_and(|name| name.trim().eq_ignore_ascii_case(protocol)))
+    })
 }
 
 /// A client's address as a header value, made once per connection.
@@ -75,7 +85,7 @@ mod tests {
     #[test]
     fn hop_by_hop_fields_and_those_named_by_connection_go() {
         let mut h = map(&[
-            ("connection", "keep-alive, X-Secret"),
+            ("connection", "keep-alive, X-Secret, Upgrade"),
             ("connection", "close"),
             ("keep-alive", "timeout=5"),
             ("x-secret", "1"),
@@ -87,9 +97,22 @@ mod tests {
             ("x-cache-id", "tx1.1"),
             ("content-length", "3"),
         ]);
-        strip_hop_by_hop(&mut h);
-        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, ["x-cache-id", "content-length"]);
+        assert_eq!(strip_hop_by_hop(&mut h), Some(HeaderValue::from_static("websocket")));
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-length", "x-cache-id"]);
+        let mut h = map(&[("x-cache-id", "tx1.1")]);
+        assert_eq!(strip_hop_by_hop(&mut h), None);
+        assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn upgrade_protocols_are_named_by_token() {
+        let v = |s: &'static str| HeaderValue::from_static(s);
+        assert!(names_protocol(&v("websocket"), "websocket"));
+        assert!(names_protocol(&v("h2c, WebSocket/13"), "websocket"));
+        assert!(!names_protocol(&v("h2c"), "websocket"));
+        assert!(!names_protocol(&v("websockets"), "websocket"));
     }
 
     #[test]

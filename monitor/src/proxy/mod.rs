@@ -3,6 +3,12 @@
 //! upstream keep-alive pools ([`upstream`]) with an idle timeout below the backends', retries an idempotent bodiless
 //! request once when it fails before any response byte (on another process when least-outstanding chose the
 //! first, [`route::Table::retry`]), and drains on shutdown ([`server`]).
+//!
+//! At the edges: an absolute-form target is sent on in origin form with the target's host as `Host`; CONNECT gets
+//! 405 and a closed connection; a websocket upgrade gets 501 (the front door carries no upgraded connection; other
+//! upgrades such as h2c are ignored and answered in HTTP/1.1), and a process that switches protocols anyway 502.
+//! Content-Length with Transfer-Encoding is framed by the coding alone and closes the client's connection (hyper,
+//! RFC 9112 §6.1).
 
 pub mod body;
 pub mod headers;
@@ -18,7 +24,7 @@ use body::{aborted, Lease, Outstanding, ProxyBody, Streamed};
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
 use hyper::http::uri::PathAndQuery;
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use std::net::SocketAddr;
@@ -116,6 +122,14 @@ fn status(code: StatusCode, msg: String) -> Response<ProxyBody> {
     r
 }
 
+/// 405 for CONNECT (a tunnel, which a reverse proxy does not make), closing the connection: the client may already
+/// be sending the tunnel's bytes.
+fn refuse_connect() -> Response<ProxyBody> {
+    let mut r = status(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported: this is a reverse proxy\n".into());
+    r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
 fn idempotent(m: &Method) -> bool {
     matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
 }
@@ -207,6 +221,9 @@ impl Proxy {
     /// Answers one request from a client at `peer` ([`headers::client_value`]), with this thread's table and
     /// upstream connections.
     pub async fn handle(&self, local: &Local, mut req: Request<Incoming>, peer: &HeaderValue) -> Response<ProxyBody> {
+        if req.method() == Method::CONNECT {
+            return refuse_connect();
+        }
         let health = self.health_paths.iter().any(|h| h == req.uri().path());
         if health && self.draining.load(Ordering::Acquire) {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
@@ -265,11 +282,25 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
         if parts.uri.scheme().is_some() || parts.uri.authority().is_some() || parts.uri.path_and_query().is_none() {
-            // Absolute- or authority-form: the process gets the origin form.
+            // Absolute form: the process gets the origin form, and the target's host in place of the Host field
+            // (RFC 9112 §3.2.2), so the two never disagree.
+            if let Some(v) =
+                parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str().rsplit('@').next()?).ok())
+            {
+                parts.headers.insert(HOST, v);
+            }
             let pq = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
             parts.uri = Uri::from(pq);
         }
-        headers::strip_hop_by_hop(&mut parts.headers);
+        if let Some(upgrade) = headers::strip_hop_by_hop(&mut parts.headers) {
+            // Other upgrades (h2c) are ignored, as a server may (RFC 9110 §7.8): the request is answered in HTTP/1.1.
+            if headers::names_protocol(&upgrade, "websocket") {
+                return status(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "the front door does not carry protocol upgrades (Upgrade: websocket)\n".into(),
+                );
+            }
+        }
         headers::append_forwarded_for(&mut parts.headers, peer);
         let own_host = !parts.headers.contains_key(HOST);
         if own_host {
@@ -303,6 +334,11 @@ impl Proxy {
         }
         let name = &self.members[index].name;
         match outcome {
+            Attempt::Answered { resp, .. } if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                // The front door asked for no upgrade and cannot carry one: the connection is dropped, not pooled.
+                tracing::warn!(name = %name, "upstream switched protocols unasked");
+                status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name} switched protocols unasked\n"))
+            }
             Attempt::Answered { resp, tx, outstanding, abort_rx } => {
                 let (mut parts, inner) = resp.into_parts();
                 headers::strip_hop_by_hop(&mut parts.headers);
@@ -314,7 +350,10 @@ impl Proxy {
                     }
                 }
                 let lease = Lease { pool: pool.clone(), index, tx };
-                Response::from_parts(parts, ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding)))
+                Response::from_parts(
+                    parts,
+                    ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding)),
+                )
             }
             Attempt::Aborted => self.aborted(name),
             Attempt::Failed(msg) => {
