@@ -114,7 +114,10 @@ fn answer(path: &str, req: &[u8], out: &mut TcpStream) -> Option<()> {
             send(out, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly-some")?;
             None
         }
-        "/extra" => send(out, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"),
+        "/extra" => send(
+            out,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled",
+        ),
         "/stall" => {
             send(out, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nsome")?;
             std::thread::sleep(Duration::from_secs(30));
@@ -592,7 +595,11 @@ fn clients_that_leave_mid_request_leave_no_outstanding_count() {
     let cases: [(&str, String, bool); 5] = [
         ("waiting for a slow answer", format!("GET /r4/x?sleep_ms=20000 HTTP/1.1\r\nHost: x\r\n{pinned}\r\n"), false),
         ("mid-body", format!("POST /r4/x HTTP/1.1\r\nHost: x\r\n{pinned}Content-Length: 1000\r\n\r\nabc"), false),
-        ("mid-chunk", format!("POST /r4/x HTTP/1.1\r\nHost: x\r\n{pinned}Transfer-Encoding: chunked\r\n\r\n5\r\nhel"), false),
+        (
+            "mid-chunk",
+            format!("POST /r4/x HTTP/1.1\r\nHost: x\r\n{pinned}Transfer-Encoding: chunked\r\n\r\n5\r\nhel"),
+            false,
+        ),
         (
             "after Expect: 100-continue",
             format!("POST /r4/x HTTP/1.1\r\nHost: x\r\n{pinned}Content-Length: 1000\r\nExpect: 100-continue\r\n\r\n"),

@@ -1,5 +1,6 @@
 //! The response body the proxy sends: an upstream body streamed frame by frame (never buffered), which keeps its
-//! process's outstanding count up until it ends, is cut when the memory guard aborts that process, and hands its
+//! process's outstanding count up until it ends, is cut when the memory guard aborts that process or when the
+//! process sends nothing of it for the upstream timeout (as nginx's `proxy_read_timeout`), and hands its
 //! upstream connection back to the pool once it ended cleanly; or a short body of the proxy's own.
 
 use super::upstream::Upstream;
@@ -11,7 +12,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Sleep;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -43,6 +46,11 @@ pub async fn aborted(mut rx: watch::Receiver<u64>) {
 #[error("memory guard: response cut, its process was told to abort")]
 pub struct Cut;
 
+/// The process sent nothing of a started response body for the upstream timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("response cut: its process sent nothing for {} s", .0.as_secs())]
+pub struct Stalled(pub Duration);
+
 type AbortFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The connection a response came on, returned to its pool when the body ended cleanly.
@@ -59,14 +67,49 @@ pub struct Streamed {
     /// registered) once the upstream body makes the client wait; a body that is ready at once costs no allocation.
     abort_rx: watch::Receiver<u64>,
     abort: Option<AbortFuture>,
+    /// How long the upstream body may send nothing; the timer is made, like `abort`, only once the body makes the
+    /// client wait, and moved on only when a frame came since it was last polled.
+    stall_after: Duration,
+    stall: Option<Pin<Box<Sleep>>>,
+    progressed: bool,
     ended: bool,
     lease: Option<Lease>,
     _outstanding: Outstanding,
 }
 
 impl Streamed {
-    pub fn new(inner: Incoming, abort_rx: watch::Receiver<u64>, lease: Lease, outstanding: Outstanding) -> Streamed {
-        Streamed { inner, abort_rx, abort: None, ended: false, lease: Some(lease), _outstanding: outstanding }
+    /// `stall_after`: the longest the process may leave the body without a frame before it is cut.
+    pub fn new(
+        inner: Incoming,
+        abort_rx: watch::Receiver<u64>,
+        lease: Lease,
+        outstanding: Outstanding,
+        stall_after: Duration,
+    ) -> Streamed {
+        Streamed {
+            inner,
+            abort_rx,
+            abort: None,
+            stall_after,
+            stall: None,
+            progressed: false,
+            ended: false,
+            lease: Some(lease),
+            _outstanding: outstanding,
+        }
+    }
+
+    /// True once the body has sent nothing for `stall_after` (counted from the last frame, or the first wait).
+    fn stalled(&mut self, cx: &mut Context<'_>) -> bool {
+        let stall_after = self.stall_after;
+        let t = self.stall.get_or_insert_with(|| {
+            self.progressed = false;
+            Box::pin(tokio::time::sleep(stall_after))
+        });
+        if std::mem::take(&mut self.progressed) {
+            t.as_mut().reset(tokio::time::Instant::now() + stall_after);
+        }
+        t.as_mut().poll(cx).is_ready()
     }
 
     fn cut(&mut self) -> bool {
@@ -115,7 +158,10 @@ fn poll_streamed(s: &mut Streamed, cx: &mut Context<'_>) -> Poll<Option<Result<F
             s.ended = true;
             Poll::Ready(None)
         }
-        Poll::Ready(Some(Ok(f))) => Poll::Ready(Some(Ok(f))),
+        Poll::Ready(Some(Ok(f))) => {
+            s.progressed = true;
+            Poll::Ready(Some(Ok(f)))
+        }
         Poll::Ready(Some(Err(e))) => {
             s.lease = None;
             Poll::Ready(Some(Err(e.into())))
@@ -128,6 +174,10 @@ fn poll_streamed(s: &mut Streamed, cx: &mut Context<'_>) -> Poll<Option<Result<F
                     return Poll::Ready(Some(Err(Box::new(Cut))));
                 }
                 s.abort = Some(f);
+            }
+            if s.stalled(cx) {
+                s.lease = None;
+                return Poll::Ready(Some(Err(Box::new(Stalled(s.stall_after)))));
             }
             Poll::Pending
         }

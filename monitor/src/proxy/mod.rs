@@ -8,7 +8,7 @@
 //! 405 and a closed connection; a websocket upgrade gets 501 (the front door carries no upgraded connection; other
 //! upgrades such as h2c are ignored and answered in HTTP/1.1), and a process that switches protocols anyway 502.
 //! Content-Length with Transfer-Encoding is framed by the coding alone and closes the client's connection (hyper,
-//! RFC 9112 §6.1).
+//! RFC 9112 §6.1). A response body the process leaves without a frame for `upstream_timeout_s` is cut ([`body`]).
 
 pub mod body;
 pub mod headers;
@@ -352,7 +352,7 @@ impl Proxy {
                 let lease = Lease { pool: pool.clone(), index, tx };
                 Response::from_parts(
                     parts,
-                    ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding)),
+                    ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding, self.upstream_timeout)),
                 )
             }
             Attempt::Aborted => self.aborted(name),
