@@ -458,3 +458,63 @@ fn status_against_nothing_or_not_a_monitor_fails_with_one_clear_line() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The pids of processes whose command line is exactly `argv` (NUL-separated in /proc/<pid>/cmdline).
+fn pids_running(argv: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain(std::iter::once(0))).collect();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+/// Kills what a test's alert command left behind (they are ours: started by the agent the test started).
+fn kill_leftovers(argv: &[&str]) {
+    for pid in pids_running(argv) {
+        if let Ok(pid) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill has no memory-safety preconditions; the process was started by this test's agent.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+#[test]
+fn an_alert_command_is_done_when_it_exits_and_a_hung_one_is_killed_with_its_children() {
+    let test = "an_alert_command_is_done_when_it_exits_and_a_hung_one_is_killed_with_its_children";
+    if !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("command-children");
+    let cg = CgroupV1::create("command-children", None);
+    let _p = sleeper(&cg);
+    // Leaves a background child holding its stdout, and exits 0 at once: it ran, promptly, and its child is its
+    // own business.
+    let background = ["sleep", "597.25"];
+    let alerts = "command = [\"sh\", \"-c\", \"sleep 597.25 & echo started\"]\ncommand_timeout_s = 3\n";
+    let agent = alerting_agent(&dir, &cg, alerts);
+    wait_until("the command to be logged as run", Duration::from_secs(2), || {
+        (log_count(&agent, "alert command ran") >= 2).then_some(())
+    });
+    assert_eq!(log_count(&agent, "timed out"), 0, "{}", agent.stderr());
+    assert!(agent.stderr().contains("started"), "its output is logged: {}", agent.stderr());
+    drop(agent);
+    kill_leftovers(&background);
+
+    // Hangs in a child of its own (the shell waits for it): killed at the time limit, child included.
+    let hung = ["sleep", "596.75"];
+    let alerts = "command = [\"sh\", \"-c\", \"sleep 596.75; echo never\"]\ncommand_timeout_s = 1\n";
+    let agent = alerting_agent(&dir, &cg, alerts);
+    // Two notifications (refusing, aborting), each run killed after its second.
+    wait_until("both runs to time out", Duration::from_secs(6), || {
+        (log_count(&agent, "alert command timed out") >= 2).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let orphans = pids_running(&hung);
+    drop(agent);
+    kill_leftovers(&hung);
+    assert!(orphans.is_empty(), "the agent's hung alert commands left {orphans:?} running");
+    drop(cg);
+    let _ = std::fs::remove_dir_all(&dir);
+}

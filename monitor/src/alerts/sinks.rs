@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
 /// Queue depth per sink (batches); past it the oldest are dropped (and said once).
@@ -223,6 +223,34 @@ pub fn command(argv: Vec<String>, timeout: Duration, generator_url: String) -> S
     handle
 }
 
+/// Output kept per stream of an alert command, for the log.
+const OUTPUT_KEPT: usize = 2000;
+/// How long a command's output may still arrive after it exited (its pipes close when it does, unless it left a
+/// child of its own holding them).
+const OUTPUT_GRACE: Duration = Duration::from_millis(200);
+
+/// Drains `r` to its end in the background, keeping its first [`OUTPUT_KEPT`] bytes in the returned buffer. Reading
+/// to the end keeps a chatty command from blocking on a full pipe.
+fn keep_output(
+    r: Option<impl AsyncRead + Unpin + Send + 'static>,
+) -> (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle<()>) {
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let into = kept.clone();
+    let task = tokio::spawn(async move {
+        let Some(mut r) = r else { return };
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = r.read(&mut buf).await {
+            let mut v = into.lock().unwrap_or_else(|e| e.into_inner());
+            let room = OUTPUT_KEPT.saturating_sub(v.len());
+            v.extend_from_slice(&buf[..n.min(room)]);
+        }
+    });
+    (kept, task)
+}
+
+/// Runs the command for one notification. It is done when it exits (a child it leaves running is its own business);
+/// one that runs past `timeout` is killed with every process in its process group (its children, unless they left
+/// it).
 async fn run_command(argv: &[String], n: &Notification, timeout: Duration, generator_url: &str) {
     let Some((prog, args)) = argv.split_first() else { return };
     let alert = n.labels.get("alertname").map(String::as_str).unwrap_or("");
@@ -233,6 +261,7 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -247,20 +276,36 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
             let _ = stdin.write_all(body.as_bytes()).await;
         });
     }
-    match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(Ok(out)) => {
-            let text = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(2000)]).trim().to_string();
-            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-            if out.status.success() {
+    let (out, out_task) = keep_output(child.stdout.take());
+    let (err, err_task) = keep_output(child.stderr.take());
+    let group = child.id().and_then(|pid| libc::pid_t::try_from(pid).ok());
+    match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(status)) => {
+            let _ = tokio::time::timeout(OUTPUT_GRACE, async {
+                let _ = out_task.await;
+                let _ = err_task.await;
+            })
+            .await;
+            let text = |b: &Mutex<Vec<u8>>| {
+                String::from_utf8_lossy(&b.lock().unwrap_or_else(|e| e.into_inner())).trim().to_string()
+            };
+            let (stdout, stderr) = (text(&out), text(&err));
+            if status.success() {
                 tracing::info!(command = %prog, alert, status = ?n.status, %stdout, %stderr, "alert command ran");
             } else {
                 // The alert did not get through: a warning, with how the command ended and what it said.
                 tracing::warn!(command = %prog, alert, status = ?n.status, %stdout, %stderr,
-                    "alert command failed: {}", out.status);
+                    "alert command failed: {status}");
             }
         }
         Ok(Err(e)) => tracing::warn!(command = %prog, alert, "alert command failed: {e}"),
         Err(_) => {
+            if let Some(pgid) = group {
+                // SAFETY: killpg has no memory-safety preconditions. The group is the one the command was started
+                // in (process_group(0): its id is the command's pid, not yet reaped, so not reused).
+                unsafe { libc::killpg(pgid, libc::SIGKILL) };
+            }
+            let _ = child.kill().await;
             tracing::warn!(command = %prog, alert, timeout_s = timeout.as_secs(), "alert command timed out: killed")
         }
     }
