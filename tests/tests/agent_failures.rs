@@ -78,6 +78,8 @@ fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
     web_still_works(&agent);
     let (_, metrics) = agent.get("/metrics");
     assert!(metrics.contains("monitor_sample_ok 0"), "{metrics}");
+    let (_, page) = agent.get("/");
+    assert!(page.contains("does not exist"), "the home page says so");
 
     // Created again, with a new process: the agent watches it again.
     std::fs::create_dir(cg.path()).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.path().display()));
@@ -456,6 +458,13 @@ fn status_against_nothing_or_not_a_monitor_fails_with_one_clear_line() {
         let out = run_monitor(&args, t);
         assert_one_clear_line(&out, &format!("another JSON API (json: {json})"), &[&url, "not a monitor"]);
     }
+    // A server that accepts the connection and never answers: a time limit, not a hang.
+    drop(_server);
+    let _silent = ChildGuard::spawn(Command::new("python3").args(["-c", SILENT, &port.to_string()]));
+    monitor_tests::http::wait_port(port);
+    let out = run_monitor(&["status", "--url", &url], t);
+    assert_one_clear_line(&out, "a server that never answers", &[&url, "timed out"]);
+    assert!(out.elapsed < Duration::from_secs(15), "took {:?}", out.elapsed);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,6 +1,7 @@
 //! History: a consumer of the published samples that keeps a per-second ring of the last hour and per-minute rows
 //! of the last week in memory, and writes each minute per process to SQLite (`[stats] path`, WAL, retention).
-//! A database that cannot be opened or written is reported (log, home page) and the agent runs on without it.
+//! A database that cannot be opened or written is reported once (log, home page, `monitor_history_persisted 0`)
+//! and the agent runs on: the writer tries again every few seconds, keeping the unwritten minutes (a day at most).
 //!
 //! One call wires it for `monitor agent` and `monitor run` alike: [`spawn`] then [`HistoryHandle::router`]
 //! (the home page, `/api/v1/dashboard` and `/metrics`), and [`HistoryHandle::close`] at shutdown.
