@@ -632,3 +632,35 @@ fn clients_that_leave_mid_request_leave_no_outstanding_count() {
         }
     }
 }
+
+#[test]
+fn a_client_that_stops_reading_is_cut_off() {
+    if !ready("a_client_that_stops_reading_is_cut_off") {
+        return;
+    }
+    let spec = Spec { workers: 2, proxy: "master_serves_tx = false".into(), ..Spec::default() };
+    let run = Run::start("edge-unread", &spec);
+    let id = (0..10)
+        .map(|_| run.get("/r4/x?cache=start", &[]))
+        .find(|r| served_by(r) == "tx1")
+        .and_then(|r| r.header("x-cache-id").map(str::to_string))
+        .expect("tx1 issues a cache id within 10 tries");
+    // 64 MiB, far more than the sockets between tx1 and this client buffer: the answer waits on the client.
+    let mut c = Client::connect(&run);
+    c.send(format!("GET /r4/x?body_kib=65536 HTTP/1.1\r\nHost: x\r\nX-Cache-Id: {id}\r\n\r\n").as_bytes());
+    let mut b = [0u8; 1000];
+    let _ = c.r.read(&mut b);
+    // Never read again: the front door gives up on this client after its send timeout, and tx1's count goes back
+    // to zero (ties rotate over tx1 and tx2 again) instead of staying up for as long as the client stays connected.
+    let t = Instant::now();
+    loop {
+        let by: Vec<String> = (0..4).map(|_| served_by(&run.get("/r4/x", &[]))).collect();
+        if by.iter().filter(|b| *b == "tx1").count() == 2 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(45), "tx1 still counts the unread answer: requests went to {by:?}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(t.elapsed() > Duration::from_secs(5), "the answer was never waiting on the client");
+    drop(c);
+}
