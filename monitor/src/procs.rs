@@ -173,6 +173,8 @@ pub struct ProcTable {
     proc_root: PathBuf,
     page_size: u64,
     entries: HashMap<u32, Entry>,
+    /// Listed processes that could not be read, already logged (said again only if they fail anew after a good read).
+    unreadable: Vec<u32>,
     buf: Vec<u8>,
 }
 
@@ -190,6 +192,7 @@ impl ProcTable {
             proc_root: proc_root.to_path_buf(),
             page_size: if page > 0 { page as u64 } else { 4096 },
             entries: HashMap::new(),
+            unreadable: Vec::new(),
             buf: Vec::with_capacity(4096),
         }
     }
@@ -220,6 +223,9 @@ impl ProcTable {
     pub fn sample(&mut self, pids: &[u32], out: &mut Vec<ProcSample>) {
         out.clear();
         self.entries.retain(|pid, _| pids.binary_search(pid).is_ok());
+        if !self.unreadable.is_empty() {
+            self.unreadable.retain(|pid| pids.binary_search(pid).is_ok());
+        }
         for &pid in pids {
             let entry = match self.entries.remove(&pid) {
                 Some(e) => e,
@@ -227,7 +233,7 @@ impl ProcTable {
                     Ok(e) => e,
                     Err(ReadError::Gone) => continue,
                     Err(ReadError::Other(msg)) => {
-                        tracing::warn!(pid, "cannot read process: {msg}");
+                        self.cannot_read(pid, &msg);
                         continue;
                     }
                 },
@@ -244,11 +250,22 @@ impl ProcTable {
                         traffic: Traffic::default(),
                     });
                     self.entries.insert(pid, entry);
+                    if !self.unreadable.is_empty() {
+                        self.unreadable.retain(|&p| p != pid);
+                    }
                 }
                 // The process exited (or the pid now names another process: its next listing reopens it).
                 Err(ReadError::Gone) => {}
-                Err(ReadError::Other(msg)) => tracing::warn!(pid, "cannot read process: {msg}"),
+                Err(ReadError::Other(msg)) => self.cannot_read(pid, &msg),
             }
+        }
+    }
+
+    /// Logs that a listed process cannot be read, once while it stays so (it is tried again at every sample).
+    fn cannot_read(&mut self, pid: u32, msg: &str) {
+        if !self.unreadable.contains(&pid) {
+            tracing::warn!(pid, "cannot read process: {msg} (left out of the samples while this lasts)");
+            self.unreadable.push(pid);
         }
     }
 
@@ -364,6 +381,47 @@ mod tests {
         // Still listed (as a stale cgroup.procs read could be): the open files say the process is gone.
         t.sample(&[pid], &mut out);
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    /// A log writer for tests: what `tracing` writes, kept in memory.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_process_that_cannot_be_read_is_said_once_while_it_lasts() {
+        let root = monitor_tests::temp_dir("procs-unreadable");
+        let dir = root.join("4242");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("statm"), "100 50 10 1 0 40 0\n").expect("statm");
+        std::fs::write(dir.join("stat"), "not a stat line").expect("stat");
+        let log = Captured::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        let mut t = ProcTable::with_root(&root);
+        let mut out = Vec::new();
+        let said = || String::from_utf8_lossy(&log.0.lock().unwrap_or_else(|e| e.into_inner())).matches("4242").count();
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..20 {
+                t.sample(&[4242], &mut out);
+            }
+            assert!(out.is_empty());
+            assert_eq!(said(), 1, "once, not per sample");
+            // Gone from the group, then back and still unreadable: a new occasion, said again.
+            t.sample(&[], &mut out);
+            t.sample(&[4242], &mut out);
+            assert_eq!(said(), 2);
+        });
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     proptest::proptest! {
