@@ -11,6 +11,7 @@
 //! RFC 9112 §6.1). A response body the process leaves without a frame for `upstream_timeout_s` is cut ([`body`]).
 
 pub mod body;
+pub mod client_io;
 pub mod headers;
 pub mod server;
 pub mod shed;

@@ -1,7 +1,9 @@
 //! The accept loop and the drain. Each connection is served by hyper's HTTP/1.1 server (malformed request line:
-//! 400; request head over `max_header_bytes`: 431). On drain: stop accepting, close idle keep-alive connections,
+//! 400; request head over `max_header_bytes`: 431; a head not complete within 30 s, or an idle kept-alive connection
+//! after 30 s: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]). On drain: stop accepting, close idle keep-alive connections,
 //! let in-flight requests finish until the deadline. The front door has threads of its own (see [`serve`]).
 
+use super::client_io::ClientIo;
 use super::{Local, Proxy};
 use crate::config::ProxyConfig;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -271,7 +273,7 @@ async fn connection(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_header_size(max_header_bytes)
-        .serve_connection(TokioIo::new(stream), svc);
+        .serve_connection(TokioIo::new(ClientIo::new(stream)), svc);
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => {}
