@@ -13,6 +13,7 @@ use axum::Router;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// What the routes read.
@@ -252,6 +253,72 @@ async fn decision(State(st): State<ApiState>, Query(q): Query<DecisionQuery>) ->
         shadow: p.decision.shadow,
     })
     .into_response()
+}
+
+/// How long a client has to send a request's head, counted from when the connection opens or falls idle between
+/// requests: an idle or slow client (or a port scanner) holds no socket of the agent for longer.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; past it new ones are closed at once (said once until there is room again), so that
+/// clients can never take the file descriptors the sampler needs.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Serves `app` on `listener` (HTTP/1.1) until `shutdown` resolves, then lets the open connections finish their
+/// requests (5 s at most). Unlike `axum::serve`, a connection that sends no complete request head within
+/// [`HEADER_TIMEOUT`] is closed, and at most [`MAX_CONNECTIONS`] are open at once.
+pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: impl std::future::Future<Output = ()>) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let (stop, stopping) = watch::channel(false);
+    let mut full = false;
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+    let builder = Arc::new(builder);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors or memory: wait for some to be freed rather than spin.
+                    tracing::debug!("accepting an API connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if !full {
+                tracing::warn!("the API has {MAX_CONNECTIONS} connections open: closing new ones until one ends");
+                full = true;
+            }
+            continue; // the stream is dropped: closed
+        };
+        full = false;
+        let (app, builder, mut stopping) = (app.clone(), builder.clone(), stopping.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let svc = hyper::service::service_fn(move |req: axum::http::Request<hyper::body::Incoming>| {
+                app.clone().oneshot(req.map(axum::body::Body::new))
+            });
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stopping.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    let all = MAX_CONNECTIONS as u32;
+    if tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(all)).await.is_err() {
+        tracing::warn!("API connections still open 5 s after the shutdown: closed");
+    }
 }
 
 #[cfg(test)]

@@ -178,7 +178,7 @@ fn agent(a: AgentArgs) -> Result<()> {
             tokio::spawn(monitor::alerts::watch::stats(Arc::new(move || h.note()), raiser));
         }
         let app = api::router(ApiState { latest: rx, thresholds, launcher: None }).merge(history.router());
-        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving")?;
+        api::serve(listener, app, shutdown_signal()).await;
         stop.store(true, Ordering::Relaxed);
         let _ = handle.join();
         history.close(Duration::from_secs(3)).await;

@@ -526,3 +526,78 @@ fn an_alert_command_is_done_when_it_exits_and_a_hung_one_is_killed_with_its_chil
     drop(cg);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Whether the peer closed `s` within `within` (a read of 0 bytes or a reset), rather than holding it open.
+fn closed_within(s: &mut std::net::TcpStream, within: Duration) -> bool {
+    use std::io::Read;
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 512];
+    while Instant::now() < deadline {
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {} // an error response (408) before the close is fine
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn idle_and_slow_clients_do_not_hold_the_api_open() {
+    use std::io::Write;
+    let dir = temp_dir("idle");
+    let agent = own_group_agent(&dir, "");
+    let connect = || {
+        std::net::TcpStream::connect_timeout(&agent.addr(), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connect: {e}"))
+    };
+    // One sends nothing, one half a request head, one a request and then stays idle on keep-alive.
+    let mut idle = connect();
+    let mut slow = connect();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").unwrap_or_else(|e| panic!("{e}"));
+    let mut kept = connect();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    // Meanwhile the API answers others.
+    web_still_works(&agent);
+    for (name, s) in [("idle", &mut idle), ("slow", &mut slow), ("kept-alive", &mut kept)] {
+        let left = Duration::from_secs(20).saturating_sub(started.elapsed());
+        assert!(closed_within(s, left), "the {name} connection is still open after {:?}", started.elapsed());
+    }
+    web_still_works(&agent);
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn connections_past_the_limit_are_closed_said_once_and_sampling_goes_on() {
+    let dir = temp_dir("many");
+    let agent = own_group_agent(&dir, "");
+    let seq = agent.status()["sample"]["seq"].as_u64().unwrap_or(0);
+    // 256 connections are served at once (monitor::api::MAX_CONNECTIONS); these hold them all and more.
+    let held: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| {
+            std::net::TcpStream::connect_timeout(&agent.addr(), Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("connect: {e}"))
+        })
+        .collect();
+    wait_until("the agent to say it is full", Duration::from_secs(5), || {
+        (log_count(&agent, "connections open") >= 1).then_some(())
+    });
+    let refused = monitor_tests::http::get(agent.addr(), "/healthz", Duration::from_secs(2));
+    assert!(refused.is_err(), "a connection past the limit is closed: {refused:?}");
+    assert_eq!(log_count(&agent, "connections open"), 1, "said once:\n{}", agent.stderr());
+    // The idle ones are closed after the head time-out (10 s): the API answers again, and sampling never stopped.
+    let back = wait_until("the API to answer again", Duration::from_secs(20), || {
+        monitor_tests::http::get(agent.addr(), "/api/v1/status", Duration::from_secs(2))
+            .ok()
+            .filter(|r| r.status == 200)
+    });
+    let status: serde_json::Value = serde_json::from_slice(&back.body).unwrap_or_else(|e| panic!("{e}"));
+    assert!(status["sample"]["seq"].as_u64().unwrap_or(0) > seq + 100, "sampling went on: {status}");
+    drop(held);
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
