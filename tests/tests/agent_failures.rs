@@ -58,7 +58,17 @@ fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
     let dir = temp_dir("removed");
     let cg = CgroupV1::create("removed", None);
     let mut first = sleeper(&cg);
-    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config(&dir, "")]);
+    // Alerts to a command that appends each one (a JSON line) to a file.
+    let alerts = dir.join("alerts.jsonl");
+    let hook = format!("cat >> '{}'; echo >> '{}'", alerts.display(), alerts.display());
+    let extra = format!("[alerts]\ncommand = [\"sh\", \"-c\", {hook:?}]\nquiet_s = 1\n");
+    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config(&dir, &extra)]);
+    let unreadable = |status: &str| {
+        let text = std::fs::read_to_string(&alerts).unwrap_or_default();
+        text.lines()
+            .filter(|l| l.contains("MonitorGroupUnreadable") && l.contains(&format!("\"status\":\"{status}\"")))
+            .count()
+    };
     let pid = first.pid();
     agent.wait_for(|s| process(s, pid).is_some(), Duration::from_secs(5));
 
@@ -80,6 +90,8 @@ fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
     assert!(metrics.contains("monitor_sample_ok 0"), "{metrics}");
     let (_, page) = agent.get("/");
     assert!(page.contains("does not exist"), "the home page says so");
+    wait_until("the alert", Duration::from_secs(3), || (unreadable("firing") >= 1).then_some(()));
+    assert_eq!(unreadable("firing"), 1, "one alert for the whole time it is gone");
 
     // Created again, with a new process: the agent watches it again.
     std::fs::create_dir(cg.path()).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.path().display()));
@@ -89,6 +101,8 @@ fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
     assert_eq!(back["policy"]["state"], "normal");
     assert_eq!(log_count(&agent, "group readable again"), 1, "{}", agent.stderr());
     assert_eq!(log_count(&agent, "sample failed"), 1, "{}", agent.stderr());
+    wait_until("the alert to resolve", Duration::from_secs(5), || (unreadable("resolved") == 1).then_some(()));
+    assert_eq!(unreadable("firing"), 1);
     drop(second);
     drop(agent);
     drop(cg);
