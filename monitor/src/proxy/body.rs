@@ -176,6 +176,7 @@ fn poll_streamed(s: &mut Streamed, cx: &mut Context<'_>) -> Poll<Option<Result<F
                 s.abort = Some(f);
             }
             if s.stalled(cx) {
+                tracing::warn!(upstream = %s._outstanding.0.addr, "response body stalled for {} s: cut", s.stall_after.as_secs());
                 s.lease = None;
                 return Poll::Ready(Some(Err(Box::new(Stalled(s.stall_after)))));
             }
