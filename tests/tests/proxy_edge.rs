@@ -102,6 +102,7 @@ fn answer(path: &str, req: &[u8], out: &mut TcpStream) -> Option<()> {
         "/chunked" => {
             send(out, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
         }
+        "/coded" => send(out, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
         "/close" => {
             send(out, b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbye")?;
             None
@@ -373,6 +374,18 @@ fn bodies_framing_and_kept_alive_connections() {
         assert!(c.closed(), "the connection stays open after an ambiguous request");
         assert!(!seen.any("smuggled"), "a request smuggled past the front door: {}", seen.last());
     }
+
+    // A transfer coding besides chunked (RFC 9112 §6.1; nginx: 501): never forwarded with the coding dropped, which
+    // would hand the process still-coded bytes as the body. Both ways.
+    for te in ["gzip, chunked", "chunked, chunked", "deflate\r\nTransfer-Encoding: chunked"] {
+        let req =
+            format!("POST /info/echo?te HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: {te}\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+        let r = once(&run, req.as_bytes());
+        assert_eq!(r.status(), 501, "{te}: {r:?}");
+        assert!(!seen.any("/info/echo?te"), "{te}: forwarded: {}", seen.last());
+    }
+    let r = once(&run, b"GET /info/coded HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status(), 502, "{r:?}");
 
     // HEAD, 204 and 304 have no body: the next request on the same connection is answered, and the upstream
     // connection is reused (the raw backend sees no new connection).
