@@ -9,16 +9,26 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
-/// Removes the hop-by-hop fields of one connection, before the message goes out on another; returns the `Upgrade`
-/// field it removed, if any.
-pub fn strip_hop_by_hop(h: &mut HeaderMap) -> Option<HeaderValue> {
+/// What [`strip_hop_by_hop`] removed that the proxy must act on.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Stripped {
+    /// The `Upgrade` field.
+    pub upgrade: Option<HeaderValue>,
+    /// `Transfer-Encoding` named a coding besides one `chunked`: hyper took off the chunked framing only, and the
+    /// body, sent on without the field, would lose the rest (RFC 9112 §6.1: 501 for a request; nginx does so).
+    pub other_coding: bool,
+}
+
+/// Removes the hop-by-hop fields of one connection, before the message goes out on another.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) -> Stripped {
     // One pass over the names first: most requests and responses carry none of these, and comparing names is
     // cheaper than hashing each of the seven for a lookup.
     let hop = [&CONNECTION, &PROXY_CONNECTION, &KEEP_ALIVE, &TE, &TRAILER, &TRANSFER_ENCODING];
     if !h.keys().any(|k| hop.contains(&k) || k == UPGRADE) {
-        return None;
+        return Stripped::default();
     }
     let upgrade = h.remove(UPGRADE);
+    let other_coding = h.contains_key(TRANSFER_ENCODING) && !only_chunked(h);
     if h.contains_key(CONNECTION) {
         let listed: Vec<HeaderName> = h
             .get_all(CONNECTION)
@@ -34,7 +44,18 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) -> Option<HeaderValue> {
     for n in hop {
         h.remove(n);
     }
-    upgrade
+    Stripped { upgrade, other_coding }
+}
+
+/// True when every `Transfer-Encoding` field together name one coding, `chunked`.
+fn only_chunked(h: &HeaderMap) -> bool {
+    let mut codings = h
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty());
+    codings.next().is_some_and(|c| c.eq_ignore_ascii_case("chunked")) && codings.next().is_none()
 }
 
 /// True when an `Upgrade` field lists `protocol` (e.g. `websocket`, any case, any version).
@@ -97,13 +118,33 @@ mod tests {
             ("x-cache-id", "tx1.1"),
             ("content-length", "3"),
         ]);
-        assert_eq!(strip_hop_by_hop(&mut h), Some(HeaderValue::from_static("websocket")));
+        let stripped = strip_hop_by_hop(&mut h);
+        assert_eq!(stripped, Stripped { upgrade: Some(HeaderValue::from_static("websocket")), other_coding: false });
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["content-length", "x-cache-id"]);
         let mut h = map(&[("x-cache-id", "tx1.1")]);
-        assert_eq!(strip_hop_by_hop(&mut h), None);
+        assert_eq!(strip_hop_by_hop(&mut h), Stripped::default());
         assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn a_transfer_coding_besides_one_chunked_is_named() {
+        let cases: &[(&[&str], bool)] = &[
+            (&["chunked"], false),
+            (&["Chunked "], false),
+            (&["chunked,"], false),
+            (&["gzip, chunked"], true),
+            (&["chunked, chunked"], true),
+            (&["gzip", "chunked"], true),
+            (&["identity"], true),
+        ];
+        for (fields, other) in cases {
+            let pairs: Vec<(&str, &str)> = fields.iter().map(|v| ("transfer-encoding", *v)).collect();
+            let mut h = map(&pairs);
+            assert_eq!(strip_hop_by_hop(&mut h).other_coding, *other, "{fields:?}");
+            assert!(h.is_empty());
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! 405 and a closed connection; a websocket upgrade gets 501 (the front door carries no upgraded connection; other
 //! upgrades such as h2c are ignored and answered in HTTP/1.1), and a process that switches protocols anyway 502.
 //! Content-Length with Transfer-Encoding is framed by the coding alone and closes the client's connection (hyper,
-//! RFC 9112 §6.1). A response body the process leaves without a frame for `upstream_timeout_s` is cut ([`body`]).
+//! RFC 9112 §6.1); a transfer coding besides chunked gets 501 (from a process, 502). A response body the process leaves without a frame for `upstream_timeout_s` is cut ([`body`]).
 
 pub mod body;
 pub mod client_io;
@@ -293,7 +293,14 @@ impl Proxy {
             let pq = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
             parts.uri = Uri::from(pq);
         }
-        if let Some(upgrade) = headers::strip_hop_by_hop(&mut parts.headers) {
+        let stripped = headers::strip_hop_by_hop(&mut parts.headers);
+        if stripped.other_coding {
+            return status(
+                StatusCode::NOT_IMPLEMENTED,
+                "transfer codings other than chunked are not supported\n".into(),
+            );
+        }
+        if let Some(upgrade) = stripped.upgrade {
             // Other upgrades (h2c) are ignored, as a server may (RFC 9110 §7.8): the request is answered in HTTP/1.1.
             if headers::names_protocol(&upgrade, "websocket") {
                 return status(
@@ -342,7 +349,14 @@ impl Proxy {
             }
             Attempt::Answered { resp, tx, outstanding, abort_rx } => {
                 let (mut parts, inner) = resp.into_parts();
-                headers::strip_hop_by_hop(&mut parts.headers);
+                if headers::strip_hop_by_hop(&mut parts.headers).other_coding {
+                    // Its connection is dropped with `tx`, not pooled.
+                    tracing::warn!(name = %name, "upstream answered with a transfer coding besides chunked");
+                    return status(
+                        StatusCode::BAD_GATEWAY,
+                        format!("bad gateway: process {name} answered with a transfer coding besides chunked\n"),
+                    );
+                }
                 if let Some(t) = &self.tokens {
                     if let Some(v) = parts.headers.get(&self.cache_header).and_then(|v| v.to_str().ok()) {
                         if let Ok(signed) = HeaderValue::from_str(&t.sign(v)) {
