@@ -438,6 +438,19 @@ fn request_targets_methods_and_upgrades() {
     assert!(fwd.starts_with("GET /info/echo?a=1 HTTP/1.1\r\n"), "{fwd}");
     assert!(fwd.contains("host: example.org\r\n") && !fwd.contains("other.example"), "{fwd}");
 
+    // Host (RFC 9112 §3.2; nginx): an HTTP/1.1 request without one, or with two, is 400 and never forwarded; an
+    // HTTP/1.0 one without gets the process's address.
+    for req in [
+        &b"GET /info/echo?nohost HTTP/1.1\r\n\r\n"[..],
+        b"GET /info/echo?twohosts HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n",
+    ] {
+        let r = once(&run, req);
+        assert_eq!(r.status(), 400, "{r:?}");
+    }
+    assert!(!seen.any("nohost") && !seen.any("twohosts"), "forwarded: {}", seen.last());
+    let r = once(&run, b"GET /info/echo HTTP/1.0\r\n\r\n");
+    assert!(r.text().contains(&format!("host: 127.0.0.1:{}\r\n", run.ports[0])), "{}", r.text());
+
     // OPTIONS * is answered (by the master), not mangled into a path.
     let r = once(&run, b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(r.status(), 200, "{r:?}");
