@@ -4,11 +4,13 @@
 //! request once when it fails before any response byte (on another process when least-outstanding chose the
 //! first, [`route::Table::retry`]), and drains on shutdown ([`server`]).
 //!
-//! At the edges: an absolute-form target is sent on in origin form with the target's host as `Host`; CONNECT gets
-//! 405 and a closed connection; a websocket upgrade gets 501 (the front door carries no upgraded connection; other
-//! upgrades such as h2c are ignored and answered in HTTP/1.1), and a process that switches protocols anyway 502.
-//! Content-Length with Transfer-Encoding is framed by the coding alone and closes the client's connection (hyper,
-//! RFC 9112 §6.1); a transfer coding besides chunked gets 501 (from a process, 502). A response body the process leaves without a frame for `upstream_timeout_s` is cut ([`body`]).
+//! At the edges: an absolute-form target is sent on in origin form with the target's host as `Host`; an HTTP/1.1
+//! request without a Host field, or any with two, gets 400; CONNECT gets 405 and a closed connection; a websocket
+//! upgrade gets 501 (the front door carries no upgraded connection; other upgrades such as h2c are ignored and
+//! answered in HTTP/1.1), and a process that switches protocols anyway 502. Content-Length with Transfer-Encoding
+//! is framed by the coding alone and closes the client's connection (hyper, RFC 9112 §6.1); a transfer coding
+//! besides chunked gets 501 (from a process, 502). A response body the process leaves without a frame for
+//! `upstream_timeout_s` is cut ([`body`]).
 
 pub mod body;
 pub mod client_io;
@@ -27,7 +29,7 @@ use hyper::body::{Body, Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
 use hyper::http::uri::PathAndQuery;
-use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -310,7 +312,14 @@ impl Proxy {
             }
         }
         headers::append_forwarded_for(&mut parts.headers, peer);
-        let own_host = !parts.headers.contains_key(HOST);
+        // Exactly one Host; HTTP/1.0 may have none (RFC 9112 §3.2). Two would leave the process to pick one.
+        let (own_host, two_hosts) = {
+            let mut hosts = parts.headers.get_all(HOST).iter();
+            (hosts.next().is_none(), hosts.next().is_some())
+        };
+        if two_hosts || (own_host && parts.version != Version::HTTP_10) {
+            return status(StatusCode::BAD_REQUEST, "a request needs exactly one Host field\n".into());
+        }
         if own_host {
             parts.headers.insert(HOST, self.backends[to.index].host.clone());
         }
