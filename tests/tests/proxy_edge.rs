@@ -1,10 +1,11 @@
 //! HTTP edge cases at the front door, with real clients (raw sockets, curl) against the real `monitor run`: a raw
 //! backend in this test process stands in for the master (its command is `sleep`) so it can answer what no sane
 //! server would (101 unasked, garbage, a cut body, a stalled body) and show the exact bytes the proxy sent it.
-//! Covered: `Expect: 100-continue`, chunked bodies both ways, Content-Length with Transfer-Encoding, HEAD/204/304
-//! on a kept-alive connection, `Connection: close` and the hop-by-hop fields it names, upgrades, absolute-form
-//! targets, `OPTIONS *`, CONNECT, long URIs and many headers, a byte-by-byte client, broken backends, and clients
-//! that leave mid-request (the outstanding counts least-outstanding routing reads go back to zero).
+//! Covered: `Expect: 100-continue`, chunked bodies both ways, Content-Length with Transfer-Encoding, codings besides
+//! chunked, HEAD/204/304 on a kept-alive connection, `Connection: close` and the hop-by-hop fields it names,
+//! upgrades, absolute-form targets, Host, `OPTIONS *`, CONNECT, long URIs and many headers, a byte-by-byte client,
+//! broken backends, and clients that leave mid-request or stop reading (the outstanding counts least-outstanding
+//! routing reads go back to zero).
 
 mod run_support;
 
