@@ -1,8 +1,10 @@
 //! `cargo xtask bench proxy`: the front door against nginx. Two release `fixture-backend`s (a master and a worker)
 //! started by `monitor run` in a v1 test cgroup; the same two behind nginx (`least_conn`, `keepalive`, a temporary
 //! config on 127.0.0.1) and behind a bare hyper hop (tests/src/bin/bare-hop.rs: the least hyper can do, the floor
-//! of the library the front door is built on); wrk at c = 1, 16, 64 against the backend directly, `monitor run`,
-//! the bare hop and nginx, interleaved in one run. Goal: throughput >= nginx at every c; added p50 over direct <= 25 µs at c = 1.
+//! of the library the front door is built on) and behind a byte relay (tests/src/bin/byte-relay.rs: blocking
+//! threads copying bytes, no HTTP: the floor of any proxy on this machine); wrk at c = 1, 16, 64 against the
+//! backend directly, `monitor run`, the bare hop, the relay and nginx, interleaved in one run. Goal: throughput at
+//! least nginx's at every c; added p50 over direct <= 25 µs at c = 1.
 //! `BENCH_SECONDS` (default 5) sets each wrk run's length. `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second
 //! `monitor run` from that binary (an older build, with its own two backends) to the same interleaved rounds, so a
 //! change is measured against what it replaces in one run. `BENCH_ROUNDS=N` (default 1) repeats the interleaved
@@ -244,7 +246,19 @@ pub fn run() -> Result<()> {
     );
     wait_port(hop_port)?;
     targets.push(("bare hyper hop", hop_port, vec![hop.pid()]));
+    // The floor of any proxy: a byte relay (tests/src/bin/byte-relay.rs), blocking threads, no HTTP.
+    let relay_port = free_port();
+    let relay = spawn_in_cgroup(
+        Command::new(bin.join("byte-relay"))
+            .args(["--port", &relay_port.to_string(), "--upstream", &a.to_string(), "--upstream", &b.to_string()])
+            .stdin(Stdio::null()),
+        cg.path(),
+    );
+    wait_port(relay_port)?;
+    targets.push(("byte relay", relay_port, vec![relay.pid()]));
     targets.push(("nginx", ngx, workers));
+    let at = |name: &str| targets.iter().position(|t| t.0 == name).unwrap_or(0);
+    let (i_hop, i_relay, i_nginx) = (at("bare hyper hop"), at("byte relay"), at("nginx"));
     println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)");
     println!("CPU: µs of the proxy's own processes per request (user + system)\n");
     println!("| c | target | req/s | p50 µs | p99 µs | CPU µs/req |\n| --- | --- | --- | --- | --- | --- |");
@@ -267,31 +281,36 @@ pub fn run() -> Result<()> {
                 sum.sys_us += w.sys_us / n;
                 this_round.push(w.rps);
             }
-            ratios.push(this_round[1] / this_round[this_round.len() - 1]);
+            ratios.push(this_round[1] / this_round[i_nginx]);
         }
         summary.push((c, row, median(ratios)));
     }
     println!("\nmeans over {rounds} interleaved round(s):");
     for (c, row, ratio) in &summary {
-        let (direct, ours, hop, nginx) = (&row[0], &row[1], &row[row.len() - 2], &row[row.len() - 1]);
+        let (direct, ours, hop, relay, nginx) = (&row[0], &row[1], &row[i_hop], &row[i_relay], &row[i_nginx]);
         let added = |w: &Wrk| w.p50_us - direct.p50_us;
         print!(
             "c={c}: monitor/nginx throughput {:.2} (median of per-round ratios {ratio:.2}; goal >= 1), monitor/bare hop \
-             {:.2}; added p50 over direct: monitor {:+.0} µs, bare hop {:+.0} µs, nginx {:+.0} µs; CPU µs/req (user + \
-             sys): monitor {:.0} + {:.0}, bare hop {:.0} + {:.0}, nginx {:.0} + {:.0}",
+             {:.2}, byte relay/nginx {:.2}; added p50 over direct: monitor {:+.0} µs, bare hop {:+.0} µs, byte relay \
+             {:+.0} µs, nginx {:+.0} µs; CPU µs/req (user + sys): monitor {:.0} + {:.0}, bare hop {:.0} + {:.0}, byte \
+             relay {:.0} + {:.0}, nginx {:.0} + {:.0}",
             ours.rps / nginx.rps,
             ours.rps / hop.rps,
+            relay.rps / nginx.rps,
             added(ours),
             added(hop),
+            added(relay),
             added(nginx),
             ours.user_us,
             ours.sys_us,
             hop.user_us,
             hop.sys_us,
+            relay.user_us,
+            relay.sys_us,
             nginx.user_us,
             nginx.sys_us
         );
-        if row.len() == 5 {
+        if baseline.is_some() {
             let old = &row[2];
             print!(
                 "; baseline build: /nginx {:.2}, {:+.0} µs, CPU {:.0} + {:.0}; new/baseline throughput {:.2}",
@@ -304,6 +323,7 @@ pub fn run() -> Result<()> {
         }
         println!();
     }
+    drop(relay);
     drop(hop);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
