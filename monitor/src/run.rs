@@ -227,11 +227,10 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             api::router(ApiState { latest: rx, thresholds, launcher: Some(launcher_view) }).merge(history.router());
         let mut web_drain = drain_rx.clone();
         let api = tokio::spawn(async move {
-            let _ = axum::serve(web, app)
-                .with_graceful_shutdown(async move {
-                    let _ = web_drain.wait_for(|d| *d).await;
-                })
-                .await;
+            api::serve(web, app, async move {
+                let _ = web_drain.wait_for(|d| *d).await;
+            })
+            .await;
         });
         tracing::info!(proxy = %cfg.proxy.listen, web = %cfg.web.listen, "serving");
         let deadline = Duration::from_secs(cfg.proxy.drain_timeout_s);
