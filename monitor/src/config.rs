@@ -160,7 +160,9 @@ pub struct ProxyConfig {
     pub master_serves_tx: bool,
     /// `Retry-After` seconds on a shed request. Default 5.
     pub retry_after_s: u64,
-    /// A process that has not sent a response head this long after the request gets a 504. Default 60.
+    /// A process that has not sent a response head this long after the request gets a 504, and a response body it
+    /// leaves this long without a byte is cut (as nginx's `proxy_read_timeout`: streams with longer pauses, such as
+    /// server-sent events, need a larger value). Default 60.
     pub upstream_timeout_s: u64,
     /// Idle upstream keep-alive connections are closed after this, below the backends' own (Node: 5 s). Default 4000.
     pub idle_timeout_ms: u64,

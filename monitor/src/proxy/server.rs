@@ -1,7 +1,7 @@
 //! The accept loop and the drain. Each connection is served by hyper's HTTP/1.1 server (malformed request line:
 //! 400; request head over `max_header_bytes`: 431; a head not complete within 30 s, or an idle kept-alive connection
-//! after 30 s: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]). On drain: stop accepting, close idle keep-alive connections,
-//! let in-flight requests finish until the deadline. The front door has threads of its own (see [`serve`]).
+//! after 30 s: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]). On drain:
+//! stop accepting, close idle keep-alive connections, let in-flight requests finish until the deadline. The front door has threads of its own (see [`serve`]).
 
 use super::client_io::ClientIo;
 use super::{Local, Proxy};
