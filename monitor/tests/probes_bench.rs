@@ -1,6 +1,7 @@
 //! Benchmark, not a test (ignored; run by `cargo xtask bench probes`): wrk against nginx detached and with each
-//! set of hooks (per-syscall tracepoints, raw `sys_exit`, socket tracepoints), interleaved rounds in one run. Reports
-//! the throughput ratios, the CPU cost per request, and the probes' kernel time per request (BPF run-time
+//! set of hooks (per-syscall tracepoints, raw `sys_exit`, socket tracepoints), and with the socket tracepoints but
+//! nginx untraced (the floor of those hooks: their programs run and count nothing), interleaved rounds in one run.
+//! Reports the throughput ratios, the CPU cost per request, and the probes' kernel time per request (BPF run-time
 //! statistics over every program invocation, including other processes' syscalls).
 //!
 //! Knobs (environment): `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32),
@@ -129,22 +130,27 @@ fn probes_overhead_nginx() {
     pids.push(server.pid());
     let url = format!("http://127.0.0.1:{port}/ok");
 
-    wrk(&url, 1, conns, &pids); // warm-up
-                                // `PROBES_BENCH_ONLY_STATS=1`: only the per-program BPF run-time split below (a quick look while tuning).
+    // Warm-up.
+    wrk(&url, 1, conns, &pids);
+
+    // `PROBES_BENCH_ONLY_STATS=1`: only the per-program BPF run-time split below (a quick look while tuning).
     let only_stats = knob("PROBES_BENCH_ONLY_STATS", 0) == 1;
 
     // Every mode per round, in an order that rotates so each mode runs at each position equally often.
-    let modes: [(Option<Hooks>, &str); 4] = [
-        (None, "detached"),
-        (Some(Hooks::Tracepoints), "tracepoints"),
-        (Some(Hooks::RawSysExit), "raw sys_exit"),
-        (Some(Hooks::Sock), "socket"),
+    // The last mode loads the socket set with nginx untraced: the floor of those hooks, what their programs cost
+    // by running at all (on wrk's and nginx's socket operations) before they count anything.
+    let modes: [(Option<Hooks>, bool, &str); 5] = [
+        (None, false, "detached"),
+        (Some(Hooks::Tracepoints), true, "tracepoints"),
+        (Some(Hooks::RawSysExit), true, "raw sys_exit"),
+        (Some(Hooks::Sock), true, "socket"),
+        (Some(Hooks::Sock), false, "socket, nginx untraced"),
     ];
     let n = modes.len();
     let mut runs: Vec<Vec<Run>> = (0..n).map(|_| Vec::new()).collect();
     // Cost for everyone else: syscalls of an untraced process (this one), per mode, best of three.
     for r in 0..if only_stats { 0 } else { 2 } {
-        for (hooks, name) in modes {
+        for (hooks, _, name) in modes.into_iter().take(4) {
             let probes = hooks.map(load_probes_with);
             let (getppid, write) = untraced_syscall_ns();
             drop(probes);
@@ -156,21 +162,27 @@ fn probes_overhead_nginx() {
     for r in 0..if only_stats { 0 } else { rounds as usize } {
         for k in 0..n {
             let m = (r + k) % n;
-            let run = match modes[m].0 {
-                None => wrk(&url, secs, conns, &pids),
-                Some(hooks) => {
+            let run = match modes[m] {
+                (None, ..) => wrk(&url, secs, conns, &pids),
+                (Some(hooks), traced, _) => {
                     let mut probes = load_probes_with(hooks);
-                    sync(&mut probes, &pids);
+                    if traced {
+                        sync(&mut probes, &pids);
+                    }
                     let run = wrk(&url, secs, conns, &pids);
                     let counted: u64 = read(&mut probes).values().map(|t| t.requests_total).sum();
-                    assert!(counted >= run.requests, "{hooks:?}: counted {counted} < wrk's {}", run.requests);
+                    if traced {
+                        assert!(counted >= run.requests, "{hooks:?}: counted {counted} < wrk's {}", run.requests);
+                    } else {
+                        assert_eq!(counted, 0, "{hooks:?} with nginx untraced counted requests");
+                    }
                     run
                 }
             };
             runs[m].push(run);
         }
         let last: Vec<String> =
-            (0..n).map(|m| format!("{} {:.0} req/s", modes[m].1, runs[m].last().map_or(0.0, |r| r.rps))).collect();
+            (0..n).map(|m| format!("{} {:.0} req/s", modes[m].2, runs[m].last().map_or(0.0, |r| r.rps))).collect();
         eprintln!("round {r}: {}", last.join(", "));
     }
 
@@ -208,7 +220,7 @@ fn probes_overhead_nginx() {
             let costs = runs[m].iter().zip(&runs[0]).map(|(a, b)| ns(a) - ns(b)).collect();
             println!(
                 "| {} | {rps:.0} | {} | {cpu:.0} | {:.3} | {:.3} | {:.0} ns | {:.0} ns |",
-                modes[m].1,
+                modes[m].2,
                 fmt(&runs[m]),
                 rps / rps_off,
                 median(ratios),
@@ -223,7 +235,7 @@ fn probes_overhead_nginx() {
                 .zip(&runs[0])
                 .map(|(a, b)| format!("{:.3}/{:.0}", a.rps / b.rps, ns(a) - ns(b)))
                 .collect();
-            println!("{} by round (ratio/ns): {}", modes[m].1, per.join(", "));
+            println!("{} by round (ratio/ns): {}", modes[m].2, per.join(", "));
         }
     }
 
