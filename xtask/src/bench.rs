@@ -5,12 +5,16 @@
 //! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
 //! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench_probes.rs).
 //! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench_proxy.rs).
+//! - `proxy-instructions`: user-space instructions per request of the front door, the bare hop, the byte relay and
+//!   nginx, counted by callgrind (bench_proxy_instr.rs): the one proxy figure other load cannot move.
 
 // The benchmarks of other subsystems live beside this file; they are dispatched from here.
 #[path = "bench_probes.rs"]
 mod bench_probes;
 #[path = "bench_proxy.rs"]
 mod bench_proxy;
+#[path = "bench_proxy_instr.rs"]
+mod bench_proxy_instr;
 #[path = "bench_web.rs"]
 mod bench_web;
 
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which benchmark: sampler, agent-cpu, probes.
+    /// Which benchmark: sampler, agent-cpu, probes, proxy, proxy-instructions, web.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -35,8 +39,9 @@ pub fn run(args: Args) -> Result<()> {
         "agent-cpu" => agent_cpu(args.seconds),
         "probes" => bench_probes::run(),
         "proxy" => bench_proxy::run(),
+        "proxy-instructions" => bench_proxy_instr::run(),
         "web" => bench_web::run(),
-        other => bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy)"),
+        other => bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy, proxy-instructions, web)"),
     }
 }
 

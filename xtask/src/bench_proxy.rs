@@ -132,7 +132,12 @@ fn measure(port: u16, conns: u32, seconds: u64, pids: &[u32]) -> Result<Wrk> {
 }
 
 fn wait_port(port: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    wait_port_for(port, Duration::from_secs(20))
+}
+
+/// Waits at most `limit` for something to listen on 127.0.0.1:`port`.
+pub(super) fn wait_port_for(port: u16, limit: Duration) -> Result<()> {
+    let deadline = Instant::now() + limit;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
         if Instant::now() >= deadline {
