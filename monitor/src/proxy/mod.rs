@@ -32,7 +32,7 @@ use hyper::http::uri::PathAndQuery;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
 use upstream::Upstream;
@@ -56,11 +56,28 @@ pub struct Backend {
     pub outstanding: AtomicU32,
     /// [`shed::encode`]d action.
     pub action: AtomicU8,
-    /// Moves each time the process is told to abort; every in-flight request watches it.
-    pub abort: watch::Sender<u64>,
+    /// One abort channel per front-door thread ([`Backend::abort`] moves them all): every in-flight request watches
+    /// its own thread's, so subscribing and waiting never touch state that another thread writes.
+    aborts: Mutex<Vec<watch::Sender<u64>>>,
     addr: SocketAddr,
     /// `Host` for requests that came without one.
     host: HeaderValue,
+}
+
+impl Backend {
+    /// Tells every in-flight request to this process that it must abort.
+    pub fn abort(&self) {
+        for tx in self.aborts.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            tx.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// A new abort channel for one front-door thread.
+    fn thread_abort(&self) -> watch::Sender<u64> {
+        let tx = watch::channel(0).0;
+        self.aborts.lock().unwrap_or_else(PoisonError::into_inner).push(tx.clone());
+        tx
+    }
 }
 
 /// Where a request goes first, and what decides where its retry goes.
@@ -90,11 +107,15 @@ enum Attempt {
     Aborted,
 }
 
-/// One front-door thread's own part of the proxy ([`Proxy::local`]).
+/// One front-door thread's own part of the proxy ([`Proxy::local`]). A request clones this thread's `Arc<Local>`,
+/// never the shared `Arc<Proxy>`, so its reference counting stays on its own thread.
 pub struct Local {
+    pub proxy: Arc<Proxy>,
     /// Its upstream keep-alive connections.
     pub pool: Arc<Upstream>,
     table: route::Table,
+    /// Its abort channel of each process.
+    aborts: Vec<watch::Sender<u64>>,
 }
 
 /// The shared state of the front door.
@@ -164,7 +185,7 @@ impl Proxy {
                 Ok(Arc::new(Backend {
                     outstanding: AtomicU32::new(0),
                     action: AtomicU8::new(0),
-                    abort: watch::channel(0).0,
+                    aborts: Mutex::new(Vec::new()),
                     addr,
                     host,
                 }))
@@ -193,8 +214,13 @@ impl Proxy {
 
     /// What one front-door thread keeps for itself: a new, empty set of upstream pools, and its own copy of the
     /// routing table (a regex shared by threads serves all but the first from a slower, locked cache pool).
-    pub fn local(&self) -> Local {
-        Local { pool: Arc::new(Upstream::new(self.backends.len(), self.idle_timeout)), table: self.table.clone() }
+    pub fn local(self: &Arc<Self>) -> Local {
+        Local {
+            proxy: self.clone(),
+            pool: Arc::new(Upstream::new(self.backends.len(), self.idle_timeout)),
+            table: self.table.clone(),
+            aborts: self.backends.iter().map(|b| b.thread_abort()).collect(),
+        }
     }
 
     /// How long an upstream connection may sit idle before it is closed.
@@ -339,7 +365,7 @@ impl Proxy {
         let deadline = tokio::time::Instant::now() + self.upstream_timeout;
         let pool = &local.pool;
         let mut index = to.index;
-        let mut outcome = self.attempt(pool, index, Request::from_parts(parts, body), deadline).await;
+        let mut outcome = self.attempt(local, index, Request::from_parts(parts, body), deadline).await;
         if let (Attempt::Failed(e), Some(mut r)) = (&outcome, retry) {
             let next = local.table.retry(to.rule, to.exempt, |i| self.live(i), to.rotor.wrapping_add(1), index);
             tracing::debug!(from = %self.members[index].name, to = %self.members[next].name, "retrying once after: {e}");
@@ -347,7 +373,7 @@ impl Proxy {
                 r.headers_mut().insert(HOST, self.backends[next].host.clone());
             }
             index = next;
-            outcome = self.attempt(pool, index, r, deadline).await;
+            outcome = self.attempt(local, index, r, deadline).await;
         }
         let name = &self.members[index].name;
         match outcome {
@@ -402,16 +428,15 @@ impl Proxy {
     /// the memory guard's abort of that process.
     async fn attempt(
         &self,
-        pool: &Upstream,
+        local: &Local,
         index: usize,
         req: Request<ReqBody>,
         deadline: tokio::time::Instant,
     ) -> Attempt {
-        let backend = &self.backends[index];
-        let outstanding = Outstanding::new(backend.clone());
-        let abort_rx = backend.abort.subscribe();
+        let outstanding = Outstanding::new(self.backends[index].clone());
+        let abort_rx = local.aborts[index].subscribe();
         tokio::select! {
-            r = tokio::time::timeout_at(deadline, self.exchange(pool, index, req)) => match r {
+            r = tokio::time::timeout_at(deadline, self.exchange(&local.pool, index, req)) => match r {
                 Ok(Ok((resp, tx))) => Attempt::Answered { resp, tx, outstanding, abort_rx },
                 Ok(Err(msg)) => Attempt::Failed(msg),
                 Err(_) => Attempt::TimedOut,

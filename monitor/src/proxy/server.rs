@@ -173,6 +173,9 @@ impl Thread {
                 }
             };
             let local = Arc::new(proxy.local());
+            // This thread's own drain signal for its connections, raised when the shared one is: each connection
+            // waits on it (a lock on every wake of the connection's task) without touching another thread's state.
+            let (conn_drain_tx, conn_drain) = watch::channel(false);
             let reaper =
                 tokio::spawn(local.pool.clone().reaper((proxy.idle_timeout() / 2).max(Duration::from_millis(100))));
             // Held by each connection of this thread: recv() ends once they are all gone.
@@ -210,8 +213,8 @@ impl Thread {
                         match TcpStream::from_std(s) {
                             Ok(stream) => {
                                 let _ = stream.set_nodelay(true);
-                                let (proxy, local, drain) = (proxy.clone(), local.clone(), drain.clone());
-                                tokio::spawn(connection(proxy, local, stream, ip, max_header_bytes, drain, finished));
+                                let (local, drain) = (local.clone(), conn_drain.clone());
+                                tokio::spawn(connection(local, stream, ip, max_header_bytes, drain, finished));
                             }
                             Err(e) => tracing::warn!("taking a connection from another thread: {e}"),
                         }
@@ -222,9 +225,10 @@ impl Thread {
                 let _ = stream.set_nodelay(true);
                 load.live[index].fetch_add(1, Ordering::Relaxed);
                 let finished = Finished { load: load.clone(), index, _conn: conn_tx.clone() };
-                let (proxy, local, drain) = (proxy.clone(), local.clone(), drain.clone());
-                tokio::spawn(connection(proxy, local, stream, ip, max_header_bytes, drain, finished));
+                let (local, drain) = (local.clone(), conn_drain.clone());
+                tokio::spawn(connection(local, stream, ip, max_header_bytes, drain, finished));
             }
+            let _ = conn_drain_tx.send(true);
             drop(listener);
             drop(accepting);
             drop(conn_tx);
@@ -254,7 +258,6 @@ impl Drop for Finished {
 }
 
 async fn connection(
-    proxy: Arc<Proxy>,
     local: Arc<Local>,
     stream: TcpStream,
     ip: IpAddr,
@@ -264,10 +267,9 @@ async fn connection(
 ) {
     let peer = super::headers::client_value(ip);
     let svc = hyper::service::service_fn(move |req| {
-        let proxy = proxy.clone();
         let local = local.clone();
         let peer = peer.clone();
-        async move { Ok::<_, Infallible>(proxy.handle(&local, req, &peer).await) }
+        async move { Ok::<_, Infallible>(local.proxy.handle(&local, req, &peer).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())

@@ -55,7 +55,7 @@ fn apply(proxy: &Proxy, p: &Published, rounds: &mut [u32]) {
             rounds[i] = p.decision.abort_round;
             let inflight = b.outstanding.load(Ordering::Relaxed);
             tracing::warn!(name = %m.name, pid = m.pid(), inflight, ratio = p.decision.ratio, "memory guard: aborting the process's in-flight requests");
-            b.abort.send_modify(|g| *g += 1);
+            b.abort();
         }
     }
 }
