@@ -69,15 +69,15 @@ pub fn run_creates_the_group_and_serves() {
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
     }
     // Counted in the kernel for the two processes: at least what went through (the launcher's health checks
-    // count too), with nothing left in flight.
-    let s = wait_status(web, "the requests counted", |s| {
-        let total: u64 = pids
-            .iter()
-            .filter_map(|&p| process(s, p))
-            .filter_map(|p| p.get("requests_total"))
-            .filter_map(Value::as_u64)
-            .sum();
-        total >= REQUESTS
+    // count too), and then nothing left in flight. A sample may fall between a request and its response (a health
+    // check, or the last request: the status is up to one sample old; in flight 1 was seen on 6.1), so this waits
+    // for a sample with none: one that never comes (a request counted and its response not) fails here.
+    let s = wait_status(web, "the requests counted and none in flight", |s| {
+        let procs: Vec<&Value> = pids.iter().filter_map(|&p| process(s, p)).collect();
+        let total: u64 = procs.iter().filter_map(|p| p.get("requests_total")).filter_map(Value::as_u64).sum();
+        let idle =
+            procs.len() == pids.len() && procs.iter().all(|p| p.get("inflight").and_then(Value::as_u64) == Some(0));
+        total >= REQUESTS && idle
     });
     for &pid in &pids {
         let p = process(&s, pid).unwrap_or_else(|| panic!("pid {pid} not in the status:\n{s:#}"));
