@@ -44,3 +44,38 @@ pub fn busybox_httpd(dir: &std::path::Path, port: u16) -> std::process::Command 
         .stderr(std::process::Stdio::null());
     cmd
 }
+
+/// Polls `f` every 50 ms until it gives a value; panics with `what` after `timeout`.
+pub fn wait_until<T>(what: &str, timeout: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The arguments of the proxy benchmark's floor proxies (`bare-hop`, `byte-relay`): `--port P` and one or more
+/// `--upstream U`, each a port on 127.0.0.1.
+pub fn port_and_upstreams(args: impl IntoIterator<Item = String>) -> Result<(u16, Vec<std::net::SocketAddr>), String> {
+    let (mut port, mut upstreams) = (None, Vec::new());
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+        let p: u16 = v.parse().map_err(|e| format!("{a} {v}: {e}"))?;
+        match a.as_str() {
+            "--port" => port = Some(p),
+            "--upstream" => upstreams.push(std::net::SocketAddr::from(([127, 0, 0, 1], p))),
+            _ => return Err(format!("unknown argument {a}")),
+        }
+    }
+    let port = port.ok_or("--port is required")?;
+    if upstreams.is_empty() {
+        return Err("at least one --upstream is required".into());
+    }
+    Ok((port, upstreams))
+}

@@ -16,27 +16,8 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 
-fn parse_args() -> Result<(u16, Vec<SocketAddr>), String> {
-    let (mut port, mut upstreams) = (None, Vec::new());
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
-        let p: u16 = v.parse().map_err(|e| format!("{a} {v}: {e}"))?;
-        match a.as_str() {
-            "--port" => port = Some(p),
-            "--upstream" => upstreams.push(SocketAddr::from(([127, 0, 0, 1], p))),
-            _ => return Err(format!("unknown argument {a}")),
-        }
-    }
-    let port = port.ok_or("--port is required")?;
-    if upstreams.is_empty() {
-        return Err("at least one --upstream is required".into());
-    }
-    Ok((port, upstreams))
-}
-
 fn main() -> ExitCode {
-    let (port, upstreams) = match parse_args() {
+    let (port, upstreams) = match monitor_tests::port_and_upstreams(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("bare-hop: {e}");
