@@ -4,7 +4,9 @@
 //! is not a monitor. In each case the agent keeps running, says what happened once, and loses nothing it can keep.
 
 use monitor_tests::agent::{free_port, process};
-use monitor_tests::{require, require_v1, run_monitor, spawn_in_cgroup, temp_dir, Agent, CgroupV1, ChildGuard};
+use monitor_tests::{
+    require, require_v1, run_monitor, spawn_in_cgroup, temp_dir, wait_until, Agent, CgroupV1, ChildGuard,
+};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -16,20 +18,6 @@ fn config(dir: &Path, extra: &str) -> String {
     std::fs::write(&path, format!("[probes]\nenabled = false\n{extra}"))
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     path.display().to_string()
-}
-
-/// Polls `f` every 50 ms until it gives a value; panics with `what` after `timeout`.
-fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// How many lines of the agent's log contain `needle`.

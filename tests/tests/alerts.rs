@@ -3,7 +3,7 @@
 //! (Debian's prometheus-alertmanager) on loopback. The hook gets each transition once, with an untrusted process
 //! name intact; Alertmanager lists the alert while it fires and not after; the hung webhook delays neither.
 
-use monitor_tests::{require, require_root, temp_dir, Agent, CgroupV1, ChildGuard, Hog};
+use monitor_tests::{require, require_root, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog};
 use serde_json::Value;
 use std::net::TcpListener;
 use std::path::Path;
@@ -28,19 +28,6 @@ fn hook_lines(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("hook wrote bad JSON ({e}): {l}")))
         .collect()
-}
-
-fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn am_alert_names(port: u16) -> Vec<String> {
