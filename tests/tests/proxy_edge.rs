@@ -610,19 +610,33 @@ impl Client {
     }
 }
 
+/// A front door over tx1 and tx2 only (least-outstanding between them), and a cache id tx1 issued, to pin
+/// requests to tx1.
+fn over_tx1_and_tx2(name: &str) -> (Run, String) {
+    let spec = Spec { workers: 2, proxy: "master_serves_tx = false".into(), ..Spec::default() };
+    let run = Run::start(name, &spec);
+    let id = (0..10)
+        .map(|_| run.get("/r4/x?cache=start", &[]))
+        .find(|r| served_by(r) == "tx1")
+        .and_then(|r| r.header("x-cache-id").map(str::to_string))
+        .expect("tx1 issues a cache id within 10 tries");
+    (run, id)
+}
+
+/// `None` when four unpinned requests are shared evenly by tx1 and tx2 (neither holds a count); otherwise who
+/// served them.
+fn uneven(run: &Run) -> Option<Vec<String>> {
+    let by: Vec<String> = (0..4).map(|_| served_by(&run.get("/r4/x", &[]))).collect();
+    (by.iter().filter(|b| *b == "tx1").count() != 2).then_some(by)
+}
+
 #[test]
 fn clients_that_leave_mid_request_leave_no_outstanding_count() {
     if !ready("clients_that_leave_mid_request_leave_no_outstanding_count") {
         return;
     }
     // Least-outstanding over tx1 and tx2 only; a leaked count on tx1 would send every later request to tx2.
-    let spec = Spec { workers: 2, proxy: "master_serves_tx = false".into(), ..Spec::default() };
-    let run = Run::start("edge-leave", &spec);
-    let id = (0..10)
-        .map(|_| run.get("/r4/x?cache=start", &[]))
-        .find(|r| served_by(r) == "tx1")
-        .and_then(|r| r.header("x-cache-id").map(str::to_string))
-        .expect("tx1 issues a cache id within 10 tries");
+    let (run, id) = over_tx1_and_tx2("edge-leave");
     let pinned = format!("X-Cache-Id: {id}\r\n");
     let cases: [(&str, String, bool); 5] = [
         ("waiting for a slow answer", format!("GET /r4/x?sleep_ms=20000 HTTP/1.1\r\nHost: x\r\n{pinned}\r\n"), false),
@@ -654,11 +668,7 @@ fn clients_that_leave_mid_request_leave_no_outstanding_count() {
         drop(clients);
         // The proxy sees the clients gone; the counts go back to zero, ties rotate over tx1 and tx2 again.
         let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let by: Vec<String> = (0..4).map(|_| served_by(&run.get("/r4/x", &[]))).collect();
-            if by.iter().filter(|b| *b == "tx1").count() == 2 {
-                break;
-            }
+        while let Some(by) = uneven(&run) {
             assert!(Instant::now() < deadline, "{what}: tx1 kept a count: later requests went to {by:?}");
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -670,13 +680,7 @@ fn a_client_that_stops_reading_is_cut_off() {
     if !ready("a_client_that_stops_reading_is_cut_off") {
         return;
     }
-    let spec = Spec { workers: 2, proxy: "master_serves_tx = false".into(), ..Spec::default() };
-    let run = Run::start("edge-unread", &spec);
-    let id = (0..10)
-        .map(|_| run.get("/r4/x?cache=start", &[]))
-        .find(|r| served_by(r) == "tx1")
-        .and_then(|r| r.header("x-cache-id").map(str::to_string))
-        .expect("tx1 issues a cache id within 10 tries");
+    let (run, id) = over_tx1_and_tx2("edge-unread");
     // 64 MiB, far more than the sockets between tx1 and this client buffer: the answer waits on the client.
     let mut c = Client::connect(&run);
     c.send(format!("GET /r4/x?body_kib=65536 HTTP/1.1\r\nHost: x\r\nX-Cache-Id: {id}\r\n\r\n").as_bytes());
@@ -685,11 +689,7 @@ fn a_client_that_stops_reading_is_cut_off() {
     // Never read again: the front door gives up on this client after its send timeout, and tx1's count goes back
     // to zero (ties rotate over tx1 and tx2 again) instead of staying up for as long as the client stays connected.
     let t = Instant::now();
-    loop {
-        let by: Vec<String> = (0..4).map(|_| served_by(&run.get("/r4/x", &[]))).collect();
-        if by.iter().filter(|b| *b == "tx1").count() == 2 {
-            break;
-        }
+    while let Some(by) = uneven(&run) {
         assert!(t.elapsed() < Duration::from_secs(45), "tx1 still counts the unread answer: requests went to {by:?}");
         std::thread::sleep(Duration::from_secs(1));
     }
