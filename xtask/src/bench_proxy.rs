@@ -19,11 +19,12 @@ use anyhow::{bail, Context, Result};
 use monitor_tests::agent::free_port;
 use monitor_tests::{spawn_in_cgroup, CgroupV1, ChildGuard};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PATH: &str = "/r4/CodeSystem/$lookup";
+/// The path every benchmark request asks for (a tx path: served by either process).
+pub(super) const PATH: &str = "/r4/CodeSystem/$lookup";
 
 #[derive(Default)]
 struct Wrk {
@@ -148,10 +149,28 @@ pub(super) fn wait_port_for(port: u16, limit: Duration) -> Result<()> {
     Ok(())
 }
 
-fn nginx_conf(dir: &Path, listen: u16, a: u16, b: u16) -> String {
+/// Builds the release binaries the proxy benchmarks run (`monitor`, the fixture backend, the floor proxies) and
+/// gives their directory.
+pub(super) fn release_bins() -> Result<PathBuf> {
+    let root = root();
+    sh(Command::new("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "monitor",
+        "-p",
+        "monitor-tests",
+        "--bins",
+    ]))?;
+    Ok(root.join("target/release"))
+}
+
+/// nginx in front of 127.0.0.1:`a` and :`b` (`least_conn`, `keepalive`) on 127.0.0.1:`listen`, its files in `dir`;
+/// `processes`: the directives for its processes (e.g. `worker_processes 2;`).
+pub(super) fn nginx_conf(dir: &Path, listen: u16, a: u16, b: u16, processes: &str) -> String {
     let d = dir.display();
     format!(
-        "daemon off;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+        "daemon off;\n{processes}\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
          events {{ worker_connections 1024; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
            fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
@@ -167,17 +186,29 @@ struct Monitor {
     child: ChildGuard,
 }
 
-fn start_monitor(bin: &Path, fixture: &Path, cg: &CgroupV1, dir: &Path, tag: &str, a: u16, b: u16) -> Result<Monitor> {
-    let (front, web) = (free_port(), free_port());
+/// The config of a `monitor run` in group `cg` (probes off) serving its API on `web` and its front door on `front`
+/// (with the `[proxy]` lines `proxy`), in front of two fixture backends: a master and a worker, each a (name, port).
+pub(super) fn monitor_config(
+    cg: &CgroupV1,
+    fixture: &Path,
+    (web, front): (u16, u16),
+    proxy: &str,
+    [(m0, a), (tx1, b)]: [(&str, u16); 2],
+) -> String {
     let fixture = fixture.display().to_string();
-    let (m0, tx1) = (format!("{tag}-m0"), format!("{tag}-tx1"));
-    let config = format!(
+    format!(
         "[group]\ncgroup = {:?}\n[probes]\nenabled = false\n[web]\nlisten = \"127.0.0.1:{web}\"\n\
-         [proxy]\nlisten = \"127.0.0.1:{front}\"\n\
+         [proxy]\nlisten = \"127.0.0.1:{front}\"\n{proxy}\
          [[process]]\nname = {m0:?}\nrole = \"master\"\ncommand = [{fixture:?}, \"--name\", {m0:?}, \"--port\", \"{a}\"]\nport = {a}\n\
          [[process]]\nname = {tx1:?}\nrole = \"worker\"\ncommand = [{fixture:?}, \"--name\", {tx1:?}, \"--port\", \"{b}\"]\nport = {b}\n",
         cg.path().display().to_string()
-    );
+    )
+}
+
+fn start_monitor(bin: &Path, fixture: &Path, cg: &CgroupV1, dir: &Path, tag: &str, a: u16, b: u16) -> Result<Monitor> {
+    let (front, web) = (free_port(), free_port());
+    let (m0, tx1) = (format!("{tag}-m0"), format!("{tag}-tx1"));
+    let config = monitor_config(cg, fixture, (web, front), "", [(&m0, a), (&tx1, b)]);
     let file = dir.join(format!("{tag}.toml"));
     std::fs::write(&file, config)?;
     let child = ChildGuard::spawn(
@@ -195,17 +226,7 @@ pub fn run() -> Result<()> {
     }
     let seconds: u64 = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
     let rounds: u32 = std::env::var("BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
-    let root = root();
-    sh(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "monitor",
-        "-p",
-        "monitor-tests",
-        "--bins",
-    ]))?;
-    let bin = root.join("target/release");
+    let bin = release_bins()?;
     let cg = CgroupV1::create("bench-proxy", Some(1 << 30));
     let dir = std::env::temp_dir().join(format!("monitor-bench-proxy-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -219,7 +240,7 @@ pub fn run() -> Result<()> {
         }
         None => None,
     };
-    std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, ngx, a, b))?;
+    std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, ngx, a, b, "worker_processes 2;"))?;
     // nginx runs inside the test cgroup too, so its workers go with the group whatever happens.
     let nginx = spawn_in_cgroup(
         Command::new("nginx").arg("-p").arg(&dir).arg("-c").arg(dir.join("nginx.conf")).stderr(Stdio::null()),
@@ -241,26 +262,21 @@ pub fn run() -> Result<()> {
     if let Some(old) = &baseline {
         targets.push(("monitor run (baseline build)", old.front, vec![old.child.pid()]));
     }
-    // The floor of the library: a bare hyper hop (tests/src/bin/bare-hop.rs) in front of the same two backends.
-    let hop_port = free_port();
-    let hop = spawn_in_cgroup(
-        Command::new(bin.join("bare-hop"))
-            .args(["--port", &hop_port.to_string(), "--upstream", &a.to_string(), "--upstream", &b.to_string()])
-            .stdin(Stdio::null()),
-        cg.path(),
-    );
-    wait_port(hop_port)?;
-    targets.push(("bare hyper hop", hop_port, vec![hop.pid()]));
-    // The floor of any proxy: a byte relay (tests/src/bin/byte-relay.rs), blocking threads, no HTTP.
-    let relay_port = free_port();
-    let relay = spawn_in_cgroup(
-        Command::new(bin.join("byte-relay"))
-            .args(["--port", &relay_port.to_string(), "--upstream", &a.to_string(), "--upstream", &b.to_string()])
-            .stdin(Stdio::null()),
-        cg.path(),
-    );
-    wait_port(relay_port)?;
-    targets.push(("byte relay", relay_port, vec![relay.pid()]));
+    // The floors, in front of the same two backends: of the library, a bare hyper hop (tests/src/bin/bare-hop.rs);
+    // of any proxy, a byte relay (tests/src/bin/byte-relay.rs: blocking threads, no HTTP).
+    let mut floors = Vec::new();
+    for (name, program) in [("bare hyper hop", "bare-hop"), ("byte relay", "byte-relay")] {
+        let port = free_port();
+        let child = spawn_in_cgroup(
+            Command::new(bin.join(program))
+                .args(["--port", &port.to_string(), "--upstream", &a.to_string(), "--upstream", &b.to_string()])
+                .stdin(Stdio::null()),
+            cg.path(),
+        );
+        wait_port(port)?;
+        targets.push((name, port, vec![child.pid()]));
+        floors.push(child);
+    }
     targets.push(("nginx", ngx, workers));
     let at = |name: &str| targets.iter().position(|t| t.0 == name).unwrap_or(0);
     let (i_hop, i_relay, i_nginx) = (at("bare hyper hop"), at("byte relay"), at("nginx"));
@@ -328,8 +344,7 @@ pub fn run() -> Result<()> {
         }
         println!();
     }
-    drop(relay);
-    drop(hop);
+    drop(floors);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

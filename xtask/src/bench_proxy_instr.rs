@@ -13,19 +13,17 @@
 //! sampler, API and launcher threads do their own work on their own clocks); for the others every thread.
 //! `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second `monitor run` from that binary (an older build): a change
 //! to the request path is then measured against what it replaces. Two instances of one build differ by up to 0.3%
-//! (run as both targets: 32 137-32 145 and 32 166-32 243), so only a larger difference is the build's. Needs root (a v1 test cgroup), valgrind
-//! and curl.
+//! (run as both targets: 32 137-32 145 and 32 166-32 243), so only a larger difference is the build's. Needs root
+//! (a v1 test cgroup), valgrind, curl and nginx.
 
-use super::bench_proxy::wait_port_for;
-use crate::util::{root, run as sh};
+use super::bench_proxy::{monitor_config, nginx_conf, release_bins, wait_port_for, PATH};
 use anyhow::{bail, Context, Result};
 use monitor_tests::agent::free_port;
-use monitor_tests::{spawn_in_cgroup, CgroupV1, ChildGuard};
+use monitor_tests::{on_path, spawn_in_cgroup, CgroupV1, ChildGuard};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const PATH: &str = "/r4/CodeSystem/$lookup";
 /// Requests sent before the counters are zeroed: connections, pools and lazy state are made by then.
 const WARMUP: u32 = 200;
 /// A function only the front door's threads run (`monitor run`'s other threads are not counted).
@@ -39,10 +37,6 @@ struct Target {
     child: ChildGuard,
     /// Count only the threads whose profile names this function.
     thread: Option<&'static str>,
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
 /// `valgrind --tool=callgrind` running `program`, its counts in `dir` (one file per thread).
@@ -125,40 +119,17 @@ fn measure(t: &Target, n: u32) -> Result<f64> {
     }
 }
 
-fn nginx_conf(dir: &Path, listen: u16, a: u16, b: u16) -> String {
-    let d = dir.display();
-    format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
-         events {{ worker_connections 1024; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-           fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-           upstream be {{ least_conn; server 127.0.0.1:{a}; server 127.0.0.1:{b}; keepalive 64; keepalive_timeout 4s; }}\n\
-           server {{ listen 127.0.0.1:{listen}; location / {{ proxy_pass http://be; proxy_http_version 1.1; \
-         proxy_set_header Connection \"\"; }} }}\n}}\n"
-    )
-}
-
 pub fn run() -> Result<()> {
     if let Some(reason) = CgroupV1::unavailable_reason() {
         bail!("the proxy instruction benchmark runs its processes in a v1 memory cgroup: {reason}");
     }
     for tool in ["valgrind", "callgrind_control", "curl", "nginx"] {
-        if !have(tool) {
+        if !on_path(tool) {
             bail!("{tool} is needed: apt-get install valgrind curl nginx");
         }
     }
     let n: u32 = std::env::var("BENCH_REQUESTS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000).max(1);
-    let root = root();
-    sh(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "monitor",
-        "-p",
-        "monitor-tests",
-        "--bins",
-    ]))?;
-    let bin = root.join("target/release");
+    let bin = release_bins()?;
     let fixture = bin.join("fixture-backend");
     let cg = CgroupV1::create("bench-proxy-instr", Some(1 << 30));
     let base = std::env::temp_dir().join(format!("monitor-bench-proxy-instr-{}", std::process::id()));
@@ -187,14 +158,7 @@ pub fn run() -> Result<()> {
     }
     for (name, tag, program) in monitors {
         let (dir, front, web, c, d) = (sub(tag)?, free_port(), free_port(), free_port(), free_port());
-        let f = fixture.display().to_string();
-        let config = format!(
-            "[group]\ncgroup = {:?}\n[probes]\nenabled = false\n[web]\nlisten = \"127.0.0.1:{web}\"\n\
-             [proxy]\nlisten = \"127.0.0.1:{front}\"\nthreads = 1\n\
-             [[process]]\nname = \"m0\"\nrole = \"master\"\ncommand = [{f:?}, \"--name\", \"m0\", \"--port\", \"{c}\"]\nport = {c}\n\
-             [[process]]\nname = \"tx1\"\nrole = \"worker\"\ncommand = [{f:?}, \"--name\", \"tx1\", \"--port\", \"{d}\"]\nport = {d}\n",
-            cg.path().display().to_string()
-        );
+        let config = monitor_config(&cg, &fixture, (web, front), "threads = 1\n", [("m0", c), ("tx1", d)]);
         std::fs::write(dir.join("monitor.toml"), config)?;
         let child = spawn_in_cgroup(
             callgrind(&dir, &program)
@@ -217,7 +181,7 @@ pub fn run() -> Result<()> {
     }
 
     let (dir, port) = (sub("nginx")?, free_port());
-    std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, port, a, b))?;
+    std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, port, a, b, "master_process off;\nworker_processes 1;"))?;
     let child = spawn_in_cgroup(
         callgrind(&dir, Path::new("nginx")).arg("-p").arg(&dir).arg("-c").arg(dir.join("nginx.conf")),
         cg.path(),
