@@ -1,7 +1,8 @@
 //! The accept loop and the drain. Each connection is served by hyper's HTTP/1.1 server (malformed request line:
 //! 400; request head over `max_header_bytes`: 431; a head not complete within 30 s, or an idle kept-alive connection
 //! after 30 s: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]). On drain:
-//! stop accepting, close idle keep-alive connections, let in-flight requests finish until the deadline. The front door has threads of its own (see [`serve`]).
+//! stop accepting, close idle keep-alive connections, let in-flight requests finish until the deadline. The front
+//! door has threads of its own (see [`serve`]).
 
 use super::client_io::ClientIo;
 use super::{Local, Proxy};
@@ -39,9 +40,10 @@ fn threads(configured: usize) -> usize {
 }
 
 /// Serves until `drain` turns true, then drains for at most `deadline`. The front door runs on its own threads
-/// (`[proxy] threads`, default one per core), each a current-thread runtime accepting from the same listening socket with its own upstream pools, so
-/// a request, its upstream exchange and its response never change threads (and never queue behind the API). A
-/// thread that accepts while another has fewer connections hands the new one over (once per connection).
+/// (`[proxy] threads`, default one per core), each a current-thread runtime accepting from the same listening
+/// socket with its own upstream pools, so a request, its upstream exchange and its response never change threads
+/// (and never queue behind the API). A thread that accepts while another has fewer connections hands the new one
+/// over (once per connection).
 pub async fn serve(
     proxy: Arc<Proxy>,
     listener: TcpListener,
