@@ -1,6 +1,9 @@
 //! Benchmark, not a test (ignored; run by `cargo xtask bench probes`): wrk against nginx detached and with each
 //! set of hooks (per-syscall tracepoints, raw `sys_exit`, socket tracepoints), and with the socket tracepoints but
 //! nginx untraced (the floor of those hooks: their programs run and count nothing), interleaved rounds in one run.
+//! One more mode attaches two empty `cgroup_skb` programs to nginx's cgroup2 group: the floor of the other place
+//! where a program could see the requests (each packet of the group's sockets, from kernel memory), which the
+//! probes do not use.
 //! Reports the throughput ratios, the CPU cost per request, and the probes' kernel time per request (BPF run-time
 //! statistics over every program invocation, including other processes' syscalls).
 //!
@@ -10,7 +13,10 @@
 mod probes_support;
 
 use monitor::probes::Hooks;
+use monitor_tests::cgroup::CgroupV1;
 use probes_support::*;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -111,6 +117,122 @@ fn untraced_syscall_ns() -> (f64, f64) {
     (getppid, write)
 }
 
+/// Where the cgroup2 (unified) hierarchy is mounted, from /proc/self/mounts.
+fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+    })
+}
+
+/// Two empty `cgroup_skb` programs (`r0 = 1; exit`: every packet passes, nothing is looked at), one on ingress and
+/// one on egress of a cgroup2 group, each attached by a BPF link: what any program there costs by running at all.
+/// Loaded with the bare `bpf(2)` syscall, as they need no object. Closing the links (drop) detaches them.
+struct EmptyCgroupSkb {
+    _fds: Vec<OwnedFd>,
+}
+
+/// `struct bpf_attr` for `BPF_PROG_LOAD`, up to `expected_attach_type`, zero-padded to the size the kernel reads.
+#[repr(C)]
+struct ProgLoad {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    _rest: [u8; 56],
+}
+
+/// `struct bpf_attr` for `BPF_LINK_CREATE`: program, target cgroup, attach type, flags.
+#[repr(C)]
+struct LinkCreate {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    _rest: [u8; 112],
+}
+
+impl EmptyCgroupSkb {
+    fn attach(group: &Path) -> std::io::Result<EmptyCgroupSkb> {
+        const BPF_PROG_LOAD: libc::c_long = 5;
+        const BPF_LINK_CREATE: libc::c_long = 28;
+        const BPF_PROG_TYPE_CGROUP_SKB: u32 = 8;
+        // mov r0, 1 (BPF_ALU64 | BPF_MOV | BPF_K, imm 1); exit (BPF_JMP | BPF_EXIT).
+        let insns: [u64; 2] = [0xb7 | (1 << 32), 0x95];
+        let cgroup = std::fs::File::open(group)?;
+        let sys = |cmd: libc::c_long, attr: *const libc::c_void, size: usize| -> std::io::Result<OwnedFd> {
+            // SAFETY: `attr` points to a live, fully initialised attribute of `size` bytes for `cmd`; the kernel
+            // returns a new fd we then own.
+            let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: fd is a fresh descriptor returned to us.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        };
+        let mut fds = Vec::new();
+        // BPF_CGROUP_INET_INGRESS = 0, BPF_CGROUP_INET_EGRESS = 1.
+        for (attach_type, name) in [(0u32, *b"empty_ingress\0\0\0"), (1, *b"empty_egress\0\0\0\0")] {
+            let load = ProgLoad {
+                prog_type: BPF_PROG_TYPE_CGROUP_SKB,
+                insn_cnt: insns.len() as u32,
+                insns: insns.as_ptr() as u64,
+                license: c"GPL".as_ptr() as u64,
+                log_level: 0,
+                log_size: 0,
+                log_buf: 0,
+                kern_version: 0,
+                prog_flags: 0,
+                prog_name: name,
+                prog_ifindex: 0,
+                expected_attach_type: attach_type,
+                _rest: [0; 56],
+            };
+            let prog = sys(BPF_PROG_LOAD, (&load as *const ProgLoad).cast(), std::mem::size_of::<ProgLoad>())?;
+            let link = LinkCreate {
+                prog_fd: prog.as_raw_fd() as u32,
+                target_fd: cgroup.as_raw_fd() as u32,
+                attach_type,
+                flags: 0,
+                _rest: [0; 112],
+            };
+            let link = sys(BPF_LINK_CREATE, (&link as *const LinkCreate).cast(), std::mem::size_of::<LinkCreate>())?;
+            fds.extend([link, prog]);
+        }
+        Ok(EmptyCgroupSkb { _fds: fds })
+    }
+}
+
+/// BPF run-time statistics (name, run time, runs) of the loaded programs named `empty_*` (ours: [`EmptyCgroupSkb`]).
+fn empty_stats() -> Vec<(String, Duration, u64)> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter_map(|i| {
+            let name = i.name_as_str()?.to_string();
+            name.starts_with("empty_").then(|| (name, i.run_time(), i.run_count()))
+        })
+        .collect()
+}
+
+/// What a round's run has attached.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Detached,
+    /// A set of hooks; nginx traced or not.
+    Probes(Hooks, bool),
+    /// [`EmptyCgroupSkb`] on nginx's group.
+    EmptyCgroupSkb,
+}
+
 fn sum_stats(s: &[(String, Duration, u64)]) -> (Duration, u64) {
     s.iter().fold((Duration::ZERO, 0), |(t, n), (_, dt, dn)| (t + *dt, n + dn))
 }
@@ -126,7 +248,14 @@ fn probes_overhead_nginx() {
         (knob("PROBES_BENCH_ROUNDS", 6), knob("PROBES_BENCH_SECS", 5), knob("PROBES_BENCH_CONNS", 32));
     let dir = TempDir::new("bench");
     let port = free_port();
-    let (server, mut pids) = start_nginx(&dir, &config(&dir, port), port, 1);
+    // nginx runs in a cgroup2 group of its own (no controllers: it changes nothing for the other modes), so the
+    // empty cgroup_skb programs see its sockets and nobody else's.
+    let mount = cgroup2_mount();
+    if mount.is_none() && in_ci() {
+        panic!("{name}: no cgroup2 hierarchy mounted");
+    }
+    let group = mount.map(|m| CgroupV1::create_in(&m, "probes-bench"));
+    let (server, mut pids) = start_nginx_in(&dir, &config(&dir, port), port, 1, group.as_ref().map(|g| g.path()));
     pids.push(server.pid());
     let url = format!("http://127.0.0.1:{port}/ok");
 
@@ -139,19 +268,26 @@ fn probes_overhead_nginx() {
     // Every mode per round, in an order that rotates so each mode runs at each position equally often.
     // The last mode loads the socket set with nginx untraced: the floor of those hooks, what their programs cost
     // by running at all (on wrk's and nginx's socket operations) before they count anything.
-    let modes: [(Option<Hooks>, bool, &str); 5] = [
-        (None, false, "detached"),
-        (Some(Hooks::Tracepoints), true, "tracepoints"),
-        (Some(Hooks::RawSysExit), true, "raw sys_exit"),
-        (Some(Hooks::Sock), true, "socket"),
-        (Some(Hooks::Sock), false, "socket, nginx untraced"),
+    let mut modes = vec![
+        (Mode::Detached, "detached"),
+        (Mode::Probes(Hooks::Tracepoints, true), "tracepoints"),
+        (Mode::Probes(Hooks::RawSysExit, true), "raw sys_exit"),
+        (Mode::Probes(Hooks::Sock, true), "socket"),
+        (Mode::Probes(Hooks::Sock, false), "socket, nginx untraced"),
     ];
+    match &group {
+        Some(_) => modes.push((Mode::EmptyCgroupSkb, "empty cgroup_skb programs")),
+        None => eprintln!("no cgroup2 hierarchy mounted: the empty cgroup_skb mode is left out"),
+    }
     let n = modes.len();
     let mut runs: Vec<Vec<Run>> = (0..n).map(|_| Vec::new()).collect();
     // Cost for everyone else: syscalls of an untraced process (this one), per mode, best of three.
     for r in 0..if only_stats { 0 } else { 2 } {
-        for (hooks, _, name) in modes.into_iter().take(4) {
-            let probes = hooks.map(load_probes_with);
+        for &(mode, name) in &modes[..4] {
+            let probes = match mode {
+                Mode::Probes(hooks, _) => Some(load_probes_with(hooks)),
+                _ => None,
+            };
             let (getppid, write) = untraced_syscall_ns();
             drop(probes);
             println!(
@@ -162,9 +298,17 @@ fn probes_overhead_nginx() {
     for r in 0..if only_stats { 0 } else { rounds as usize } {
         for k in 0..n {
             let m = (r + k) % n;
-            let run = match modes[m] {
-                (None, ..) => wrk(&url, secs, conns, &pids),
-                (Some(hooks), traced, _) => {
+            let run = match modes[m].0 {
+                Mode::Detached => wrk(&url, secs, conns, &pids),
+                Mode::EmptyCgroupSkb => {
+                    let g = group.as_ref().map(|g| g.path()).unwrap_or_else(|| panic!("no group"));
+                    let programs =
+                        EmptyCgroupSkb::attach(g).unwrap_or_else(|e| panic!("empty cgroup_skb programs: {e}"));
+                    let run = wrk(&url, secs, conns, &pids);
+                    drop(programs);
+                    run
+                }
+                Mode::Probes(hooks, traced) => {
                     let mut probes = load_probes_with(hooks);
                     if traced {
                         sync(&mut probes, &pids);
@@ -182,7 +326,7 @@ fn probes_overhead_nginx() {
             runs[m].push(run);
         }
         let last: Vec<String> =
-            (0..n).map(|m| format!("{} {:.0} req/s", modes[m].2, runs[m].last().map_or(0.0, |r| r.rps))).collect();
+            (0..n).map(|m| format!("{} {:.0} req/s", modes[m].1, runs[m].last().map_or(0.0, |r| r.rps))).collect();
         eprintln!("round {r}: {}", last.join(", "));
     }
 
@@ -220,7 +364,7 @@ fn probes_overhead_nginx() {
             let costs = runs[m].iter().zip(&runs[0]).map(|(a, b)| ns(a) - ns(b)).collect();
             println!(
                 "| {} | {rps:.0} | {} | {cpu:.0} | {:.3} | {:.3} | {:.0} ns | {:.0} ns |",
-                modes[m].2,
+                modes[m].1,
                 fmt(&runs[m]),
                 rps / rps_off,
                 median(ratios),
@@ -235,7 +379,7 @@ fn probes_overhead_nginx() {
                 .zip(&runs[0])
                 .map(|(a, b)| format!("{:.3}/{:.0}", a.rps / b.rps, ns(a) - ns(b)))
                 .collect();
-            println!("{} by round (ratio/ns): {}", modes[m].2, per.join(", "));
+            println!("{} by round (ratio/ns): {}", modes[m].1, per.join(", "));
         }
     }
 
@@ -283,5 +427,27 @@ fn probes_overhead_nginx() {
             );
         }
     }
+    // The empty cgroup_skb programs, statistics on: they must have run (on every packet of nginx's sockets).
+    if let Some(g) = &group {
+        let programs = EmptyCgroupSkb::attach(g.path()).unwrap_or_else(|e| panic!("empty cgroup_skb programs: {e}"));
+        let before = empty_stats();
+        let run = wrk(&url, secs, conns, &pids);
+        let after = empty_stats();
+        drop(programs);
+        let ((t0, n0), (t1, n1)) = (sum_stats(&before), sum_stats(&after));
+        let runs = n1 - n0;
+        assert!(runs >= run.requests, "the empty cgroup_skb programs ran {runs} times for {} requests", run.requests);
+        let requests = run.requests.max(1) as f64;
+        println!(
+            "Empty cgroup_skb programs: BPF run time (stats run, {} req/s): {:.0} ns per request over {:.2} program \
+             runs per request ({:.0} ns per run)",
+            run.rps.round(),
+            (t1 - t0).as_nanos() as f64 / requests,
+            runs as f64 / requests,
+            (t1 - t0).as_nanos() as f64 / runs.max(1) as f64
+        );
+    }
     drop(stats_fd);
+    drop(server);
+    drop(group);
 }

@@ -1,7 +1,8 @@
-//! `cargo xtask bench probes`: wrk against nginx detached, on the per-syscall tracepoints and on the raw
-//! `sys_exit` tracepoint, interleaved rounds in one run (the `probes_overhead_nginx` benchmark in
+//! `cargo xtask bench probes`: wrk against nginx detached, on each set of hooks (per-syscall tracepoints, raw
+//! `sys_exit`, socket tracepoints), on the socket set with nginx untraced, and with two empty `cgroup_skb` programs
+//! on nginx's cgroup2 group, interleaved rounds in one run (the `probes_overhead_nginx` benchmark in
 //! monitor/tests/probes_bench.rs, run as root). Prints the throughput ratios and the probe cost per request of
-//! each hook set; the figures go to docs/benchmarks-probes.md.
+//! each mode; the figures go to docs/benchmarks-probes.md.
 //!
 //! Knobs passed through: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32).
 

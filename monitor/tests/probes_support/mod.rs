@@ -136,19 +136,51 @@ impl Server {
 /// Starts nginx on the config text `conf` (written into `dir`, errors to `dir/error.log`) listening on `port`, and
 /// waits (bounded) for its `workers` worker processes. Returns the master and the workers' pids.
 pub fn start_nginx(dir: &TempDir, conf: &str, port: u16, workers: usize) -> (Server, Vec<u32>) {
+    start_nginx_in(dir, conf, port, workers, None)
+}
+
+/// [`start_nginx`], the master started inside the cgroup `cgroup` (its `cgroup.procs` written by the child
+/// before it runs nginx), so its sockets belong to that group from the start.
+pub fn start_nginx_in(
+    dir: &TempDir,
+    conf: &str,
+    port: u16,
+    workers: usize,
+    cgroup: Option<&Path>,
+) -> (Server, Vec<u32>) {
     let conf = dir.write("nginx.conf", conf.as_bytes());
-    let server = Server::start(
-        Command::new("nginx")
-            .arg("-c")
-            .arg(&conf)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        port,
-    );
+    let mut cmd = Command::new("nginx");
+    cmd.arg("-c")
+        .arg(&conf)
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-e")
+        .arg(dir.path().join("error.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(group) = cgroup {
+        let procs = std::ffi::CString::new(group.join("cgroup.procs").as_os_str().as_encoded_bytes())
+            .unwrap_or_else(|e| panic!("cgroup path {}: {e}", group.display()));
+        // SAFETY: the closure only calls open, write and close (async-signal-safe) on memory prepared before the
+        // fork, and reports failure through the return value.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let err = std::io::Error::last_os_error();
+                libc::close(fd);
+                if written == 1 {
+                    Ok(())
+                } else {
+                    Err(err)
+                }
+            })
+        };
+    }
+    let server = Server::start(&mut cmd, port);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let pids = server.children();
