@@ -1,7 +1,7 @@
-//! `FORKED`: processes the kernel started tracing at their fork (`task/task_newtask`) (their parent's tgid was traced), with that
-//! parent's tgid. The `fork` program writes an entry before it sets the child's filter bit; user space drains the
-//! map every sample, keeps the lineage and folds the counts of children that have exited into their nearest
-//! traced ancestor.
+//! `FORKED`: processes the kernel started tracing at their fork (`task/task_newtask`) (their parent's tgid was traced),
+//! with that parent's tgid. The `fork` program writes an entry before it sets the child's filter bit; user space drains
+//! the map every sample, keeps the lineage and folds the counts of children that have exited into their nearest traced
+//! ancestor.
 
 /// Name of the map in the object.
 pub const MAP: &str = "FORKED";

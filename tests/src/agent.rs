@@ -23,7 +23,8 @@ pub fn workspace_root() -> PathBuf {
     here.parent().map(Path::to_path_buf).unwrap_or_else(|| here.to_path_buf())
 }
 
-/// The agent binary: `$MONITOR_BIN` (relative: to the workspace root), else `<workspace>/target/debug/monitor`. Panics if it does not exist.
+/// The agent binary: `$MONITOR_BIN` (relative: to the workspace root), else `<workspace>/target/debug/monitor`. Panics
+/// if it does not exist.
 pub fn monitor_bin() -> PathBuf {
     let bin = match std::env::var_os("MONITOR_BIN") {
         // cargo runs tests in the package's folder: a relative path is taken from the workspace root.

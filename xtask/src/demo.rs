@@ -1,8 +1,9 @@
-//! `cargo xtask demo`: the whole system on this host. `monitor run` (agent + launcher + front door) over a master
-//! and two workers of the fixture backend, in a limited memory cgroup it creates (v1, or v2 on a unified-only host); a small load through the
-//! front door; the group pushed past refuse_at (85%: new requests shed with 503) and abort_at (92%: the largest
-//! process's in-flight request cancelled) and back; then SIGTERM, a drain, exit 0, and a check that nothing is
-//! left. Ctrl-C at any point drains and cleans up; a watchdog that outlives xtask cleans up if xtask is killed.
+//! `cargo xtask demo`: the whole system on this host. `monitor run` (agent + launcher + front door) over a master and
+//! two workers of the fixture backend, in a limited memory cgroup it creates (v1, or v2 on a unified-only host); a
+//! small load through the front door; the group pushed past refuse_at (85%: new requests shed with 503) and abort_at
+//! (92%: the largest process's in-flight request cancelled) and back; then SIGTERM, a drain, exit 0, and a check that
+//! nothing is left. Ctrl-C at any point drains and cleans up; a watchdog that outlives xtask cleans up if xtask is
+//! killed.
 
 mod load;
 mod system;

@@ -1,6 +1,6 @@
-//! The demo's running system: a temp config, `monitor run` over a master and two workers of `fixture-backend` in
-//! a limited memory cgroup it creates (v1, or v2 on a unified-only host), free loopback ports, a watchdog that cleans up if xtask itself dies, and
-//! the checks that nothing is left behind.
+//! The demo's running system: a temp config, `monitor run` over a master and two workers of `fixture-backend` in a
+//! limited memory cgroup it creates (v1, or v2 on a unified-only host), free loopback ports, a watchdog that cleans up
+//! if xtask itself dies, and the checks that nothing is left behind.
 
 use anyhow::{bail, Context, Result};
 use monitor_tests::http;

@@ -1,5 +1,6 @@
-//! The test VM's initramfs: static busybox with its applet links, the static (musl) `monitor` with its eBPF
-//! object, `alloc-hog`, `fixture-backend` and `vm-suite`, and tests/vm/init as `/init`; packed with `busybox cpio -H newc | gzip -1`.
+//! The test VM's initramfs: static busybox with its applet links, the static (musl) `monitor` with its eBPF object,
+//! `alloc-hog`, `fixture-backend` and `vm-suite`, and tests/vm/init as `/init`; packed with `busybox cpio -H newc |
+//! gzip -1`.
 
 use crate::util::run as sh;
 use anyhow::{bail, Context, Result};
