@@ -12,7 +12,9 @@
 //! round's runs are seconds apart, so a load change between rounds moves the means more than the per-round ratios).
 //! Each proxy's CPU time per request (user and system, all its threads; nginx: its workers) is read from
 //! `/proc/<pid>/stat` around each run: on a machine whose two cores are shared by wrk, the proxies and the backends,
-//! that is what throughput is made of, and it moves less with other load than req/s does.
+//! that is what throughput is made of, and it moves less with other load than req/s does. The wake-up interrupts
+//! of the whole machine per request (`RES` + `CAL` in /proc/interrupts: a task woken on another core) are counted
+//! around each run too: at c=1 they decide the throughput here (docs/benchmarks-proxy.md, session 7).
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -35,6 +37,22 @@ struct Wrk {
     /// CPU µs per request of the target's own processes (0 for direct).
     user_us: f64,
     sys_us: f64,
+    /// Wake-up interrupts between cores per request, the whole machine ([`wakeup_ipis`]).
+    ipis: f64,
+}
+
+/// Interrupts sent to wake a task on another core so far, all cores: `RES` (reschedule) and `CAL` (function call,
+/// which this kernel's queued remote wake-ups use) in /proc/interrupts (x86; 0 where the lines are missing).
+fn wakeup_ipis() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/interrupts") else { return 0 };
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let rest = l.strip_prefix("RES:").or_else(|| l.strip_prefix("CAL:"))?;
+            // Per-core counts, then the description.
+            Some(rest.split_whitespace().map_while(|v| v.parse::<u64>().ok()).sum::<u64>())
+        })
+        .sum()
 }
 
 /// (user, system) clock ticks of `pids` so far, all threads of each.
@@ -123,9 +141,10 @@ fn wrk(port: u16, conns: u32, seconds: u64) -> Result<Wrk> {
 
 /// One measured wrk run, with the CPU time of `pids` per request.
 fn measure(port: u16, conns: u32, seconds: u64, pids: &[u32]) -> Result<Wrk> {
-    let before = cpu_ticks(pids);
+    let (before, ipis) = (cpu_ticks(pids), wakeup_ipis());
     let mut w = wrk(port, conns, seconds)?;
-    let after = cpu_ticks(pids);
+    let (after, ipis) = (cpu_ticks(pids), wakeup_ipis().saturating_sub(ipis));
+    w.ipis = ipis as f64 / w.requests.max(1.0);
     let per_req = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / clock_ticks_per_s() * 1e6 / w.requests.max(1.0);
     w.user_us = per_req(after.0, before.0);
     w.sys_us = per_req(after.1, before.1);
@@ -281,8 +300,13 @@ pub fn run() -> Result<()> {
     let at = |name: &str| targets.iter().position(|t| t.0 == name).unwrap_or(0);
     let (i_hop, i_relay, i_nginx) = (at("bare hyper hop"), at("byte relay"), at("nginx"));
     println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)");
-    println!("CPU: µs of the proxy's own processes per request (user + system)\n");
-    println!("| c | target | req/s | p50 µs | p99 µs | CPU µs/req |\n| --- | --- | --- | --- | --- | --- |");
+    println!(
+        "CPU: µs of the proxy's own processes per request (user + system); IPIs: wake-up interrupts between cores"
+    );
+    println!("per request, the whole machine\n");
+    println!(
+        "| c | target | req/s | p50 µs | p99 µs | CPU µs/req | IPIs/req |\n| --- | --- | --- | --- | --- | --- | --- |"
+    );
     let mut summary = Vec::new();
     for c in [1u32, 16, 64] {
         let mut row: Vec<Wrk> = targets.iter().map(|_| Wrk::default()).collect();
@@ -293,13 +317,14 @@ pub fn run() -> Result<()> {
                 let _ = wrk(*port, c, 1)?; // warm-up: connections, pools
                 let w = measure(*port, c, seconds, pids)?;
                 let cpu = if pids.is_empty() { String::new() } else { format!("{:.0} + {:.0}", w.user_us, w.sys_us) };
-                println!("| {c} | {name} | {:.0} | {:.0} | {:.0} | {cpu} |", w.rps, w.p50_us, w.p99_us);
+                println!("| {c} | {name} | {:.0} | {:.0} | {:.0} | {cpu} | {:.2} |", w.rps, w.p50_us, w.p99_us, w.ipis);
                 let n = rounds as f64;
                 sum.rps += w.rps / n;
                 sum.p50_us += w.p50_us / n;
                 sum.p99_us += w.p99_us / n;
                 sum.user_us += w.user_us / n;
                 sum.sys_us += w.sys_us / n;
+                sum.ipis += w.ipis / n;
                 this_round.push(w.rps);
             }
             ratios.push(this_round[1] / this_round[i_nginx]);
@@ -342,7 +367,10 @@ pub fn run() -> Result<()> {
                 ours.rps / old.rps
             );
         }
-        println!();
+        println!(
+            "; wake-up IPIs per request: monitor {:.2}, bare hop {:.2}, byte relay {:.2}, nginx {:.2}",
+            ours.ipis, hop.ipis, relay.ipis, nginx.ipis
+        );
     }
     drop(floors);
     let _ = std::fs::remove_dir_all(&dir);
