@@ -76,6 +76,17 @@ impl Drop for ChildGuard {
 /// Spawns `cmd` as a member of the cgroup directory `cgroup` (v1 or v2): the child writes `0` (itself) to
 /// `<cgroup>/cgroup.procs` between fork and exec, so everything it allocates is charged to that group.
 pub fn spawn_in_cgroup(cmd: &mut Command, cgroup: &Path) -> ChildGuard {
+    join_cgroup_at_exec(cmd, cgroup);
+    match cmd.spawn() {
+        Ok(c) => ChildGuard(c),
+        Err(e) => panic!("cannot start {cmd:?} in {}: {e}", cgroup.display()),
+    }
+}
+
+/// Makes the child that `cmd` spawns join the cgroup directory `cgroup` (v1 or v2) before it execs: it writes `0`
+/// (itself) to `<cgroup>/cgroup.procs` between fork and exec, and the spawn fails if it cannot. For a caller that
+/// spawns the command its own way ([`spawn_in_cgroup`] spawns it).
+pub fn join_cgroup_at_exec(cmd: &mut Command, cgroup: &Path) {
     let procs = cgroup.join("cgroup.procs");
     let path = match CString::new(procs.as_os_str().as_bytes()) {
         Ok(p) => p,
@@ -97,10 +108,6 @@ pub fn spawn_in_cgroup(cmd: &mut Command, cgroup: &Path) -> ChildGuard {
             }
             Ok(())
         });
-    }
-    match cmd.spawn() {
-        Ok(c) => ChildGuard(c),
-        Err(e) => panic!("cannot start {cmd:?} in {}: {e}", cgroup.display()),
     }
 }
 

@@ -16,7 +16,7 @@ pub mod require;
 
 pub use agent::{monitor_bin, run_monitor, workspace_root, Agent, Finished};
 pub use cgroup::CgroupV1;
-pub use child::{spawn_in_cgroup, ChildGuard};
+pub use child::{join_cgroup_at_exec, spawn_in_cgroup, ChildGuard};
 pub use hog::Hog;
 pub use require::{in_ci, is_root, on_path, require, require_root, require_v1};
 

@@ -139,8 +139,8 @@ pub fn start_nginx(dir: &TempDir, conf: &str, port: u16, workers: usize) -> (Ser
     start_nginx_in(dir, conf, port, workers, None)
 }
 
-/// [`start_nginx`], the master started inside the cgroup `cgroup` (its `cgroup.procs` written by the child
-/// before it runs nginx), so its sockets belong to that group from the start.
+/// [`start_nginx`], the master started inside the cgroup `cgroup` (it joins before it runs nginx), so its sockets
+/// belong to that group from the start.
 pub fn start_nginx_in(
     dir: &TempDir,
     conf: &str,
@@ -159,26 +159,7 @@ pub fn start_nginx_in(
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     if let Some(group) = cgroup {
-        let procs = std::ffi::CString::new(group.join("cgroup.procs").as_os_str().as_encoded_bytes())
-            .unwrap_or_else(|e| panic!("cgroup path {}: {e}", group.display()));
-        // SAFETY: the closure only calls open, write and close (async-signal-safe) on memory prepared before the
-        // fork, and reports failure through the return value.
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let err = std::io::Error::last_os_error();
-                libc::close(fd);
-                if written == 1 {
-                    Ok(())
-                } else {
-                    Err(err)
-                }
-            })
-        };
+        monitor_tests::join_cgroup_at_exec(&mut cmd, group);
     }
     let server = Server::start(&mut cmd, port);
     let deadline = Instant::now() + Duration::from_secs(10);
