@@ -16,7 +16,7 @@ use monitor::probes::Hooks;
 use monitor_tests::cgroup::CgroupV1;
 use probes_support::*;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -115,15 +115,6 @@ fn untraced_syscall_ns() -> (f64, f64) {
         libc::write(fd, b"x".as_ptr().cast(), 1);
     });
     (getppid, write)
-}
-
-/// Where the cgroup2 (unified) hierarchy is mounted, from /proc/self/mounts.
-fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-    })
 }
 
 /// Two empty `cgroup_skb` programs (`r0 = 1; exit`: every packet passes, nothing is looked at), one on ingress and
@@ -250,7 +241,7 @@ fn probes_overhead_nginx() {
     let port = free_port();
     // nginx runs in a cgroup2 group of its own (no controllers: it changes nothing for the other modes), so the
     // empty cgroup_skb programs see its sockets and nobody else's.
-    let mount = cgroup2_mount();
+    let mount = monitor::cgroup::Mounts::read().ok().and_then(|m| m.v2);
     if mount.is_none() && in_ci() {
         panic!("{name}: no cgroup2 hierarchy mounted");
     }
