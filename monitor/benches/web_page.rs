@@ -89,6 +89,7 @@ impl Feed {
                 usage_bytes: usage,
                 limit_bytes: LIMIT,
                 limit_source: LimitSource::Cgroup,
+                oom_kills: None,
             },
             processes,
             agent_pid: 0,
@@ -100,6 +101,10 @@ impl Feed {
             decision,
             probes: ProbeStatus { enabled: true, reason: None, hooks: Some("sock".into()) },
             error: None,
+            wake: monitor::wakeup::Wake::timer(),
+            wakeups: Default::default(),
+            brake: None,
+            next_sample_ms: 100,
         }
     }
 }

@@ -57,6 +57,46 @@ pub struct PolicyConfig {
     pub shadow: bool,
     /// While still at or above abort_at this long after an abort, abort the (new) largest again. Default 5000.
     pub abort_repeat_ms: u64,
+    /// The kernel's wake-ups the sampler also listens to, besides its timer, each used where the kernel offers it:
+    /// `thresholds` (cgroup v1 memory thresholds on `memory.usage_in_bytes`), `events` (cgroup v2 `memory.events`
+    /// changes), `pressure` (a cgroup v2 PSI trigger on `memory.pressure`). Empty: the timer only. Default all three.
+    pub wakeups: Vec<WakeupKind>,
+    /// Sample faster as the headroom to the next line shrinks and the growth rises, down to `min_interval_ms`;
+    /// `interval_ms` when far from the lines. Default true (false: every `interval_ms`).
+    pub pacing: bool,
+    /// The shortest interval pacing may choose, in milliseconds (1..=interval_ms). Default 5.
+    pub min_interval_ms: u64,
+    /// The fastest growth pacing assumes, in MiB/s, while no kernel threshold watches the group's usage (cgroup v2,
+    /// or `thresholds` off): a grower this fast is sampled before it can cross the next line. Default 2048.
+    pub fill_rate_mib_s: u64,
+    /// cgroup v2: set the group's `memory.high` at this fraction of the limit, so the kernel throttles a grower there
+    /// instead of killing it at the limit, which gives the abort time to land. Above abort_at and below 1. The old
+    /// value is put back on exit (and at the next start after a crash); `memory.max` is never touched. Default: off.
+    pub brake_at: Option<f64>,
+}
+
+/// A kernel wake-up source of the sampler (`[policy] wakeups`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WakeupKind {
+    /// cgroup v1: eventfd thresholds on `memory.usage_in_bytes`, re-armed around the usage after each wake-up.
+    Thresholds,
+    /// cgroup v2: a change of `memory.events` (`high`, `max`, `oom`, `oom_kill`).
+    Events,
+    /// cgroup v2: a PSI trigger on the group's `memory.pressure`.
+    Pressure,
+}
+
+impl WakeupKind {
+    pub const ALL: [WakeupKind; 3] = [WakeupKind::Thresholds, WakeupKind::Events, WakeupKind::Pressure];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WakeupKind::Thresholds => "thresholds",
+            WakeupKind::Events => "events",
+            WakeupKind::Pressure => "pressure",
+        }
+    }
 }
 
 impl Default for PolicyConfig {
@@ -69,6 +109,11 @@ impl Default for PolicyConfig {
             limit_bytes: None,
             shadow: false,
             abort_repeat_ms: 5000,
+            wakeups: WakeupKind::ALL.to_vec(),
+            pacing: true,
+            min_interval_ms: 5,
+            fill_rate_mib_s: 2048,
+            brake_at: None,
         }
     }
 }
@@ -433,6 +478,25 @@ impl Config {
                 &[Key("policy"), Key("interval_ms")],
                 format!("{} is below interval_ms ({})", p.abort_repeat_ms, p.interval_ms),
             ));
+        }
+        if !(1..=p.interval_ms).contains(&p.min_interval_ms) {
+            out.push(problem_with(
+                &[Key("policy"), Key("min_interval_ms")],
+                &[Key("policy"), Key("interval_ms")],
+                format!("{} is not in 1..=interval_ms ({})", p.min_interval_ms, p.interval_ms),
+            ));
+        }
+        if p.fill_rate_mib_s == 0 {
+            out.push(problem(&[Key("policy"), Key("fill_rate_mib_s")], "must be at least 1"));
+        }
+        if let Some(b) = p.brake_at {
+            if !(b > p.abort_at && b < 1.0) {
+                out.push(problem_with(
+                    &[Key("policy"), Key("brake_at")],
+                    &[Key("policy"), Key("abort_at")],
+                    format!("{b} must be above abort_at ({}) and below 1", p.abort_at),
+                ));
+            }
         }
         if let Err(e) = self.web.listen.parse::<SocketAddr>() {
             out.push(problem(&[Key("web"), Key("listen")], format!("{:?} is not an address: {e}", self.web.listen)));

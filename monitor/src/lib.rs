@@ -6,6 +6,7 @@
 pub mod actions;
 pub mod alerts;
 pub mod api;
+pub mod brake;
 pub mod cgroup;
 pub mod client;
 pub mod config;
@@ -23,3 +24,4 @@ pub mod sampler;
 pub mod snapshot;
 pub mod table;
 pub mod token;
+pub mod wakeup;

@@ -202,6 +202,7 @@ mod tests {
                 usage_bytes: usage,
                 limit_bytes: limit,
                 limit_source: LimitSource::Cgroup,
+                oom_kills: None,
             },
             processes: procs,
             agent_pid: 0,

@@ -3,11 +3,13 @@
 //! sample in order for those that must not miss a state that lasted one sample (alerts, actions, history). It
 //! runs on its own thread so a sample never waits on the async runtime and its cost stays measurable.
 
+use crate::brake::BrakeStatus;
 use crate::cgroup::{CgroupError, Group, GroupReader};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
 use crate::probes::Probes;
 use crate::procs::ProcTable;
 use crate::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
+use crate::wakeup::{Wake, WakeupStatus};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -38,6 +40,14 @@ pub struct Published {
     /// Set when the latest sample failed (the group vanished, a file became unreadable); the snapshot is the last
     /// good one.
     pub error: Option<String>,
+    /// What woke the sampler for this sample, and when: consumers time their reaction from `wake.at`.
+    pub wake: Wake,
+    /// The kernel wake-up sources armed, and why the others are not.
+    pub wakeups: Arc<WakeupStatus>,
+    /// The memory brake, when `[policy] brake_at` is set.
+    pub brake: Option<BrakeStatus>,
+    /// The interval until the next timed sample, in milliseconds, as pacing chose it.
+    pub next_sample_ms: u64,
 }
 
 /// Samples a slow consumer may fall behind by before it loses some (at the default 100 ms interval, 6.4 s). The
@@ -133,6 +143,7 @@ impl Published {
                     usage_bytes: 0,
                     limit_bytes: 1,
                     limit_source: LimitSource::Cgroup,
+                    oom_kills: None,
                 },
                 processes: Vec::new(),
                 agent_pid: 0,
@@ -148,6 +159,10 @@ impl Published {
             },
             probes: ProbeStatus { enabled: false, reason: None, hooks: None },
             error: None,
+            wake: Wake::timer(),
+            wakeups: Arc::new(WakeupStatus::default()),
+            brake: None,
+            next_sample_ms: 100,
         }
     }
 }
@@ -360,6 +375,7 @@ impl Sampler {
                 usage_bytes: mem.usage_bytes,
                 limit_bytes,
                 limit_source,
+                oom_kills: mem.oom_kills,
             },
             processes: self.samples.clone(),
             agent_pid: self.agent_pid,
@@ -425,7 +441,16 @@ pub fn spawn(
                     state = s;
                     log_decision(&decision, &snap);
                     let probes = sampler.probe_status().clone();
-                    feed.publish(Arc::new(Published { snapshot: snap, decision, probes, error: None }));
+                    feed.publish(Arc::new(Published {
+                        snapshot: snap,
+                        decision,
+                        probes,
+                        error: None,
+                        wake: Wake::timer(),
+                        wakeups: Arc::new(WakeupStatus::default()),
+                        brake: None,
+                        next_sample_ms: interval.as_millis() as u64,
+                    }));
                 }
                 Err(e) => {
                     if !failing {
@@ -447,7 +472,17 @@ pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicySt
     let (state, decision) = decide(&PolicyState::default(), &snap, thresholds);
     log_decision(&decision, &snap);
     let probes = sampler.probe_status().clone();
-    Ok((state, Published { snapshot: snap, decision, probes, error: None }))
+    let published = Published {
+        snapshot: snap,
+        decision,
+        probes,
+        error: None,
+        wake: Wake::timer(),
+        wakeups: Arc::new(WakeupStatus::default()),
+        brake: None,
+        next_sample_ms: 0,
+    };
+    Ok((state, published))
 }
 
 /// A sampler opened on the group, with its first sample taken and decided on.

@@ -32,6 +32,9 @@ pub struct GroupSample {
     pub usage_bytes: u64,
     pub limit_bytes: u64,
     pub limit_source: LimitSource,
+    /// How many processes of the group the kernel's OOM killer has killed since the group was created (v2
+    /// `memory.events` `oom_kill`, v1 `memory.oom_control` `oom_kill`); None where the kernel does not count them.
+    pub oom_kills: Option<u64>,
 }
 
 impl GroupSample {

@@ -173,6 +173,8 @@ pub struct Memory {
     pub usage_bytes: u64,
     /// None when no cgroup up the tree sets a limit.
     pub limit_bytes: Option<u64>,
+    /// The kernel's count of OOM kills in the group (None where the kernel has no such count).
+    pub oom_kills: Option<u64>,
 }
 
 struct OpenFile {
@@ -215,6 +217,9 @@ pub struct GroupReader {
     max_files: Vec<OpenFile>,
     /// `cgroup.procs` of the group and of every descendant cgroup.
     procs_files: Vec<OpenFile>,
+    /// Where the kernel counts the group's OOM kills: v2 `memory.events`, v1 `memory.oom_control` (None when the
+    /// file is missing).
+    oom_file: Option<OpenFile>,
     buf: Vec<u8>,
 }
 
@@ -234,7 +239,13 @@ impl GroupReader {
                 }
             }
         }
-        let mut reader = GroupReader { group, stat, max_files, procs_files: Vec::new(), buf: Vec::with_capacity(8192) };
+        let oom_name = match group.version {
+            CgroupVersion::V1 => "memory.oom_control",
+            CgroupVersion::V2 => "memory.events",
+        };
+        let oom_file = OpenFile::open(group.dir.join(oom_name)).ok();
+        let mut reader =
+            GroupReader { group, stat, max_files, procs_files: Vec::new(), oom_file, buf: Vec::with_capacity(8192) };
         reader.rescan()?;
         Ok(reader)
     }
@@ -270,13 +281,14 @@ impl GroupReader {
         Ok(())
     }
 
-    /// Usage and limit of the group.
+    /// Usage, limit and OOM kills of the group.
     pub fn memory(&mut self) -> Result<Memory, CgroupError> {
+        let oom_kills = self.oom_kills()?;
         let text = self.stat.read(&mut self.buf)?;
         match self.group.version {
             CgroupVersion::V1 => {
                 let stat = v1::parse_memory_stat(text).map_err(|msg| self.parse_err(msg))?;
-                Ok(Memory { usage_bytes: stat.total_rss, limit_bytes: stat.limit_bytes })
+                Ok(Memory { usage_bytes: stat.total_rss, limit_bytes: stat.limit_bytes, oom_kills })
             }
             CgroupVersion::V2 => {
                 let usage_bytes = v2::parse_anon(text).map_err(|msg| self.parse_err(msg))?;
@@ -287,9 +299,17 @@ impl GroupReader {
                         v2::parse_memory_max(text).map_err(|msg| CgroupError::Parse { path: f.path.clone(), msg })?;
                     limit = v2::min_limit(limit, max);
                 }
-                Ok(Memory { usage_bytes, limit_bytes: limit })
+                Ok(Memory { usage_bytes, limit_bytes: limit, oom_kills })
             }
         }
+    }
+
+    /// The `oom_kill` count of the group's OOM file (both versions name it so); None without the file or the key
+    /// (v1 before Linux 4.13).
+    fn oom_kills(&mut self) -> Result<Option<u64>, CgroupError> {
+        let Some(f) = &self.oom_file else { return Ok(None) };
+        let text = f.read(&mut self.buf)?;
+        v2::keyed(text, "oom_kill").map_err(|msg| CgroupError::Parse { path: f.path.clone(), msg })
     }
 
     /// The pids of the group and its descendants, sorted and unique.
@@ -408,7 +428,7 @@ mod tests {
         };
         let mut r = GroupReader::open(group).expect("open");
         let m = r.memory().expect("memory");
-        assert_eq!(m, Memory { usage_bytes: 41996288, limit_bytes: Some(402653184) });
+        assert_eq!(m, Memory { usage_bytes: 41996288, limit_bytes: Some(402653184), oom_kills: Some(2) });
         let mut pids = Vec::new();
         r.pids(&mut pids).expect("pids");
         assert_eq!(pids, vec![4301, 4302, 4303]);

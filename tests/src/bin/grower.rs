@@ -1,0 +1,172 @@
+//! `grower [--rate-mib-s N] [--chunk-mib N] [--max-mib N] [--ignore-signal]`: a fixture process that grows its
+//! anonymous memory as fast as a runaway server would, for the reaction tests and `cargo xtask bench reaction`.
+//!
+//! It prints `ready <pid>`, waits for a line on stdin, then maps and touches `--chunk-mib` (default 4) MiB chunks
+//! until it holds `--max-mib` (default 700), paced to `--rate-mib-s` (0, the default: as fast as it can). It
+//! stamps each chunk with `CLOCK_MONOTONIC` in a table made before it starts, so growing allocates nothing else.
+//!
+//! On SIGUSR2 (monitor's abort signal in these tests) it stamps the signal's arrival in the handler, unmaps every
+//! chunk, prints one JSON line and exits 0:
+//! `{"signal_ns": N, "freed_ns": N, "peak_bytes": N, "chunks": [[t_ns, bytes_after], ...]}`
+//! (times from `CLOCK_MONOTONIC`, which the bench reads too). Having reached `--max-mib` it holds its memory until
+//! the signal, or until stdin closes (then it prints the same line with `signal_ns` null and exits 0). With
+//! `--ignore-signal` it ignores SIGUSR2, so the kernel's OOM killer ends it if the group's limit is below
+//! `--max-mib`.
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+const MIB: usize = 1024 * 1024;
+
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+static SIGNAL_NS: AtomicU64 = AtomicU64::new(0);
+
+/// `CLOCK_MONOTONIC` in nanoseconds (async-signal-safe).
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+extern "C" fn on_abort(_: libc::c_int) {
+    SIGNAL_NS.store(now_ns(), Ordering::SeqCst);
+    SIGNALLED.store(true, Ordering::SeqCst);
+}
+
+struct Args {
+    rate_mib_s: u64,
+    chunk_mib: usize,
+    max_mib: usize,
+    ignore_signal: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args { rate_mib_s: 0, chunk_mib: 4, max_mib: 700, ignore_signal: false };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--ignore-signal" {
+            a.ignore_signal = true;
+            continue;
+        }
+        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let n: u64 = v.parse().map_err(|_| format!("{flag} {v}: not a whole number"))?;
+        match flag.as_str() {
+            "--rate-mib-s" => a.rate_mib_s = n,
+            "--chunk-mib" if n > 0 => a.chunk_mib = n as usize,
+            "--max-mib" if n > 0 => a.max_mib = n as usize,
+            _ => return Err(format!("unknown or bad argument {flag} {v}")),
+        }
+    }
+    Ok(a)
+}
+
+/// Maps and touches one chunk; None when the kernel refuses the mapping.
+fn chunk(bytes: usize, page: usize) -> Option<*mut u8> {
+    // SAFETY: a new private anonymous mapping; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let p = p.cast::<u8>();
+    let mut off = 0;
+    while off < bytes {
+        // SAFETY: off < bytes, inside the read-write mapping just made.
+        unsafe { ptr::write_volatile(p.add(off), 1) };
+        off += page;
+    }
+    Some(p)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("grower: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let handler = if args.ignore_signal { libc::SIG_IGN } else { on_abort as extern "C" fn(libc::c_int) as usize };
+    // SAFETY: installing a handler that only stores to atomics, or SIG_IGN.
+    unsafe { libc::signal(libc::SIGUSR2, handler) };
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as usize,
+        _ => 4096,
+    };
+    let chunk_bytes = args.chunk_mib * MIB;
+    let n_chunks = args.max_mib.div_ceil(args.chunk_mib);
+    let mut maps: Vec<*mut u8> = Vec::with_capacity(n_chunks);
+    let mut stamps: Vec<(u64, u64)> = Vec::with_capacity(n_chunks);
+
+    println!("ready {}", std::process::id());
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    let stdin = std::io::stdin();
+    if stdin.lock().read_line(&mut line).unwrap_or(0) == 0 {
+        return ExitCode::SUCCESS;
+    }
+
+    let start = now_ns();
+    // Nanoseconds per chunk at the asked rate (0: no pacing).
+    let per_chunk_ns = (chunk_bytes as u64 * 1_000_000_000).checked_div(args.rate_mib_s * MIB as u64).unwrap_or(0);
+    while maps.len() < n_chunks && !SIGNALLED.load(Ordering::SeqCst) {
+        if per_chunk_ns > 0 {
+            let due = start + per_chunk_ns * maps.len() as u64;
+            while now_ns() < due && !SIGNALLED.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            if SIGNALLED.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+        match chunk(chunk_bytes, page) {
+            Some(p) => maps.push(p),
+            None => break,
+        }
+        stamps.push((now_ns(), (maps.len() * chunk_bytes) as u64));
+    }
+    let peak_bytes = maps.len() * chunk_bytes;
+    // Hold until the signal, or until stdin closes (the test or bench is done with it).
+    if !SIGNALLED.load(Ordering::SeqCst) {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            while std::io::stdin().lock().read_line(&mut rest).unwrap_or(0) > 0 {
+                rest.clear();
+            }
+            let _ = tx.send(());
+        });
+        while !SIGNALLED.load(Ordering::SeqCst) {
+            match rx.recv_timeout(std::time::Duration::from_millis(1)) {
+                Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+    for p in maps.drain(..) {
+        // SAFETY: each pointer is a mapping of chunk_bytes made above and unmapped once.
+        unsafe { libc::munmap(p.cast(), chunk_bytes) };
+    }
+    let freed_ns = now_ns();
+    let signal = SIGNALLED.load(Ordering::SeqCst).then(|| SIGNAL_NS.load(Ordering::SeqCst));
+    let chunks: Vec<String> = stamps.iter().map(|(t, b)| format!("[{t},{b}]")).collect();
+    println!(
+        "{{\"signal_ns\": {}, \"freed_ns\": {freed_ns}, \"peak_bytes\": {peak_bytes}, \"chunks\": [{}]}}",
+        signal.map_or("null".to_string(), |s| s.to_string()),
+        chunks.join(",")
+    );
+    let _ = std::io::stdout().flush();
+    ExitCode::SUCCESS
+}
