@@ -17,6 +17,7 @@ pub mod policy;
 pub mod probes;
 pub mod procs;
 pub mod proxy;
+pub mod reaction;
 pub mod report;
 pub mod route;
 pub mod run;
