@@ -1,8 +1,22 @@
 //! The memory brake (`[policy] brake_at`, cgroup v2 only): the agent sets the group's `memory.high` at a fraction
 //! of its limit, so the kernel throttles a grower's allocations there instead of OOM-killing it at `memory.max`,
 //! and the abort has time to land. `memory.max` is never touched.
+//!
+//! What the brake set and what was there before are kept in a record, the extended attribute
+//! `user.monitor.brake` (`previous=<max|bytes> set=<bytes>`) on the group's directory: it survives the agent's
+//! SIGKILL, so the next agent puts the old value back ([`Brake::recover`]), and it dies with the cgroup, so a
+//! group created again never gets a stale record applied. A `memory.high` that no longer holds what the record says
+//! was changed by someone else since, and is left to them.
 
 use serde::Serialize;
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The extended attribute holding the record on the group's directory.
+pub const RECORD_XATTR: &str = "user.monitor.brake";
+const RECORD_NAME: &CStr = c"user.monitor.brake";
 
 /// The brake as the API and the home page show it.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -15,4 +29,648 @@ pub struct BrakeStatus {
     pub previous: String,
     /// Why the brake is not set, when it is not.
     pub error: Option<String>,
+    /// Why `memory.high` was left as it is, when the group's own value is at or below the brake.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Set when the record cannot be kept (extended attributes refused): the brake works, but a value left behind by
+    /// a SIGKILLed agent would not be put back at the next start.
+    #[serde(default)]
+    pub warning: Option<String>,
+}
+
+impl BrakeStatus {
+    /// The status of a brake that could not be engaged at all.
+    pub fn failed(at: f64, error: &BrakeError) -> BrakeStatus {
+        let error = Some(error.to_string());
+        BrakeStatus { at, high_bytes: None, previous: String::new(), error, note: None, warning: None }
+    }
+}
+
+/// Everything that can go wrong braking.
+#[derive(Debug, thiserror::Error)]
+pub enum BrakeError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: {msg}")]
+    Parse { path: PathBuf, msg: String },
+    #[error("{path}: the brake's record ({RECORD_XATTR}): {source}")]
+    Record { path: PathBuf, source: io::Error },
+    #[error("brake_at {at} is not a fraction between 0 and 1")]
+    Fraction { at: f64 },
+    #[error("brake_at {at} of a {limit_bytes}-byte limit is less than a page")]
+    TooLow { at: f64, limit_bytes: u64 },
+}
+
+/// A `memory.high` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum High {
+    Max,
+    Bytes(u64),
+}
+
+impl High {
+    pub fn parse(text: &str) -> Option<High> {
+        match text.trim() {
+            "max" => Some(High::Max),
+            t => t.parse().ok().map(High::Bytes),
+        }
+    }
+
+    pub fn text(self) -> String {
+        match self {
+            High::Max => "max".into(),
+            High::Bytes(b) => b.to_string(),
+        }
+    }
+
+    fn at_or_below(self, bytes: u64) -> bool {
+        matches!(self, High::Bytes(b) if b <= bytes)
+    }
+}
+
+/// What the brake set and what was there before. `was` is the value being moved from while the limit moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    pub previous: High,
+    pub set: u64,
+    pub was: Option<u64>,
+}
+
+impl Record {
+    pub fn text(&self) -> String {
+        let mut t = format!("previous={} set={}", self.previous.text(), self.set);
+        if let Some(w) = self.was {
+            t.push_str(&format!(" was={w}"));
+        }
+        t
+    }
+
+    /// Whether `memory.high` still holds what the brake set.
+    pub fn holds(&self, high: High) -> bool {
+        high == High::Bytes(self.set) || self.was.is_some_and(|w| high == High::Bytes(w))
+    }
+}
+
+/// Parses a record: `previous=<max|bytes> set=<bytes>`, optionally ` was=<bytes>`, each key once.
+pub fn parse_record(text: &str) -> Result<Record, String> {
+    let (mut previous, mut set, mut was) = (None, None, None);
+    for word in text.split_ascii_whitespace() {
+        let (key, value) = word.split_once('=').ok_or_else(|| format!("{word:?} is not key=value"))?;
+        let bytes = || value.parse::<u64>().map_err(|_| format!("{key}: {value:?} is not a number of bytes"));
+        let slot_taken = match key {
+            "previous" => previous.replace(High::parse(value).ok_or_else(|| format!("previous: {value:?}"))?),
+            "set" => set.replace(bytes()?).map(High::Bytes),
+            "was" => was.replace(bytes()?).map(High::Bytes),
+            _ => return Err(format!("unknown key {key:?}")),
+        };
+        if slot_taken.is_some() {
+            return Err(format!("{key} given twice"));
+        }
+    }
+    match (previous, set) {
+        (Some(previous), Some(set)) => Ok(Record { previous, set, was }),
+        _ => Err(format!("needs previous= and set=: {text:?}")),
+    }
+}
+
+/// `at × limit_bytes`, rounded down to a whole page (as the kernel keeps `memory.high`); None below one page.
+pub fn brake_bytes(at: f64, limit_bytes: u64, page: u64) -> Option<u64> {
+    let page = page.max(1);
+    let rounded = (at * limit_bytes as f64).floor() as u64 / page * page;
+    (rounded >= page).then_some(rounded)
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as u64,
+        _ => 4096,
+    }
+}
+
+/// Errors that mean the filesystem will not keep the record (the brake still works without it).
+fn refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EPERM | libc::EACCES | libc::ENOSPC | libc::E2BIG))
+}
+
+/// The group's directory or file is gone (removed cgroup: ENOENT, or ENODEV on kernfs).
+fn gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV)
+}
+
+fn c_path(dir: &Path) -> io::Result<CString> {
+    CString::new(dir.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn get_record(dir: &Path) -> io::Result<Option<String>> {
+    let path = c_path(dir)?;
+    let mut buf = [0u8; 256];
+    // SAFETY: both names are NUL-terminated C strings; buf is writable for buf.len() bytes.
+    let n = unsafe { libc::getxattr(path.as_ptr(), RECORD_NAME.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::ENODATA) { Ok(None) } else { Err(e) };
+    }
+    Ok(Some(String::from_utf8_lossy(&buf[..n as usize]).into_owned()))
+}
+
+fn set_record(dir: &Path, record: &Record) -> io::Result<()> {
+    let (path, text) = (c_path(dir)?, record.text());
+    // SAFETY: both names are NUL-terminated C strings; text is readable for text.len() bytes.
+    let rc = unsafe { libc::setxattr(path.as_ptr(), RECORD_NAME.as_ptr(), text.as_ptr().cast(), text.len(), 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn remove_record(dir: &Path) -> io::Result<()> {
+    let path = c_path(dir)?;
+    // SAFETY: both names are NUL-terminated C strings.
+    let rc = unsafe { libc::removexattr(path.as_ptr(), RECORD_NAME.as_ptr()) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENODATA) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn read_high(dir: &Path) -> Result<High, BrakeError> {
+    let path = dir.join("memory.high");
+    let text = std::fs::read_to_string(&path).map_err(|source| BrakeError::Io { path: path.clone(), source })?;
+    High::parse(&text).ok_or_else(|| BrakeError::Parse { path, msg: format!("neither bytes nor max: {text:?}") })
+}
+
+fn write_high(dir: &Path, value: High) -> Result<(), BrakeError> {
+    use std::io::Write;
+    let path = dir.join("memory.high");
+    // Truncated so that a plain file (tests) holds exactly the value; the cgroup file ignores it.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(value.text().as_bytes()))
+        .map_err(|source| BrakeError::Io { path, source })
+}
+
+/// Where the brake stands.
+#[derive(Debug, Clone, PartialEq)]
+enum Hold {
+    /// `memory.high` holds these bytes, set by the brake.
+    Set(u64),
+    /// The group's own `memory.high` is at or below the brake's bytes: left alone.
+    Stricter(u64),
+    /// `memory.high` was changed by someone else while braked (the reason): left to them.
+    LetGo(String),
+}
+
+/// The engaged brake on one group. Released (the old `memory.high` put back) by [`Brake::release`] or on drop.
+#[derive(Debug)]
+pub struct Brake {
+    dir: PathBuf,
+    at: f64,
+    page: u64,
+    /// The group's own `memory.high`, put back on release.
+    previous: High,
+    hold: Hold,
+    /// Why the record cannot be kept, when it cannot (then crash recovery is off).
+    no_record: Option<String>,
+    released: bool,
+}
+
+impl Brake {
+    /// At start, before engaging: if a previous agent left the brake set (its record says what it set and what
+    /// was there before) and memory.high still holds what it set, put the old value back; remove the record.
+    /// Returns what was restored (for the log). A record whose set value no longer matches memory.high means
+    /// someone else changed it since: leave memory.high alone, drop the record.
+    pub fn recover(group_dir: &Path) -> Result<Option<String>, BrakeError> {
+        let record_err = |source| BrakeError::Record { path: group_dir.to_path_buf(), source };
+        let text = match get_record(group_dir) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(None),
+            Err(e) if refused(&e) => return Ok(None),
+            Err(e) => return Err(record_err(e)),
+        };
+        let restored = match parse_record(&text) {
+            Ok(record) if record.holds(read_high(group_dir)?) => {
+                write_high(group_dir, record.previous)?;
+                Some(record.previous.text())
+            }
+            Ok(record) => {
+                tracing::warn!(dir = %group_dir.display(), record = %record.text(),
+                    "memory.high was changed since a previous agent braked: left as it is");
+                None
+            }
+            Err(msg) => {
+                tracing::warn!(dir = %group_dir.display(), %msg, "dropping an unreadable brake record");
+                None
+            }
+        };
+        remove_record(group_dir).map_err(record_err)?;
+        Ok(restored)
+    }
+
+    /// Sets memory.high to at × limit_bytes, remembering the old value (in memory and in the record). If the
+    /// group's memory.high is already at or below that (an operator's own, stricter), leave it and say so in the
+    /// status (not an error). Writes the record BEFORE writing memory.high.
+    pub fn engage(group_dir: &Path, at: f64, limit_bytes: u64) -> Result<Brake, BrakeError> {
+        if !(at > 0.0 && at < 1.0) {
+            return Err(BrakeError::Fraction { at });
+        }
+        // A brake left behind is undone first, so that its value is never taken for the group's own.
+        Self::recover(group_dir)?;
+        let mut brake = Brake {
+            dir: group_dir.to_path_buf(),
+            at,
+            page: page_size(),
+            previous: High::Max,
+            hold: Hold::Stricter(0),
+            no_record: None,
+            released: false,
+        };
+        let target = brake.target(limit_bytes)?;
+        brake.take(target)?;
+        Ok(brake)
+    }
+
+    /// The limit changed: move memory.high with it (and the record).
+    pub fn follow_limit(&mut self, limit_bytes: u64) -> Result<(), BrakeError> {
+        let target = self.target(limit_bytes)?;
+        match self.hold.clone() {
+            Hold::LetGo(_) => Ok(()),
+            Hold::Stricter(_) => self.take(target),
+            Hold::Set(set) if set == target => Ok(()),
+            Hold::Set(set) => {
+                let current = read_high(&self.dir)?;
+                if current != High::Bytes(set) {
+                    return self.let_go_to(current);
+                }
+                if self.previous.at_or_below(target) {
+                    write_high(&self.dir, self.previous)?;
+                    self.hold = Hold::Stricter(target);
+                    return self.drop_record();
+                }
+                // The record names both values while memory.high moves, so a crash in between is still undone.
+                self.write_record(Record { previous: self.previous, set: target, was: Some(set) })?;
+                write_high(&self.dir, High::Bytes(target))?;
+                self.hold = Hold::Set(target);
+                self.write_record(Record { previous: self.previous, set: target, was: None })
+            }
+        }
+    }
+
+    pub fn status(&self) -> BrakeStatus {
+        let (high_bytes, error, note) = match &self.hold {
+            Hold::Set(b) => (Some(*b), None, None),
+            Hold::Stricter(b) => {
+                let note = format!(
+                    "the group's own memory.high ({}) is at or below the brake's {b}: left as it is",
+                    self.previous.text()
+                );
+                (None, None, Some(note))
+            }
+            Hold::LetGo(why) => (None, Some(why.clone()), None),
+        };
+        BrakeStatus {
+            at: self.at,
+            high_bytes,
+            previous: self.previous.text(),
+            error,
+            note,
+            warning: self.no_record.clone(),
+        }
+    }
+
+    /// Puts the old value back and removes the record. Drop does the same (logging an error) if not called.
+    pub fn release(mut self) -> Result<(), BrakeError> {
+        self.released = true;
+        self.undo()
+    }
+
+    fn target(&self, limit_bytes: u64) -> Result<u64, BrakeError> {
+        brake_bytes(self.at, limit_bytes, self.page).ok_or(BrakeError::TooLow { at: self.at, limit_bytes })
+    }
+
+    /// Not holding memory.high: take the group's own value as the previous one and brake at `target` unless the
+    /// group's own is already at or below it.
+    fn take(&mut self, target: u64) -> Result<(), BrakeError> {
+        self.previous = read_high(&self.dir)?;
+        if self.previous.at_or_below(target) {
+            self.hold = Hold::Stricter(target);
+            return Ok(());
+        }
+        self.write_record(Record { previous: self.previous, set: target, was: None })?;
+        if let Err(e) = write_high(&self.dir, High::Bytes(target)) {
+            let _ = remove_record(&self.dir);
+            return Err(e);
+        }
+        self.hold = Hold::Set(target);
+        Ok(())
+    }
+
+    /// Someone else wrote memory.high while braked: theirs stays, the record goes, the brake stops.
+    fn let_go_to(&mut self, current: High) -> Result<(), BrakeError> {
+        self.hold = Hold::LetGo(format!("memory.high was changed to {} by someone else: left to them", current.text()));
+        self.drop_record()
+    }
+
+    /// Puts the group's own value back if memory.high still holds the brake's.
+    fn undo(&mut self) -> Result<(), BrakeError> {
+        let Hold::Set(set) = self.hold else { return Ok(()) };
+        let current = match read_high(&self.dir) {
+            Err(BrakeError::Io { source, .. }) if gone(&source) => return Ok(()),
+            other => other?,
+        };
+        if current == High::Bytes(set) {
+            write_high(&self.dir, self.previous)?;
+            self.hold = Hold::Stricter(set);
+            self.drop_record()
+        } else {
+            self.let_go_to(current)
+        }
+    }
+
+    fn write_record(&mut self, record: Record) -> Result<(), BrakeError> {
+        if self.no_record.is_some() {
+            return Ok(());
+        }
+        match set_record(&self.dir, &record) {
+            Ok(()) => Ok(()),
+            Err(e) if refused(&e) => {
+                self.no_record = Some(format!(
+                    "{}: cannot keep the brake's record ({RECORD_XATTR}: {e}): a memory.high left by a killed agent \
+                     is not put back at the next start",
+                    self.dir.display()
+                ));
+                Ok(())
+            }
+            Err(source) => Err(BrakeError::Record { path: self.dir.clone(), source }),
+        }
+    }
+
+    fn drop_record(&mut self) -> Result<(), BrakeError> {
+        if self.no_record.is_some() {
+            return Ok(());
+        }
+        remove_record(&self.dir).map_err(|source| BrakeError::Record { path: self.dir.clone(), source })
+    }
+}
+
+impl Drop for Brake {
+    fn drop(&mut self) {
+        if !self.released {
+            if let Err(e) = self.undo() {
+                tracing::error!(error = %e, "the memory brake could not put memory.high back");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const LIMIT: u64 = 512 * MIB;
+
+    /// A directory standing for a cgroup: a plain `memory.high` file, on a filesystem that keeps `user.*`
+    /// extended attributes (tmpfs does; /tmp may be an overlay that does not). Removed on drop.
+    struct FakeGroup(PathBuf);
+
+    impl FakeGroup {
+        /// None (with the reason printed) when no candidate filesystem keeps user xattrs; a failure in CI.
+        fn new(name: &str, high: &str) -> Option<FakeGroup> {
+            let mut reasons = Vec::new();
+            for base in [PathBuf::from("/dev/shm"), std::env::temp_dir()] {
+                let dir = base.join(format!("monitor-brake-{}-{name}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                if let Err(e) = std::fs::create_dir(&dir) {
+                    reasons.push(format!("{}: {e}", dir.display()));
+                    continue;
+                }
+                let g = FakeGroup(dir);
+                g.set_high(high);
+                let probe = Record { previous: High::Max, set: 4096, was: None };
+                match set_record(&g.0, &probe).and_then(|()| remove_record(&g.0)) {
+                    Ok(()) => return Some(g),
+                    Err(e) => reasons.push(format!("{}: user xattrs refused: {e}", base.display())),
+                }
+            }
+            assert!(std::env::var("CI").is_err(), "no filesystem for the brake's tests: {reasons:?}");
+            eprintln!("skipping brake test {name}: no filesystem here keeps user xattrs ({reasons:?})");
+            None
+        }
+
+        fn high(&self) -> String {
+            std::fs::read_to_string(self.0.join("memory.high")).expect("memory.high").trim().to_string()
+        }
+
+        fn set_high(&self, text: &str) {
+            std::fs::write(self.0.join("memory.high"), text).expect("write memory.high");
+        }
+
+        fn record(&self) -> Option<Record> {
+            get_record(&self.0).expect("getxattr").map(|t| parse_record(&t).expect("a good record"))
+        }
+    }
+
+    impl Drop for FakeGroup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn bytes(at: f64, limit: u64) -> u64 {
+        brake_bytes(at, limit, page_size()).expect("above a page")
+    }
+
+    #[test]
+    fn brake_bytes_floor_to_a_page() {
+        // 0.96 × 512 MiB = 515396075.52 bytes = 125829.12 pages.
+        assert_eq!(brake_bytes(0.96, LIMIT, 4096), Some(125829 * 4096));
+        assert_eq!(brake_bytes(0.5, 8192, 4096), Some(4096));
+        assert_eq!(brake_bytes(0.5, 8191, 4096), None);
+        assert_eq!(brake_bytes(0.96, 0, 4096), None);
+    }
+
+    #[test]
+    fn records_parse_and_print() {
+        let r = parse_record("previous=max set=515395584").expect("parse");
+        assert_eq!(r, Record { previous: High::Max, set: 515395584, was: None });
+        assert_eq!(parse_record(&r.text()), Ok(r));
+        let r = parse_record(" set=8192  previous=4096 was=12288\n").expect("parse");
+        assert_eq!(r, Record { previous: High::Bytes(4096), set: 8192, was: Some(12288) });
+        assert_eq!(parse_record(&r.text()), Ok(r));
+        assert!(r.holds(High::Bytes(8192)) && r.holds(High::Bytes(12288)));
+        assert!(!r.holds(High::Bytes(4096)) && !r.holds(High::Max));
+        for bad in [
+            "",
+            "previous=max",
+            "set=1",
+            "previous= set=1",
+            "previous=max set=",
+            "previous=max set=-1",
+            "previous=max set=1.5",
+            "previous=none set=1",
+            "previous=max set=1 set=2",
+            "previous=max set=1 colour=red",
+            "previous max set 1",
+            "\u{0}\u{ff}garbage",
+        ] {
+            assert!(parse_record(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn record_parser_never_panics(s in "\\PC{0,120}") {
+            let _ = parse_record(&s);
+        }
+    }
+
+    #[test]
+    fn engage_follow_release() {
+        let Some(g) = FakeGroup::new("cycle", "max") else { return };
+        let mut brake = Brake::engage(&g.0, 0.96, LIMIT).expect("engage");
+        let set = bytes(0.96, LIMIT);
+        assert_eq!(g.high(), set.to_string());
+        assert_eq!(g.record(), Some(Record { previous: High::Max, set, was: None }));
+        let s = brake.status();
+        assert_eq!(
+            (s.high_bytes, s.previous.as_str(), &s.error, &s.note, &s.warning),
+            (Some(set), "max", &None, &None, &None)
+        );
+
+        brake.follow_limit(256 * MIB).expect("follow down");
+        let set = bytes(0.96, 256 * MIB);
+        assert_eq!(g.high(), set.to_string());
+        assert_eq!(g.record(), Some(Record { previous: High::Max, set, was: None }));
+        assert_eq!(brake.status().high_bytes, Some(set));
+
+        brake.release().expect("release");
+        assert_eq!(g.high(), "max");
+        assert_eq!(g.record(), None);
+    }
+
+    #[test]
+    fn drop_puts_the_old_value_back() {
+        let Some(g) = FakeGroup::new("drop", &(600 * MIB).to_string()) else { return };
+        let brake = Brake::engage(&g.0, 0.96, LIMIT).expect("engage");
+        assert_eq!(g.high(), bytes(0.96, LIMIT).to_string());
+        assert_eq!(brake.status().previous, (600 * MIB).to_string());
+        drop(brake);
+        assert_eq!(g.high(), (600 * MIB).to_string());
+        assert_eq!(g.record(), None);
+    }
+
+    #[test]
+    fn a_killed_agents_brake_is_recovered() {
+        let Some(g) = FakeGroup::new("killed", "max") else { return };
+        // As if SIGKILLed: nothing runs on the way out.
+        std::mem::forget(Brake::engage(&g.0, 0.96, LIMIT).expect("engage"));
+        assert_eq!(g.high(), bytes(0.96, LIMIT).to_string());
+        assert_eq!(Brake::recover(&g.0).expect("recover"), Some("max".to_string()));
+        assert_eq!(g.high(), "max");
+        assert_eq!(g.record(), None);
+        assert_eq!(Brake::recover(&g.0).expect("recover again"), None);
+
+        // Killed between the record and memory.high: nothing was braked, nothing is written.
+        set_record(&g.0, &Record { previous: High::Bytes(MIB), set: 400 * MIB, was: None }).expect("setxattr");
+        assert_eq!(Brake::recover(&g.0).expect("recover"), None);
+        assert_eq!((g.high().as_str(), g.record()), ("max", None));
+
+        // Killed while moving with the limit: memory.high at the old value the record names as `was`.
+        let was = Record { previous: High::Max, set: 300 * MIB, was: Some(400 * MIB) };
+        set_record(&g.0, &was).expect("setxattr");
+        g.set_high(&(400 * MIB).to_string());
+        assert_eq!(Brake::recover(&g.0).expect("recover"), Some("max".to_string()));
+        assert_eq!(g.high(), "max");
+
+        // Garbage is dropped, memory.high untouched.
+        g.set_high(&(400 * MIB).to_string());
+        let path = c_path(&g.0).expect("path");
+        let junk = b"previous=max set=oops";
+        // SAFETY: NUL-terminated names; junk readable for its length.
+        let rc = unsafe { libc::setxattr(path.as_ptr(), RECORD_NAME.as_ptr(), junk.as_ptr().cast(), junk.len(), 0) };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        assert_eq!(Brake::recover(&g.0).expect("recover"), None);
+        assert_eq!((g.high(), g.record()), ((400 * MIB).to_string(), None));
+    }
+
+    #[test]
+    fn engage_undoes_a_brake_left_behind_first() {
+        let Some(g) = FakeGroup::new("left", "max") else { return };
+        std::mem::forget(Brake::engage(&g.0, 0.96, LIMIT).expect("engage"));
+        let brake = Brake::engage(&g.0, 0.97, LIMIT).expect("engage again");
+        assert_eq!(brake.status().previous, "max", "the old brake taken for the group's own value");
+        brake.release().expect("release");
+        assert_eq!(g.high(), "max");
+    }
+
+    #[test]
+    fn a_stricter_operator_value_is_left_alone() {
+        let Some(g) = FakeGroup::new("stricter", &(100 * MIB).to_string()) else { return };
+        let mut brake = Brake::engage(&g.0, 0.96, LIMIT).expect("engage");
+        assert_eq!(g.high(), (100 * MIB).to_string());
+        assert_eq!(g.record(), None);
+        let s = brake.status();
+        assert_eq!((s.high_bytes, &s.error), (None, &None));
+        assert!(s.note.as_deref().is_some_and(|n| n.contains("left as it is")), "{s:?}");
+
+        // The limit falls below the operator's value: now the brake is the stricter one.
+        brake.follow_limit(100 * MIB).expect("follow down");
+        let set = bytes(0.96, 100 * MIB);
+        assert_eq!(g.high(), set.to_string());
+        assert_eq!(g.record(), Some(Record { previous: High::Bytes(100 * MIB), set, was: None }));
+        // And back up: the operator's value again.
+        brake.follow_limit(LIMIT).expect("follow up");
+        assert_eq!((g.high(), g.record()), ((100 * MIB).to_string(), None));
+        brake.release().expect("release");
+        assert_eq!(g.high(), (100 * MIB).to_string());
+    }
+
+    #[test]
+    fn a_value_someone_else_wrote_is_theirs() {
+        let Some(g) = FakeGroup::new("else", "max") else { return };
+        // Changed after a killed agent braked: recover leaves it.
+        std::mem::forget(Brake::engage(&g.0, 0.96, LIMIT).expect("engage"));
+        g.set_high(&(300 * MIB).to_string());
+        assert_eq!(Brake::recover(&g.0).expect("recover"), None);
+        assert_eq!((g.high(), g.record()), ((300 * MIB).to_string(), None));
+
+        // Changed while this agent brakes: following the limit lets go, release leaves it.
+        g.set_high("max");
+        let mut brake = Brake::engage(&g.0, 0.96, LIMIT).expect("engage");
+        g.set_high(&(200 * MIB).to_string());
+        brake.follow_limit(256 * MIB).expect("follow");
+        let s = brake.status();
+        assert_eq!(s.high_bytes, None);
+        assert!(s.error.as_deref().is_some_and(|e| e.contains("someone else")), "{s:?}");
+        assert_eq!(g.record(), None);
+        brake.release().expect("release");
+        assert_eq!(g.high(), (200 * MIB).to_string());
+
+        // Changed and not noticed before release: release leaves it too.
+        g.set_high("max");
+        let brake = Brake::engage(&g.0, 0.96, LIMIT).expect("engage");
+        g.set_high(&(250 * MIB).to_string());
+        brake.release().expect("release");
+        assert_eq!((g.high(), g.record()), ((250 * MIB).to_string(), None));
+    }
+
+    #[test]
+    fn bad_fractions_and_missing_files_are_errors() {
+        let dir = PathBuf::from("/nonexistent/monitor-brake");
+        assert!(matches!(Brake::engage(&dir, 1.0, LIMIT), Err(BrakeError::Fraction { .. })));
+        assert!(matches!(Brake::engage(&dir, f64::NAN, LIMIT), Err(BrakeError::Fraction { .. })));
+        let err = Brake::engage(&dir, 0.96, LIMIT).expect_err("no group");
+        assert!(err.to_string().contains("/nonexistent/monitor-brake"), "{err}");
+        let Some(g) = FakeGroup::new("low", "max") else { return };
+        assert!(matches!(Brake::engage(&g.0, 0.96, 4096), Err(BrakeError::TooLow { .. })));
+        g.set_high("lots");
+        let err = Brake::engage(&g.0, 0.96, LIMIT).expect_err("garbage memory.high");
+        assert!(matches!(err, BrakeError::Parse { .. }) && err.to_string().contains("memory.high"), "{err}");
+    }
 }
