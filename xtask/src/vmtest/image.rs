@@ -1,6 +1,6 @@
 //! The test VM's initramfs: static busybox with its applet links, the static (musl) `monitor` with its eBPF object,
-//! `alloc-hog`, `fixture-backend` and `vm-suite`, and tests/vm/init as `/init`; packed with `busybox cpio -H newc |
-//! gzip -1`.
+//! `alloc-hog`, `grower`, `fixture-backend` and `vm-suite`, and tests/vm/init as `/init`; packed with `busybox cpio
+//! -H newc | gzip -1`.
 
 use crate::util::run as sh;
 use anyhow::{bail, Context, Result};
@@ -14,7 +14,7 @@ pub const MUSL: &str = "x86_64-unknown-linux-musl";
 /// Debian's busybox-static.
 pub const BUSYBOX: &str = "/bin/busybox";
 /// The binaries the suite needs, all put in the VM's /bin.
-const BINARIES: [&str; 4] = ["monitor", "alloc-hog", "fixture-backend", "vm-suite"];
+const BINARIES: [&str; 5] = ["monitor", "alloc-hog", "grower", "fixture-backend", "vm-suite"];
 
 /// True when an ELF file asks for no program interpreter (statically linked, static-pie included).
 pub fn is_static_elf(bytes: &[u8]) -> Result<bool> {
@@ -58,7 +58,8 @@ pub fn build_binaries(root: &Path, target_dir: &Path) -> Result<PathBuf> {
         .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
         .env("CARGO_PROFILE_RELEASE_STRIP", "symbols")
         .args(["build", "--release", "--target", MUSL, "-p", "monitor", "--bin", "monitor"])
-        .args(["-p", "monitor-tests", "--bin", "alloc-hog", "--bin", "fixture-backend", "--bin", "vm-suite"]);
+        .args(["-p", "monitor-tests", "--bin", "alloc-hog", "--bin", "grower"])
+        .args(["--bin", "fixture-backend", "--bin", "vm-suite"]);
     sh(&mut cmd)?;
     let dir = target_dir.join(MUSL).join("release");
     for bin in BINARIES {
