@@ -13,12 +13,17 @@
 //!
 //! The task reads every published sample in order ([`Samples`]), so a state that lasted a single sample is told
 //! too. It subscribes before the processes start, so decisions taken while they start are told as well.
+//!
+//! Each refuse or abort signal sent, and each such change POSTed (once answered with 2xx), is timed from the
+//! wake-up of the sample that decided it into [`Reactions`] (`monitor_reaction_seconds`).
 
 use crate::config::ActionsConfig;
 use crate::policy::{Action, ProcId};
+use crate::reaction::{Kind, Reactions};
 use crate::sampler::{Published, Samples};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The configured signal numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -172,18 +177,29 @@ pub fn admin_url_by_port(path: String) -> AdminUrl {
     })
 }
 
-/// POSTs `body` to `url` in the background (a slow receiver delays nobody's signal).
-fn post(url: String, body: String, pid: u32) {
+/// Whether a change to `a` is a reaction to memory pressure (refuse or abort), timed in [`Reactions`].
+fn is_reaction(a: Action) -> bool {
+    matches!(a, Action::Refuse | Action::Abort)
+}
+
+/// POSTs `body` to `url` in the background (a slow receiver delays nobody's signal). `timed`: the reactions and
+/// the wake-up to time a 2xx answer from.
+fn post(url: String, body: String, pid: u32, timed: Option<(Arc<Reactions>, Instant)>) {
     tokio::spawn(async move {
-        if let Err(e) = crate::client::post_json(&url, &body).await {
-            tracing::warn!(pid, "posting the action change: {e}");
+        match crate::client::post_json(&url, &body).await {
+            Ok(()) => {
+                if let Some((reactions, wake)) = timed {
+                    reactions.record_since(Kind::Post, wake);
+                }
+            }
+            Err(e) => tracing::warn!(pid, "posting the action change: {e}"),
         }
     });
 }
 
 /// Starts the task that follows the published decisions, signals the processes and posts the changes (none when
-/// `[actions]` sets nothing and no process has an admin URL).
-pub fn spawn(cfg: &ActionsConfig, mut samples: Samples, admin_url: Option<AdminUrl>) {
+/// `[actions]` sets nothing and no process has an admin URL), timing each refuse or abort into `reactions`.
+pub fn spawn(cfg: &ActionsConfig, mut samples: Samples, admin_url: Option<AdminUrl>, reactions: Arc<Reactions>) {
     let signals = Signals::from_config(cfg);
     let post_url = cfg.post_url.clone();
     if signals.is_empty() && post_url.is_none() && admin_url.is_none() {
@@ -199,9 +215,15 @@ pub fn spawn(cfg: &ActionsConfig, mut samples: Samples, admin_url: Option<AdminU
                     tracing::info!(pid = c.to.pid, action = c.action.as_str(), signal = name, "shadow: not told");
                     continue;
                 }
+                let timed = is_reaction(c.action);
                 if let Some(signal) = c.signal {
                     match send(c.to, signal) {
-                        Ok(()) => tracing::info!(pid = c.to.pid, action = c.action.as_str(), "sent SIG{name}"),
+                        Ok(()) => {
+                            if timed {
+                                reactions.record_since(Kind::Signal, p.wake.at);
+                            }
+                            tracing::info!(pid = c.to.pid, action = c.action.as_str(), "sent SIG{name}")
+                        }
                         Err(e) => tracing::warn!(action = c.action.as_str(), "SIG{name} not sent: {e}"),
                     }
                 }
@@ -209,7 +231,8 @@ pub fn spawn(cfg: &ActionsConfig, mut samples: Samples, admin_url: Option<AdminU
                 if post_url.is_some() || own.is_some() {
                     let body = post_body(&c, &p);
                     for url in post_url.iter().cloned().chain(own) {
-                        post(url, body.clone(), c.to.pid);
+                        let t = timed.then(|| (reactions.clone(), p.wake.at));
+                        post(url, body.clone(), c.to.pid, t);
                     }
                 }
             }

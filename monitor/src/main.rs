@@ -160,13 +160,14 @@ fn agent(a: AgentArgs) -> Result<()> {
             format!("http://{listen}/"),
         );
         let admin_url = cfg.actions.admin_path.clone().map(monitor::actions::admin_url_by_port);
-        monitor::actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url);
+        let reactions = Arc::new(monitor::reaction::Reactions::new());
+        monitor::actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url, reactions.clone());
         let history = monitor::history::spawn(
             rx.clone(),
             feed.subscribe("history"),
             &cfg.stats,
             thresholds.clone(),
-            Default::default(),
+            monitor::history::Inputs { reactions: Some(reactions), ..Default::default() },
         );
         let stop = Arc::new(AtomicBool::new(false));
         let interval = Duration::from_millis(cfg.policy.interval_ms);

@@ -1,7 +1,8 @@
-//! `GET /metrics`: the latest sample, the policy and the history's counters in the Prometheus text format
-//! (version 0.0.4), every family with HELP and TYPE, label values escaped.
+//! `GET /metrics`: the latest sample, the policy, the history's counters and the agent's reaction times in the
+//! Prometheus text format (version 0.0.4), every family with HELP and TYPE, label values escaped.
 
 use crate::history::{names, History};
+use crate::reaction::{Counts, Kind, BOUNDS_NS};
 use crate::sampler::Published;
 use axum::extract::State;
 use axum::http::header;
@@ -28,6 +29,7 @@ async fn metrics(State(h): State<Arc<History>>) -> impl IntoResponse {
         shed_total: h.shed_total().unwrap_or(0),
         persisted: h.note().is_none(),
         states: launched.iter().map(|m| (m.name.clone(), m.role.clone(), m.state.clone())).collect(),
+        reactions: h.reactions().map(|r| Kind::ALL.iter().map(|&k| (k, r.counts(k))).collect()).unwrap_or_default(),
     };
     for m in &launched {
         if let Some(r) = extra.restarts.iter_mut().find(|(n, _)| n == &m.name) {
@@ -50,6 +52,8 @@ pub struct Extra {
     pub persisted: bool,
     /// Under `monitor run`: each process's (name, role, launcher state).
     pub states: Vec<(String, String, String)>,
+    /// The reaction times per kind (none: the family is left out).
+    pub reactions: Vec<(Kind, Counts)>,
 }
 
 /// Escapes a label value: backslash, double quote and newline.
@@ -99,6 +103,8 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
     }
     family(&mut o, "monitor_sample_ok", "gauge", "1 when the latest sample of the group succeeded.");
     let _ = writeln!(o, "monitor_sample_ok {}", u8::from(p.error.is_none()));
+    reaction_lines(&mut o, p);
+    reaction_histogram(&mut o, &extra.reactions);
     family(&mut o, "monitor_history_persisted", "gauge", "1 when the history is written to the stats database.");
     let _ = writeln!(o, "monitor_history_persisted {}", u8::from(extra.persisted));
     family(&mut o, "monitor_shed_requests_total", "counter", "Requests the front door refused with 503.");
@@ -186,6 +192,63 @@ fn launcher_states(o: &mut String, states: &[(String, String, String)]) {
     }
 }
 
+/// The kernel's OOM kills, the wake-up sources, the brake and the paced interval.
+fn reaction_lines(o: &mut String, p: &Published) {
+    if let Some(n) = p.snapshot.group.oom_kills {
+        family(o, "monitor_oom_kills_total", "counter", "Processes of the group the kernel's OOM killer has killed.");
+        let _ = writeln!(o, "monitor_oom_kills_total {n}");
+    }
+    let w = &p.wakeups;
+    if !w.armed.is_empty() || !w.off.is_empty() {
+        family(
+            o,
+            "monitor_wakeup_armed",
+            "gauge",
+            "1 for each kernel wake-up source of the sampler that is armed, 0 for one configured but off.",
+        );
+        for s in &w.armed {
+            let _ = writeln!(o, "monitor_wakeup_armed{{source=\"{}\"}} 1", escape_label(s));
+        }
+        for off in &w.off {
+            let _ = writeln!(o, "monitor_wakeup_armed{{source=\"{}\"}} 0", escape_label(&off.source));
+        }
+    }
+    if let Some(high) = p.brake.as_ref().and_then(|b| b.high_bytes) {
+        family(o, "monitor_memory_high_bytes", "gauge", "The group's memory.high as the brake set it.");
+        let _ = writeln!(o, "monitor_memory_high_bytes {high}");
+    }
+    family(o, "monitor_sample_interval_seconds", "gauge", "The interval until the next timed sample, as paced.");
+    let _ = writeln!(o, "monitor_sample_interval_seconds {}", p.next_sample_ms as f64 / 1000.0);
+}
+
+/// `monitor_reaction_seconds{action}`: from the sampler's wake-up to the signal sent, the POST answered, or the
+/// first 503 after the group entered refusing or aborting.
+fn reaction_histogram(o: &mut String, reactions: &[(Kind, Counts)]) {
+    if reactions.is_empty() {
+        return;
+    }
+    let name = "monitor_reaction_seconds";
+    family(
+        o,
+        name,
+        "histogram",
+        "Time from the sampler's wake-up to the action: signal sent, POST answered, first 503 after entering \
+         refusing or aborting.",
+    );
+    for (kind, c) in reactions {
+        let l = format!("action=\"{}\"", kind.as_str());
+        let mut cum = 0u64;
+        for (bound, n) in BOUNDS_NS.iter().zip(&c.buckets) {
+            cum += n;
+            let _ = writeln!(o, "{name}_bucket{{{l},le=\"{}\"}} {cum}", *bound as f64 / 1e9);
+        }
+        let total = c.count();
+        let _ = writeln!(o, "{name}_bucket{{{l},le=\"+Inf\"}} {total}");
+        let _ = writeln!(o, "{name}_sum{{{l}}} {}", c.sum_ns as f64 / 1e9);
+        let _ = writeln!(o, "{name}_count{{{l}}} {total}");
+    }
+}
+
 /// One histogram: bucket i of `hist` counts latencies in [2^i, 2^(i+1)) µs, so its upper bound is 2^(i+1) µs.
 fn histogram(o: &mut String, labels: &str, hist: &[u64]) {
     let name = "monitor_http_request_duration_seconds";
@@ -219,6 +282,81 @@ mod tests {
         let mut none = String::new();
         launcher_states(&mut none, &[]);
         assert!(none.is_empty(), "no launcher, no family: {none}");
+    }
+
+    use crate::policy::State;
+    use crate::reaction::Reactions;
+    use crate::wakeup::{WakeupOff, WakeupStatus};
+    use std::time::Duration;
+
+    /// The lines of `text` that start with `prefix`.
+    fn lines_of<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| l.starts_with(prefix)).collect()
+    }
+
+    #[test]
+    fn oom_kills_wakeups_brake_and_interval() {
+        let mut p = Published::test(State::Normal);
+        p.snapshot.group.oom_kills = Some(3);
+        p.wakeups = Arc::new(WakeupStatus {
+            armed: vec!["thresholds".into()],
+            off: vec![WakeupOff { source: "events".into(), reason: "cgroup v2 only".into() }],
+            pacing: true,
+        });
+        p.brake = Some(
+            serde_json::from_value(serde_json::json!({
+                "at": 0.96, "high_bytes": 515_396_075u64, "previous": "max", "error": null
+            }))
+            .expect("a brake status"),
+        );
+        p.next_sample_ms = 20;
+        let text = render(&p, &[], &Extra::default());
+        assert!(text.contains("# TYPE monitor_oom_kills_total counter\nmonitor_oom_kills_total 3\n"), "{text}");
+        assert_eq!(
+            lines_of(&text, "monitor_wakeup_armed"),
+            ["monitor_wakeup_armed{source=\"thresholds\"} 1", "monitor_wakeup_armed{source=\"events\"} 0"]
+        );
+        assert_eq!(lines_of(&text, "monitor_memory_high_bytes"), ["monitor_memory_high_bytes 515396075"]);
+        assert_eq!(lines_of(&text, "monitor_sample_interval_seconds"), ["monitor_sample_interval_seconds 0.02"]);
+        assert!(lines_of(&text, "monitor_reaction_seconds").is_empty(), "no reactions kept, no family");
+
+        // A kernel without the count, no wake-up source, no brake (or one not set): the families are left out.
+        let mut p = Published::test(State::Normal);
+        p.brake = Some(
+            serde_json::from_value(serde_json::json!({
+                "at": 0.96, "high_bytes": null, "previous": "max", "error": "memory.high: permission denied"
+            }))
+            .expect("a brake status"),
+        );
+        let text = render(&p, &[], &Extra::default());
+        for absent in ["monitor_oom_kills_total", "monitor_wakeup_armed", "monitor_memory_high_bytes"] {
+            assert!(!text.contains(absent), "{absent} in:\n{text}");
+        }
+        assert_eq!(lines_of(&text, "monitor_sample_interval_seconds"), ["monitor_sample_interval_seconds 0.1"]);
+    }
+
+    #[test]
+    fn reaction_times_are_a_histogram_per_action() {
+        let r = Reactions::new();
+        r.record(Kind::Signal, Duration::from_micros(700));
+        r.record(Kind::Signal, Duration::from_millis(12));
+        r.record(Kind::Shed, Duration::from_secs(2));
+        let extra = Extra { reactions: Kind::ALL.iter().map(|&k| (k, r.counts(k))).collect(), ..Extra::default() };
+        let text = render(&Published::test(State::Normal), &[], &extra);
+        assert!(text.contains("# TYPE monitor_reaction_seconds histogram\n"), "{text}");
+        let signal = lines_of(&text, "monitor_reaction_seconds_bucket{action=\"signal\"");
+        assert_eq!(signal.len(), BOUNDS_NS.len() + 1);
+        assert_eq!(signal[0], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"0.0001\"} 0");
+        assert_eq!(signal[3], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"0.001\"} 1");
+        assert_eq!(signal[7], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"0.02\"} 2");
+        assert_eq!(signal[13], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"+Inf\"} 2");
+        assert!(text.contains("monitor_reaction_seconds_sum{action=\"signal\"} 0.0127\n"), "{text}");
+        assert!(text.contains("monitor_reaction_seconds_count{action=\"signal\"} 2\n"));
+        // Nothing posted yet: every bucket 0, still exported so rates work from the start.
+        assert!(text.contains("monitor_reaction_seconds_bucket{action=\"post\",le=\"+Inf\"} 0\n"));
+        // Above the last bound: only in +Inf.
+        assert!(text.contains("monitor_reaction_seconds_bucket{action=\"shed\",le=\"1\"} 0\n"));
+        assert!(text.contains("monitor_reaction_seconds_bucket{action=\"shed\",le=\"+Inf\"} 1\n"));
     }
 
     #[test]

@@ -157,7 +157,8 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             .filter_map(|(i, p)| Some((i, p.admin_path.clone().or_else(|| cfg.actions.admin_path.clone())?)))
             .collect();
         let own_admin: Vec<String> = admins.iter().map(|(_, path)| path.clone()).collect();
-        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin)?);
+        let reactions = Arc::new(crate::reaction::Reactions::new());
+        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions.clone())?);
         tokio::spawn(proxy::shed::follow(proxy.clone(), rx.clone()));
         let view = members.clone();
         let launcher_view: crate::history::LauncherFn = Arc::new(move || view.iter().map(|m| m.info()).collect());
@@ -170,6 +171,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             crate::history::Inputs {
                 launcher: Some(launcher_view.clone()),
                 shed_total: Some(Arc::new(move || shed.shed_total())),
+                reactions: Some(reactions.clone()),
             },
         );
         let alerts = crate::alerts::task::spawn(
@@ -194,7 +196,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             });
             f
         });
-        crate::actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url);
+        crate::actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url, reactions);
         let stop = Arc::new(AtomicBool::new(false));
         let interval = Duration::from_millis(cfg.policy.interval_ms);
         let sampler = sampler::spawn(sampler, thresholds.clone(), interval, state, feed, stop.clone())

@@ -58,6 +58,8 @@ pub type ShedFn = Arc<dyn Fn() -> u64 + Send + Sync>;
 pub struct Inputs {
     pub launcher: Option<LauncherFn>,
     pub shed_total: Option<ShedFn>,
+    /// The agent's reaction times, for `/metrics`.
+    pub reactions: Option<Arc<crate::reaction::Reactions>>,
 }
 
 #[derive(Default)]
@@ -196,6 +198,11 @@ impl History {
     /// The front door's shed count, when it has one.
     pub fn shed_total(&self) -> Option<u64> {
         self.inputs.shed_total.as_ref().map(|f| f())
+    }
+
+    /// The agent's reaction times, when it keeps them.
+    pub fn reactions(&self) -> Option<&crate::reaction::Reactions> {
+        self.inputs.reactions.as_deref()
     }
 
     /// The latest published sample.

@@ -135,6 +135,8 @@ pub struct Proxy {
     tokens: Option<Tokens>,
     /// 503s sent by the memory guard (refused new requests and cancelled in-flight ones).
     shed: AtomicU64,
+    /// Times the first 503 after each entry into refusing or aborting ([`shed`]).
+    reactions: Arc<crate::reaction::Reactions>,
 }
 
 static X_ROUTE_FALLBACK: HeaderName = HeaderName::from_static("x-route-fallback");
@@ -172,8 +174,13 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 impl Proxy {
     /// The front door to `members`; `admin_paths`: the processes' own admin endpoints (`[[process]]
-    /// admin_path`), never refused like `[proxy] admin_paths`.
-    pub fn new(cfg: &ProxyConfig, members: Arc<[Member]>, admin_paths: &[String]) -> Result<Proxy, ProxyError> {
+    /// admin_path`), never refused like `[proxy] admin_paths`; `reactions`: where its first 503s are timed.
+    pub fn new(
+        cfg: &ProxyConfig,
+        members: Arc<[Member]>,
+        admin_paths: &[String],
+        reactions: Arc<crate::reaction::Reactions>,
+    ) -> Result<Proxy, ProxyError> {
         let procs: Vec<(String, route::Role)> = members.iter().map(|m| (m.name.clone(), m.role)).collect();
         let table = route::Table::new(&procs, &cfg.master_paths, &cfg.tx_paths, cfg.master_serves_tx)?
             .with_admin_paths(&cfg.admin_paths, admin_paths)?;
@@ -209,6 +216,7 @@ impl Proxy {
             upstream_timeout: Duration::from_secs(cfg.upstream_timeout_s),
             tokens: cfg.token_secret.as_deref().map(|s| Tokens::new(s.as_bytes(), cfg.token_ttl_s)),
             shed: AtomicU64::new(0),
+            reactions,
         })
     }
 

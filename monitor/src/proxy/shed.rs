@@ -1,6 +1,7 @@
 //! Load shedding from the latest Decision: a task that turns each published decision into a per-process action
 //! (read lock-free on the request path) and cancels the in-flight requests of a process told to abort; and the
-//! 503 answers that name the memory guard.
+//! 503 answers that name the memory guard. Each entry into refusing or aborting (enforced, not shadow) arms the
+//! timing of the first 503 after it, from the wake-up of the sample that decided it ([`crate::reaction`]).
 
 use super::body::ProxyBody;
 use super::Proxy;
@@ -37,12 +38,27 @@ pub fn encode(a: Action) -> u8 {
 /// Applies every published decision until the channel closes.
 pub async fn follow(proxy: Arc<Proxy>, mut rx: watch::Receiver<Arc<Published>>) {
     let mut rounds = vec![0u32; proxy.backends.len()];
+    let mut enforced = State::Normal;
     loop {
         let p = rx.borrow_and_update().clone();
+        time_entry(&proxy, &p, &mut enforced);
         apply(&proxy, &p, &mut rounds);
         if rx.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// Arms the timing of the first 503 when the enforced state enters refusing or aborting (`enforced`: the state
+/// enforced before this decision; shadow enforces nothing), and disarms it back to normal.
+fn time_entry(proxy: &Proxy, p: &Published, enforced: &mut State) {
+    let now = if p.decision.shadow { State::Normal } else { p.decision.state };
+    if now != *enforced {
+        match now {
+            State::Normal => proxy.reactions.disarm_shed(),
+            State::Refusing | State::Aborting => proxy.reactions.arm_shed(p.wake.at),
+        }
+        *enforced = now;
     }
 }
 
@@ -76,6 +92,7 @@ impl Proxy {
     /// 503 for a new request refused by the memory guard.
     pub(super) fn refused(&self) -> Response<ProxyBody> {
         self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.reactions.shed_sent();
         let body = format!(
             "memory guard: the group is at {:.0}% of its memory limit and refuses new requests; retry after {} s\n",
             self.ratio_pct(),
@@ -87,6 +104,7 @@ impl Proxy {
     /// 503 for an in-flight request cancelled because its process was told to abort.
     pub(super) fn aborted(&self, name: &str) -> Response<ProxyBody> {
         self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.reactions.shed_sent();
         let body = format!(
             "memory guard: request cancelled: the group is at {:.0}% of its memory limit and process {name}, the \
              largest, was told to abort its work; retry after {} s\n",
