@@ -1,10 +1,12 @@
 //! The agent's HTTP API: `GET /api/v1/status`, `GET /api/v1/decision?pid=N`, `GET /healthz`. Reads only the
 //! latest published sample; never calls back into the sampler.
 
+use crate::brake::BrakeStatus;
 use crate::launcher::LauncherInfo;
 use crate::policy::{Action, ProcId, Thresholds};
 use crate::sampler::{ProbeStatus, Published};
 use crate::snapshot::{CgroupVersion, LimitSource, ProcSample};
+use crate::wakeup::WakeupOff;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
@@ -68,6 +70,22 @@ pub struct GroupView {
     pub ratio: f64,
     /// Why the latest sample failed (the values are from the last good one).
     pub error: Option<String>,
+    /// Processes of the group the kernel's OOM killer has killed since the group was created (null where the
+    /// kernel does not count them).
+    #[serde(default)]
+    pub oom_kills: Option<u64>,
+    /// The kernel wake-up sources armed besides the timer (`thresholds`, `events`, `pressure`).
+    #[serde(default)]
+    pub wakeups: Vec<String>,
+    /// Each configured wake-up source that is not armed, and why.
+    #[serde(default)]
+    pub wakeups_off: Vec<WakeupOff>,
+    /// The memory brake (`[policy] brake_at`), null when it is off.
+    #[serde(default)]
+    pub brake: Option<BrakeStatus>,
+    /// The interval until the next timed sample, in milliseconds, as pacing chose it.
+    #[serde(default)]
+    pub next_sample_ms: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -157,6 +175,11 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             limit_source: source(s.group.limit_source).into(),
             ratio: d.ratio,
             error: p.error.clone(),
+            oom_kills: s.group.oom_kills,
+            wakeups: p.wakeups.armed.clone(),
+            wakeups_off: p.wakeups.off.clone(),
+            brake: p.brake.clone(),
+            next_sample_ms: p.next_sample_ms,
         },
         policy: PolicyView {
             state: d.state.as_str().into(),
@@ -339,6 +362,44 @@ mod tests {
         let code = resp.status();
         let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         (code, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[test]
+    fn the_group_shows_oom_kills_wakeups_brake_and_interval() {
+        let mut p = Published::test(PolicyState::Normal);
+        let v = serde_json::to_value(status_view(&p, &Thresholds::default())).expect("json");
+        assert_eq!(v["group"]["oom_kills"], serde_json::Value::Null, "not counted: null");
+        assert_eq!(v["group"]["wakeups"], serde_json::json!([]));
+        assert_eq!(v["group"]["brake"], serde_json::Value::Null);
+        p.snapshot.group.oom_kills = Some(2);
+        p.wakeups = Arc::new(crate::wakeup::WakeupStatus {
+            armed: vec!["thresholds".into()],
+            off: vec![WakeupOff { source: "pressure".into(), reason: "cgroup v2 only".into() }],
+            pacing: true,
+        });
+        p.brake = Some(
+            serde_json::from_value(serde_json::json!({
+                "at": 0.96, "high_bytes": 1_030_792_151u64, "previous": "max", "error": null
+            }))
+            .expect("a brake status"),
+        );
+        p.next_sample_ms = 25;
+        let v = serde_json::to_value(status_view(&p, &Thresholds::default())).expect("json");
+        let g = &v["group"];
+        assert_eq!(g["oom_kills"], 2);
+        assert_eq!(g["wakeups"], serde_json::json!(["thresholds"]));
+        assert_eq!(g["wakeups_off"], serde_json::json!([{"source": "pressure", "reason": "cgroup v2 only"}]));
+        assert_eq!((g["brake"]["at"].as_f64(), g["brake"]["high_bytes"].as_u64()), (Some(0.96), Some(1_030_792_151)));
+        assert_eq!(g["next_sample_ms"], 25);
+        // `monitor status` reads the document back, and reads one from an agent that has none of these fields.
+        let back: StatusView = serde_json::from_value(v.clone()).expect("read back");
+        assert_eq!(back.group.oom_kills, Some(2));
+        let mut old = v;
+        for k in ["oom_kills", "wakeups", "wakeups_off", "brake", "next_sample_ms"] {
+            old["group"].as_object_mut().map(|g| g.remove(k));
+        }
+        let old: StatusView = serde_json::from_value(old).expect("an older agent's document");
+        assert_eq!((old.group.oom_kills, old.group.wakeups.len(), old.group.brake.is_none()), (None, 0, true));
     }
 
     #[tokio::test(flavor = "current_thread")]

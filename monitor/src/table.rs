@@ -8,6 +8,33 @@ pub fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
+/// The kernel's OOM kills, the wake-ups with the paced interval, and the brake when it is on.
+fn kernel_lines(s: &mut String, v: &StatusView) {
+    let g = &v.group;
+    let oom = match g.oom_kills {
+        Some(0) => "none".to_string(),
+        Some(n) => format!("{n} (processes of the group killed by the kernel's OOM killer)"),
+        None => "not counted by this kernel".to_string(),
+    };
+    let _ = writeln!(s, "oom      {oom}");
+    let mut wake = if g.wakeups.is_empty() { "timer only".to_string() } else { g.wakeups.join(", ") };
+    for off in &g.wakeups_off {
+        let _ = write!(wake, "; {} off ({})", off.source, off.reason);
+    }
+    if g.next_sample_ms > 0 {
+        let _ = write!(wake, "; next sample in {} ms", g.next_sample_ms);
+    }
+    let _ = writeln!(s, "wake-ups {wake}");
+    if let Some(b) = &g.brake {
+        let state = match (b.high_bytes, &b.error) {
+            (Some(h), _) => format!("memory.high {} ({:.0}% of the limit; was {})", mib(h), b.at * 100.0, b.previous),
+            (None, Some(e)) => format!("not set at {:.0}%: {e}", b.at * 100.0),
+            (None, None) => format!("not set at {:.0}%", b.at * 100.0),
+        };
+        let _ = writeln!(s, "brake    {state}");
+    }
+}
+
 /// Renders a status document as a text table.
 pub fn render(v: &StatusView) -> String {
     let g = &v.group;
@@ -37,7 +64,9 @@ pub fn render(v: &StatusView) -> String {
         (false, Some(r)) => format!("off ({r})"),
         (false, None) => "off".to_string(),
     };
-    let _ = writeln!(s, "probes   {probes}\n");
+    let _ = writeln!(s, "probes   {probes}");
+    kernel_lines(&mut s, v);
+    s.push('\n');
     let _ = writeln!(
         s,
         "{:>8}  {:<16} {:<8} {:>12} {:>12}  {:<7} {:>9} {:>8} {:>8}",
@@ -76,4 +105,47 @@ pub fn render(v: &StatusView) -> String {
         let _ = writeln!(s, "{:>8}  {:<16} {:<8} {}{retry}, restarts {}", "-", l.name, l.role, l.state, l.restarts);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{State, Thresholds};
+    use crate::sampler::Published;
+
+    fn line<'a>(text: &'a str, head: &str) -> Option<&'a str> {
+        text.lines().find_map(|l| l.strip_prefix(head)).map(str::trim)
+    }
+
+    #[test]
+    fn oom_kills_wakeups_and_the_brake_are_shown() {
+        let mut p = Published::test(State::Normal);
+        p.snapshot.group.oom_kills = Some(1);
+        p.wakeups = std::sync::Arc::new(crate::wakeup::WakeupStatus {
+            armed: vec!["thresholds".into()],
+            off: vec![crate::wakeup::WakeupOff { source: "events".into(), reason: "cgroup v2 only".into() }],
+            pacing: true,
+        });
+        p.brake = Some(
+            serde_json::from_value(serde_json::json!({
+                "at": 0.96, "high_bytes": 503_316_480u64, "previous": "max", "error": null
+            }))
+            .expect("a brake status"),
+        );
+        let text = render(&crate::api::status_view(&p, &Thresholds::default()));
+        assert_eq!(line(&text, "oom "), Some("1 (processes of the group killed by the kernel's OOM killer)"), "{text}");
+        assert_eq!(
+            line(&text, "wake-ups "),
+            Some("thresholds; events off (cgroup v2 only); next sample in 100 ms"),
+            "{text}"
+        );
+        assert_eq!(line(&text, "brake "), Some("memory.high 480.0 MiB (96% of the limit; was max)"), "{text}");
+
+        // No count, the timer only, no brake: said so, and no brake line.
+        let p = Published::test(State::Normal);
+        let text = render(&crate::api::status_view(&p, &Thresholds::default()));
+        assert_eq!(line(&text, "oom "), Some("not counted by this kernel"));
+        assert_eq!(line(&text, "wake-ups "), Some("timer only; next sample in 100 ms"));
+        assert_eq!(line(&text, "brake "), None, "{text}");
+    }
 }
