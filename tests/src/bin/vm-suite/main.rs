@@ -8,6 +8,7 @@
 
 mod front_door;
 mod memory;
+mod reaction;
 mod server;
 mod support;
 mod traffic;
@@ -28,6 +29,10 @@ const TESTS: &[(&str, fn())] = &[
     ("fixture_backend_counts_exactly", traffic::fixture_backend_counts_exactly),
     ("configured_hooks_have_no_fallback", traffic::configured_hooks_have_no_fallback),
     ("run_creates_the_group_and_serves", front_door::run_creates_the_group_and_serves),
+    ("fast_grower_signalled_before_the_limit", reaction::fast_grower_signalled_before_the_limit),
+    ("brake_set_and_restored", reaction::brake_set_and_restored),
+    ("grower_ignoring_the_signal_is_counted", reaction::grower_ignoring_the_signal_is_counted),
+    ("each_wakeup_source_disarmed_still_reacts", reaction::each_wakeup_source_disarmed_still_reacts),
 ];
 
 fn main() -> ExitCode {
