@@ -1,16 +1,17 @@
-//! The alerts task: derives conditions from each published decision, merges those raised by other parts (the
-//! launcher's crashes and crash loops, the stats database), runs the [`Book`](super::engine::Book) and hands
-//! notifications to the sinks. It reads every published sample in order ([`Samples`]), so a decision that lasted a
-//! single sample is alerted too; it never blocks the sampler.
+//! The alerts task: derives conditions from each published decision and from the group's OOM kill count
+//! ([`OomWatch`]), merges those raised by other parts (the launcher's crashes and crash loops, the stats database),
+//! runs the [`Book`](super::engine::Book) and hands notifications to the sinks. It reads every published sample in
+//! order ([`Samples`]), so a decision that lasted a single sample is alerted too; it never blocks the sampler.
 
 use super::engine::Book;
+use super::oom::OomWatch;
 use super::sinks::{self, SinkHandle};
 use super::Condition;
 use crate::config::AlertsConfig;
 use crate::policy::State;
 use crate::sampler::{Published, Samples};
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
 
 /// Raises and clears conditions from outside the sampler (launcher, stats database). Cheap to clone.
@@ -104,6 +105,8 @@ pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, gene
     let resend = Duration::from_secs(cfg.resend_s);
     tokio::spawn(async move {
         let mut book = Book::new(quiet);
+        let mut oom = OomWatch::default();
+        let started = Instant::now();
         let mut external: BTreeMap<String, Condition> = BTreeMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut resend_tick = tokio::time::interval(resend);
@@ -122,6 +125,7 @@ pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, gene
                 }
             }
             let mut conds = conditions(samples.latest(), probes_wanted);
+            conds.extend(oom.conditions(samples.latest(), started.elapsed().as_millis() as u64));
             conds.extend(external.values().cloned());
             let out = book.observe(SystemTime::now(), &conds);
             if out.is_empty() {
