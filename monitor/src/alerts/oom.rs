@@ -6,11 +6,13 @@
 //! The alert names the process the agent saw vanish: the kernel counts the kill when it sends SIGKILL, and the
 //! process leaves the group once it has exited, in the same sample or a later one. So a growth waits up to
 //! [`WAIT_MS`] for as many processes as it counts to vanish (those present in the sample before the growth and gone
-//! since, the largest first) and fires as soon as they have, or without a name when none did. It is an event, not
+//! since, the largest first) and fires as soon as they have, or without a name when none did. A victim's RSS is the
+//! one last sampled before its teardown (a process being torn down reads as 0 bytes). It is an event, not
 //! a state: the condition is held for [`HOLD_MS`] after the kill and then resolved like any other (after `quiet_s`).
 
 use super::Condition;
 use crate::sampler::Published;
+use std::collections::{HashMap, HashSet};
 
 /// How long a kill's condition is held after the agent saw it, in milliseconds (5 minutes).
 pub const HOLD_MS: u64 = 5 * 60 * 1000;
@@ -36,7 +38,9 @@ struct Kill {
     /// When the agent saw it (the watcher's clock).
     at_ms: u64,
     cgroup: String,
-    /// The processes seen vanishing since the sample before, largest first; at most `new`.
+    /// The processes of the sample before the growth: its victims are among them.
+    before: Vec<Seen>,
+    /// Those of them seen vanishing since, largest first; at most `new`.
     victims: Vec<Seen>,
 }
 
@@ -73,17 +77,20 @@ impl OomWatch {
 
     fn observe(&mut self, p: &Published, now_ms: u64) {
         let s = &p.snapshot;
+        let prev: HashMap<(u32, u64), &Seen> = self.prev.iter().map(|x| ((x.pid, x.start_ticks), x)).collect();
+        // A process being torn down reads as 0 bytes: it keeps the last RSS it had.
         let now: Vec<Seen> = s
             .processes
             .iter()
-            .map(|x| Seen { pid: x.pid, start_ticks: x.start_ticks, name: x.name.clone(), rss_bytes: x.rss_bytes })
+            .map(|x| {
+                let last = prev.get(&(x.pid, x.start_ticks)).map_or(0, |q| q.rss_bytes);
+                let rss_bytes = if x.rss_bytes > 0 { x.rss_bytes } else { last };
+                Seen { pid: x.pid, start_ticks: x.start_ticks, name: x.name.clone(), rss_bytes }
+            })
             .collect();
-        let mut vanished: Vec<Seen> = std::mem::take(&mut self.prev)
-            .into_iter()
-            .filter(|a| !now.iter().any(|b| b.pid == a.pid && b.start_ticks == a.start_ticks))
-            .collect();
-        vanished.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
-        self.prev = now;
+        let here: HashSet<(u32, u64)> = now.iter().map(|x| (x.pid, x.start_ticks)).collect();
+        let mut vanished: Vec<(u32, u64)> =
+            self.prev.iter().map(|x| (x.pid, x.start_ticks)).filter(|id| !here.contains(id)).collect();
         if let Some(count) = s.group.oom_kills {
             match self.last {
                 Some(last) if count > last => self.pending.push(Kill {
@@ -91,6 +98,7 @@ impl OomWatch {
                     new: count - last,
                     at_ms: now_ms,
                     cgroup: s.group.cgroup.display().to_string(),
+                    before: std::mem::take(&mut self.prev),
                     victims: Vec::new(),
                 }),
                 // The first count is the baseline; a smaller one is a new group under the same path: a new baseline.
@@ -98,11 +106,20 @@ impl OomWatch {
             }
             self.last = Some(count);
         }
-        // The oldest kill takes the largest of the processes gone since the sample before it.
+        self.prev = now;
+        // The oldest kill takes the largest (as the sample before it saw them) of its processes gone since.
         for k in &mut self.pending {
-            while (k.victims.len() as u64) < k.new && !vanished.is_empty() {
-                k.victims.push(vanished.remove(0));
-            }
+            let mut gone: Vec<&Seen> = k
+                .before
+                .iter()
+                .filter(|x| vanished.contains(&(x.pid, x.start_ticks)))
+                .filter(|x| !k.victims.iter().any(|v| v.pid == x.pid && v.start_ticks == x.start_ticks))
+                .collect();
+            gone.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
+            let room = (k.new as usize).saturating_sub(k.victims.len());
+            let taken: Vec<Seen> = gone.into_iter().take(room).cloned().collect();
+            vanished.retain(|id| !taken.iter().any(|t| (t.pid, t.start_ticks) == *id));
+            k.victims.extend(taken);
         }
     }
 }
@@ -220,6 +237,34 @@ mod tests {
         assert!(w.conditions(&sample(2, Some(1), BOTH), 1000).is_empty(), "a tick without a new sample");
         let c = w.conditions(&sample(3, Some(1), SERVER), 1050);
         assert_eq!(c.len(), 1);
+        assert_eq!(ann(&c[0], "name"), Some("grower"));
+    }
+
+    #[test]
+    fn the_victim_keeps_the_rss_it_had_before_it_was_torn_down() {
+        let mut w = OomWatch::default();
+        w.conditions(&sample(1, Some(0), BOTH), 0);
+        // Counted while the grower is torn down: listed with 0 bytes, then gone.
+        assert!(w.conditions(&sample(2, Some(1), &[(10, "server", 40), (11, "grower", 0)]), 50).is_empty());
+        let c = w.conditions(&sample(3, Some(1), SERVER), 100);
+        assert_eq!(ann(&c[0], "rss_bytes"), Some((240u64 << 20).to_string().as_str()), "{c:?}");
+        // Read as 0 already in the sample before the count grew: the RSS of the sample before that.
+        let mut w = OomWatch::default();
+        w.conditions(&sample(1, Some(0), BOTH), 0);
+        w.conditions(&sample(2, Some(0), &[(10, "server", 40), (11, "grower", 0)]), 50);
+        let c = w.conditions(&sample(3, Some(1), SERVER), 100);
+        assert_eq!(ann(&c[0], "rss_bytes"), Some((240u64 << 20).to_string().as_str()), "{c:?}");
+    }
+
+    #[test]
+    fn a_process_started_after_the_kill_is_never_its_victim() {
+        let mut w = OomWatch::default();
+        w.conditions(&sample(1, Some(0), BOTH), 0);
+        assert!(w
+            .conditions(&sample(2, Some(1), &[(10, "server", 40), (11, "grower", 0), (12, "x", 9)]), 50)
+            .is_empty());
+        assert!(w.conditions(&sample(3, Some(1), &[(10, "server", 40), (11, "grower", 0)]), 100).is_empty());
+        let c = w.conditions(&sample(4, Some(1), SERVER), 150);
         assert_eq!(ann(&c[0], "name"), Some("grower"));
     }
 
