@@ -35,6 +35,8 @@ const PALETTE: [RGBColor; 16] = [
 ];
 const REFUSING: RGBColor = RGBColor(255, 200, 120);
 const ABORTING: RGBColor = RGBColor(240, 120, 120);
+/// The brake's `memory.high` line.
+const BRAKE: RGBColor = RGBColor(128, 0, 160);
 
 /// A chart could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -207,8 +209,8 @@ fn state_spans(chart: &mut Ctx, d: &Dashboard, y_max: f64) -> DrawResult {
     Ok(())
 }
 
-/// Group memory: per-process RSS stacked, group usage, the limit and the refuse/abort lines, state spans,
-/// restart markers.
+/// Group memory: per-process RSS stacked, group usage, the limit and the refuse/abort lines, the brake's
+/// `memory.high` when it is set, state spans, restart markers.
 pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
     let s = &d.series;
     let n = s.len();
@@ -229,7 +231,8 @@ pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
     }
     let usage = mib(&s.usage_bytes);
     let limit = mib(&s.limit_bytes);
-    let y_max = max_of(cum.iter().chain([&usage, &limit]), 1.0) * 1.05;
+    let high = d.group.brake.as_ref().and_then(|b| b.high_bytes).map(|b| b as f64 / MIB);
+    let y_max = max_of(cum.iter().chain([&usage, &limit]), high.unwrap_or(1.0)) * 1.05;
     let (refuse_at, abort_at) = (d.group.refuse_at, d.group.abort_at);
     render("memory", d, y_max, "MiB", |chart, xs| {
         state_spans(chart, d, y_max)?;
@@ -248,6 +251,11 @@ pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
         let at = |f: f64| limit.iter().map(|l| l * f).collect::<Vec<_>>();
         line(chart, xs, &at(refuse_at), RGBColor(230, 140, 0).stroke_width(1))?;
         line(chart, xs, &at(abort_at), RGBColor(200, 0, 0).stroke_width(1))?;
+        if let Some(high) = high {
+            // The value set now, across the range (the brake follows the limit, which rarely moves).
+            let span = d.range.seconds() as f64;
+            chart.draw_series(LineSeries::new([(-span, high), (0.0, high)], BRAKE.stroke_width(2)))?;
+        }
         for m in &s.restarts {
             let x = x_of(d, m.t_ms);
             let k = s.procs.iter().position(|p| p.name == m.name).unwrap_or(0);
@@ -258,6 +266,9 @@ pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
         entries.push(Entry { name: "limit".into(), color: RGBColor(60, 60, 60) });
         entries.push(Entry { name: format!("refuse {:.0}%", refuse_at * 100.0), color: RGBColor(230, 140, 0) });
         entries.push(Entry { name: format!("abort {:.0}%", abort_at * 100.0), color: RGBColor(200, 0, 0) });
+        if let Some(high) = high {
+            entries.push(Entry { name: format!("memory.high {high:.0} MiB"), color: BRAKE });
+        }
         Ok(entries)
     })
 }

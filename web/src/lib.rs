@@ -10,4 +10,4 @@ mod routes;
 pub mod view;
 
 pub use routes::router;
-pub use view::{Dashboard, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source};
+pub use view::{BrakeNow, Dashboard, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source};

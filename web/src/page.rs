@@ -2,7 +2,7 @@
 //! charts inline as SVG. No external resources; readable without JavaScript (a few lines reload it).
 
 use crate::chart;
-use crate::view::{Dashboard, Range};
+use crate::view::{Dashboard, GroupNow, Range};
 use std::fmt::Write;
 
 /// Escapes text for HTML element content and attribute values.
@@ -32,7 +32,7 @@ table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;paddin
 th{background:#f4f4f4}td.l{text-align:left}.state-normal{color:#080}.state-refusing{color:#c70}\
 .state-aborting{color:#c00;font-weight:bold}nav a{margin-right:.8em}nav a.on{font-weight:bold;text-decoration:none}\
 svg{max-width:100%;height:auto;display:block}.note{background:#fff3cd;padding:4px 8px;margin:4px 0}\
-.err{color:#c00}";
+.err{color:#c00}.oom{background:#c00;color:#fff;font-weight:bold;padding:6px 10px;margin:6px 0}";
 
 /// Auto-refresh: reload the page every 5 s unless the tab is hidden. The page is complete without it.
 const SCRIPT: &str = "setInterval(function(){if(!document.hidden){location.reload();}},5000);";
@@ -64,6 +64,7 @@ pub fn render(d: &Dashboard) -> String {
         escape(&g.probes),
         st = escape(&g.state),
     );
+    kernel(&mut h, g);
     for n in &d.notes {
         let _ = write!(h, "<p class=\"note\">{}</p>", escape(n));
     }
@@ -93,6 +94,41 @@ pub fn render(d: &Dashboard) -> String {
     }
     let _ = write!(h, "<script>{SCRIPT}</script></body></html>");
     h
+}
+
+/// The kernel's side: OOM kills (a red banner when there were any), the wake-up sources, the paced interval and
+/// the brake.
+fn kernel(h: &mut String, g: &GroupNow) {
+    if let Some(n) = g.oom_kills.filter(|&n| n > 0) {
+        let _ = write!(
+            h,
+            "<p class=\"oom\" id=\"oom-kills\">The kernel's OOM killer has killed {n} process{} of this group</p>",
+            if n == 1 { "" } else { "es" }
+        );
+    }
+    let oom = match g.oom_kills {
+        Some(n) => n.to_string(),
+        None => "not counted by this kernel".into(),
+    };
+    let wake = if g.wakeups.is_empty() { "timer only".to_string() } else { escape(&g.wakeups.join(", ")) };
+    let _ = write!(h, "<p id=\"kernel\">OOM kills <b>{oom}</b> · wake-ups <b id=\"wakeups\">{wake}</b>");
+    for off in &g.wakeups_off {
+        let _ = write!(h, " (off: {})", escape(off));
+    }
+    if g.next_sample_ms > 0 {
+        let _ = write!(h, " · next sample in {} ms", g.next_sample_ms);
+    }
+    if let Some(b) = &g.brake {
+        let at = b.at * 100.0;
+        let _ = match (b.high_bytes, &b.error) {
+            (Some(high), _) => {
+                write!(h, " · brake: memory.high <b id=\"brake\">{}</b> ({at:.0}% of the limit)", mib(high))
+            }
+            (None, Some(e)) => write!(h, " · brake at {at:.0}% <span class=\"err\">not set: {}</span>", escape(e)),
+            (None, None) => write!(h, " · brake at {at:.0}%: not set"),
+        };
+    }
+    h.push_str("</p>");
 }
 
 fn status_strip(h: &mut String, d: &Dashboard) {

@@ -63,6 +63,32 @@ pub struct GroupNow {
     pub shadow: bool,
     /// Whether request counting runs, and why not.
     pub probes: String,
+    /// Processes of the group the kernel's OOM killer has killed (None: the kernel does not count them).
+    #[serde(default)]
+    pub oom_kills: Option<u64>,
+    /// The kernel wake-up sources armed besides the sampler's timer (`thresholds`, `events`, `pressure`).
+    #[serde(default)]
+    pub wakeups: Vec<String>,
+    /// Each configured wake-up source that is off, with why (e.g. `events: cgroup v2 only`).
+    #[serde(default)]
+    pub wakeups_off: Vec<String>,
+    /// The interval until the next timed sample, in milliseconds (0: not known).
+    #[serde(default)]
+    pub next_sample_ms: u64,
+    /// The memory brake, when it is configured.
+    #[serde(default)]
+    pub brake: Option<BrakeNow>,
+}
+
+/// The memory brake: `memory.high` set at a fraction of the limit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BrakeNow {
+    /// The fraction of the limit it is set at.
+    pub at: f64,
+    /// The `memory.high` set, in bytes (None while it could not be set).
+    pub high_bytes: Option<u64>,
+    /// Why it is not set, when it is not.
+    pub error: Option<String>,
 }
 
 /// One process in the status strip.

@@ -5,10 +5,12 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use std::sync::Arc;
 use tower::ServiceExt;
-use web::{Dashboard, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source};
+use web::{BrakeNow, Dashboard, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source};
 
 struct Fake {
     names: Vec<String>,
+    oom_kills: Option<u64>,
+    brake: Option<BrakeNow>,
 }
 
 impl Source for Fake {
@@ -59,6 +61,11 @@ impl Source for Fake {
                 abort_at: 0.92,
                 shadow: false,
                 probes: "on".into(),
+                oom_kills: self.oom_kills,
+                wakeups: vec!["thresholds".into()],
+                wakeups_off: vec!["events: cgroup v2 only".into()],
+                next_sample_ms: 20,
+                brake: self.brake.clone(),
             },
             processes: self
                 .names
@@ -94,7 +101,16 @@ impl Source for Fake {
 }
 
 fn app(names: &[&str]) -> axum::Router {
-    web::router(Arc::new(Fake { names: names.iter().map(|s| s.to_string()).collect() }))
+    app_with(names, Some(0), None)
+}
+
+fn app_with(names: &[&str], oom_kills: Option<u64>, brake: Option<BrakeNow>) -> axum::Router {
+    web::router(Arc::new(Fake { names: names.iter().map(|s| s.to_string()).collect(), oom_kills, brake }))
+}
+
+/// The memory chart's SVG.
+fn memory_chart(html: &str) -> &str {
+    html.split("id=\"chart-memory\"").nth(1).and_then(|s| s.split("</svg>").next()).expect("the memory chart")
 }
 
 /// The contents of an SVG's `<text>` elements, trimmed.
@@ -140,6 +156,35 @@ async fn home_page_names_every_process_in_every_chart() {
         assert!(html.contains("<td class=\"l\">tx&lt;3&gt;</td>"), "status strip escapes names");
         assert!(html.contains("history is not persisted: &lt;locked&gt;"));
     }
+}
+
+#[tokio::test]
+async fn oom_kills_wakeups_and_the_brake_are_shown() {
+    // No kill: the count is shown, with no banner; the armed and the off wake-ups; no brake.
+    let (_, html) = get(app(&["a"]), "/").await;
+    assert!(!html.contains("id=\"oom-kills\""), "no banner without a kill");
+    assert!(html.contains("OOM kills <b>0</b>"), "{html}");
+    assert!(html.contains("wake-ups <b id=\"wakeups\">thresholds</b> (off: events: cgroup v2 only)"));
+    assert!(html.contains("next sample in 20 ms"));
+    assert!(!html.contains("memory.high"), "no brake, no line");
+
+    // Two kills and the brake set: a banner above everything else, and memory.high on the memory chart.
+    let brake = BrakeNow { at: 0.96, high_bytes: Some(480 << 20), error: None };
+    let (_, html) = get(app_with(&["a"], Some(2), Some(brake)), "/").await;
+    let banner = html.find("id=\"oom-kills\"").expect("a banner");
+    assert!(banner < html.find("<nav>").unwrap_or(0), "the banner comes before the charts");
+    assert!(html.contains("has killed 2 processes of this group"), "{html}");
+    assert!(html.contains("brake: memory.high <b id=\"brake\">480.0 MiB</b> (96% of the limit)"));
+    let memory = memory_chart(&html);
+    assert!(texts(memory).iter().any(|t| t == "memory.high 480 MiB"), "legend: {:?}", texts(memory));
+    assert!(memory.contains("stroke=\"#8000A0\""), "the brake's line is drawn");
+
+    // A brake that could not be set says why; a kernel without the count says so.
+    let failed = BrakeNow { at: 0.96, high_bytes: None, error: Some("memory.high: <denied>".into()) };
+    let (_, html) = get(app_with(&["a"], None, Some(failed)), "/").await;
+    assert!(html.contains("OOM kills <b>not counted by this kernel</b>"));
+    assert!(html.contains("not set: memory.high: &lt;denied&gt;"), "{html}");
+    assert!(!memory_chart(&html).contains("#8000A0"));
 }
 
 #[tokio::test]

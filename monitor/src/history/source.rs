@@ -4,7 +4,7 @@
 use super::{names, query, History};
 use crate::policy::ProcId;
 use std::time::{SystemTime, UNIX_EPOCH};
-use web::{Dashboard, GroupNow, ProcessStatus, Range, Source};
+use web::{BrakeNow, Dashboard, GroupNow, ProcessStatus, Range, Source};
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -78,10 +78,54 @@ impl Source for History {
                     (false, Some(r)) => format!("off ({r})"),
                     (false, None) => "off".into(),
                 },
+                oom_kills: s.group.oom_kills,
+                wakeups: p.wakeups.armed.clone(),
+                wakeups_off: p.wakeups.off.iter().map(|o| format!("{}: {}", o.source, o.reason)).collect(),
+                next_sample_ms: p.next_sample_ms,
+                brake: p.brake.as_ref().map(|b| BrakeNow {
+                    at: b.at,
+                    high_bytes: b.high_bytes,
+                    error: b.error.clone(),
+                }),
             },
             processes,
             series,
             notes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{State, Thresholds};
+    use crate::sampler::Published;
+    use crate::wakeup::{WakeupOff, WakeupStatus};
+    use std::sync::Arc;
+
+    #[test]
+    fn the_page_gets_the_oom_kills_the_wakeups_and_the_brake() {
+        let mut p = Published::test(State::Normal);
+        p.snapshot.group.oom_kills = Some(1);
+        p.wakeups = Arc::new(WakeupStatus {
+            armed: vec!["events".into(), "pressure".into()],
+            off: vec![WakeupOff { source: "thresholds".into(), reason: "cgroup v1 only".into() }],
+            pacing: true,
+        });
+        p.brake = Some(
+            serde_json::from_value(serde_json::json!({
+                "at": 0.96, "high_bytes": 503_316_480u64, "previous": "max", "error": null
+            }))
+            .expect("a brake status"),
+        );
+        p.next_sample_ms = 40;
+        let (_tx, latest) = tokio::sync::watch::channel(Arc::new(p));
+        let h = History::new(latest, Thresholds::default(), Default::default());
+        let g = h.dashboard(Range::FiveMinutes, 10).group;
+        assert_eq!(g.oom_kills, Some(1));
+        assert_eq!(g.wakeups, ["events", "pressure"]);
+        assert_eq!(g.wakeups_off, ["thresholds: cgroup v1 only"]);
+        assert_eq!(g.next_sample_ms, 40);
+        assert_eq!(g.brake, Some(BrakeNow { at: 0.96, high_bytes: Some(503_316_480), error: None }));
     }
 }
