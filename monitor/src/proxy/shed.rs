@@ -6,6 +6,7 @@
 use super::body::ProxyBody;
 use super::Proxy;
 use crate::policy::{Action, ProcId, State};
+use crate::reaction::Reactions;
 use crate::sampler::Published;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
@@ -41,7 +42,7 @@ pub async fn follow(proxy: Arc<Proxy>, mut rx: watch::Receiver<Arc<Published>>) 
     let mut enforced = State::Normal;
     loop {
         let p = rx.borrow_and_update().clone();
-        time_entry(&proxy, &p, &mut enforced);
+        time_entry(&proxy.reactions, &p, &mut enforced);
         apply(&proxy, &p, &mut rounds);
         if rx.changed().await.is_err() {
             return;
@@ -51,12 +52,12 @@ pub async fn follow(proxy: Arc<Proxy>, mut rx: watch::Receiver<Arc<Published>>) 
 
 /// Arms the timing of the first 503 when the enforced state enters refusing or aborting (`enforced`: the state
 /// enforced before this decision; shadow enforces nothing), and disarms it back to normal.
-fn time_entry(proxy: &Proxy, p: &Published, enforced: &mut State) {
+fn time_entry(reactions: &Reactions, p: &Published, enforced: &mut State) {
     let now = if p.decision.shadow { State::Normal } else { p.decision.state };
     if now != *enforced {
         match now {
-            State::Normal => proxy.reactions.disarm_shed(),
-            State::Refusing | State::Aborting => proxy.reactions.arm_shed(p.wake.at),
+            State::Normal => reactions.disarm_shed(),
+            State::Refusing | State::Aborting => reactions.arm_shed(p.wake.at),
         }
         *enforced = now;
     }
@@ -117,5 +118,66 @@ impl Proxy {
     /// 503 when no process can take the request (not the memory guard: nothing is ready).
     pub(super) fn unavailable(&self, what: &str) -> Response<ProxyBody> {
         guard_response(StatusCode::SERVICE_UNAVAILABLE, format!("{what}\n"), &self.retry_after)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reaction::Kind;
+    use std::time::{Duration, Instant};
+
+    /// A decision in `state`, taken on a sample whose wake-up was `ago` before now.
+    fn decided(state: State, shadow: bool, ago: Duration) -> Published {
+        let mut p = Published::test(state);
+        p.decision.shadow = shadow;
+        p.wake.at = Instant::now() - ago;
+        p
+    }
+
+    fn timed(r: &Reactions) -> (u64, u64) {
+        let c = r.counts(Kind::Shed);
+        (c.count(), c.sum_ns)
+    }
+
+    #[test]
+    fn the_first_503_after_each_entry_is_timed_from_its_wake_up() {
+        let r = Reactions::new();
+        let mut enforced = State::Normal;
+        time_entry(&r, &decided(State::Normal, false, Duration::ZERO), &mut enforced);
+        r.shed_sent();
+        assert_eq!(timed(&r).0, 0, "normal: nothing awaited");
+        // Entering refusing on a sample woken 40 ms ago: the next 503 is timed from then; later ones are not.
+        time_entry(&r, &decided(State::Refusing, false, Duration::from_millis(40)), &mut enforced);
+        r.shed_sent();
+        r.shed_sent();
+        let (n, ns) = timed(&r);
+        assert_eq!(n, 1);
+        assert!(ns >= 40_000_000, "{ns} ns");
+        // Still refusing: no new entry. Aborting: an entry.
+        time_entry(&r, &decided(State::Refusing, false, Duration::ZERO), &mut enforced);
+        r.shed_sent();
+        assert_eq!(timed(&r).0, 1);
+        time_entry(&r, &decided(State::Aborting, false, Duration::ZERO), &mut enforced);
+        r.shed_sent();
+        assert_eq!(timed(&r).0, 2);
+        // Back to normal, then refusing again: one more.
+        time_entry(&r, &decided(State::Normal, false, Duration::ZERO), &mut enforced);
+        time_entry(&r, &decided(State::Refusing, false, Duration::ZERO), &mut enforced);
+        r.shed_sent();
+        assert_eq!(timed(&r).0, 3);
+    }
+
+    #[test]
+    fn shadow_decisions_arm_nothing() {
+        let r = Reactions::new();
+        let mut enforced = State::Normal;
+        time_entry(&r, &decided(State::Aborting, true, Duration::ZERO), &mut enforced);
+        r.shed_sent();
+        assert_eq!(timed(&r).0, 0);
+        // Shadow turned off while aborting: enforced from now, an entry.
+        time_entry(&r, &decided(State::Aborting, false, Duration::ZERO), &mut enforced);
+        r.shed_sent();
+        assert_eq!(timed(&r).0, 1);
     }
 }
