@@ -2,10 +2,14 @@
 //! signal runs into the 256 MiB limit of its group and is killed by the kernel. The agent watching the group shows
 //! `group.oom_kills` going from 0 to 1 in `/api/v1/status`, exports `monitor_oom_kills_total 1`, and pages
 //! `MonitorOomKill` to a command sink, naming the grower (pid, name, its last RSS).
+//!
+//! Beside it, the agent's reactions short of a kill: a refusal's signal and POST are each timed once in
+//! `monitor_reaction_seconds`.
 
 use monitor_tests::{require_v1, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog, MIB};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -105,6 +109,93 @@ fn a_grower_killed_by_the_kernel_is_counted_exported_and_paged() {
     assert_eq!(paged, 1, "one kill, one page: {:?}", hook_alerts(&out));
     drop(agent);
     drop(bystander);
+    drop(cg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A receiver of the agent's POSTs on loopback: answers each with 200 and counts them.
+fn post_receiver() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("binding the receiver: {e}"));
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
+    let posts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = posts.clone();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            // The head, then as much body as Content-Length says.
+            let complete = |req: &[u8]| {
+                let text = String::from_utf8_lossy(req);
+                let Some(end) = text.find("\r\n\r\n") else { return false };
+                let len = text[..end]
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+                req.len() >= end + 4 + len
+            };
+            while !complete(&req) {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            if req.starts_with(b"POST ") {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (port, posts)
+}
+
+/// The value of the sample `name` (with its labels, as written) in a `/metrics` text.
+fn sample_value(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn a_refusal_s_signal_and_post_are_timed() {
+    let test = "a_refusal_s_signal_and_post_are_timed";
+    if !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("reaction-metrics");
+    let (port, posts) = post_receiver();
+    let config = dir.join("monitor.toml");
+    // SIGCONT: a signal the hog takes without noticing.
+    let toml = format!(
+        "[actions]\nrefuse_signal = \"SIGCONT\"\npost_url = \"http://127.0.0.1:{port}/memory\"\n\
+         [probes]\nenabled = false\n"
+    );
+    std::fs::write(&config, toml).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+    let cg = CgroupV1::create("reaction-metrics", Some(LIMIT));
+    let mut hog = Hog::spawn(HOG, cg.path(), 50, false);
+    let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
+    agent.wait_for(|s| s["policy"]["state"] == "normal", Duration::from_secs(10));
+    let count = |action: &str| {
+        let (_, m) = agent.get("/metrics");
+        sample_value(&m, &format!("monitor_reaction_seconds_count{{action=\"{action}\"}}"))
+    };
+    assert_eq!((count("signal"), count("post"), count("shed")), (Some(0.0), Some(0.0), Some(0.0)));
+
+    // About 88% of the limit: refusing, and the hog is told so once by signal and once by POST.
+    hog.set_mib(225);
+    agent.wait_for(|s| s["policy"]["state"] == "refusing", Duration::from_secs(10));
+    wait_until("the signal and the POST timed", Duration::from_secs(10), || {
+        (count("signal") == Some(1.0) && count("post") == Some(1.0)).then_some(())
+    });
+    assert_eq!(posts.load(std::sync::atomic::Ordering::SeqCst), 1, "one change, one POST");
+    let (_, m) = agent.get("/metrics");
+    let within = |action: &str, le: &str| {
+        sample_value(&m, &format!("monitor_reaction_seconds_bucket{{action=\"{action}\",le=\"{le}\"}}"))
+    };
+    // From the wake-up of the sample that decided it: a signal in well under a second, the POST answered too.
+    assert_eq!(within("signal", "1"), Some(1.0), "{m}");
+    assert_eq!(within("post", "1"), Some(1.0), "{m}");
+    assert_eq!(count("shed"), Some(0.0), "no front door under monitor agent");
+    drop(agent);
+    drop(hog);
     drop(cg);
     let _ = std::fs::remove_dir_all(&dir);
 }
