@@ -13,6 +13,7 @@ pub mod config;
 pub mod history;
 pub mod launcher;
 pub mod metrics;
+pub mod pacing;
 pub mod policy;
 pub mod probes;
 pub mod procs;

@@ -5,12 +5,14 @@
 
 use crate::brake::BrakeStatus;
 use crate::cgroup::{CgroupError, Group, GroupReader};
+use crate::pacing::{Pacer, Pacing};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
 use crate::probes::Probes;
 use crate::procs::ProcTable;
 use crate::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
-use crate::wakeup::{Wake, WakeupStatus};
+use crate::wakeup::{Ready, Wake, WakeupStatus, Wakeups};
 use serde::Serialize;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -186,8 +188,16 @@ pub struct Sampler {
     /// The last sample failed: the group's files are opened anew before the next (a group removed and created
     /// again is a new directory; the files kept open belong to the old one).
     reopen: bool,
-    /// Requests to trace a pid at once ([`Tracer`]), served between samples.
-    early: Option<mpsc::Receiver<TraceRequest>>,
+    /// Requests to trace a pid at once ([`Tracer`]), served between samples, and the eventfd that says one came.
+    early: Option<(mpsc::Receiver<TraceRequest>, Arc<OwnedFd>)>,
+    /// The kernel's wake-ups armed on the group.
+    wakeups: Wakeups,
+    /// The interval until the next timed sample.
+    pacer: Pacer,
+    /// The lines pacing and the v1 thresholds watch: refuse_at and abort_at.
+    lines: [f64; 2],
+    /// When the last sample was taken.
+    last_sample: Instant,
 }
 
 /// A pid to trace at once, and who to tell when it is.
@@ -197,7 +207,7 @@ type TraceRequest = (u32, tokio::sync::oneshot::Sender<()>);
 /// `monitor run`'s launcher uses it for each process it starts, before its first health check, so that the kernel
 /// counts everything the process serves. Does nothing without probes.
 #[derive(Clone, Debug)]
-pub struct Tracer(Option<mpsc::Sender<TraceRequest>>);
+pub struct Tracer(Option<(mpsc::Sender<TraceRequest>, Arc<OwnedFd>)>);
 
 impl Tracer {
     /// A tracer that does nothing (probes off, or no sampler).
@@ -207,11 +217,14 @@ impl Tracer {
 
     /// Traces `pid` now; returns once the sampler thread has done it, or after a second at most.
     pub async fn trace(&self, pid: u32) {
-        let Some(tx) = &self.0 else { return };
+        let Some((tx, efd)) = &self.0 else { return };
         let (ack, done) = tokio::sync::oneshot::channel();
         if tx.send((pid, ack)).is_err() {
             return;
         }
+        let one = 1u64;
+        // SAFETY: writing 8 bytes from a u64 to an eventfd we share ownership of.
+        unsafe { libc::write(efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
         let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
     }
 }
@@ -261,7 +274,24 @@ impl Sampler {
         limit_override: Option<u64>,
         probes: Result<Probes, String>,
     ) -> Result<Sampler, CgroupError> {
+        Sampler::with_policy(group, limit_override, probes, &crate::config::PolicyConfig::default())
+    }
+
+    /// Opens the group, and arms the kernel wake-ups and pacing `policy` asks for.
+    pub fn with_policy(
+        group: Group,
+        limit_override: Option<u64>,
+        probes: Result<Probes, String>,
+        policy: &crate::config::PolicyConfig,
+    ) -> Result<Sampler, CgroupError> {
         let reader = GroupReader::open(group)?;
+        let wakeups = Wakeups::arm(reader.group(), &policy.wakeups, policy.pacing);
+        let pacer = Pacer::new(Pacing {
+            enabled: policy.pacing,
+            max: Duration::from_millis(policy.interval_ms),
+            min: Duration::from_millis(policy.min_interval_ms),
+            assumed_rate: (policy.fill_rate_mib_s << 20) as f64,
+        });
         let (probes, probe_status) = match probes {
             Ok(p) => {
                 let hooks = Some(p.hooks().name().to_string());
@@ -285,6 +315,10 @@ impl Sampler {
             last_rescan: Instant::now(),
             reopen: false,
             early: None,
+            wakeups,
+            pacer,
+            lines: [policy.refuse_at, policy.abort_at],
+            last_sample: Instant::now(),
         })
     }
 
@@ -297,9 +331,20 @@ impl Sampler {
         if self.probes.is_none() {
             return Tracer::none();
         }
+        // SAFETY: eventfd takes an initial value and flags; the result is a new fd or -1.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if raw < 0 {
+            tracing::warn!(
+                "eventfd: {}: new processes are traced from their first sample",
+                std::io::Error::last_os_error()
+            );
+            return Tracer::none();
+        }
+        // SAFETY: a fresh fd we own.
+        let efd = Arc::new(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
         let (tx, rx) = mpsc::channel();
-        self.early = Some(rx);
-        Tracer(Some(tx))
+        self.early = Some((rx, efd.clone()));
+        Tracer(Some((tx, efd)))
     }
 
     /// Traces `pid` at once (a [`Tracer`] request).
@@ -310,26 +355,56 @@ impl Sampler {
         }
     }
 
-    /// Sleeps until `until`, serving [`Tracer`] requests meanwhile.
-    fn wait_until(&mut self, until: Instant) {
+    /// Serves the [`Tracer`] requests waiting.
+    fn serve_tracer(&mut self) {
+        let Some((rx, efd)) = &self.early else { return };
+        let mut v = 0u64;
+        // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd we own a share of.
+        unsafe { libc::read(efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        let mut waiting = Vec::new();
         loop {
-            let now = Instant::now();
-            if now >= until {
-                return;
-            }
-            let Some(rx) = &self.early else {
-                std::thread::sleep(until - now);
-                return;
-            };
-            match rx.recv_timeout(until - now) {
-                Ok((pid, ack)) => {
-                    self.trace_now(pid);
-                    let _ = ack.send(());
+            match rx.try_recv() {
+                Ok(r) => waiting.push(r),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.early = None;
+                    break;
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => return,
-                Err(mpsc::RecvTimeoutError::Disconnected) => self.early = None,
             }
         }
+        for (pid, ack) in waiting {
+            self.trace_now(pid);
+            let _ = ack.send(());
+        }
+    }
+
+    /// Waits until `deadline` or a kernel wake-up, serving [`Tracer`] requests meanwhile; says what woke it.
+    fn wait(&mut self, deadline: Instant) -> Wake {
+        loop {
+            let other = self.early.as_ref().map(|(_, efd)| efd.as_raw_fd());
+            match self.wakeups.wait(deadline, other, self.pacer_min(), self.last_sample) {
+                Ready::Sample(wake) => return wake,
+                Ready::Other => self.serve_tracer(),
+            }
+        }
+    }
+
+    /// The shortest interval pacing may choose: kernel wake-ups that can come in bursts are served no faster.
+    fn pacer_min(&self) -> Duration {
+        self.pacer.min()
+    }
+
+    /// The sources armed, for the published sample.
+    pub fn wakeup_status(&self) -> Arc<WakeupStatus> {
+        self.wakeups.status().clone()
+    }
+
+    /// After a good sample: the kernel thresholds are re-armed around it and pacing picks the next interval.
+    fn paced(&mut self, snap: &Snapshot) -> Duration {
+        let g = &snap.group;
+        self.wakeups.after_sample(g.limit_bytes, &self.lines);
+        self.pacer.set_assumed(!self.wakeups.follows_usage());
+        self.pacer.next(snap.mono_ms, g.usage_bytes, g.limit_bytes, &self.lines)
     }
 
     pub fn probe_status(&self) -> &ProbeStatus {
@@ -344,6 +419,7 @@ impl Sampler {
             self.last_rescan = Instant::now();
             self.reopen = false;
         }
+        self.last_sample = Instant::now();
         let snap = self.read();
         self.reopen = snap.is_err();
         snap
@@ -426,11 +502,7 @@ pub fn spawn(
         let mut next = Instant::now() + interval;
         let mut failing = false;
         while !stop.load(Ordering::Relaxed) {
-            sampler.wait_until(next);
-            next += interval;
-            if next < Instant::now() {
-                next = Instant::now() + interval; // fell behind (suspend, overload): do not burst
-            }
+            let wake = sampler.wait(next);
             match sampler.sample() {
                 Ok(snap) => {
                     if failing {
@@ -440,16 +512,18 @@ pub fn spawn(
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
                     log_decision(&decision, &snap);
+                    let paced = sampler.paced(&snap);
+                    next = sampler.last_sample + paced;
                     let probes = sampler.probe_status().clone();
                     feed.publish(Arc::new(Published {
                         snapshot: snap,
                         decision,
                         probes,
                         error: None,
-                        wake: Wake::timer(),
-                        wakeups: Arc::new(WakeupStatus::default()),
+                        wake,
+                        wakeups: sampler.wakeup_status(),
                         brake: None,
-                        next_sample_ms: interval.as_millis() as u64,
+                        next_sample_ms: paced.as_millis() as u64,
                     }));
                 }
                 Err(e) => {
@@ -457,8 +531,10 @@ pub fn spawn(
                         tracing::error!("sample failed: {e}");
                         failing = true;
                     }
+                    next = Instant::now() + interval;
                     let mut p = (*feed.current()).clone();
                     p.error = Some(e.to_string());
+                    p.wake = wake;
                     feed.publish(Arc::new(p));
                 }
             }
@@ -472,15 +548,16 @@ pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicySt
     let (state, decision) = decide(&PolicyState::default(), &snap, thresholds);
     log_decision(&decision, &snap);
     let probes = sampler.probe_status().clone();
+    let next = sampler.paced(&snap);
     let published = Published {
         snapshot: snap,
         decision,
         probes,
         error: None,
         wake: Wake::timer(),
-        wakeups: Arc::new(WakeupStatus::default()),
+        wakeups: sampler.wakeup_status(),
         brake: None,
-        next_sample_ms: 0,
+        next_sample_ms: next.as_millis() as u64,
     };
     Ok((state, published))
 }
@@ -497,7 +574,7 @@ pub struct Started {
 /// on an unreadable group) and logs what is watched. Shared by `monitor agent` and `monitor run`.
 pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, CgroupError> {
     let probes = load_probes(&cfg.probes);
-    let mut sampler = Sampler::new(group, cfg.policy.limit_bytes, probes)?;
+    let mut sampler = Sampler::with_policy(group, cfg.policy.limit_bytes, probes, &cfg.policy)?;
     let thresholds = cfg.policy.thresholds();
     let (state, first) = first(&mut sampler, &thresholds)?;
     let g = &first.snapshot.group;

@@ -1,0 +1,213 @@
+//! cgroup v1 memory thresholds: one eventfd registered through `cgroup.event_control` on `memory.usage_in_bytes`
+//! at a ladder of levels. The kernel signals it from the charge path when the usage crosses a level either way
+//! (it checks every 128 page events per CPU, about every 512 KiB), so a grower is seen within a step of crossing
+//! a line.
+//!
+//! The ladder is fixed for a limit: a level every half percent of the limit from 75% up to the limit, every 5%
+//! below, and each line exactly. It is not re-armed around the usage after each wake-up because registering one
+//! level costs the kernel an RCU grace period (`synchronize_rcu`, about 17 ms on this project's VMs: measured by
+//! registering 20 levels from a script), which would stall the sampler at the moment it matters. A new limit gets a
+//! new ladder, registered by a thread of its own, nearest levels first, while the old one keeps watching.
+//!
+//! `memory.usage_in_bytes` counts page cache and kernel memory besides the anonymous memory the policy decides on,
+//! so the usage crosses each line before the anonymous memory does; the dense levels above 75% wake the sampler
+//! again within half a percent of growth until the anonymous memory has crossed too.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Where the dense part of the ladder starts, as a fraction of the limit.
+const DENSE_FROM: f64 = 0.75;
+/// The dense step and the coarse step, as fractions of the limit.
+const DENSE_STEP: f64 = 0.005;
+const COARSE_STEP: f64 = 0.05;
+
+/// The ladder of levels for `limit` and `lines` (fractions of the limit), in the order to register them: nearest
+/// above `usage` first (they are the ones a grower reaches first), then the rest above, then those below, nearest
+/// first. Unique, none at 0.
+pub fn ladder(limit: u64, lines: &[f64], usage: u64) -> Vec<u64> {
+    let at = |f: f64| (limit as f64 * f) as u64;
+    let mut out: Vec<u64> = Vec::new();
+    let coarse = (DENSE_FROM / COARSE_STEP).round() as u32;
+    out.extend((1..coarse).map(|i| at(f64::from(i) * COARSE_STEP)));
+    let dense = ((1.0 - DENSE_FROM) / DENSE_STEP).round() as u32;
+    out.extend((0..=dense).map(|i| at(DENSE_FROM + f64::from(i) * DENSE_STEP)));
+    out.extend(lines.iter().map(|&f| at(f)));
+    out.retain(|&l| l > 0);
+    out.sort_unstable();
+    out.dedup();
+    let split = out.partition_point(|&l| l <= usage);
+    let (below, above) = out.split_at(split);
+    above.iter().copied().chain(below.iter().rev().copied()).collect()
+}
+
+/// A ladder being registered or registered: its eventfd and the thread that registers it.
+struct Armed {
+    efd: Arc<OwnedFd>,
+    limit: u64,
+    arming: Option<JoinHandle<Result<(), String>>>,
+}
+
+/// The thresholds of one group.
+pub struct Thresholds {
+    dir: PathBuf,
+    control: Arc<File>,
+    usage: Arc<File>,
+    /// The ladder in use.
+    current: Option<Armed>,
+    /// A ladder for a new limit, being registered.
+    next: Option<Armed>,
+}
+
+impl Thresholds {
+    /// Opens the group's `cgroup.event_control` and `memory.usage_in_bytes`; the reason in one line if it cannot.
+    pub fn open(dir: &Path) -> Result<Thresholds, String> {
+        let control = OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.event_control"))
+            .map_err(|e| format!("cgroup.event_control: {e}"))?;
+        let usage = File::open(dir.join("memory.usage_in_bytes")).map_err(|e| format!("memory.usage_in_bytes: {e}"))?;
+        Ok(Thresholds {
+            dir: dir.to_path_buf(),
+            control: Arc::new(control),
+            usage: Arc::new(usage),
+            current: None,
+            next: None,
+        })
+    }
+
+    /// `memory.usage_in_bytes` now.
+    pub fn usage(&self) -> std::io::Result<u64> {
+        read_usage(&self.usage)
+    }
+
+    /// The eventfds to poll (the ladder in use, and one being registered).
+    pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.current.iter().chain(self.next.iter()).map(|a| a.efd.as_raw_fd())
+    }
+
+    /// Makes sure a ladder for `limit` is registered or being registered; swaps in a new one once its thread is
+    /// done. Err when the kernel refused a level (the source is then off).
+    pub fn ensure(&mut self, limit: u64, lines: &[f64], usage: u64) -> Result<(), String> {
+        if let Some(next) = self.next.as_mut() {
+            if next.arming.as_ref().is_some_and(JoinHandle::is_finished) {
+                finish(next)?;
+                self.current = self.next.take();
+            }
+        }
+        if let Some(cur) = self.current.as_mut() {
+            if cur.arming.as_ref().is_some_and(JoinHandle::is_finished) {
+                finish(cur)?;
+            }
+        }
+        let wanted = |a: &Option<Armed>| a.as_ref().is_some_and(|a| a.limit == limit);
+        if wanted(&self.current) || wanted(&self.next) {
+            return Ok(());
+        }
+        let armed = self.start(limit, ladder(limit, lines, usage))?;
+        if self.current.is_none() {
+            self.current = Some(armed);
+        } else {
+            self.next = Some(armed);
+        }
+        Ok(())
+    }
+
+    /// A new eventfd, its levels registered by a thread of its own.
+    fn start(&self, limit: u64, levels: Vec<u64>) -> Result<Armed, String> {
+        // SAFETY: eventfd takes an initial value and flags; the result is a new fd or -1.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if raw < 0 {
+            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let efd = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
+        let (control, usage, fd, dir) = (self.control.clone(), self.usage.clone(), efd.clone(), self.dir.clone());
+        let arming = std::thread::Builder::new()
+            .name("thresholds".into())
+            .spawn(move || {
+                for level in levels {
+                    let line = format!("{} {} {}", fd.as_raw_fd(), usage.as_raw_fd(), level);
+                    (&*control)
+                        .write_all(line.as_bytes())
+                        .map_err(|e| format!("{}/cgroup.event_control: {e}", dir.display()))?;
+                }
+                Ok(())
+            })
+            .map_err(|e| format!("starting the thread that registers the thresholds: {e}"))?;
+        Ok(Armed { efd, limit, arming: Some(arming) })
+    }
+
+    /// Reads the eventfds' counters (resetting them): whether a level fired since the last call.
+    pub fn fired(&self) -> bool {
+        let mut any = false;
+        for fd in self.fds() {
+            let mut v = 0u64;
+            // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd we own.
+            let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+            any |= n == 8 && v > 0;
+        }
+        any
+    }
+}
+
+/// Joins a ladder's registering thread.
+fn finish(a: &mut Armed) -> Result<(), String> {
+    match a.arming.take().map(JoinHandle::join) {
+        Some(Ok(r)) => r,
+        Some(Err(_)) => Err("the thread that registers the thresholds panicked".into()),
+        None => Ok(()),
+    }
+}
+
+fn read_usage(f: &File) -> std::io::Result<u64> {
+    let mut buf = [0u8; 32];
+    let n = f.read_at(&mut buf, 0)?;
+    std::str::from_utf8(&buf[..n])
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "memory.usage_in_bytes: not a number"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn dense_near_the_top_coarse_below_and_the_lines_exactly() {
+        let limit = 1000 * MIB;
+        let mut l = ladder(limit, &[0.85, 0.92, 0.8333], 0);
+        assert_eq!(l.len(), 14 + 51 + 1, "coarse 5%..70%, dense 75%..100%, and the one line off the ladder");
+        l.sort_unstable();
+        assert_eq!(l[0], 50 * MIB);
+        assert_eq!(l[13], 700 * MIB);
+        assert_eq!(l[14], 750 * MIB);
+        assert!(l.contains(&((limit as f64 * 0.8333) as u64)));
+        assert_eq!(*l.last().expect("levels"), limit);
+        assert!(l.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn the_nearest_levels_above_the_usage_come_first() {
+        let limit = 1000 * MIB;
+        let l = ladder(limit, &[], 801 * MIB);
+        assert_eq!(&l[..3], &[805 * MIB, 810 * MIB, 815 * MIB]);
+        // Then the rest above, then those below, nearest first.
+        let first_below = l.iter().position(|&x| x <= 801 * MIB).expect("some below");
+        assert_eq!(l[first_below], 800 * MIB);
+        assert_eq!(l[first_below + 1], 795 * MIB);
+        assert_eq!(*l.last().expect("levels"), 50 * MIB);
+    }
+
+    #[test]
+    fn no_limit_no_levels() {
+        assert!(ladder(0, &[0.85], 0).is_empty());
+    }
+}
