@@ -76,7 +76,7 @@ pub fn render(d: &Dashboard) -> String {
     h.push_str("</nav>");
     status_strip(&mut h, d);
     let charts: [(&str, &str, DrawFn); 5] = [
-        ("memory", "Group memory: processes stacked, usage, limit, refuse/abort lines", chart::memory),
+        ("memory", "Group memory: processes stacked, usage, limit, refuse/abort lines, brake", chart::memory),
         ("requests", "Requests per second", chart::requests),
         ("inflight", "In flight", chart::inflight),
         ("latency", "Latency p50 and p99", chart::latency),

@@ -223,11 +223,12 @@ async fn an_empty_group_still_renders() {
     assert!(html.contains("no processes in the group"));
 }
 
-/// Not a test: writes the 1 h page for four processes to /tmp/home.html to look at
+/// Not a test: writes the 1 h page for four processes, one OOM kill and the brake set, to /tmp/home.html to look at
 /// (`cargo test -p web --test home_page dump -- --ignored`).
 #[tokio::test]
 #[ignore = "tool, not a test: writes the page to /tmp/home.html to look at"]
 async fn dump() {
-    let (_, html) = get(app(&["master", "tx1", "tx2", "tx<3>"]), "/?range=1h").await;
+    let brake = BrakeNow { at: 0.96, high_bytes: Some(503_316_480), error: None };
+    let (_, html) = get(app_with(&["master", "tx1", "tx2", "tx<3>"], Some(1), Some(brake)), "/?range=1h").await;
     std::fs::write("/tmp/home.html", html).expect("write");
 }
