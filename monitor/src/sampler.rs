@@ -3,7 +3,7 @@
 //! sample in order for those that must not miss a state that lasted one sample (alerts, actions, history). It
 //! runs on its own thread so a sample never waits on the async runtime and its cost stays measurable.
 
-use crate::brake::BrakeStatus;
+use crate::brake::{Brake, BrakeStatus};
 use crate::cgroup::{CgroupError, Group, GroupReader};
 use crate::pacing::{Pacer, Pacing};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
@@ -21,6 +21,40 @@ use tokio::sync::{broadcast, watch};
 
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
+
+/// A brake that could not be set is tried again this often (and whenever the limit changes).
+const BRAKE_RETRY: Duration = Duration::from_secs(10);
+
+/// At start: puts back a `memory.high` an agent killed while braking left behind (cgroup v2), and says where the
+/// brake may be set: `[policy] brake_at` on cgroup v2 outside shadow mode. The status says why not otherwise.
+fn brake_start(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f64>, Option<BrakeStatus>) {
+    if group.version == crate::snapshot::CgroupVersion::V2 {
+        match Brake::recover(&group.dir) {
+            Ok(Some(old)) => {
+                tracing::warn!(memory_high = %old, "put back the memory.high a previous agent left braked")
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("memory brake: looking for a brake left behind: {e}"),
+        }
+    }
+    let Some(at) = policy.brake_at else { return (None, None) };
+    let off = |why: &str| BrakeStatus {
+        at,
+        high_bytes: None,
+        previous: String::new(),
+        error: Some(why.to_string()),
+        note: None,
+        warning: None,
+    };
+    if group.version != crate::snapshot::CgroupVersion::V2 {
+        tracing::warn!("[policy] brake_at is set, but the brake needs cgroup v2 (memory.high): off");
+        return (None, Some(off("cgroup v2 only (memory.high): this group is on cgroup v1")));
+    }
+    if policy.shadow {
+        return (None, Some(off("shadow mode: the brake is not set")));
+    }
+    (Some(at), None)
+}
 
 /// Whether request counting runs, and why not.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -198,6 +232,15 @@ pub struct Sampler {
     lines: [f64; 2],
     /// When the last sample was taken.
     last_sample: Instant,
+    /// `[policy] brake_at`, where the brake may be set (cgroup v2, not in shadow mode).
+    brake_at: Option<f64>,
+    /// The brake while it is engaged.
+    brake: Option<Brake>,
+    /// What the published samples say of the brake (None when it is not configured).
+    brake_status: Option<BrakeStatus>,
+    /// The limit the brake was last engaged or moved for (or failed at), and when it last failed.
+    brake_limit: u64,
+    brake_failed_at: Option<Instant>,
 }
 
 /// A pid to trace at once, and who to tell when it is.
@@ -286,6 +329,7 @@ impl Sampler {
     ) -> Result<Sampler, CgroupError> {
         let reader = GroupReader::open(group)?;
         let wakeups = Wakeups::arm(reader.group(), &policy.wakeups, policy.pacing);
+        let (brake_at, brake_status) = brake_start(reader.group(), policy);
         let pacer = Pacer::new(Pacing {
             enabled: policy.pacing,
             max: Duration::from_millis(policy.interval_ms),
@@ -319,6 +363,11 @@ impl Sampler {
             pacer,
             lines: [policy.refuse_at, policy.abort_at],
             last_sample: Instant::now(),
+            brake_at,
+            brake: None,
+            brake_status,
+            brake_limit: 0,
+            brake_failed_at: None,
         })
     }
 
@@ -394,14 +443,70 @@ impl Sampler {
         self.pacer.min()
     }
 
+    /// Engages the brake for `limit`, or moves it when the limit changed. A failure is said in the status and
+    /// tried again when the limit changes or after [`BRAKE_RETRY`].
+    fn steer_brake(&mut self, limit: u64) {
+        let Some(at) = self.brake_at else { return };
+        let retry = self.brake_failed_at.is_some_and(|t| t.elapsed() >= BRAKE_RETRY);
+        if limit == self.brake_limit && !retry {
+            return;
+        }
+        self.brake_limit = limit;
+        let result = match self.brake.as_mut() {
+            Some(b) => b.follow_limit(limit),
+            None => Brake::engage(&self.reader.group().dir, at, limit).map(|b| {
+                self.brake = Some(b);
+            }),
+        };
+        match result {
+            Ok(()) => {
+                self.brake_failed_at = None;
+                if let Some(b) = &self.brake {
+                    let status = b.status();
+                    if self.brake_status.as_ref().and_then(|s| s.high_bytes) != status.high_bytes {
+                        tracing::info!(memory_high = ?status.high_bytes, previous = %status.previous, note = ?status.note, "memory brake set");
+                    }
+                    if let Some(w) = &status.warning {
+                        tracing::warn!("memory brake: {w}");
+                    }
+                    self.brake_status = Some(status);
+                }
+            }
+            Err(e) => {
+                if self.brake_failed_at.is_none() {
+                    tracing::warn!("memory brake not set: {e}");
+                }
+                self.brake_failed_at = Some(Instant::now());
+                self.brake_status = Some(BrakeStatus::failed(at, &e));
+            }
+        }
+    }
+
+    /// Puts the group's own `memory.high` back (the sampler is stopping).
+    pub fn release_brake(&mut self) {
+        if let Some(b) = self.brake.take() {
+            match b.release() {
+                Ok(()) => tracing::info!("memory brake released: the group's own memory.high is back"),
+                Err(e) => tracing::error!("memory brake: putting the group's memory.high back: {e}"),
+            }
+        }
+    }
+
+    /// The brake, for the published sample.
+    pub fn brake_status(&self) -> Option<BrakeStatus> {
+        self.brake_status.clone()
+    }
+
     /// The sources armed, for the published sample.
     pub fn wakeup_status(&self) -> Arc<WakeupStatus> {
         self.wakeups.status().clone()
     }
 
-    /// After a good sample: the kernel thresholds are re-armed around it and pacing picks the next interval.
+    /// After a good sample: the brake follows the limit, the kernel thresholds follow it too, and pacing picks
+    /// the next interval.
     fn paced(&mut self, snap: &Snapshot) -> Duration {
         let g = &snap.group;
+        self.steer_brake(g.limit_bytes);
         self.wakeups.after_sample(g.limit_bytes, &self.lines);
         self.pacer.set_assumed(!self.wakeups.follows_usage());
         self.pacer.next(snap.mono_ms, g.usage_bytes, g.limit_bytes, &self.lines)
@@ -522,7 +627,7 @@ pub fn spawn(
                         error: None,
                         wake,
                         wakeups: sampler.wakeup_status(),
-                        brake: None,
+                        brake: sampler.brake_status(),
                         next_sample_ms: paced.as_millis() as u64,
                     }));
                 }
@@ -539,6 +644,7 @@ pub fn spawn(
                 }
             }
         }
+        sampler.release_brake();
     })
 }
 
@@ -556,7 +662,7 @@ pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicySt
         error: None,
         wake: Wake::timer(),
         wakeups: sampler.wakeup_status(),
-        brake: None,
+        brake: sampler.brake_status(),
         next_sample_ms: next.as_millis() as u64,
     };
     Ok((state, published))
