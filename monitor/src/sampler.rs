@@ -616,7 +616,7 @@ pub fn spawn(
                     }
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
-                    log_decision(&decision, &snap);
+                    log_decision(&decision, &snap, &wake);
                     let paced = sampler.paced(&snap);
                     next = sampler.last_sample + paced;
                     let probes = sampler.probe_status().clone();
@@ -652,7 +652,7 @@ pub fn spawn(
 pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicyState, Published), CgroupError> {
     let snap = sampler.sample()?;
     let (state, decision) = decide(&PolicyState::default(), &snap, thresholds);
-    log_decision(&decision, &snap);
+    log_decision(&decision, &snap, &Wake::timer());
     let probes = sampler.probe_status().clone();
     let next = sampler.paced(&snap);
     let published = Published {
@@ -695,8 +695,8 @@ pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, Cgrou
     Ok(Started { sampler, thresholds, state, first })
 }
 
-/// Logs a decision once, when it changes.
-fn log_decision(d: &Decision, snap: &Snapshot) {
+/// Logs a decision once, when it changes, with what woke the sampler for it.
+fn log_decision(d: &Decision, snap: &Snapshot, wake: &Wake) {
     if !d.changed {
         return;
     }
@@ -710,6 +710,7 @@ fn log_decision(d: &Decision, snap: &Snapshot) {
         victim_name = victim.map(|v| v.name.as_str()),
         victim_rss_bytes = victim.map(|v| v.rss_bytes),
         shadow = d.shadow,
+        woken_by = wake.source.as_str(),
         "decision changed"
     );
 }

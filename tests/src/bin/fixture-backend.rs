@@ -11,6 +11,9 @@
 //!   process did not issue gets 404 `cache-id-unknown`.
 //! - `?alloc_mib=N` allocates and touches N MiB, held until the answer is sent; `?sleep_ms=N` waits N ms first;
 //!   `?body_kib=N` pads the answer to N KiB.
+//! - `?grow_mib=N` grows inside the request, as a runaway request would: it allocates and touches 4 MiB chunks up
+//!   to N MiB, at `grow_mib_s` MiB/s (0 or absent: as fast as it can), yielding between chunks so that a client
+//!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer.
 //! - `?drop_on=NAME`: the process named NAME closes the connection without answering (counted as `dropped` in
 //!   `/stats`); the others answer as usual.
 //! - `GET /hang-health?ms=N`: for the next N ms `/health` hangs until the N ms are over, then answers 503.
@@ -205,6 +208,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
         Some(mib) => vec![1u8; usize::try_from(mib).unwrap_or(0).saturating_mul(MIB)],
         None => Vec::new(),
     };
+    let grown = match query_u64(&query, "grow_mib") {
+        Some(mib) => grow(mib, query_u64(&query, "grow_mib_s").unwrap_or(0)).await,
+        None => Vec::new(),
+    };
     if let Some(ms) = query_u64(&query, "sleep_ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
@@ -218,7 +225,8 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
     }
     let mut v = serde_json::json!({
         "name": state.name, "pid": std::process::id(), "method": method, "path": path, "xff": xff,
-        "cache_id": cache_id.or(issued.clone()), "body_bytes": body_bytes, "held_bytes": hold.len(),
+        "cache_id": cache_id.or(issued.clone()), "body_bytes": body_bytes,
+        "held_bytes": hold.len() + grown.iter().map(Vec::len).sum::<usize>(),
     })
     .to_string();
     if let Some(kib) = query_u64(&query, "body_kib") {
@@ -228,6 +236,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
         }
     }
     drop(hold);
+    drop(grown);
     let mut resp = text(StatusCode::OK, v);
     resp.headers_mut().insert(
         "x-served-by",
@@ -305,4 +314,22 @@ async fn serve(args: Args) -> std::io::Result<()> {
             let _ = conn.await;
         });
     }
+}
+
+/// Grows to `mib` MiB in touched 4 MiB chunks at `rate_mib_s` (0: as fast as it can), yielding after each chunk.
+async fn grow(mib: u64, rate_mib_s: u64) -> Vec<Vec<u8>> {
+    const CHUNK_MIB: u64 = 4;
+    let chunks = mib.div_ceil(CHUNK_MIB);
+    let mut held = Vec::with_capacity(usize::try_from(chunks).unwrap_or(0));
+    let start = tokio::time::Instant::now();
+    for i in 0..chunks {
+        if rate_mib_s > 0 {
+            let due = start + Duration::from_secs_f64((i * CHUNK_MIB) as f64 / rate_mib_s as f64);
+            tokio::time::sleep_until(due).await;
+        } else {
+            tokio::task::yield_now().await;
+        }
+        held.push(vec![1u8; CHUNK_MIB as usize * MIB]);
+    }
+    held
 }

@@ -1,0 +1,185 @@
+//! The `grower` fixture's side of a run: starting it in the group, telling it to go, reading its closing report,
+//! and what its stamps say (crossing the line, the signal, the overshoot, its own speed).
+
+use crate::{spawn_in_cgroup, ChildGuard};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::{Outcome, Speed, GROWER_MAX_MIB};
+
+/// The grower's closing line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrowerReport {
+    /// When the signal arrived (`CLOCK_MONOTONIC` ns); None: never signalled.
+    pub signal_ns: Option<u64>,
+    pub freed_ns: u64,
+    pub peak_bytes: u64,
+    /// (stamp ns, bytes held after the chunk), one per chunk.
+    pub chunks: Vec<(u64, u64)>,
+}
+
+/// Parses `{"signal_ns": N|null, "freed_ns": N, "peak_bytes": N, "chunks": [[t, bytes], ...]}`.
+pub fn parse_report(line: &str) -> Result<GrowerReport, String> {
+    let v: Value = serde_json::from_str(line).map_err(|e| format!("grower report {line:?}: {e}"))?;
+    let num = |k: &str| v.get(k).and_then(Value::as_u64).ok_or_else(|| format!("grower report: no {k}"));
+    let signal_ns = match v.get("signal_ns") {
+        Some(Value::Null) => None,
+        Some(s) => Some(s.as_u64().ok_or("grower report: bad signal_ns")?),
+        None => return Err("grower report: no signal_ns".into()),
+    };
+    let chunks = v
+        .get("chunks")
+        .and_then(Value::as_array)
+        .ok_or("grower report: no chunks")?
+        .iter()
+        .map(|c| match c.as_array().map(Vec::as_slice) {
+            Some([t, b]) => t.as_u64().zip(b.as_u64()).ok_or_else(|| format!("bad chunk {c}")),
+            _ => Err(format!("bad chunk {c}")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(GrowerReport { signal_ns, freed_ns: num("freed_ns")?, peak_bytes: num("peak_bytes")?, chunks })
+}
+
+/// What the grower's stamps say about one signalled run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    /// Crossing the line to the signal, ns; 0 when the signal came before the line.
+    pub latency_ns: u64,
+    /// The signal came before the group reached the line.
+    pub before_line: bool,
+    /// The grower's bytes at the signal.
+    pub held_bytes: u64,
+    /// base + the grower's bytes at the signal − the line (negative: below the line).
+    pub overshoot_bytes: i64,
+    /// The grower's speed from its first to its last chunk before the signal, bytes/s (None: under two chunks).
+    pub rate_bytes_s: Option<f64>,
+}
+
+/// The timing of a signalled run from the grower's stamps, `base` (the group's anon before the grower started)
+/// and the line. The crossing is the first chunk stamp at which base + bytes held >= line; the grower's bytes at
+/// the signal are those of the last chunk stamped at or before it (a chunk being touched then is not counted).
+pub fn timing(report: &GrowerReport, base: u64, line: u64) -> Option<Timing> {
+    let signal = report.signal_ns?;
+    let crossing = report.chunks.iter().find(|&&(_, b)| base + b >= line).map(|&(t, _)| t);
+    let (latency_ns, before_line) = match crossing {
+        Some(t) if t <= signal => (signal - t, false),
+        _ => (0, true),
+    };
+    let upto: Vec<&(u64, u64)> = report.chunks.iter().take_while(|&&(t, _)| t <= signal).collect();
+    let held = upto.last().map_or(0, |&&(_, b)| b);
+    let overshoot_bytes = (base + held) as i64 - line as i64;
+    let rate_bytes_s = match (upto.first(), upto.last()) {
+        (Some(&&(t0, b0)), Some(&&(t1, b1))) if t1 > t0 => Some((b1 - b0) as f64 / ((t1 - t0) as f64 / 1e9)),
+        _ => None,
+    };
+    Some(Timing { latency_ns, before_line, held_bytes: held, overshoot_bytes, rate_bytes_s })
+}
+/// A running grower (killed on drop), its output lines read on a thread.
+pub struct Grower {
+    pub child: ChildGuard,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Grower {
+    pub fn spawn(bin: &Path, cgroup: &Path, speed: Speed) -> Result<Grower, String> {
+        let mut cmd = Command::new(bin);
+        cmd.args(["--max-mib", &GROWER_MAX_MIB.to_string(), "--rate-mb-s", &speed.0.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = spawn_in_cgroup(&mut cmd, cgroup);
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("grower started without pipes".into());
+        };
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let first = lines.recv_timeout(Duration::from_secs(10)).map_err(|e| format!("grower never ready: {e}"))?;
+        if !first.starts_with("ready ") {
+            return Err(format!("grower said {first:?}, not `ready <pid>`"));
+        }
+        Ok(Grower { child, stdin: Some(stdin), lines })
+    }
+
+    pub fn start(&mut self) -> Result<(), String> {
+        let stdin = self.stdin.as_mut().ok_or("grower's stdin is closed")?;
+        stdin.write_all(b"go\n").and_then(|()| stdin.flush()).map_err(|e| format!("starting the grower: {e}"))
+    }
+
+    /// Waits for the report or the grower's death; past `timeout`, closes its stdin (it then reports unsignalled).
+    pub fn finish(&mut self, timeout: Duration) -> Result<Outcome, String> {
+        let mut closed = false;
+        let mut deadline = Instant::now() + timeout;
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) if line.starts_with('{') => return parse_report(&line).map(Outcome::Report),
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait_timeout(Duration::from_secs(10));
+                    return Ok(Outcome::Died(status.map_or("did not exit".into(), |s| s.to_string())));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if !closed => {
+                    self.stdin = None;
+                    closed = true;
+                    deadline = Instant::now() + Duration::from_secs(10);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => return Err("the grower neither reported nor died".into()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(signal: Option<u64>, chunks: &[(u64, u64)]) -> GrowerReport {
+        GrowerReport { signal_ns: signal, freed_ns: 0, peak_bytes: 0, chunks: chunks.to_vec() }
+    }
+
+    #[test]
+    fn parses_the_grower_report() {
+        let r = parse_report(r#"{"signal_ns": 50, "freed_ns": 60, "peak_bytes": 8, "chunks": [[10,4],[20,8]]}"#);
+        assert_eq!(
+            r,
+            Ok(report(Some(50), &[(10, 4), (20, 8)])).map(|mut r| {
+                r.freed_ns = 60;
+                r.peak_bytes = 8;
+                r
+            })
+        );
+        let r = parse_report(r#"{"signal_ns": null, "freed_ns": 1, "peak_bytes": 0, "chunks": []}"#);
+        assert_eq!(r.map(|r| r.signal_ns), Ok(None));
+        for bad in ["", "{}", r#"{"signal_ns": 1, "freed_ns": 1, "peak_bytes": 0, "chunks": [[1]]}"#] {
+            assert!(parse_report(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn times_from_the_crossing_chunk_to_the_signal() {
+        let line = 100;
+        // base 60: the chunk holding 40 crosses at t=30; the signal at 45 (the chunk at 50 came after it).
+        let r = report(Some(45), &[(10, 20), (20, 30), (30, 40), (40, 44), (50, 48)]);
+        let t = timing(&r, 60, line).expect("signalled");
+        assert_eq!((t.latency_ns, t.before_line, t.overshoot_bytes), (15, false, 4));
+        // 24 bytes from t=10 to t=40: 0.8e9 bytes/s.
+        assert_eq!(t.rate_bytes_s, Some(24.0 / 30e-9));
+        // Signalled before the line: latency 0, overshoot negative.
+        let t = timing(&r, 60, 200).expect("signalled");
+        assert_eq!((t.latency_ns, t.before_line, t.overshoot_bytes), (0, true, 104 - 200));
+        // Signalled before the first chunk.
+        let t = timing(&report(Some(5), &[(10, 20)]), 60, line).expect("signalled");
+        assert_eq!((t.overshoot_bytes, t.rate_bytes_s), (-40, None));
+        assert_eq!(timing(&report(None, &[(10, 20)]), 60, line), None);
+    }
+}
