@@ -137,6 +137,9 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("not-toml.toml", &[], &[3]),
     ("role-unknown.toml", &["role"], &[3]),
     ("refuse-above-default-abort.toml", &["refuse_at", "abort_at at its default"], &[3]),
+    ("brake-below-abort.toml", &["brake_at", "above abort_at"], &[2, 3]),
+    ("wakeup-unknown.toml", &["inotify"], &[3]),
+    ("min-interval-above-interval.toml", &["min_interval_ms"], &[3]),
 ];
 
 /// Whether an error message names line `n` (`file:3:`, `line 3`, `line: 3`).
