@@ -523,6 +523,10 @@ impl Sampler {
             self.reader = GroupReader::open(self.reader.group().clone())?;
             self.last_rescan = Instant::now();
             self.reopen = false;
+            // A group created again is a new cgroup: its wake-ups are armed anew, and the brake set on it anew.
+            self.wakeups = self.wakeups.rearm(self.reader.group());
+            self.brake = None;
+            self.brake_limit = 0;
         }
         self.last_sample = Instant::now();
         let snap = self.read();

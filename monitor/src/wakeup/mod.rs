@@ -88,6 +88,8 @@ pub enum Ready {
 
 /// The kernel wake-up sources of one group, armed where the kernel offers them.
 pub struct Wakeups {
+    /// The sources the config asks for.
+    wanted: Vec<WakeupKind>,
     thresholds: Option<v1::Thresholds>,
     events: Option<v2::Events>,
     pressure: Option<v2::Pressure>,
@@ -98,8 +100,13 @@ impl Wakeups {
     /// Arms the sources in `wanted` that the group's cgroup version offers; the status says which are armed and
     /// why the others are not.
     pub fn arm(group: &Group, wanted: &[WakeupKind], pacing: bool) -> Wakeups {
-        let mut w =
-            Wakeups { thresholds: None, events: None, pressure: None, status: Arc::new(WakeupStatus::default()) };
+        let mut w = Wakeups {
+            thresholds: None,
+            events: None,
+            pressure: None,
+            status: Arc::new(WakeupStatus::default()),
+            wanted: wanted.to_vec(),
+        };
         let mut off = Vec::new();
         for kind in WakeupKind::ALL {
             let why = |reason: String| WakeupOff { source: kind.as_str().to_string(), reason };
@@ -132,6 +139,11 @@ impl Wakeups {
         w.status = Arc::new(WakeupStatus { armed: Vec::new(), off, pacing });
         w.refresh_status();
         w
+    }
+
+    /// The same sources armed on `group` anew (a group removed and created again under the same path).
+    pub fn rearm(&self, group: &Group) -> Wakeups {
+        Wakeups::arm(group, &self.wanted, self.status.pacing)
     }
 
     fn refresh_status(&mut self) {
