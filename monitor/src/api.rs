@@ -371,19 +371,7 @@ mod tests {
         assert_eq!(v["group"]["oom_kills"], serde_json::Value::Null, "not counted: null");
         assert_eq!(v["group"]["wakeups"], serde_json::json!([]));
         assert_eq!(v["group"]["brake"], serde_json::Value::Null);
-        p.snapshot.group.oom_kills = Some(2);
-        p.wakeups = Arc::new(crate::wakeup::WakeupStatus {
-            armed: vec!["thresholds".into()],
-            off: vec![WakeupOff { source: "pressure".into(), reason: "cgroup v2 only".into() }],
-            pacing: true,
-        });
-        p.brake = Some(
-            serde_json::from_value(serde_json::json!({
-                "at": 0.96, "high_bytes": 1_030_792_151u64, "previous": "max", "error": null
-            }))
-            .expect("a brake status"),
-        );
-        p.next_sample_ms = 25;
+        p = p.reacting(2, &["thresholds"], ("pressure", "cgroup v2 only"), 1_030_792_151, 25);
         let v = serde_json::to_value(status_view(&p, &Thresholds::default())).expect("json");
         let g = &v["group"];
         assert_eq!(g["oom_kills"], 2);

@@ -286,7 +286,6 @@ mod tests {
 
     use crate::policy::State;
     use crate::reaction::Reactions;
-    use crate::wakeup::{WakeupOff, WakeupStatus};
     use std::time::Duration;
 
     /// The lines of `text` that start with `prefix`.
@@ -296,20 +295,8 @@ mod tests {
 
     #[test]
     fn oom_kills_wakeups_brake_and_interval() {
-        let mut p = Published::test(State::Normal);
-        p.snapshot.group.oom_kills = Some(3);
-        p.wakeups = Arc::new(WakeupStatus {
-            armed: vec!["thresholds".into()],
-            off: vec![WakeupOff { source: "events".into(), reason: "cgroup v2 only".into() }],
-            pacing: true,
-        });
-        p.brake = Some(
-            serde_json::from_value(serde_json::json!({
-                "at": 0.96, "high_bytes": 515_396_075u64, "previous": "max", "error": null
-            }))
-            .expect("a brake status"),
-        );
-        p.next_sample_ms = 20;
+        let p =
+            Published::test(State::Normal).reacting(3, &["thresholds"], ("events", "cgroup v2 only"), 515_396_075, 20);
         let text = render(&p, &[], &Extra::default());
         assert!(text.contains("# TYPE monitor_oom_kills_total counter\nmonitor_oom_kills_total 3\n"), "{text}");
         assert_eq!(

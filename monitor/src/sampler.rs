@@ -201,6 +201,34 @@ impl Published {
             next_sample_ms: 100,
         }
     }
+
+    /// For unit tests: this sample with `oom_kills` counted, the wake-ups `armed` and one `off` (source, reason),
+    /// the brake set at `high_bytes` (at 0.96, over `max`) and a paced interval of `next_ms`.
+    pub(crate) fn reacting(
+        mut self,
+        oom_kills: u64,
+        armed: &[&str],
+        off: (&str, &str),
+        high_bytes: u64,
+        next_ms: u64,
+    ) -> Published {
+        self.snapshot.group.oom_kills = Some(oom_kills);
+        self.wakeups = Arc::new(WakeupStatus {
+            armed: armed.iter().map(|s| s.to_string()).collect(),
+            off: vec![crate::wakeup::WakeupOff { source: off.0.into(), reason: off.1.into() }],
+            pacing: true,
+        });
+        self.brake = Some(BrakeStatus {
+            at: 0.96,
+            high_bytes: Some(high_bytes),
+            previous: "max".into(),
+            error: None,
+            note: None,
+            warning: None,
+        });
+        self.next_sample_ms = next_ms;
+        self
+    }
 }
 
 /// Reads one sample of the group.

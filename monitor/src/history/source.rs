@@ -100,25 +100,17 @@ mod tests {
     use super::*;
     use crate::policy::{State, Thresholds};
     use crate::sampler::Published;
-    use crate::wakeup::{WakeupOff, WakeupStatus};
     use std::sync::Arc;
 
     #[test]
     fn the_page_gets_the_oom_kills_the_wakeups_and_the_brake() {
-        let mut p = Published::test(State::Normal);
-        p.snapshot.group.oom_kills = Some(1);
-        p.wakeups = Arc::new(WakeupStatus {
-            armed: vec!["events".into(), "pressure".into()],
-            off: vec![WakeupOff { source: "thresholds".into(), reason: "cgroup v1 only".into() }],
-            pacing: true,
-        });
-        p.brake = Some(
-            serde_json::from_value(serde_json::json!({
-                "at": 0.96, "high_bytes": 503_316_480u64, "previous": "max", "error": null
-            }))
-            .expect("a brake status"),
+        let p = Published::test(State::Normal).reacting(
+            1,
+            &["events", "pressure"],
+            ("thresholds", "cgroup v1 only"),
+            503_316_480,
+            40,
         );
-        p.next_sample_ms = 40;
         let (_tx, latest) = tokio::sync::watch::channel(Arc::new(p));
         let h = History::new(latest, Thresholds::default(), Default::default());
         let g = h.dashboard(Range::FiveMinutes, 10).group;
