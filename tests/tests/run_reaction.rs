@@ -122,3 +122,54 @@ fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer(
     assert!(seen.ok as f64 >= 0.99 * let_in as f64, "tx2's requests let in must succeed: {seen:?}");
     assert_eq!(oom_kills(&run), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
 }
+
+/// A burst faster than the sampling interval: ten requests of 200 MiB each, 20 ms apart, against a 2 GiB group
+/// that they fill to the brim together with the processes themselves. The group refuses within a chunk of crossing
+/// 85% and the largest worker's requests are cancelled at 92%: each answer is a 200 or the memory guard's 503, no
+/// worker is restarted, and the kernel's OOM killer never acts. (Twelve such requests, admitted before the group
+/// reaches 85% and each allocating its 200 MiB at once, can overrun the limit whatever the guard does on cgroup v1:
+/// an allocation under way cannot be cancelled. cgroup v2's brake throttles them instead.)
+#[test]
+fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
+    if !ready("a_burst_faster_than_the_interval_is_refused_before_the_limit") {
+        return;
+    }
+    let spec = Spec {
+        workers: 2,
+        limit_mib: 2048,
+        proxy: "master_serves_tx = false".into(),
+        policy: "interval_ms = 100".into(),
+        ..Spec::default()
+    };
+    let run = Run::start("run-burst", &spec);
+    let kills = oom_kills(&run);
+    let clients: Vec<_> = (0..10)
+        .map(|i| {
+            let proxy = run.proxy;
+            std::thread::sleep(Duration::from_millis(if i == 0 { 0 } else { 20 }));
+            std::thread::spawn(move || {
+                http::request(proxy, "GET", "/r4/x?alloc_mib=200&sleep_ms=3000", &[], Duration::from_secs(30))
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for c in clients {
+        match c.join().unwrap_or_else(|_| panic!("a client thread panicked")) {
+            Ok(r) => answers.push((r.status, served_by(&r), r.text().chars().take(80).collect::<String>())),
+            Err(e) => answers.push((0, String::new(), e)),
+        }
+    }
+    let guarded = |a: &(u16, String, String)| a.0 == 503 && a.2.starts_with("memory guard:");
+    assert!(answers.iter().all(|a| a.0 == 200 || guarded(a)), "each a 200 or the guard's 503: {answers:#?}");
+    assert!(answers.iter().any(guarded), "the burst overruns the limit together: some must be turned away");
+    assert_eq!(oom_kills(&run), kills, "the kernel's OOM killer acted: {answers:#?}\n{}", run.stderr());
+    let status = run.status();
+    for name in ["tx1", "tx2"] {
+        assert_eq!(member(&status, name)["restarts"], 0, "{name} was not restarted:\n{status:#}");
+    }
+    eprintln!(
+        "burst: {} served, {} turned away by the memory guard, OOM kills 0",
+        answers.iter().filter(|a| a.0 == 200).count(),
+        answers.iter().filter(|a| guarded(a)).count()
+    );
+}

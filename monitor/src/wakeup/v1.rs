@@ -27,23 +27,34 @@ const DENSE_FROM: f64 = 0.75;
 const DENSE_STEP: f64 = 0.005;
 const COARSE_STEP: f64 = 0.05;
 
-/// The ladder of levels for `limit` and `lines` (fractions of the limit), in the order to register them: nearest
-/// above `usage` first (they are the ones a grower reaches first), then the rest above, then those below, nearest
-/// first. Unique, none at 0.
+/// The ladder of levels for `limit` and `lines` (fractions of the limit), in the order to register them (each
+/// registration takes an RCU grace period, so the whole ladder takes about a second): the lines first, then the
+/// dense levels above `usage` from the bottom up, then the coarse levels above it, then every level below it,
+/// nearest first. Unique, none at 0.
 pub fn ladder(limit: u64, lines: &[f64], usage: u64) -> Vec<u64> {
     let at = |f: f64| (limit as f64 * f) as u64;
-    let mut out: Vec<u64> = Vec::new();
-    let coarse = (DENSE_FROM / COARSE_STEP).round() as u32;
-    out.extend((1..coarse).map(|i| at(f64::from(i) * COARSE_STEP)));
-    let dense = ((1.0 - DENSE_FROM) / DENSE_STEP).round() as u32;
-    out.extend((0..=dense).map(|i| at(DENSE_FROM + f64::from(i) * DENSE_STEP)));
-    out.extend(lines.iter().map(|&f| at(f)));
-    out.retain(|&l| l > 0);
-    out.sort_unstable();
-    out.dedup();
-    let split = out.partition_point(|&l| l <= usage);
-    let (below, above) = out.split_at(split);
-    above.iter().copied().chain(below.iter().rev().copied()).collect()
+    let coarse_n = (DENSE_FROM / COARSE_STEP).round() as u32;
+    let coarse: Vec<u64> = (1..coarse_n).map(|i| at(f64::from(i) * COARSE_STEP)).collect();
+    let dense_n = ((1.0 - DENSE_FROM) / DENSE_STEP).round() as u32;
+    let dense: Vec<u64> = (0..=dense_n).map(|i| at(DENSE_FROM + f64::from(i) * DENSE_STEP)).collect();
+    let mut first: Vec<u64> = lines.iter().map(|&f| at(f)).filter(|&l| l > usage).collect();
+    first.sort_unstable();
+    let above = |v: &[u64]| v.iter().copied().filter(|&l| l > usage).collect::<Vec<u64>>();
+    let mut below: Vec<u64> = coarse
+        .iter()
+        .chain(dense.iter())
+        .chain(lines.iter().map(|&f| at(f)).collect::<Vec<_>>().iter())
+        .copied()
+        .filter(|&l| l <= usage)
+        .collect();
+    below.sort_unstable_by(|a, b| b.cmp(a));
+    let mut out = Vec::new();
+    for l in first.into_iter().chain(above(&dense)).chain(above(&coarse)).chain(below) {
+        if l > 0 && !out.contains(&l) {
+            out.push(l);
+        }
+    }
+    out
 }
 
 /// A ladder being registered or registered: its eventfd and the thread that registers it.
@@ -195,15 +206,17 @@ mod tests {
     }
 
     #[test]
-    fn the_nearest_levels_above_the_usage_come_first() {
+    fn the_lines_first_then_the_dense_levels_then_the_rest() {
         let limit = 1000 * MIB;
-        let l = ladder(limit, &[], 801 * MIB);
-        assert_eq!(&l[..3], &[805 * MIB, 810 * MIB, 815 * MIB]);
-        // Then the rest above, then those below, nearest first.
-        let first_below = l.iter().position(|&x| x <= 801 * MIB).expect("some below");
-        assert_eq!(l[first_below], 800 * MIB);
-        assert_eq!(l[first_below + 1], 795 * MIB);
+        let l = ladder(limit, &[0.85, 0.92], 301 * MIB);
+        assert_eq!(&l[..4], &[850 * MIB, 920 * MIB, 750 * MIB, 755 * MIB], "{l:?}");
+        // The dense levels, then the coarse ones above the usage, then those below it, nearest first.
+        let first_coarse = l.iter().position(|&x| x < 750 * MIB).expect("coarse levels");
+        assert_eq!(&l[first_coarse..first_coarse + 2], &[350 * MIB, 400 * MIB]);
+        let first_below = l.iter().position(|&x| x <= 301 * MIB).expect("some below");
+        assert_eq!(&l[first_below..first_below + 2], &[300 * MIB, 250 * MIB]);
         assert_eq!(*l.last().expect("levels"), 50 * MIB);
+        assert_eq!(l.len(), 14 + 51, "coarse 5%..70%, dense 75%..100% (both lines are on it)");
     }
 
     #[test]
