@@ -12,6 +12,7 @@ pub mod child;
 pub mod hog;
 pub mod http;
 pub mod proc;
+pub mod reaction;
 pub mod require;
 
 pub use agent::{monitor_bin, run_monitor, workspace_root, Agent, Finished};

@@ -227,7 +227,8 @@ pub fn run_suite(plan: &Plan, bins: &Bins, group: &str) -> Vec<Summary> {
 
 /// One line about a run.
 pub fn describe(run: &Run) -> String {
-    let oom = format!("{} OOM kill(s)", run.oom_kills);
+    let peak = run.peak_usage.map_or(String::new(), |p| format!(", group peak {:.1} MiB", p as f64 / MIB as f64));
+    let oom = format!("{} OOM kill(s){peak}", run.oom_kills);
     match (&run.outcome, run.timing()) {
         (Outcome::Report(_), Some(t)) => format!(
             "signalled {:.1} ms after the line{}, base {} MiB + grower {} MiB: overshoot {:.1} MiB, grower at {} MB/s, \

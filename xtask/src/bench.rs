@@ -7,6 +7,8 @@
 //! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench_proxy.rs).
 //! - `proxy-instructions`: user-space instructions per request of the front door, the bare hop, the byte relay and
 //!   nginx, counted by callgrind (bench_proxy_instr.rs): the one proxy figure other load cannot move.
+//! - `reaction`: the grower suite: a fast grower in a 512 MiB group, the agent's abort against the kernel's OOM
+//!   killer, timer vs events vs the brake, on this host (v1) and in the test VM (v2) (bench_reaction.rs).
 
 // The benchmarks of other subsystems live beside this file; they are dispatched from here.
 #[path = "bench_probes.rs"]
@@ -15,6 +17,8 @@ mod bench_probes;
 mod bench_proxy;
 #[path = "bench_proxy_instr.rs"]
 mod bench_proxy_instr;
+#[path = "bench_reaction.rs"]
+mod bench_reaction;
 #[path = "bench_web.rs"]
 mod bench_web;
 
@@ -26,7 +30,7 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which benchmark: sampler, agent-cpu, probes, proxy, proxy-instructions, web.
+    /// Which benchmark: sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -40,8 +44,11 @@ pub fn run(args: Args) -> Result<()> {
         "probes" => bench_probes::run(),
         "proxy" => bench_proxy::run(),
         "proxy-instructions" => bench_proxy_instr::run(),
+        "reaction" => bench_reaction::run(),
         "web" => bench_web::run(),
-        other => bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy, proxy-instructions, web)"),
+        other => {
+            bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web)")
+        }
     }
 }
 

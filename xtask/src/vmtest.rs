@@ -4,9 +4,9 @@
 //! and exits with the suite's status read from the serial console (failing loudly when the VM never reports).
 //! The suite and its choices: tests/vm/README.md.
 
-mod image;
-mod kernel;
-mod qemu;
+pub(crate) mod image;
+pub(crate) mod kernel;
+pub(crate) mod qemu;
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -44,7 +44,7 @@ fn installed(package: &str) -> bool {
 }
 
 /// Installs the packages above when missing (apt-get update only if the first try fails).
-fn ensure_packages() -> Result<()> {
+pub(crate) fn ensure_packages() -> Result<()> {
     let missing: Vec<&str> = PACKAGES
         .iter()
         .filter(|(p, file)| !installed(p) || !std::path::Path::new(file).exists())
@@ -70,7 +70,7 @@ fn ensure_packages() -> Result<()> {
     Ok(())
 }
 
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()).map(PathBuf::from) {
         Some(d) if d.is_absolute() => d,
         Some(d) => root().join(d),

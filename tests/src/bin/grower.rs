@@ -1,9 +1,11 @@
-//! `grower [--rate-mib-s N] [--chunk-mib N] [--max-mib N] [--ignore-signal]`: a fixture process that grows its
-//! anonymous memory as fast as a runaway server would, for the reaction tests and `cargo xtask bench reaction`.
+//! `grower [--rate-mib-s N | --rate-mb-s N] [--chunk-mib N] [--max-mib N] [--ignore-signal]`: a fixture process
+//! that grows its anonymous memory as fast as a runaway server would, for the reaction tests and
+//! `cargo xtask bench reaction`.
 //!
 //! It prints `ready <pid>`, waits for a line on stdin, then maps and touches `--chunk-mib` (default 4) MiB chunks
-//! until it holds `--max-mib` (default 700), paced to `--rate-mib-s` (0, the default: as fast as it can). It
-//! stamps each chunk with `CLOCK_MONOTONIC` in a table made before it starts, so growing allocates nothing else.
+//! until it holds `--max-mib` (default 700), paced to `--rate-mib-s` MiB/s or `--rate-mb-s` MB/s (10^6 bytes; 0,
+//! the default: as fast as it can). Pacing spins, as a busy server would. It stamps each chunk with
+//! `CLOCK_MONOTONIC` in a table made before it starts, so growing allocates nothing else.
 //!
 //! On SIGUSR2 (monitor's abort signal in these tests) it stamps the signal's arrival in the handler, unmaps every
 //! chunk, prints one JSON line and exits 0:
@@ -37,14 +39,15 @@ extern "C" fn on_abort(_: libc::c_int) {
 }
 
 struct Args {
-    rate_mib_s: u64,
+    /// Bytes per second; 0: as fast as it can.
+    rate_bytes_s: u64,
     chunk_mib: usize,
     max_mib: usize,
     ignore_signal: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { rate_mib_s: 0, chunk_mib: 4, max_mib: 700, ignore_signal: false };
+    let mut a = Args { rate_bytes_s: 0, chunk_mib: 4, max_mib: 700, ignore_signal: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--ignore-signal" {
@@ -54,7 +57,8 @@ fn parse_args() -> Result<Args, String> {
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let n: u64 = v.parse().map_err(|_| format!("{flag} {v}: not a whole number"))?;
         match flag.as_str() {
-            "--rate-mib-s" => a.rate_mib_s = n,
+            "--rate-mib-s" => a.rate_bytes_s = n.saturating_mul(MIB as u64),
+            "--rate-mb-s" => a.rate_bytes_s = n.saturating_mul(1_000_000),
             "--chunk-mib" if n > 0 => a.chunk_mib = n as usize,
             "--max-mib" if n > 0 => a.max_mib = n as usize,
             _ => return Err(format!("unknown or bad argument {flag} {v}")),
@@ -120,7 +124,7 @@ fn main() -> ExitCode {
 
     let start = now_ns();
     // Nanoseconds per chunk at the asked rate (0: no pacing).
-    let per_chunk_ns = (chunk_bytes as u64 * 1_000_000_000).checked_div(args.rate_mib_s * MIB as u64).unwrap_or(0);
+    let per_chunk_ns = (chunk_bytes as u64 * 1_000_000_000).checked_div(args.rate_bytes_s).unwrap_or(0);
     while maps.len() < n_chunks && !SIGNALLED.load(Ordering::SeqCst) {
         if per_chunk_ns > 0 {
             let due = start + per_chunk_ns * maps.len() as u64;

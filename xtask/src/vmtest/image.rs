@@ -74,6 +74,11 @@ pub fn build_binaries(root: &Path, target_dir: &Path) -> Result<PathBuf> {
 
 /// Lays out the initramfs tree in `staging` and packs it into `out` (gzip'd newc cpio).
 pub fn build_initramfs(root: &Path, bins: &Path, staging: &Path, out: &Path) -> Result<()> {
+    build_initramfs_with_init(bins, &root.join("tests/vm/init"), staging, out)
+}
+
+/// [`build_initramfs`] with `init` as `/init`.
+pub fn build_initramfs_with_init(bins: &Path, init: &Path, staging: &Path, out: &Path) -> Result<()> {
     let busybox = fs::read(BUSYBOX).with_context(|| format!("reading {BUSYBOX} (apt-get install busybox-static)"))?;
     if !is_static_elf(&busybox)? {
         bail!("{BUSYBOX} is not static: install busybox-static (not busybox)");
@@ -99,7 +104,7 @@ pub fn build_initramfs(root: &Path, bins: &Path, staging: &Path, out: &Path) -> 
     for bin in BINARIES {
         copy_exec(&bins.join(bin), &staging.join("bin").join(bin))?;
     }
-    copy_exec(&root.join("tests/vm/init"), &staging.join("init"))?;
+    copy_exec(init, &staging.join("init"))?;
     let partial = out.with_extension("partial");
     let script = format!(
         "set -euo pipefail; cd '{}'; find . | '{BUSYBOX}' cpio -o -H newc 2>/dev/null | gzip -1 > '{}'",

@@ -37,6 +37,8 @@ pub struct Boot {
     pub rc: i32,
     /// The suite's closing `N passed, N failed` line, if it printed one.
     pub summary: Option<String>,
+    /// Console lines carrying `@@BENCH ` (a benchmark's results), from that marker on.
+    pub bench: Vec<String>,
     pub elapsed: Duration,
 }
 
@@ -82,6 +84,7 @@ pub fn boot(kernel: &Path, initrd: &Path, extra_append: &str, timeout: Duration,
     let deadline = started + timeout;
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL);
     let mut summary = None;
+    let mut bench = Vec::new();
     let outcome = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
@@ -89,6 +92,9 @@ pub fn boot(kernel: &Path, initrd: &Path, extra_append: &str, timeout: Duration,
                 println!("[{label}] {line}");
                 if line.contains(" passed, ") && line.contains(" failed") {
                     summary = Some(line.trim().to_string());
+                }
+                if let Some(at) = line.find("@@BENCH ") {
+                    bench.push(line[at..].trim_end().to_string());
                 }
                 let rc = marker(&line);
                 let hung = soft_lockup_secs(&line).is_some_and(|secs| secs >= LOCKUP_GIVE_UP_S);
@@ -112,7 +118,7 @@ pub fn boot(kernel: &Path, initrd: &Path, extra_append: &str, timeout: Duration,
         Ok(rc) => {
             // The init powers off right after the marker; don't wait long for it.
             stop(&mut child, Duration::from_secs(15));
-            Ok(Boot { rc, summary, elapsed })
+            Ok(Boot { rc, summary, bench, elapsed })
         }
         Err(why) => {
             stop(&mut child, Duration::ZERO);

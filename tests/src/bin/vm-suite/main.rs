@@ -5,6 +5,8 @@
 //! with its guards cleaned up whatever happens, prints `test <name> ... ok|FAILED` and a closing
 //! `vm-suite: N passed, N failed`, and exits non-zero when a test failed. `monitor`, `alloc-hog` and `fixture-backend`
 //! must sit beside it. `vm-suite serve <port>` is the tiny HTTP server the traffic tests start.
+//! `vm-suite bench-reaction` runs the grower suite of `cargo xtask bench reaction` on cgroup v2
+//! (tests/src/reaction.rs).
 
 mod front_door;
 mod memory;
@@ -40,8 +42,11 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("serve") {
         return server::main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("bench-reaction") && args.len() == 1 {
+        return monitor_tests::reaction::vm_main(&support::bin_dir());
+    }
     if !args.is_empty() {
-        eprintln!("usage: vm-suite [serve <port>]   (VM_FILTER=<part of a test name> selects tests)");
+        eprintln!("usage: vm-suite [serve <port> | bench-reaction]   (VM_FILTER=<part of a test name> selects tests)");
         return ExitCode::FAILURE;
     }
     if let Some(reason) = CgroupV2::unavailable_reason() {

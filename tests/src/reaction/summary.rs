@@ -1,0 +1,223 @@
+//! A cell's figures from its runs (percentiles, the goals it misses), as JSON for the trip out of the VM, and the
+//! Markdown table the bench prints.
+
+use crate::MIB;
+use serde_json::{json, Value};
+
+use super::{Idle, Mode, Run, Speed, Timing, GOAL_IDLE_PCT, GOAL_P99_MS};
+
+/// One cell's figures: what the bench prints and the VM sends to the host (as JSON).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// The hierarchy and kernel, e.g. `v1, Linux 6.18.44 (host)`.
+    pub group: String,
+    pub mode: Mode,
+    pub speed: Speed,
+    /// Completed runs, and runs that failed for another reason (the harness, the agent's start).
+    pub runs: usize,
+    pub errors: usize,
+    pub acted_first: usize,
+    pub signalled: usize,
+    pub oom_kills: u64,
+    /// Signalled runs in which the signal came before the line.
+    pub before_line: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub overshoot_p50_mib: Option<f64>,
+    pub overshoot_max_mib: Option<f64>,
+    /// The grower's own speed, median of the signalled runs, MB/s.
+    pub rate_mb_s: Option<f64>,
+    /// The mode's idle CPU, % of a core: the agent's utime+stime, its threads' run time, the bench's own.
+    pub idle_pct: Option<f64>,
+    pub idle_pct_ns: Option<f64>,
+    pub idle_own_pct: Option<f64>,
+    pub idle_seconds: Option<f64>,
+}
+
+/// The nearest-rank percentile `q` (0..=1) of `v`; None when empty.
+pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return None;
+    }
+    s.sort_by(f64::total_cmp);
+    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
+    Some(s[rank - 1])
+}
+
+impl Summary {
+    pub fn new(group: &str, mode: Mode, speed: Speed, runs: &[Run], errors: usize, idle: Option<&Idle>) -> Summary {
+        let timings: Vec<Timing> = runs.iter().filter_map(Run::timing).collect();
+        let ms: Vec<f64> = timings.iter().map(|t| t.latency_ns as f64 / 1e6).collect();
+        let over: Vec<f64> = timings.iter().map(|t| t.overshoot_bytes as f64 / MIB as f64).collect();
+        let rates: Vec<f64> = timings.iter().filter_map(|t| t.rate_bytes_s).map(|r| r / 1e6).collect();
+        Summary {
+            group: group.to_string(),
+            mode,
+            speed,
+            runs: runs.len(),
+            errors,
+            acted_first: runs.iter().filter(|r| r.acted_first()).count(),
+            signalled: runs.iter().filter(|r| r.signalled()).count(),
+            oom_kills: runs.iter().map(|r| r.oom_kills).sum(),
+            before_line: timings.iter().filter(|t| t.before_line).count(),
+            p50_ms: percentile(&ms, 0.5),
+            p99_ms: percentile(&ms, 0.99),
+            overshoot_p50_mib: percentile(&over, 0.5),
+            overshoot_max_mib: percentile(&over, 1.0),
+            rate_mb_s: percentile(&rates, 0.5),
+            idle_pct: idle.map(Idle::agent_pct),
+            idle_pct_ns: idle.and_then(Idle::agent_pct_ns),
+            idle_own_pct: idle.map(Idle::own_pct),
+            idle_seconds: idle.map(|i| i.seconds),
+        }
+    }
+
+    /// The goals this cell misses: `OOM` (not 0 kills with the agent first in every run), `p99` (> 20 ms),
+    /// `idle` (>= 0.5% of a core).
+    pub fn missed(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.oom_kills > 0 || self.acted_first < self.runs || self.errors > 0 || self.runs == 0 {
+            out.push("OOM");
+        }
+        if self.p99_ms.is_none_or(|p| p > GOAL_P99_MS) {
+            out.push("p99");
+        }
+        if self.idle_pct.is_some_and(|p| p >= GOAL_IDLE_PCT) {
+            out.push("idle");
+        }
+        out
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "group": self.group, "mode": self.mode.name(), "speed_mb_s": self.speed.0,
+            "runs": self.runs, "errors": self.errors, "acted_first": self.acted_first,
+            "signalled": self.signalled, "oom_kills": self.oom_kills, "before_line": self.before_line,
+            "p50_ms": self.p50_ms, "p99_ms": self.p99_ms,
+            "overshoot_p50_mib": self.overshoot_p50_mib, "overshoot_max_mib": self.overshoot_max_mib,
+            "rate_mb_s": self.rate_mb_s, "idle_pct": self.idle_pct, "idle_pct_ns": self.idle_pct_ns,
+            "idle_own_pct": self.idle_own_pct, "idle_seconds": self.idle_seconds,
+        })
+    }
+
+    pub fn from_json(v: &Value) -> Result<Summary, String> {
+        let n = |k: &str| v.get(k).and_then(Value::as_u64).ok_or_else(|| format!("summary: no {k} in {v}"));
+        let f = |k: &str| v.get(k).and_then(Value::as_f64);
+        let mode = v.get("mode").and_then(Value::as_str).and_then(Mode::from_name);
+        Ok(Summary {
+            group: v.get("group").and_then(Value::as_str).ok_or("summary: no group")?.to_string(),
+            mode: mode.ok_or_else(|| format!("summary: bad mode in {v}"))?,
+            speed: Speed(n("speed_mb_s")?),
+            runs: n("runs")? as usize,
+            errors: n("errors")? as usize,
+            acted_first: n("acted_first")? as usize,
+            signalled: n("signalled")? as usize,
+            oom_kills: n("oom_kills")?,
+            before_line: n("before_line")? as usize,
+            p50_ms: f("p50_ms"),
+            p99_ms: f("p99_ms"),
+            overshoot_p50_mib: f("overshoot_p50_mib"),
+            overshoot_max_mib: f("overshoot_max_mib"),
+            rate_mb_s: f("rate_mb_s"),
+            idle_pct: f("idle_pct"),
+            idle_pct_ns: f("idle_pct_ns"),
+            idle_own_pct: f("idle_own_pct"),
+            idle_seconds: f("idle_seconds"),
+        })
+    }
+}
+
+pub(crate) fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// The cells as a Markdown table, the goals beside the figures.
+pub fn table(cells: &[Summary]) -> String {
+    let mut out = String::from(
+        "| group | mode | grower | agent acted first | kernel OOM kills | crossing 92% -> signal p50 / p99 \
+         | overshoot past the line at the signal p50 / max | grower's own speed (median) \
+         | agent idle CPU: ticks / run time (baseline) | goals missed |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for c in cells {
+        let errors = if c.errors > 0 { format!(" ({} runs failed)", c.errors) } else { String::new() };
+        let before = if c.before_line > 0 { format!(" ({} before the line)", c.before_line) } else { String::new() };
+        let idle = match c.idle_pct {
+            Some(p) => format!(
+                "{p:.3}% / {}% ({}%, {} s)",
+                opt(c.idle_pct_ns, 3),
+                opt(c.idle_own_pct, 3),
+                opt(c.idle_seconds, 0)
+            ),
+            None => "-".to_string(),
+        };
+        let missed = c.missed();
+        out.push_str(&format!(
+            "| {} | {} | {} | {}/{}{errors} | {} | {} / {} ms{before} | {} / {} MiB | {} MB/s | {idle} | {} |\n",
+            c.group,
+            c.mode.describe(),
+            c.speed.label(),
+            c.acted_first,
+            c.runs + c.errors,
+            c.oom_kills,
+            opt(c.p50_ms, 1),
+            opt(c.p99_ms, 1),
+            opt(c.overshoot_p50_mib, 1),
+            opt(c.overshoot_max_mib, 1),
+            opt(c.rate_mb_s, 0),
+            if missed.is_empty() { "none".to_string() } else { missed.join(", ") },
+        ));
+    }
+    out.push_str(&format!(
+        "\nGoals: the agent first and 0 OOM kills in every run; crossing -> signal p99 <= {GOAL_P99_MS} ms; idle CPU < \
+         {GOAL_IDLE_PCT}% of a core. p99 is nearest-rank (of 20 runs: the slowest). Idle CPU is measured once per \
+         mode, in its first run (two bystanders, before the grower starts).\n"
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reaction::{GrowerReport, Outcome};
+
+    fn report(signal: Option<u64>, chunks: &[(u64, u64)]) -> GrowerReport {
+        GrowerReport { signal_ns: signal, freed_ns: 0, peak_bytes: 0, chunks: chunks.to_vec() }
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), Some(10.0));
+        assert_eq!(percentile(&v, 0.99), Some(20.0));
+        assert_eq!(percentile(&[3.0], 0.99), Some(3.0));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn summaries_travel_as_json() {
+        let runs = vec![
+            Run {
+                base: 80 * MIB,
+                oom_kills: 0,
+                peak_usage: None,
+                outcome: Outcome::Report(report(Some(45), &[(30, 420 * MIB)])),
+            },
+            Run {
+                base: 80 * MIB,
+                oom_kills: 1,
+                peak_usage: None,
+                outcome: Outcome::Died("signal: 9 (SIGKILL)".into()),
+            },
+        ];
+        let idle = Idle { seconds: 10.0, agent_ticks: 3, own_ticks: 0, agent_ns: Some(25_000_000), hz: 100.0 };
+        let s = Summary::new("v2, Linux 6.12 (VM, TCG)", Mode::Brake, Speed(0), &runs, 1, Some(&idle));
+        assert_eq!((s.acted_first, s.signalled, s.oom_kills, s.runs, s.errors), (1, 1, 1, 2, 1));
+        assert_eq!(s.idle_pct, Some(0.3));
+        assert_eq!(s.missed(), vec!["OOM"]);
+        assert_eq!(Summary::from_json(&s.to_json()), Ok(s.clone()));
+        let t = table(&[s]);
+        assert!(t.contains("| 1/3 (1 runs failed) | 1 |"), "{t}");
+    }
+}

@@ -1,0 +1,162 @@
+//! `cargo xtask bench reaction`: the grower suite (tests/src/reaction.rs). Does the agent abort a fast grower before
+//! the kernel's OOM killer acts, and how soon after the group crosses 92%?
+//!
+//! On this host (cgroup v1): modes `timer` and `events`, speeds 200 MB/s, 1 GB/s and full speed, release binaries
+//! from target/release. Then in the test VM (cgroup v2, qemu with software emulation, xtask/src/vmtest/): the same
+//! cells plus `brake`, through `vm-suite bench-reaction`, whose summaries come back on the serial console.
+//!
+//! `BENCH_REACTION_RUNS` (default 20) runs per cell, `BENCH_REACTION_IDLE_S` (10) idle seconds per mode,
+//! `BENCH_REACTION_MODES` / `BENCH_REACTION_SPEEDS` (e.g. `timer` / `200,0`) to run fewer cells, and
+//! `BENCH_REACTION_VM` = `6.1`, `6.12`, `all` (default) or `none` for the kernels booted.
+
+use crate::util::{root, run as sh};
+use crate::vmtest::{self, image, kernel, qemu};
+use anyhow::{bail, Context, Result};
+use monitor_tests::reaction::{self, Bins, Hierarchy, Plan, Summary};
+use monitor_tests::CgroupV1;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub fn run() -> Result<()> {
+    if let Some(reason) = CgroupV1::unavailable_reason() {
+        bail!("the reaction benchmark makes v1 memory cgroups on this host: {reason}");
+    }
+    let vm_kernels = vm_kernels()?;
+    let root = root();
+    let target = vmtest::target_dir();
+    sh(Command::new("cargo")
+        .current_dir(&root)
+        .args(["build", "--release", "-p", "monitor", "--bin", "monitor"])
+        .args(["-p", "monitor-tests", "--bin", "alloc-hog", "--bin", "grower"]))?;
+    let build = build_id(&root);
+    let bins = Bins::in_dir(&target.join("release")).map_err(anyhow::Error::msg)?;
+    let work = monitor_tests::temp_dir("bench-reaction");
+    let plan = Plan::from_env(Hierarchy::V1, work.clone(), false).map_err(anyhow::Error::msg)?;
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let group = format!("v1, Linux {} (host)", kernel.trim());
+    eprintln!(
+        "bench reaction: agent {build}; {} runs per cell on {group}, {} s idle per mode; load {}",
+        plan.runs,
+        plan.idle.as_secs(),
+        loadavg()
+    );
+    let started = Instant::now();
+    let mut cells = reaction::run_suite(&plan, &bins, &group);
+    let _ = std::fs::remove_dir_all(&work);
+    println!("\nOn this host ({:.0} s, load after: {}):\n", started.elapsed().as_secs_f64(), loadavg());
+    println!("{}", reaction::table(&cells));
+
+    let mut missing = Vec::new();
+    if !vm_kernels.is_empty() {
+        match vm_cells(&root, &target, &vm_kernels) {
+            Ok((v, failed)) => {
+                cells.extend(v);
+                missing.extend(failed);
+            }
+            Err(e) => missing.push(format!("the VM part: {e:#}")),
+        }
+        println!(
+            "\nAll cells (agent {build}; under qemu TCG every instruction is emulated, so the v2 rows are slower):\n"
+        );
+        println!("{}", reaction::table(&cells));
+    }
+    if !missing.is_empty() {
+        bail!("missing from the table: {}", missing.join("; "));
+    }
+    Ok(())
+}
+
+/// The kernels `BENCH_REACTION_VM` asks for (default all; `none`: no VM).
+fn vm_kernels() -> Result<Vec<kernel::Series>> {
+    Ok(match std::env::var("BENCH_REACTION_VM").unwrap_or_default().trim() {
+        "" | "all" => kernel::Series::ALL.to_vec(),
+        "none" => Vec::new(),
+        "6.1" => vec![kernel::Series::V6_1],
+        "6.12" => vec![kernel::Series::V6_12],
+        other => bail!("BENCH_REACTION_VM={other}: one of 6.1, 6.12, all, none"),
+    })
+}
+
+/// The commit the binaries were built from, `+` uncommitted changes when the tree differs from it.
+fn build_id(root: &Path) -> String {
+    let out = Command::new("git").current_dir(root).args(["describe", "--always", "--dirty=+uncommitted"]).output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => "of an unknown commit".to_string(),
+    }
+}
+
+fn loadavg() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// The VM's init: tests/vm/init with `vm-suite bench-reaction` in place of the suite.
+fn bench_init(root: &Path, out: &Path) -> Result<()> {
+    let path = root.join("tests/vm/init");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    if text.lines().filter(|l| l.trim() == "/bin/vm-suite").count() != 1 {
+        bail!("{} no longer runs `/bin/vm-suite` on a line of its own", path.display());
+    }
+    let init: Vec<&str> =
+        text.lines().map(|l| if l.trim() == "/bin/vm-suite" { "/bin/vm-suite bench-reaction" } else { l }).collect();
+    std::fs::write(out, init.join("\n") + "\n").with_context(|| format!("writing {}", out.display()))
+}
+
+/// Boots each kernel with the bench as its init's work; returns the v2 cells and the kernels that gave none.
+fn vm_cells(root: &Path, target: &Path, series: &[kernel::Series]) -> Result<(Vec<Summary>, Vec<String>)> {
+    vmtest::ensure_packages()?;
+    crate::setup::run().context("the VM's agent carries its eBPF object")?;
+    let bins = image::build_binaries(root, target)?;
+    let work = target.join("vmtest-reaction");
+    std::fs::create_dir_all(&work)?;
+    let init = work.join("init");
+    bench_init(root, &init)?;
+    let initrd = work.join("initramfs.gz");
+    image::build_initramfs_with_init(&bins, &init, &work.join("initramfs"), &initrd)?;
+    let cache = kernel::cache_dir(target);
+    // Pass the host's settings on: kernel command-line words KEY=value become the init's environment.
+    let append: Vec<String> =
+        ["BENCH_REACTION_RUNS", "BENCH_REACTION_IDLE_S", "BENCH_REACTION_MODES", "BENCH_REACTION_SPEEDS"]
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()).map(|v| format!("{k}={}", v.trim())))
+            .collect();
+    let plan = Plan::from_env(Hierarchy::V2, work.clone(), true).map_err(anyhow::Error::msg)?;
+    let cells = plan.modes.len() * plan.speeds.len();
+    // Per run under emulation: the agent's start, the grow and the teardown take up to about 15 s; plus the idle
+    // stretches and the boot.
+    let timeout =
+        Duration::from_secs(120 + (cells * plan.runs) as u64 * 15 + plan.modes.len() as u64 * plan.idle.as_secs());
+    let (mut out, mut failed) = (Vec::new(), Vec::new());
+    for &s in series {
+        let k = kernel::ensure(s, &cache)?;
+        let label = format!("reaction {}", s.name());
+        match qemu::boot(&k.vmlinuz, &initrd, &append.join(" "), timeout, &label) {
+            Ok(boot) => {
+                let got: Vec<Summary> = boot
+                    .bench
+                    .iter()
+                    .filter_map(|l| l.strip_prefix(reaction::VM_LINE))
+                    .map(|json| {
+                        serde_json::from_str(json).map_err(|e| e.to_string()).and_then(|v| Summary::from_json(&v))
+                    })
+                    .collect::<Result<_, _>>()
+                    .map_err(anyhow::Error::msg)?;
+                if got.is_empty() {
+                    failed.push(format!("Linux {} ({}): no results (rc {})", s.name(), k.package, boot.rc));
+                }
+                eprintln!(
+                    "Linux {} ({}): {} cells in {:.0} s",
+                    s.name(),
+                    k.package,
+                    got.len(),
+                    boot.elapsed.as_secs_f64()
+                );
+                out.extend(got);
+            }
+            Err(e) => failed.push(format!("Linux {} ({}): {e:#}", s.name(), k.package)),
+        }
+    }
+    Ok((out, failed))
+}
