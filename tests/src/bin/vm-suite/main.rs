@@ -3,8 +3,8 @@
 //!
 //! `vm-suite` runs every test (those whose name contains `$VM_FILTER` when it is set), one after the other, each
 //! with its guards cleaned up whatever happens, prints `test <name> ... ok|FAILED` and a closing
-//! `vm-suite: N passed, N failed`, and exits non-zero when a test failed. `monitor`, `alloc-hog` and `fixture-backend`
-//! must sit beside it. `vm-suite serve <port>` is the tiny HTTP server the traffic tests start.
+//! `vm-suite: N passed, N failed`, and exits non-zero when a test failed. `monitor`, `alloc-hog`, `fixture-backend`
+//! and `grower` must sit beside it. `vm-suite serve <port>` is the tiny HTTP server the traffic tests start.
 //! `vm-suite bench-reaction` runs the grower suite of `cargo xtask bench reaction` on cgroup v2
 //! (tests/src/reaction.rs).
 
