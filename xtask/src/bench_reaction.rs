@@ -50,9 +50,12 @@ pub fn run() -> Result<()> {
     let mut missing = Vec::new();
     if !vm_kernels.is_empty() {
         match vm_cells(&root, &target, &vm_kernels) {
-            Ok((v, failed)) => {
+            Ok((v, failed, vm_build)) => {
                 cells.extend(v);
                 missing.extend(failed);
+                if vm_build != build {
+                    eprintln!("bench reaction: the VM's binaries were built from {vm_build}, the host's from {build}");
+                }
             }
             Err(e) => missing.push(format!("the VM part: {e:#}")),
         }
@@ -104,11 +107,13 @@ fn bench_init(root: &Path, out: &Path) -> Result<()> {
     std::fs::write(out, init.join("\n") + "\n").with_context(|| format!("writing {}", out.display()))
 }
 
-/// Boots each kernel with the bench as its init's work; returns the v2 cells and the kernels that gave none.
-fn vm_cells(root: &Path, target: &Path, series: &[kernel::Series]) -> Result<(Vec<Summary>, Vec<String>)> {
+/// Boots each kernel with the bench as its init's work; returns the v2 cells, the kernels that gave none and the
+/// commit the VM's binaries were built from.
+fn vm_cells(root: &Path, target: &Path, series: &[kernel::Series]) -> Result<(Vec<Summary>, Vec<String>, String)> {
     vmtest::ensure_packages()?;
     crate::setup::run().context("the VM's agent carries its eBPF object")?;
     let bins = image::build_binaries(root, target)?;
+    let vm_build = build_id(root);
     let work = target.join("vmtest-reaction");
     std::fs::create_dir_all(&work)?;
     let init = work.join("init");
@@ -158,5 +163,21 @@ fn vm_cells(root: &Path, target: &Path, series: &[kernel::Series]) -> Result<(Ve
             Err(e) => failed.push(format!("Linux {} ({}): {e:#}", s.name(), k.package)),
         }
     }
-    Ok((out, failed))
+    Ok((out, failed, vm_build))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bench_init_runs_the_bench_instead_of_the_suite() {
+        let out = std::env::temp_dir().join(format!("monitor-bench-init-{}", std::process::id()));
+        bench_init(&root(), &out).expect("tests/vm/init runs /bin/vm-suite on a line of its own");
+        let text = std::fs::read_to_string(&out).expect("written");
+        let _ = std::fs::remove_file(&out);
+        assert!(text.lines().any(|l| l.trim() == "/bin/vm-suite bench-reaction"), "{text}");
+        assert!(!text.lines().any(|l| l.trim() == "/bin/vm-suite"), "{text}");
+        assert!(text.contains("@@RC=$rc@@"), "the marker stays: {text}");
+    }
 }

@@ -171,8 +171,8 @@ pub fn table(cells: &[Summary]) -> String {
     }
     out.push_str(&format!(
         "\nGoals: the agent first and 0 OOM kills in every run; crossing -> signal p99 <= {GOAL_P99_MS} ms; idle CPU < \
-         {GOAL_IDLE_PCT}% of a core. p99 is nearest-rank (of 20 runs: the slowest). Idle CPU is measured once per \
-         mode, in its first run (two bystanders, before the grower starts).\n"
+         {GOAL_IDLE_PCT}% of a core. p99 is nearest-rank: the slowest run of a cell of 100 runs or fewer. Idle CPU \
+         is measured once per mode, in its first run (two bystanders, before the grower starts).\n"
     ));
     out
 }
