@@ -172,7 +172,7 @@ pub type AdminUrl = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
 /// told, not per sample). A process that listens on nothing is told nothing there.
 pub fn admin_url_by_port(path: String) -> AdminUrl {
     Arc::new(move |pid: u32| {
-        let addr = crate::procs::listening_addrs(pid).into_iter().min_by_key(|a| a.port())?;
+        let addr = crate::sockets::listening_addrs(pid).into_iter().min_by_key(|a| a.port())?;
         Some(format!("http://{addr}{path}"))
     })
 }

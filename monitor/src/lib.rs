@@ -24,6 +24,7 @@ pub mod route;
 pub mod run;
 pub mod sampler;
 pub mod snapshot;
+pub mod sockets;
 pub mod table;
 pub mod token;
 pub mod wakeup;

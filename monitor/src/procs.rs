@@ -98,69 +98,6 @@ pub enum ReadError {
     Other(String),
 }
 
-/// The TCP addresses `pid` listens on, sorted (an unspecified address as loopback, the way a local client reaches
-/// it): its socket fds (`/proc/<pid>/fd`) matched against the LISTEN entries of its network namespace
-/// (`/proc/<pid>/net/tcp` and `tcp6`). Empty when the process is gone or listens on nothing. Read on demand (an
-/// action change), never per sample.
-pub fn listening_addrs(pid: u32) -> Vec<std::net::SocketAddr> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
-    let inodes: std::collections::HashSet<u64> = fds
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok())
-        .collect();
-    let mut out: Vec<std::net::SocketAddr> = ["tcp", "tcp6"]
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok())
-        .flat_map(|text| parse_tcp_listeners(&text))
-        .filter(|(inode, _)| inodes.contains(inode))
-        .map(|(_, a)| a)
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// The LISTEN entries of a `/proc/net/tcp` or `tcp6` table, as (socket inode, address); an unspecified address
-/// (`0.0.0.0`, `::`) is given as loopback. Lines that do not parse are skipped.
-pub fn parse_tcp_listeners(text: &str) -> Vec<(u64, std::net::SocketAddr)> {
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-    /// `TCP_LISTEN` as the table prints it.
-    const LISTEN: &str = "0A";
-    let addr = |field: &str| -> Option<SocketAddr> {
-        let (ip, port) = field.split_once(':')?;
-        let port = u16::from_str_radix(port, 16).ok()?;
-        // Each 32-bit word is printed as the host (little-endian) reads the address's bytes.
-        let word = |i: usize| u32::from_str_radix(ip.get(i * 8..i * 8 + 8)?, 16).ok().map(u32::to_le_bytes);
-        let ip = match ip.len() {
-            8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
-            32 => {
-                let mut b = [0u8; 16];
-                for i in 0..4 {
-                    b[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
-                }
-                IpAddr::V6(Ipv6Addr::from(b))
-            }
-            _ => return None,
-        };
-        let ip = match ip {
-            IpAddr::V4(v) if v.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpAddr::V6(v) if v.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-            ip => ip,
-        };
-        Some(SocketAddr::new(ip, port))
-    };
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_ascii_whitespace().collect();
-            if f.get(3) != Some(&LISTEN) {
-                return None;
-            }
-            Some((f.get(9)?.parse().ok()?, addr(f.get(1)?)?))
-        })
-        .collect()
-}
-
 fn classify(e: std::io::Error) -> ReadError {
     match e.raw_os_error() {
         Some(libc::ESRCH) | Some(libc::ENOENT) => ReadError::Gone,
@@ -293,28 +230,6 @@ mod tests {
     const STATM: &str = include_str!("../../tests/fixtures/proc/python-64m.statm");
     const STATUS: &str = include_str!("../../tests/fixtures/proc/python-64m.status");
     const STAT: &str = include_str!("../../tests/fixtures/proc/python-64m.stat");
-    /// Captured in a network namespace of their own: python's http.server on 127.0.0.1:8000 with one accepted
-    /// connection (and its client), and another on [::1]:8443.
-    const NET_TCP: &str = include_str!("../../tests/fixtures/proc/net-tcp");
-    const NET_TCP6: &str = include_str!("../../tests/fixtures/proc/net-tcp6");
-
-    #[test]
-    fn tcp_tables_give_the_listeners_only() {
-        assert_eq!(parse_tcp_listeners(NET_TCP), [(1_477_120, "127.0.0.1:8000".parse().expect("addr"))]);
-        assert_eq!(parse_tcp_listeners(NET_TCP6), [(1_477_115, "[::1]:8443".parse().expect("addr"))]);
-        let any = "  sl  local_address rem_address   st\n   0: 00000000:0050 00000000:0000 0A 0:0 0:0 0 0 0 42 1\n";
-        assert_eq!(parse_tcp_listeners(any), [(42, "127.0.0.1:80".parse().expect("addr"))]);
-        assert_eq!(parse_tcp_listeners("header\n   0: garbage\n"), []);
-    }
-
-    #[test]
-    fn a_process_listening_is_found_by_its_sockets() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mine = l.local_addr().expect("addr");
-        assert!(listening_addrs(std::process::id()).contains(&mine));
-        assert_eq!(listening_addrs(u32::MAX), [], "no such process");
-    }
-
     #[test]
     fn captured_python_process() {
         assert_eq!(parse_statm(STATM), Ok(Statm { size: 20526, resident: 19808, shared: 1706 }));

@@ -1,10 +1,13 @@
-//! The launcher of `monitor run`: starts the master, waits for its health path, then starts the workers; keeps
+//! The launcher of `monitor run`: starts the master, waits for its health path (asked only once the port is held by
+//! the master or its descendants: an answer from another program never makes a process ready), then starts the
+//! workers, made ready the same way; keeps
 //! checking each ready process's health path every `health_interval_ms` (one that fails `health_failures` checks in
 //! a row is `unhealthy`, out of the proxy's pool, until a check passes); restarts a process that exits after 1, 2,
 //! 4 … 60 s (back to 1 s once it has been healthy for `backoff_reset_s`); on stop, SIGTERMs every child and SIGKILLs
 //! those still running after the grace. Children die with the launcher.
 
 mod member;
+mod ready;
 mod spawn;
 
 pub use member::{LauncherInfo, Member, Phase};
@@ -34,6 +37,9 @@ pub enum LaunchError {
     MasterExited { name: String, health: String, status: std::process::ExitStatus },
     #[error("process {name} (master): http://127.0.0.1:{port}{health} did not answer 200 within {secs} s")]
     MasterNotHealthy { name: String, port: u16, health: String, secs: u64 },
+    /// The master's port is held by another program (the message names it).
+    #[error("{0}")]
+    MasterPortHeld(String),
     #[error("the config has no master process")]
     NoMaster,
     #[error("stopped by a signal during start-up")]
@@ -103,14 +109,24 @@ impl Launcher {
         tracing::info!(name = %mp.name, pid, "started the master; waiting for its health path");
         let deadline = Instant::now() + Duration::from_secs(mp.start_timeout_s);
         tokio::pin!(cancel);
+        let mut said = ready::Said::default();
         loop {
-            if spawn::probe(mp.port, &mp.health, Duration::from_secs(1)).await {
-                break;
+            match ready::check(&mp.name, pid, mp.port, &mp.health, Duration::from_secs(1)).await {
+                ready::Check::Ready => break,
+                ready::Check::NotYet => said.clear(),
+                ready::Check::Foreign(msg) => said.error(&msg),
             }
-            if let Ok(Some(status)) = child.try_wait() {
+            let exited = child.try_wait();
+            if let (Some(msg), Ok(Some(_)) | Err(_)) = (said.last(), &exited) {
+                return Err(LaunchError::MasterPortHeld(msg.to_string()));
+            }
+            if let Ok(Some(status)) = exited {
                 return Err(LaunchError::MasterExited { name: mp.name.clone(), health: mp.health.clone(), status });
             }
             if Instant::now() >= deadline {
+                if let Some(msg) = said.last() {
+                    return Err(LaunchError::MasterPortHeld(msg.to_string()));
+                }
                 return Err(LaunchError::MasterNotHealthy {
                     name: mp.name.clone(),
                     port: mp.port,
@@ -169,6 +185,7 @@ async fn supervise(
 ) {
     let mut backoff = Duration::from_secs(1);
     let check_every = (p.health_interval_ms > 0).then(|| Duration::from_millis(p.health_interval_ms));
+    let mut said = ready::Said::default();
     loop {
         let pid = child.id().unwrap_or(0);
         let mut healthy_since = ready.then(Instant::now);
@@ -187,10 +204,17 @@ async fn supervise(
             tokio::select! {
                 st = child.wait() => break Some(st),
                 _ = stop.changed() => {}
-                ok = async {
+                check = async {
                     tokio::time::sleep(every.unwrap_or(PROBE_EVERY)).await;
-                    spawn::probe(p.port, &p.health, timeout).await
+                    ready::check(&p.name, pid, p.port, &p.health, timeout).await
                 }, if every.is_some() => {
+                    // Only an answer from the process's own port counts: a port held by another program is said
+                    // (once while it lasts) and fails the check.
+                    match &check {
+                        ready::Check::Foreign(msg) => said.error(msg),
+                        _ => said.clear(),
+                    }
+                    let ok = check == ready::Check::Ready;
                     if healthy_since.is_none() {
                         if ok {
                             tracing::info!(name = %p.name, pid, "ready");
