@@ -40,28 +40,54 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
     move |source| RunError::Io { what, source }
 }
 
-/// A cgroup `monitor run` created, removed again when dropped (once its processes are gone).
-struct Created(Option<PathBuf>);
+/// How long the end of the group waits for its last processes to die, and for its removal.
+const GROUP_END: Duration = Duration::from_secs(10);
 
-impl Drop for Created {
+/// The end of the group, when dropped (after a drain, or on an error once started): when the processes were
+/// launched into a cgroup of their own (not `auto`), every process still in it (a server's own children, a
+/// shell's, whatever joined) is killed, then the cgroup `monitor run` created is removed, both bounded by
+/// [`GROUP_END`]. With `auto` the group is the cgroup monitor itself runs in, left to its service manager.
+struct GroupEnd {
+    /// The group the processes are launched into (not `auto`).
+    group: Option<PathBuf>,
+    /// Set once the first process is started: a `monitor run` that stops before that (a port already taken by
+    /// another instance) leaves a group it did not create alone.
+    launched: Arc<AtomicBool>,
+    /// The group's cgroup, when `monitor run` created it.
+    created: Option<PathBuf>,
+}
+
+impl Drop for GroupEnd {
     fn drop(&mut self) {
-        let Some(dir) = self.0.take() else { return };
-        for _ in 0..50 {
-            if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
-                return;
+        let ours = self.launched.load(Ordering::Relaxed) || self.created.is_some();
+        if let Some(dir) = self.group.take().filter(|_| ours) {
+            match cgroup::kill::kill_all(&dir, GROUP_END) {
+                Ok(k) if k.left.is_empty() => {
+                    if k.signalled > 0 || k.cgroup_kill {
+                        tracing::info!(cgroup = %dir.display(), killed = k.signalled, cgroup_kill = k.cgroup_kill,
+                            "ended the processes left in the group");
+                    }
+                }
+                Ok(k) => tracing::error!(cgroup = %dir.display(), left = ?k.left,
+                    "processes still in the group {} s after SIGKILL", GROUP_END.as_secs()),
+                Err(e) => tracing::error!("cannot end the processes left in the group: {e}"),
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        tracing::warn!(cgroup = %dir.display(), "could not remove the group's cgroup");
+        if let Some(dir) = self.created.take() {
+            match cgroup::kill::remove_tree(&dir, GROUP_END) {
+                Ok(()) => tracing::info!(cgroup = %dir.display(), "removed the group's cgroup"),
+                Err(e) => tracing::error!("could not remove the group's cgroup: {e}"),
+            }
+        }
     }
 }
 
 /// Finds (and when asked creates and limits) the group's cgroup.
-fn prepare_group(cfg: &Config) -> Result<(cgroup::Group, Created), RunError> {
+fn prepare_group(cfg: &Config) -> Result<(cgroup::Group, GroupEnd), RunError> {
     let mounts = Mounts::read().map_err(io("reading /proc/self/mountinfo"))?;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let spec = &cfg.group.cgroup;
-    let mut created = Created(None);
+    let mut created = GroupEnd { group: None, launched: Arc::new(AtomicBool::new(false)), created: None };
     if cfg.group.create && spec != "auto" {
         let g = cgroup::locate(spec, &mounts, &own)?;
         if !g.dir.exists() {
@@ -71,7 +97,7 @@ fn prepare_group(cfg: &Config) -> Result<(cgroup::Group, Created), RunError> {
                 source,
             })?;
             tracing::info!(cgroup = %g.dir.display(), "created the group's cgroup");
-            created = Created(Some(g.dir.clone()));
+            created.created = Some(g.dir.clone());
         }
     }
     let group = cgroup::resolve(spec, &mounts, &own)?;
@@ -124,8 +150,10 @@ pub fn run(config: &Path) -> Result<(), RunError> {
     if cfg.processes.is_empty() {
         return Err(RunError::NoProcesses(config.to_path_buf()));
     }
-    let (group, created) = prepare_group(&cfg)?;
+    let (group, mut created) = prepare_group(&cfg)?;
     let children_cgroup = (cfg.group.cgroup != "auto").then(|| group.dir.clone());
+    created.group.clone_from(&children_cgroup);
+    let launched = created.launched.clone();
     let sampler::Started { mut sampler, thresholds, state, first } = sampler::start(group, &cfg)?;
     let tracer = sampler.tracer();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -213,6 +241,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             tracer,
         };
         let mut cancel = drain_rx.clone();
+        launched.store(true, Ordering::Relaxed);
         let started = Launcher::start(&cfg.processes, members, opts, async move {
             let _ = cancel.wait_for(|d| *d).await;
         })

@@ -3,6 +3,7 @@
 //! Pure parsers live in [`v1`], [`v2`] and [`mounts`]; [`GroupReader`] keeps the files open and re-reads them with
 //! `pread`, so a sample costs close to the raw reads.
 
+pub mod kill;
 pub mod mounts;
 pub mod v1;
 pub mod v2;

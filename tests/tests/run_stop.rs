@@ -1,0 +1,56 @@
+//! Stopping `monitor run` ends every process of its group, not only the ones it started: a worker's shell with a
+//! child still running, and a crash-looping shell's leftover `sleep`, are gone after SIGTERM and the exit; the group
+//! monitor created is removed before it exits.
+
+mod launch_support;
+
+use launch_support::{dead, launch, member, Proc, FIXTURE};
+use monitor_tests::agent::free_port;
+use monitor_tests::{require_v1, CgroupV1, MIB};
+use std::time::Duration;
+
+/// Every pid listed in `dir`'s `cgroup.procs` (empty when the group is gone).
+fn procs(dir: &std::path::Path) -> Vec<u32> {
+    let text = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+#[test]
+fn stop_ends_every_process_of_the_group_and_removes_the_group_it_created() {
+    let name = "stop_ends_every_process_of_the_group_and_removes_the_group_it_created";
+    if !require_v1(name) {
+        return;
+    }
+    // The test's cgroup holds the one monitor creates (so a failure leaves nothing behind).
+    let parent = CgroupV1::create("stop", None);
+    let group = parent.path().join("grp");
+    let port = free_port();
+    let procs_cfg = [
+        Proc::fixture("m0", "master"),
+        // A server with a child of its own that outlives nothing by itself.
+        Proc::shell("tx1", &format!("sleep 600 & exec {FIXTURE} --name tx1 --port {port}"), port),
+        // A crash loop: the shell dies on SIGTERM, its `sleep` would live on.
+        Proc::shell("tx2", "sleep 3; exit 1", free_port()),
+    ];
+    let lines = format!("cgroup = {:?}\ncreate = true\nlimit_bytes = {}", group.display().to_string(), 512 * MIB);
+    let mut run = launch("stop", &lines, &procs_cfg);
+    run.wait_for(
+        "m0 and tx1 ready",
+        |s| ["m0", "tx1"].iter().all(|n| member(s, n)["state"] == "ready"),
+        Duration::from_secs(15),
+    );
+    // m0, tx1, tx1's sleep, tx2's shell and its sleep.
+    let before = monitor_tests::wait_until("five processes in the group", Duration::from_secs(10), || {
+        let p = procs(&group);
+        (p.len() >= 5).then_some(p)
+    });
+    let status = run.terminate(Duration::from_secs(30));
+    assert!(status.success(), "monitor run exit: {status}; stderr:\n{}", run.stderr());
+    let alive: Vec<u32> = before.iter().copied().filter(|&p| !dead(p)).collect();
+    assert!(alive.is_empty(), "processes of the group outlived monitor run: {alive:?} of {before:?}");
+    assert!(!group.exists(), "the group monitor created outlived it; stderr:\n{}", run.stderr());
+    assert!(!run.stderr().contains("could not remove"), "{}", run.stderr());
+    // The leftovers were ended by monitor (not by the test's cgroup guard).
+    assert!(run.stderr().contains("ended the processes left in the group"), "{}", run.stderr());
+    eprintln!("{name}: {} processes in the group before SIGTERM, none after; the group removed", before.len());
+}
