@@ -90,6 +90,8 @@ impl Feed {
                 limit_bytes: LIMIT,
                 limit_source: LimitSource::Cgroup,
                 oom_kills: None,
+                processes_listed: processes.len(),
+                processes_sampled: processes.len(),
             },
             processes,
             agent_pid: 0,

@@ -86,6 +86,11 @@ pub struct GroupView {
     /// The interval until the next timed sample, in milliseconds, as pacing chose it.
     #[serde(default)]
     pub next_sample_ms: u64,
+    /// How many processes the group's `cgroup.procs` listed, and how many of them were sampled.
+    #[serde(default)]
+    pub processes_listed: usize,
+    #[serde(default)]
+    pub processes_sampled: usize,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -180,6 +185,8 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             wakeups_off: p.wakeups.off.clone(),
             brake: p.brake.clone(),
             next_sample_ms: p.next_sample_ms,
+            processes_listed: s.group.processes_listed,
+            processes_sampled: s.group.processes_sampled,
         },
         policy: PolicyView {
             state: d.state.as_str().into(),

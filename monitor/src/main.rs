@@ -82,6 +82,9 @@ struct AgentArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The agent keeps about one descriptor per process of the group (past the limit it reads the rest by
+    // open-read-close); `run` adds the front door's connections. Children get the limit they would have had.
+    let _ = monitor::procs::raise_fd_limit();
     let result = match cli.cmd {
         Cmd::Agent(a) => agent(a),
         Cmd::Status { url, json } => status(&url, json),

@@ -203,6 +203,8 @@ mod tests {
                 limit_bytes: limit,
                 limit_source: LimitSource::Cgroup,
                 oom_kills: None,
+                processes_listed: procs.len(),
+                processes_sampled: procs.len(),
             },
             processes: procs,
             agent_pid: 0,

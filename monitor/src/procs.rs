@@ -2,6 +2,9 @@
 //! the `RssAnon` of `status`, at a fifth of the cost: 2 µs against 12 µs here), name, start time and parent from `stat`
 //! (read once per process). The hot files stay open between samples: an open `/proc/<pid>` file is bound to that
 //! process, so a reused pid can never be read through it (the read fails with ESRCH and the entry is dropped).
+//! Open files are kept for as many processes as the file-descriptor limit allows with room to spare for the rest
+//! of the agent; the processes past that (or met when fds run out) are read by open-read-close at each sample, their
+//! start time checked each time, so that no listed process is left out for want of a descriptor.
 
 use crate::cgroup::pread_all;
 use crate::snapshot::{ProcSample, Traffic};
@@ -87,7 +90,8 @@ pub fn parse_stat(text: &str) -> Result<StatInfo, String> {
 }
 
 struct Entry {
-    statm: File,
+    /// `statm` kept open; None: opened, read and closed at each sample.
+    statm: Option<File>,
     stat: StatInfo,
 }
 
@@ -96,6 +100,67 @@ struct Entry {
 pub enum ReadError {
     Gone,
     Other(String),
+}
+
+/// True for "too many open files" (this process's limit or the system's).
+fn out_of_fds(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
+/// What [`raise_fd_limit`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdLimit {
+    /// The soft limit the process started with.
+    pub was: u64,
+    /// The soft limit now (the hard limit when raising worked).
+    pub now: u64,
+    pub hard: u64,
+}
+
+/// The soft `RLIMIT_NOFILE` this process started with, once [`raise_fd_limit`] raised it: what children are
+/// given back (a program using `select()` breaks on descriptors past 1024).
+static STARTED_WITH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (the agent keeps about one descriptor per process of the
+/// group). Called once at start.
+pub fn raise_fd_limit() -> std::io::Result<FdLimit> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let was = lim.rlim_cur;
+    let _ = STARTED_WITH.set(was);
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(FdLimit { was, now: lim.rlim_max, hard: lim.rlim_max })
+}
+
+/// The soft `RLIMIT_NOFILE` to give a child back: the one this process started with, when it raised its own.
+pub fn child_fd_limit() -> Option<u64> {
+    STARTED_WITH.get().copied()
+}
+
+/// This process's soft `RLIMIT_NOFILE` (None when it cannot be read, or is unlimited).
+fn soft_fd_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we own.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
+/// How many `statm` files to keep open under a soft limit of `soft` descriptors: a quarter of them (at least 128)
+/// stays free for the rest of the agent (its API connections, the cgroup files, the stats database, the probes).
+pub fn keep_budget(soft: Option<u64>) -> usize {
+    match soft {
+        Some(soft) => usize::try_from(soft.saturating_sub((soft / 4).max(128))).unwrap_or(usize::MAX),
+        None => usize::MAX,
+    }
 }
 
 fn classify(e: std::io::Error) -> ReadError {
@@ -110,6 +175,11 @@ pub struct ProcTable {
     proc_root: PathBuf,
     page_size: u64,
     entries: HashMap<u32, Entry>,
+    /// How many entries keep their `statm` open, and how many may.
+    kept: usize,
+    keep_budget: usize,
+    /// Set when processes are read by open-read-close (said once while it lasts).
+    said_overflow: bool,
     /// Listed processes that could not be read, already logged (said again only if they fail anew after a good read).
     unreadable: Vec<u32>,
     buf: Vec<u8>,
@@ -129,9 +199,17 @@ impl ProcTable {
             proc_root: proc_root.to_path_buf(),
             page_size: if page > 0 { page as u64 } else { 4096 },
             entries: HashMap::new(),
+            kept: 0,
+            keep_budget: keep_budget(soft_fd_limit()),
+            said_overflow: false,
             unreadable: Vec::new(),
             buf: Vec::with_capacity(4096),
         }
+    }
+
+    /// Sets the number of `statm` files kept open (tests; the default follows the fd limit).
+    pub fn set_keep_budget(&mut self, n: usize) {
+        self.keep_budget = n;
     }
 
     fn open(&mut self, pid: u32) -> Result<Entry, ReadError> {
@@ -139,14 +217,58 @@ impl ProcTable {
         // Open the hot files first, then read stat: if the pid was reused in between, the start time we record
         // belongs to the process those files are bound to only if stat is read after them. A later failing read
         // on the open files drops the entry, so at worst one sample is attributed to the newcomer.
-        let statm = File::open(dir.join("statm")).map_err(classify)?;
+        let statm = if self.kept < self.keep_budget {
+            match File::open(dir.join("statm")) {
+                Ok(f) => Some(f),
+                Err(e) if out_of_fds(&e) => None,
+                Err(e) => return Err(classify(e)),
+            }
+        } else {
+            None
+        };
         let text = std::fs::read_to_string(dir.join("stat")).map_err(classify)?;
         let stat = parse_stat(&text).map_err(ReadError::Other)?;
+        if statm.is_some() {
+            self.kept += 1;
+        } else if !self.said_overflow {
+            self.said_overflow = true;
+            tracing::info!(
+                kept_open = self.kept,
+                "more processes than file descriptors to keep: the others are read by open-read-close"
+            );
+        }
         Ok(Entry { statm, stat })
     }
 
-    fn read_entry(buf: &mut Vec<u8>, e: &Entry, page: u64) -> Result<(u64, u64), ReadError> {
-        pread_all(&e.statm, buf).map_err(classify)?;
+    fn forget(&mut self, e: &Entry) {
+        if e.statm.is_some() {
+            self.kept = self.kept.saturating_sub(1);
+        }
+    }
+
+    /// Reads `statm` of an entry: through its open file, or (none kept) opened anew with its start time checked:
+    /// a pid that now names another process gets that process's name and start time.
+    fn read_entry(
+        buf: &mut Vec<u8>,
+        e: &mut Entry,
+        page: u64,
+        proc_root: &Path,
+        pid: u32,
+    ) -> Result<(u64, u64), ReadError> {
+        match &e.statm {
+            Some(f) => pread_all(f, buf).map_err(classify)?,
+            None => {
+                let dir = proc_root.join(pid.to_string());
+                let f = File::open(dir.join("statm")).map_err(classify)?;
+                pread_all(&f, buf).map_err(classify)?;
+                drop(f);
+                let text = std::fs::read_to_string(dir.join("stat")).map_err(classify)?;
+                let stat = parse_stat(&text).map_err(ReadError::Other)?;
+                if stat.start_ticks != e.stat.start_ticks {
+                    e.stat = stat;
+                }
+            }
+        }
         if buf.is_empty() {
             return Err(ReadError::Gone);
         }
@@ -159,12 +281,16 @@ impl ProcTable {
     /// process is left out of this sample.
     pub fn sample(&mut self, pids: &[u32], out: &mut Vec<ProcSample>) {
         out.clear();
+        let before = self.entries.len();
         self.entries.retain(|pid, _| pids.binary_search(pid).is_ok());
+        if self.entries.len() != before {
+            self.kept = self.entries.values().filter(|e| e.statm.is_some()).count();
+        }
         if !self.unreadable.is_empty() {
             self.unreadable.retain(|pid| pids.binary_search(pid).is_ok());
         }
         for &pid in pids {
-            let entry = match self.entries.remove(&pid) {
+            let mut entry = match self.entries.remove(&pid) {
                 Some(e) => e,
                 None => match self.open(pid) {
                     Ok(e) => e,
@@ -175,7 +301,7 @@ impl ProcTable {
                     }
                 },
             };
-            match Self::read_entry(&mut self.buf, &entry, self.page_size) {
+            match Self::read_entry(&mut self.buf, &mut entry, self.page_size, &self.proc_root, pid) {
                 Ok((rss, anon)) => {
                     out.push(ProcSample {
                         pid,
@@ -192,8 +318,11 @@ impl ProcTable {
                     }
                 }
                 // The process exited (or the pid now names another process: its next listing reopens it).
-                Err(ReadError::Gone) => {}
-                Err(ReadError::Other(msg)) => self.cannot_read(pid, &msg),
+                Err(ReadError::Gone) => self.forget(&entry),
+                Err(ReadError::Other(msg)) => {
+                    self.forget(&entry);
+                    self.cannot_read(pid, &msg);
+                }
             }
         }
     }
@@ -209,6 +338,11 @@ impl ProcTable {
     /// How many processes have open entries.
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// How many of them keep their `statm` open.
+    pub fn kept_open(&self) -> usize {
+        self.kept
     }
 
     /// True when no process is tracked.
@@ -296,6 +430,41 @@ mod tests {
         // Still listed (as a stale cgroup.procs read could be): the open files say the process is gone.
         t.sample(&[pid], &mut out);
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn past_the_fds_to_keep_every_process_is_still_sampled() {
+        let mut kids: Vec<std::process::Child> =
+            (0..3).map(|_| std::process::Command::new("sleep").arg("30").spawn().expect("spawn")).collect();
+        let mut pids: Vec<u32> = kids.iter().map(|c| c.id()).chain([std::process::id()]).collect();
+        pids.sort_unstable();
+        let mut t = ProcTable::new();
+        t.set_keep_budget(1);
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            t.sample(&pids, &mut out);
+            assert_eq!(out.iter().map(|p| p.pid).collect::<Vec<_>>(), pids);
+            assert!(out.iter().all(|p| p.rss_bytes > 0 && p.start_ticks > 0), "{out:?}");
+            assert_eq!((t.len(), t.kept_open()), (4, 1));
+        }
+        // One read by open-read-close exits: dropped like any other, and the fd kept stays one.
+        let gone = kids.iter().map(|c| c.id()).max().unwrap_or(0);
+        for k in &mut kids {
+            if k.id() == gone {
+                let _ = k.kill();
+                let _ = k.wait();
+            }
+        }
+        t.sample(&pids, &mut out);
+        assert!(!out.iter().any(|p| p.pid == gone) && out.len() == 3, "{out:?}");
+        for k in &mut kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        assert_eq!(keep_budget(Some(1024)), 768);
+        assert_eq!(keep_budget(Some(256)), 128);
+        assert_eq!(keep_budget(Some(100)), 0);
+        assert_eq!(keep_budget(None), usize::MAX);
     }
 
     /// A log writer for tests: what `tracing` writes, kept in memory.

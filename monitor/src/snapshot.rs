@@ -35,6 +35,11 @@ pub struct GroupSample {
     /// How many processes of the group the kernel's OOM killer has killed since the group was created (v2
     /// `memory.events` `oom_kill`, v1 `memory.oom_control` `oom_kill`); None where the kernel does not count them.
     pub oom_kills: Option<u64>,
+    /// How many processes the group's `cgroup.procs` listed (with the cgroups below it) for this sample.
+    pub processes_listed: usize,
+    /// How many of them were sampled: fewer only when a process exited during the sample or could not be read
+    /// (said in the log).
+    pub processes_sampled: usize,
 }
 
 impl GroupSample {

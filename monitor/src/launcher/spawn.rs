@@ -1,6 +1,7 @@
 //! Starting one child: argv without a shell, joined to the group's cgroup before exec (so every page it touches is
 //! charged to the group), killed with the launcher (PR_SET_PDEATHSIG and kill-on-drop), in its own process group
-//! (a terminal's Ctrl-C reaches the launcher, which drains, not the children). Also the health probe.
+//! (a terminal's Ctrl-C reaches the launcher, which drains, not the children), with the soft fd limit monitor started
+//! with. Also the health probe.
 
 use crate::config::ProcessConfig;
 use std::ffi::CString;
@@ -24,8 +25,10 @@ pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
     };
     // SAFETY: getpid is async-signal-safe and has no preconditions.
     let parent = unsafe { libc::getpid() };
+    // The soft fd limit monitor started with (it raised its own): a server using select() breaks past 1024.
+    let nofile = crate::procs::child_fd_limit();
     // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe system calls
-    // (prctl, getppid, open, write, close) on memory allocated before the fork.
+    // (prctl, getppid, getrlimit, setrlimit, open, write, close) on memory allocated before the fork.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
@@ -34,6 +37,13 @@ pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
             if libc::getppid() != parent {
                 // The launcher died between fork and prctl.
                 return Err(io::Error::other("launcher exited"));
+            }
+            if let Some(soft) = nofile {
+                let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && soft < lim.rlim_cur {
+                    lim.rlim_cur = soft;
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                }
             }
             if let Some(path) = &procs {
                 let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
