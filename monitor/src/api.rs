@@ -1,5 +1,7 @@
-//! The agent's HTTP API: `GET /api/v1/status`, `GET /api/v1/decision?pid=N`, `GET /healthz`. Reads only the
-//! latest published sample; never calls back into the sampler.
+//! The agent's HTTP API: `GET /api/v1/status`, `GET /api/v1/decision?pid=N`, `GET /healthz` (the sampler's
+//! health: 503 with the reason while the group cannot be read or no sample came for a while), `GET /livez` (the
+//! process answers). Reads only the latest published sample; never calls back into the sampler. [`serve`] bounds
+//! the connections a client can hold, so a crowd of idle ones never locks out a probe.
 
 use crate::brake::BrakeStatus;
 use crate::launcher::LauncherInfo;
@@ -13,9 +15,12 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// What the routes read.
@@ -25,12 +30,49 @@ pub struct ApiState {
     pub thresholds: Thresholds,
     /// Under `monitor run`: the launched processes (role from the config, state, restarts). None for `agent`.
     pub launcher: Option<Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>>,
+    /// The configured sampling interval (`[policy] interval_ms`): `/healthz` calls the sampler stale after
+    /// [`STALE_INTERVALS`] of them without a sample.
+    pub interval: Duration,
+}
+
+/// Intervals without a sample after which `/healthz` calls the sampler stale (pacing only ever samples sooner
+/// than the configured interval, so a healthy sampler is never this late).
+pub const STALE_INTERVALS: u32 = 10;
+/// The staleness bound's floor, whatever the interval: a scheduling hiccup of a loaded host is not an outage.
+pub const STALE_FLOOR: Duration = Duration::from_secs(2);
+
+/// The sampler's health from the latest published sample, `age` after the sampler woke for it: `Err(reason)`
+/// while the group cannot be read or the sampler is stale.
+pub fn health(p: &Published, age: Duration, interval: Duration) -> Result<(), String> {
+    if let Some(e) = &p.error {
+        return Err(format!("degraded: the group cannot be read: {e}"));
+    }
+    let bound = (interval * STALE_INTERVALS).max(STALE_FLOOR);
+    if age > bound {
+        return Err(format!(
+            "degraded: the sampler is stale: no sample for {} ms (the interval is {} ms, stale after {} ms)",
+            age.as_millis(),
+            interval.as_millis(),
+            bound.as_millis()
+        ));
+    }
+    Ok(())
+}
+
+/// `GET /healthz`: 200 `ok` while the group is read on time, else 503 with the reason.
+async fn healthz(State(st): State<ApiState>) -> Response {
+    let p = st.latest.borrow().clone();
+    match health(&p, p.wake.at.elapsed(), st.interval) {
+        Ok(()) => "ok\n".into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
+    }
 }
 
 /// The agent's routes.
 pub fn router(state: ApiState) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
+        .route("/livez", get(|| async { "the process is alive\n" }))
         .route("/api/v1/status", get(status))
         .route("/api/v1/decision", get(decision))
         .fallback(not_found)
@@ -136,13 +178,15 @@ pub struct SampleView {
 /// Roles inferred from the process tree: a process whose parent is outside the group and that has children in
 /// it is the `master`; a process whose parent is in the group is a `worker`; any other is a `process`.
 pub fn infer_roles(procs: &[ProcSample]) -> Vec<&'static str> {
-    let in_group = |pid: u32| procs.iter().any(|p| p.pid == pid);
+    // Sets, not scans: a group of hundreds of processes is read ten times a second.
+    let pids: std::collections::HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+    let parents: std::collections::HashSet<u32> = procs.iter().map(|p| p.ppid).collect();
     procs
         .iter()
         .map(|p| {
-            if in_group(p.ppid) {
+            if pids.contains(&p.ppid) {
                 "worker"
-            } else if procs.iter().any(|c| c.ppid == p.pid) {
+            } else if parents.contains(&p.pid) {
                 "master"
             } else {
                 "process"
@@ -288,28 +332,124 @@ async fn decision(State(st): State<ApiState>, Query(q): Query<DecisionQuery>) ->
 /// How long a client has to send a request's head, counted from when the connection opens or falls idle between
 /// requests: an idle or slow client (or a port scanner) holds no socket of the agent for longer.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; past it new ones are closed at once (said once until there is room again), so that
-/// clients can never take the file descriptors the sampler needs.
+/// Connections served at once, so that clients can never take the file descriptors the sampler needs.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Connections one client address may hold at once (loopback clients, the host's own admin and probes, are held
+/// only to [`MAX_CONNECTIONS`]).
+pub const MAX_PER_IP: usize = 64;
+
+/// What to do with a new connection, given those open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// There is room.
+    Admit,
+    /// There is room once this idle connection (the longest idle in the scope that is full) is closed.
+    Evict(u64),
+    /// Every connection in the full scope is in the middle of a request: the new one is closed.
+    Refuse,
+}
+
+/// One open connection as [`admit`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenConn {
+    pub id: u64,
+    pub ip: IpAddr,
+    /// A request is being answered on it.
+    pub busy: bool,
+    /// When it last became idle (opened, or finished a request), in ms on any monotonic clock.
+    pub idle_since_ms: u64,
+}
+
+/// Admission of a connection from `ip`: within [`MAX_PER_IP`] for its address (unless it is a loopback address)
+/// and [`MAX_CONNECTIONS`] in all.
+/// When a limit is reached, the longest-idle connection in that scope (one between requests, or that never sent
+/// one) is closed to make room, as a server under connection pressure closes its idle keep-alive connections:
+/// a crowd of idle clients can never keep a probe out, and a client at its own limit only displaces itself.
+pub fn admit(open: &[OpenConn], ip: IpAddr, max_total: usize, max_per_ip: usize) -> Admission {
+    let oldest_idle = |same_ip: bool| {
+        open.iter()
+            .filter(|c| !c.busy && (!same_ip || c.ip == ip))
+            .min_by_key(|c| (c.idle_since_ms, c.id))
+            .map_or(Admission::Refuse, |c| Admission::Evict(c.id))
+    };
+    if !ip.is_loopback() && open.iter().filter(|c| c.ip == ip).count() >= max_per_ip {
+        oldest_idle(true)
+    } else if open.len() >= max_total {
+        oldest_idle(false)
+    } else {
+        Admission::Admit
+    }
+}
+
+/// A connection's activity, shared between its task and the accept loop.
+#[derive(Default)]
+struct Activity {
+    /// Requests being answered.
+    busy: AtomicUsize,
+    idle_since_ms: AtomicU64,
+}
+
+struct Registered {
+    ip: IpAddr,
+    activity: Arc<Activity>,
+    close: Arc<tokio::sync::Notify>,
+}
+
+/// The open connections, by id.
+#[derive(Default)]
+struct Registry {
+    conns: std::sync::Mutex<HashMap<u64, Registered>>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Registered>> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Marks a connection busy while a request is answered (also when the connection is dropped mid-request).
+struct Busy {
+    activity: Arc<Activity>,
+    clock: Instant,
+}
+
+impl Busy {
+    fn start(activity: Arc<Activity>, clock: Instant) -> Busy {
+        activity.busy.fetch_add(1, Ordering::Relaxed);
+        Busy { activity, clock }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.activity.idle_since_ms.store(self.clock.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.activity.busy.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Serves `app` on `listener` (HTTP/1.1) until `shutdown` resolves, then lets the open connections finish their
 /// requests (5 s at most). Unlike `axum::serve`, a connection that sends no complete request head within
-/// [`HEADER_TIMEOUT`] is closed, and at most [`MAX_CONNECTIONS`] are open at once.
+/// [`HEADER_TIMEOUT`] is closed, and connections are admitted by [`admit`]: at most [`MAX_PER_IP`] per client
+/// address and [`MAX_CONNECTIONS`] in all, the longest-idle one closed to make room for a new one.
 pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: impl std::future::Future<Output = ()>) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let registry = Arc::new(Registry::default());
+    let clock = Instant::now();
+    // Each connection's task holds a sender: the receiver ends when every task has.
+    let (alive, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
     let (stop, stopping) = watch::channel(false);
     let mut full = false;
+    let mut next_id = 0u64;
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
     let builder = Arc::new(builder);
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(a) => a,
                 Err(e) => {
                     // Out of file descriptors or memory: wait for some to be freed rather than spin.
                     tracing::debug!("accepting an API connection: {e}");
@@ -318,35 +458,71 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: imp
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            if !full {
-                tracing::warn!("the API has {MAX_CONNECTIONS} connections open: closing new ones until one ends");
-                full = true;
+        let ip = peer.ip();
+        next_id += 1;
+        let id = next_id;
+        let activity = Arc::new(Activity::default());
+        activity.idle_since_ms.store(clock.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let close = Arc::new(tokio::sync::Notify::new());
+        {
+            let mut conns = registry.lock();
+            let open: Vec<OpenConn> = conns
+                .iter()
+                .map(|(&id, c)| OpenConn {
+                    id,
+                    ip: c.ip,
+                    busy: c.activity.busy.load(Ordering::Relaxed) > 0,
+                    idle_since_ms: c.activity.idle_since_ms.load(Ordering::Relaxed),
+                })
+                .collect();
+            match admit(&open, ip, MAX_CONNECTIONS, MAX_PER_IP) {
+                Admission::Admit => full = false,
+                Admission::Evict(old) => {
+                    if let Some(c) = conns.remove(&old) {
+                        c.close.notify_one();
+                    }
+                    tracing::debug!(%ip, "API connections at their limit: closed the longest-idle one");
+                }
+                Admission::Refuse => {
+                    if !full {
+                        tracing::warn!(%ip, "every API connection is answering a request: closing new ones");
+                        full = true;
+                    }
+                    continue; // the stream is dropped: closed
+                }
             }
-            continue; // the stream is dropped: closed
-        };
-        full = false;
+            conns.insert(id, Registered { ip, activity: activity.clone(), close: close.clone() });
+        }
         let (app, builder, mut stopping) = (app.clone(), builder.clone(), stopping.clone());
+        let (registry, alive) = (registry.clone(), alive.clone());
         tokio::spawn(async move {
-            let _slot = slot;
+            let _alive = alive;
             let svc = hyper::service::service_fn(move |req: axum::http::Request<hyper::body::Incoming>| {
-                app.clone().oneshot(req.map(axum::body::Body::new))
+                let busy = Busy::start(activity.clone(), clock);
+                let answer = app.clone().oneshot(req.map(axum::body::Body::new));
+                async move {
+                    let r = answer.await;
+                    drop(busy);
+                    r
+                }
             });
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
+                _ = close.notified() => {} // evicted: dropping the connection closes it
                 _ = stopping.changed() => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
                 }
             }
+            registry.lock().remove(&id);
         });
     }
     drop(listener);
+    drop(alive);
     let _ = stop.send(true);
-    let all = MAX_CONNECTIONS as u32;
-    if tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(all)).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), all_done.recv()).await.is_err() {
         tracing::warn!("API connections still open 5 s after the shutdown: closed");
     }
 }
@@ -360,7 +536,12 @@ mod tests {
 
     fn app() -> Router {
         let (_tx, latest) = watch::channel(Arc::new(Published::test(PolicyState::Normal)));
-        router(ApiState { latest, thresholds: Thresholds::default(), launcher: None })
+        router(ApiState {
+            latest,
+            thresholds: Thresholds::default(),
+            launcher: None,
+            interval: Duration::from_millis(100),
+        })
     }
 
     async fn call(method: &str, uri: &str) -> (StatusCode, String) {
@@ -406,5 +587,71 @@ mod tests {
         assert!(body.contains("POST is not served on /api/v1/status"), "{body}");
         let (code, body) = call("GET", "/api/v1/decision?pid=-1").await;
         assert_eq!((code, body.as_str()), (StatusCode::BAD_REQUEST, r#"{"error":"pid is not a number: \"-1\""}"#));
+    }
+
+    #[test]
+    fn health_is_degraded_while_the_group_is_unreadable_or_the_sampler_stale() {
+        let mut p = Published::test(PolicyState::Normal);
+        let every = Duration::from_millis(100);
+        assert_eq!(health(&p, Duration::from_millis(150), every), Ok(()));
+        assert_eq!(health(&p, STALE_FLOOR, every), Ok(()), "the floor holds for short intervals");
+        let stale = health(&p, Duration::from_millis(2_500), every).expect_err("stale");
+        assert!(stale.contains("stale") && stale.contains("2500 ms"), "{stale}");
+        let slow = Duration::from_secs(60);
+        assert_eq!(health(&p, Duration::from_secs(300), slow), Ok(()), "ten intervals of a slow sampler");
+        assert!(health(&p, Duration::from_secs(601), slow).is_err());
+        p.error = Some("the cgroup /sys/fs/cgroup/memory/g does not exist".into());
+        let gone = health(&p, Duration::ZERO, every).expect_err("unreadable");
+        assert!(gone.starts_with("degraded: the group cannot be read:") && gone.contains("does not exist"), "{gone}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn healthz_says_why_and_livez_stays_alive() {
+        let (code, body) = call("GET", "/livez").await;
+        assert_eq!((code, body.as_str()), (StatusCode::OK, "the process is alive\n"));
+        let mut p = Published::test(PolicyState::Normal);
+        p.error = Some("gone".into());
+        let (_tx, latest) = watch::channel(Arc::new(p));
+        let app = router(ApiState {
+            latest,
+            thresholds: Thresholds::default(),
+            launcher: None,
+            interval: Duration::from_millis(100),
+        });
+        let req = axum::http::Request::builder().uri("/healthz").body(axum::body::Body::empty()).expect("a request");
+        let resp = app.oneshot(req).await.expect("infallible");
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        assert_eq!(String::from_utf8_lossy(&body), "degraded: the group cannot be read: gone\n");
+    }
+
+    fn conn(id: u64, ip: [u8; 4], busy: bool, idle_since_ms: u64) -> OpenConn {
+        OpenConn { id, ip: IpAddr::from(ip), busy, idle_since_ms }
+    }
+
+    #[test]
+    fn a_full_scope_gives_up_its_longest_idle_connection() {
+        let me = IpAddr::from([10, 0, 0, 1]);
+        assert_eq!(admit(&[], me, 3, 2), Admission::Admit);
+        // At the per-address limit: the address's own longest-idle connection, never another client's.
+        let open =
+            [conn(1, [10, 0, 0, 2], false, 0), conn(2, [10, 0, 0, 1], false, 50), conn(3, [10, 0, 0, 1], false, 20)];
+        assert_eq!(admit(&open, me, 10, 2), Admission::Evict(3));
+        // At the total limit: the longest idle of all; busy ones are never closed.
+        let open =
+            [conn(1, [10, 0, 0, 2], true, 0), conn(2, [10, 0, 0, 3], false, 50), conn(3, [10, 0, 0, 4], false, 20)];
+        assert_eq!(admit(&open, me, 3, 2), Admission::Evict(3));
+        let busy = [conn(1, [10, 0, 0, 2], true, 0), conn(2, [10, 0, 0, 3], true, 0)];
+        assert_eq!(admit(&busy, me, 2, 2), Admission::Refuse);
+        let mine_busy =
+            [conn(1, [10, 0, 0, 1], true, 0), conn(2, [10, 0, 0, 1], true, 0), conn(3, [10, 0, 0, 2], false, 0)];
+        assert_eq!(admit(&mine_busy, me, 10, 2), Admission::Refuse, "a client busy at its limit waits its turn");
+        // The host's own clients are held to the total only.
+        let local = [conn(1, [127, 0, 0, 1], false, 0), conn(2, [127, 0, 0, 1], false, 0)];
+        assert_eq!(admit(&local, IpAddr::from([127, 0, 0, 1]), 10, 2), Admission::Admit);
+        assert_eq!(admit(&local, IpAddr::from([127, 0, 0, 1]), 2, 2), Admission::Evict(1));
+        // Ties on the idle time go to the oldest connection.
+        let ties = [conn(7, [10, 0, 0, 1], false, 5), conn(4, [10, 0, 0, 1], false, 5)];
+        assert_eq!(admit(&ties, me, 10, 2), Admission::Evict(4));
     }
 }

@@ -181,7 +181,7 @@ fn agent(a: AgentArgs) -> Result<()> {
             let h = history.history.clone();
             tokio::spawn(monitor::alerts::watch::stats(Arc::new(move || h.note()), raiser));
         }
-        let app = api::router(ApiState { latest: rx, thresholds, launcher: None }).merge(history.router());
+        let app = api::router(ApiState { latest: rx, thresholds, launcher: None, interval }).merge(history.router());
         api::serve(listener, app, shutdown_signal()).await;
         stop.store(true, Ordering::Relaxed);
         let _ = handle.join();

@@ -254,8 +254,8 @@ pub fn run(config: &Path) -> Result<(), RunError> {
                 return Err(e.into());
             }
         };
-        let app =
-            api::router(ApiState { latest: rx, thresholds, launcher: Some(launcher_view) }).merge(history.router());
+        let app = api::router(ApiState { latest: rx, thresholds, launcher: Some(launcher_view), interval })
+            .merge(history.router());
         let mut web_drain = drain_rx.clone();
         let api = tokio::spawn(async move {
             api::serve(web, app, async move {

@@ -3,11 +3,15 @@
 //!
 //! - `GET /?range=5m|1h|24h|7d`: the home page (server-rendered, inline SVG, no external resources).
 //! - `GET /api/v1/dashboard?range=…`: the same data as JSON.
+//!
+//! Both are bounded: a few renders at once, one render shared by the requests for the same answer, 503 with
+//! `Retry-After` past a short queue.
 
 pub mod chart;
 pub mod page;
+pub mod pool;
 mod routes;
 pub mod view;
 
-pub use routes::router;
+pub use routes::{router, QUEUED, RENDERS, RETRY_AFTER_S, WAIT};
 pub use view::{BrakeNow, Dashboard, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source};

@@ -1,25 +1,94 @@
-//! The dashboard's routes over a [`Source`]. Rendering runs on the blocking pool so a large range never stalls
-//! the API on the runtime's one worker.
+//! The dashboard's routes over a [`Source`], with bounded work: at most [`RENDERS`] renders at once (on threads of
+//! their own at a lower priority, see [`crate::pool`], so a large range never stalls the API), one render per range and
+//! [`Source::revision`] shared by every request that asks for it meanwhile, and past [`QUEUED`] requests waiting,
+//! or [`WAIT`] of waiting, a 503 with `Retry-After`. Memory under any number of clients is that of [`RENDERS`]
+//! renders and one cached answer per range and kind.
 
 use crate::chart::PLOT_WIDTH;
 use crate::page;
+use crate::pool::Pool;
 use crate::view::{Range, Source};
+use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Json, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
+
+/// Renders (home page or dashboard JSON) running at once.
+pub const RENDERS: usize = 2;
+/// Page and dashboard requests in progress (waiting or rendering) past which new ones are answered 503.
+pub const QUEUED: usize = 16;
+/// How long a request waits for a render before it is answered 503.
+pub const WAIT: Duration = Duration::from_secs(10);
+/// The `Retry-After` of a 503, in seconds.
+pub const RETRY_AFTER_S: u64 = 2;
 
 #[derive(Deserialize)]
 struct RangeQuery {
     range: Option<String>,
 }
 
+/// What is rendered: the HTML page or the JSON data.
+#[derive(Clone, Copy)]
+enum Kind {
+    Page,
+    Json,
+}
+
+impl Kind {
+    fn content_type(self) -> &'static str {
+        match self {
+            Kind::Page => "text/html; charset=utf-8",
+            Kind::Json => "application/json",
+        }
+    }
+}
+
+/// An answer rendered at a revision.
+struct Cached {
+    revision: u64,
+    body: Bytes,
+}
+
+/// The routes' state: the source, the render permits, the queue count and one cache slot per (kind, range).
+struct Dash {
+    source: Arc<dyn Source>,
+    pool: Pool,
+    renders: Arc<Semaphore>,
+    queued: AtomicUsize,
+    /// Indexed by `kind * 4 + range`; the lock is held while its render runs, so requests for the same answer
+    /// wait for it instead of rendering again.
+    slots: [Mutex<Option<Cached>>; 8],
+}
+
+/// Counts a request in [`Dash::queued`] until it is answered.
+struct InQueue<'a>(&'a AtomicUsize);
+
+impl Drop for InQueue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The dashboard's routes: `GET /` and `GET /api/v1/dashboard`.
 pub fn router(source: Arc<dyn Source>) -> Router {
-    Router::new().route("/", get(home)).route("/api/v1/dashboard", get(dashboard)).with_state(source)
+    let dash = Arc::new(Dash {
+        source,
+        pool: Pool::new(RENDERS),
+        renders: Arc::new(Semaphore::new(RENDERS)),
+        queued: AtomicUsize::new(0),
+        slots: Default::default(),
+    });
+    Router::new()
+        .route("/", get(|s, q| answer(s, q, Kind::Page)))
+        .route("/api/v1/dashboard", get(|s, q| answer(s, q, Kind::Json)))
+        .with_state(dash)
 }
 
 /// The requested range, or the text of a 400 answer.
@@ -30,25 +99,64 @@ fn range(q: &RangeQuery) -> Result<Range, String> {
     }
 }
 
-async fn home(State(source): State<Arc<dyn Source>>, Query(q): Query<RangeQuery>) -> Response {
-    let r = match range(&q) {
-        Ok(r) => r,
-        Err(msg) => return (StatusCode::BAD_REQUEST, msg).into_response(),
-    };
-    let html = tokio::task::spawn_blocking(move || page::render(&source.dashboard(r, PLOT_WIDTH))).await;
-    match html {
-        Ok(html) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering the page: {e}\n")).into_response(),
-    }
+fn busy(why: &str) -> Response {
+    let retry = RETRY_AFTER_S.to_string();
+    (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, retry)], format!("busy: {why}; try again shortly\n"))
+        .into_response()
 }
 
-async fn dashboard(State(source): State<Arc<dyn Source>>, Query(q): Query<RangeQuery>) -> Response {
+fn slot_index(kind: Kind, r: Range) -> usize {
+    let k = match kind {
+        Kind::Page => 0,
+        Kind::Json => 4,
+    };
+    k + Range::ALL.iter().position(|&x| x == r).unwrap_or(0)
+}
+
+/// Renders on a render thread, holding `permit` until the render ends (also when its request gave up).
+async fn render(dash: &Dash, kind: Kind, r: Range, permit: OwnedSemaphorePermit) -> Result<Bytes, String> {
+    let source = dash.source.clone();
+    let done = dash
+        .pool
+        .run(move || {
+            let _permit = permit;
+            let d = source.dashboard(r, PLOT_WIDTH);
+            match kind {
+                Kind::Page => Ok(Bytes::from(page::render(&d))),
+                Kind::Json => serde_json::to_vec(&d).map(Bytes::from).map_err(|e| format!("serializing: {e}")),
+            }
+        })
+        .await;
+    done.map_err(|e| format!("rendering: {e}")).and_then(|r| r)
+}
+
+async fn answer(State(dash): State<Arc<Dash>>, Query(q): Query<RangeQuery>, kind: Kind) -> Response {
     let r = match range(&q) {
         Ok(r) => r,
         Err(msg) => return (StatusCode::BAD_REQUEST, msg).into_response(),
     };
-    match tokio::task::spawn_blocking(move || source.dashboard(r, PLOT_WIDTH)).await {
-        Ok(d) => Json(d).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reading the history: {e}\n")).into_response(),
+    if dash.queued.fetch_add(1, Ordering::Relaxed) >= QUEUED {
+        dash.queued.fetch_sub(1, Ordering::Relaxed);
+        return busy(&format!("{QUEUED} dashboard requests are in progress"));
+    }
+    let _queued = InQueue(&dash.queued);
+    let wanted = dash.source.revision();
+    let work = async {
+        let mut slot = dash.slots[slot_index(kind, r)].lock().await;
+        if let (Some(c), Some(w)) = (slot.as_ref(), wanted) {
+            if c.revision >= w {
+                return Ok(c.body.clone());
+            }
+        }
+        let permit = dash.renders.clone().acquire_owned().await.map_err(|e| format!("render permits: {e}"))?;
+        let revision = dash.source.revision();
+        let body = render(&dash, kind, r, permit).await?;
+        *slot = revision.map(|revision| Cached { revision, body: body.clone() });
+        Ok::<Bytes, String>(body)
+    };
+    match tokio::time::timeout(WAIT, work).await {
+        Ok(Ok(body)) => ([(header::CONTENT_TYPE, kind.content_type())], body).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err(_) => busy(&format!("no render within {} s", WAIT.as_secs())),
     }
 }

@@ -175,4 +175,11 @@ pub struct Dashboard {
 pub trait Source: Send + Sync + 'static {
     /// The dashboard over `range`, downsampled to at most `buckets` buckets.
     fn dashboard(&self, range: Range, buckets: usize) -> Dashboard;
+
+    /// A number that grows whenever what [`Source::dashboard`] returns may change (the agent: with each sample it
+    /// publishes). A render made at revision `r` answers every request that arrives while the revision is still
+    /// `r`; None (the default) renders for each request.
+    fn revision(&self) -> Option<u64> {
+        None
+    }
 }

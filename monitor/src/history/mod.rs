@@ -65,8 +65,9 @@ pub struct Inputs {
 #[derive(Default)]
 struct Inner {
     labels: Labels,
-    seconds: VecDeque<Second>,
-    minutes: VecDeque<Minute>,
+    /// Shared with the renders, which take a copy of the pointers and let go of the lock before they read.
+    seconds: VecDeque<Arc<Second>>,
+    minutes: VecDeque<Arc<Minute>>,
     /// Restarts seen per label since the agent started.
     restarts: HashMap<u16, u64>,
     /// Why the history is not persisted, when it is not.
@@ -176,13 +177,13 @@ impl History {
             for l in &s.restarted {
                 *inner.restarts.entry(*l).or_default() += 1;
             }
-            inner.seconds.push_back(s);
+            inner.seconds.push_back(Arc::new(s));
             while inner.seconds.len() > SECONDS_KEPT {
                 inner.seconds.pop_front();
             }
         }
         let m = min?;
-        inner.minutes.push_back(m.clone());
+        inner.minutes.push_back(Arc::new(m.clone()));
         while inner.minutes.len() > MINUTES_KEPT {
             inner.minutes.pop_front();
         }
@@ -288,7 +289,7 @@ fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> Result<Store
         if inner.minutes.len() >= MINUTES_KEPT {
             break;
         }
-        inner.minutes.push_front(m);
+        inner.minutes.push_front(Arc::new(m));
     }
     Ok(s)
 }

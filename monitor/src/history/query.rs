@@ -1,8 +1,11 @@
 //! Downsampling the history to the pixel width: seconds (5 min, 1 h) or minutes (24 h, 7 d) folded into at
-//! most `buckets` equal buckets, peaks kept for memory, counts turned into rates over the covered time.
+//! most `buckets` equal buckets, peaks kept for memory, counts turned into rates over the covered time. Past
+//! [`MAX_SERIES`] processes in the range, the largest by peak RSS keep their own series and the rest are summed
+//! into one, so the work and memory of a page do not grow with the size of the group.
 
 use super::ring::{Labels, Minute, Second};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use web::{Marker, ProcSeries, Range, Series};
 
 /// The buckets of a range: `n` buckets of `step` seconds from `start` (Unix seconds).
@@ -23,6 +26,11 @@ pub fn window(now_s: u64, range: Range, buckets: usize, resolution: u64) -> Wind
     let end = (now_s / step + 1) * step;
     Window { start: end.saturating_sub(n as u64 * step), step, n }
 }
+
+/// Processes a range draws as series of their own; the others are summed into one series.
+pub const MAX_SERIES: usize = 20;
+/// The label of the summed series.
+const OTHERS: u16 = u16::MAX;
 
 #[derive(Default)]
 struct ProcAcc {
@@ -46,6 +54,10 @@ struct Acc {
     covered: Vec<u64>,
     procs: HashMap<u16, ProcAcc>,
     restarts: Vec<(u64, u16)>,
+    /// The processes with series of their own, when not all have one; the others go to [`OTHERS`].
+    keep: Option<HashSet<u16>>,
+    /// How many processes [`OTHERS`] sums.
+    folded: usize,
 }
 
 fn add(v: &mut f64, x: f64) {
@@ -63,7 +75,32 @@ impl Acc {
             covered: vec![0; w.n],
             procs: HashMap::new(),
             restarts: Vec::new(),
+            keep: None,
+            folded: 0,
         }
+    }
+
+    /// One point's processes, those without a series of their own summed into one (memory, requests, errors
+    /// and in-flight added; latencies the worst).
+    fn fold(&self, procs: Vec<ProcPoint>) -> Vec<ProcPoint> {
+        let Some(keep) = &self.keep else { return procs };
+        let mut out = Vec::with_capacity(keep.len() + 1);
+        let mut others: Option<ProcPoint> = None;
+        for p in procs {
+            if keep.contains(&p.0) {
+                out.push(p);
+                continue;
+            }
+            let o = others.get_or_insert((OTHERS, 0, 0, 0, 0, 0, 0));
+            o.1 += p.1;
+            o.2 += p.2;
+            o.3 += p.3;
+            o.4 = o.4.saturating_add(p.4);
+            o.5 = o.5.max(p.5);
+            o.6 = o.6.max(p.6);
+        }
+        out.extend(others);
+        out
     }
 
     fn bucket(&self, t: u64) -> Option<usize> {
@@ -103,6 +140,7 @@ impl Acc {
             .iter()
             .map(|p| (p.label, p.rss, p.requests as u64, p.err5xx as u64, p.inflight, p.p50_us, p.p99_us))
             .collect();
+        let procs = self.fold(procs);
         self.point(s.t, 1, s.usage, s.limit, s.state, s.shed as u64, &procs);
         if self.bucket(s.t).is_some() {
             self.restarts.extend(s.restarted.iter().map(|&l| (s.t, l)));
@@ -115,6 +153,7 @@ impl Acc {
             .iter()
             .map(|p| (p.label, p.rss_max, p.requests, p.err5xx, p.inflight_max, p.p50_us, p.p99_us))
             .collect();
+        let procs = self.fold(procs);
         self.point(m.t, 60, m.usage_max, m.limit, m.state_max, m.shed, &procs);
         if self.bucket(m.t).is_some() {
             self.restarts.extend(m.procs.iter().filter(|p| p.restarts > 0).map(|p| (m.t, p.label)));
@@ -125,15 +164,18 @@ impl Acc {
         let rate = |v: Vec<f64>, covered: &[u64]| -> Vec<f64> {
             v.into_iter().zip(covered).map(|(x, &c)| if c == 0 { f64::NAN } else { x / c as f64 }).collect()
         };
+        let others = format!("{} others", self.folded);
+        let name = |l: u16| if l == OTHERS { (others.as_str(), "others") } else { labels.get(l) };
         let mut procs: Vec<(u16, ProcAcc)> = self.procs.into_iter().collect();
         let rank = |role: &str| match role {
             "master" => 0,
             "worker" => 1,
+            "others" => 3,
             _ => 2,
         };
         procs.sort_by(|a, b| {
-            let (na, ra) = labels.get(a.0);
-            let (nb, rb) = labels.get(b.0);
+            let (na, ra) = name(a.0);
+            let (nb, rb) = name(b.0);
             (rank(ra), na).cmp(&(rank(rb), nb))
         });
         let covered = self.covered;
@@ -152,7 +194,7 @@ impl Acc {
             procs: procs
                 .into_iter()
                 .map(|(l, p)| {
-                    let (name, role) = labels.get(l);
+                    let (name, role) = name(l);
                     ProcSeries {
                         name: name.to_string(),
                         role: role.to_string(),
@@ -169,11 +211,44 @@ impl Acc {
     }
 }
 
-/// The series of `range` ending at `now_ms`: seconds for the short ranges (minutes before the oldest second),
-/// minutes for the long ones (seconds after the newest minute).
+/// One point of the history: a second or a minute.
+enum Point<'a> {
+    Second(&'a Second),
+    Minute(&'a Minute),
+}
+
+/// Calls `f` with each point of the window from `from`: seconds for the short ranges (minutes before the oldest
+/// second), minutes for the long ones (seconds after the newest minute).
+fn points<'a>(
+    seconds: &'a VecDeque<Arc<Second>>,
+    minutes: &'a VecDeque<Arc<Minute>>,
+    fine: bool,
+    from: u64,
+    mut f: impl FnMut(Point<'a>),
+) {
+    if fine {
+        let first = seconds.front().map(|s| s.t).unwrap_or(u64::MAX);
+        for m in minutes.iter().rev().take_while(|m| m.t + 60 > from).filter(|m| m.t + 60 <= first) {
+            f(Point::Minute(m.as_ref()));
+        }
+        for s in seconds.iter().rev().take_while(|s| s.t >= from) {
+            f(Point::Second(s.as_ref()));
+        }
+    } else {
+        let after = minutes.back().map(|m| m.t + 60).unwrap_or(0);
+        for m in minutes.iter().rev().take_while(|m| m.t + 60 > from) {
+            f(Point::Minute(m.as_ref()));
+        }
+        for s in seconds.iter().rev().take_while(|s| s.t >= after) {
+            f(Point::Second(s.as_ref()));
+        }
+    }
+}
+
+/// The series of `range` ending at `now_ms`, at most [`MAX_SERIES`] processes and one sum of the others.
 pub fn series(
-    seconds: &VecDeque<Second>,
-    minutes: &VecDeque<Minute>,
+    seconds: &VecDeque<Arc<Second>>,
+    minutes: &VecDeque<Arc<Minute>>,
     labels: &Labels,
     now_ms: u64,
     range: Range,
@@ -183,23 +258,27 @@ pub fn series(
     let fine = matches!(range, Range::FiveMinutes | Range::Hour);
     let mut acc = Acc::new(window(now_s, range, buckets, if fine { 1 } else { 60 }));
     let from = acc.w.start;
-    if fine {
-        let first = seconds.front().map(|s| s.t).unwrap_or(u64::MAX);
-        for m in minutes.iter().rev().take_while(|m| m.t + 60 > from).filter(|m| m.t + 60 <= first) {
-            acc.minute(m);
+    let mut peak: HashMap<u16, u64> = HashMap::new();
+    points(seconds, minutes, fine, from, |p| {
+        let rss: Vec<(u16, u64)> = match p {
+            Point::Second(s) => s.procs.iter().map(|x| (x.label, x.rss)).collect(),
+            Point::Minute(m) => m.procs.iter().map(|x| (x.label, x.rss_max)).collect(),
+        };
+        for (label, rss) in rss {
+            let e = peak.entry(label).or_default();
+            *e = (*e).max(rss);
         }
-        for s in seconds.iter().rev().take_while(|s| s.t >= from) {
-            acc.second(s);
-        }
-    } else {
-        let after = minutes.back().map(|m| m.t + 60).unwrap_or(0);
-        for m in minutes.iter().rev().take_while(|m| m.t + 60 > from) {
-            acc.minute(m);
-        }
-        for s in seconds.iter().rev().take_while(|s| s.t >= after) {
-            acc.second(s);
-        }
+    });
+    if peak.len() > MAX_SERIES {
+        let mut by_size: Vec<(u16, u64)> = peak.into_iter().collect();
+        by_size.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        acc.folded = by_size.len() - MAX_SERIES;
+        acc.keep = Some(by_size.into_iter().take(MAX_SERIES).map(|(l, _)| l).collect());
     }
+    points(seconds, minutes, fine, from, |p| match p {
+        Point::Second(s) => acc.second(s),
+        Point::Minute(m) => acc.minute(m),
+    });
     acc.finish(labels)
 }
 
@@ -225,7 +304,7 @@ mod tests {
         let mut labels = Labels::default();
         let a = labels.intern("tx1", "worker");
         let m = labels.intern("m0", "master");
-        let secs: VecDeque<Second> = (0..3600u64)
+        let secs: VecDeque<Arc<Second>> = (0..3600u64)
             .map(|i| Second {
                 t: 10_000 + i,
                 usage: i,
@@ -238,6 +317,7 @@ mod tests {
                 restarted: if i == 100 { vec![a] } else { vec![] },
                 ..Second::default()
             })
+            .map(Arc::new)
             .collect();
         let s = series(&secs, &VecDeque::new(), &labels, 13_599_500, Range::Hour, 720);
         assert_eq!(s.len(), 720);
@@ -253,7 +333,7 @@ mod tests {
     fn minutes_fill_the_long_ranges_and_gaps_stay_gaps() {
         let mut labels = Labels::default();
         let a = labels.intern("tx1", "worker");
-        let mins: VecDeque<Minute> = (0..1440u64)
+        let mins: VecDeque<Arc<Minute>> = (0..1440u64)
             .filter(|i| !(600..700).contains(i))
             .map(|i| Minute {
                 t: i * 60,
@@ -262,11 +342,48 @@ mod tests {
                 procs: vec![ProcMinute { label: a, rss_max: 5, requests: 120, ..ProcMinute::default() }],
                 ..Minute::default()
             })
+            .map(Arc::new)
             .collect();
         let s = series(&VecDeque::new(), &mins, &labels, 86_399_000, Range::Day, 720);
         assert_eq!(s.len(), 720);
         assert!(s.procs[0].requests_per_s.iter().filter(|v| v.is_finite()).all(|&v| v == 2.0));
         assert!(s.usage_bytes[320].is_nan(), "the hole (minutes 600-699) is a gap");
         assert_eq!(s.usage_bytes[100], 7.0);
+    }
+
+    #[test]
+    fn past_max_series_the_smaller_processes_are_summed_into_one() {
+        let mut labels = Labels::default();
+        let ids: Vec<u16> = (0..500).map(|i| labels.intern(&format!("p{i}"), "process")).collect();
+        let secs: VecDeque<Arc<Second>> = (0..60u64)
+            .map(|t| Second {
+                t: 1000 + t,
+                usage: 1,
+                limit: 2,
+                procs: ids
+                    .iter()
+                    .map(|&l| ProcSecond {
+                        label: l,
+                        rss: 1000 + u64::from(l),
+                        requests: 1,
+                        inflight: 1,
+                        p99_us: u32::from(l),
+                        ..ProcSecond::default()
+                    })
+                    .collect(),
+                ..Second::default()
+            })
+            .map(Arc::new)
+            .collect();
+        let s = series(&secs, &VecDeque::new(), &labels, 1_060_000, Range::FiveMinutes, 300);
+        assert_eq!(s.procs.len(), MAX_SERIES + 1);
+        assert_eq!(s.procs[0].name, "p480", "the largest keep their own series");
+        let others = s.procs.last().expect("the sum");
+        assert_eq!(others.name, "480 others");
+        let last = s.len() - 2;
+        assert_eq!(others.rss_bytes[last], (0..480u64).map(|l| 1000 + l).sum::<u64>() as f64);
+        assert_eq!(others.requests_per_s[last], 480.0);
+        assert_eq!(others.inflight[last], 480.0);
+        assert_eq!(others.latency_p99_ms[last], 0.479, "the worst latency of those summed");
     }
 }

@@ -1,9 +1,10 @@
 //! The home page's data: the latest sample (header, status strip) and the history's series, as `web`'s plain
-//! view types.
+//! view types. Its revision is the latest sample's: one render answers every request until the next sample.
 
 use super::{names, query, History};
 use crate::policy::ProcId;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use web::{BrakeNow, Dashboard, GroupNow, ProcessStatus, Range, Source};
 
 fn now_ms() -> u64 {
@@ -11,6 +12,14 @@ fn now_ms() -> u64 {
 }
 
 impl Source for History {
+    /// The latest sample's wake-up, in nanoseconds since the first call: it moves with every sample published,
+    /// failed ones too (whose snapshot, and so whose `seq`, is the last good one).
+    fn revision(&self) -> Option<u64> {
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        let base = *BASE.get_or_init(Instant::now);
+        Some(self.latest().wake.at.saturating_duration_since(base).as_nanos() as u64)
+    }
+
     fn dashboard(&self, range: Range, buckets: usize) -> Dashboard {
         let p = self.latest();
         let t = self.thresholds();
@@ -56,10 +65,12 @@ impl Source for History {
         if let Some(e) = &p.error {
             notes.push(format!("the latest sample failed (values are from the last good one): {e}"));
         }
-        let series = {
+        // The lock is held only to copy the pointers: the sample consumer, on the async runtime, takes it too.
+        let (seconds, minutes, labels) = {
             let inner = self.lock();
-            query::series(&inner.seconds, &inner.minutes, &inner.labels, now, range, buckets)
+            (inner.seconds.clone(), inner.minutes.clone(), inner.labels.clone())
         };
+        let series = query::series(&seconds, &minutes, &labels, now, range, buckets);
         Dashboard {
             now_ms: now,
             range,

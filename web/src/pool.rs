@@ -1,0 +1,96 @@
+//! The renders' own threads: a few, at a lower CPU priority (nice [`NICE`]), so a crowd on the home page slows
+//! the page and not the API, the probes and the sampler beside it. A render that panics is an error for its
+//! request; its thread carries on.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{mpsc, Arc, Mutex};
+
+/// The renders' nice value (0 is the agent's own): the kernel gives a thread at nice 10 about a tenth of the CPU
+/// time of one at 0 when both want it.
+pub const NICE: i32 = 10;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Why a render did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("no render thread could be started: {0}")]
+    NoThreads(String),
+    #[error("the render failed")]
+    Panicked,
+}
+
+/// A fixed set of render threads taking jobs from one queue. Dropping it ends them once the queue is empty.
+pub struct Pool {
+    jobs: mpsc::Sender<Job>,
+    /// Why no thread runs, when none does.
+    broken: Option<String>,
+}
+
+impl Pool {
+    /// Starts `threads` render threads.
+    pub fn new(threads: usize) -> Pool {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        let mut started = 0;
+        let mut broken = None;
+        for i in 0..threads {
+            let queue = queue.clone();
+            let spawned = std::thread::Builder::new().name(format!("render-{i}")).spawn(move || {
+                lower_priority();
+                loop {
+                    let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    match job {
+                        Ok(job) => {
+                            let _ = std::panic::catch_unwind(AssertUnwindSafe(job));
+                        }
+                        Err(_) => return,
+                    }
+                }
+            });
+            match spawned {
+                Ok(_) => started += 1,
+                Err(e) => broken = Some(e.to_string()),
+            }
+        }
+        Pool { jobs, broken: if started == 0 { broken.or(Some("no threads asked".into())) } else { None } }
+    }
+
+    /// Runs `f` on a render thread and waits for its result.
+    pub async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T, PoolError> {
+        if let Some(why) = &self.broken {
+            return Err(PoolError::NoThreads(why.clone()));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        self.jobs.send(job).map_err(|_| PoolError::NoThreads("the render threads are gone".into()))?;
+        rx.await.map_err(|_| PoolError::Panicked)
+    }
+}
+
+/// Lowers the calling thread's CPU priority to [`NICE`] (on Linux the nice value is per thread). Best effort: a
+/// thread left at the agent's priority still renders.
+fn lower_priority() {
+    // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes its nice value.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn jobs_run_at_a_lower_priority_and_a_panic_is_an_error() {
+        let pool = Pool::new(1);
+        // SAFETY: getpriority on our own thread id reads its nice value.
+        let nice = pool.run(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }).await;
+        assert!(nice.expect("ran") >= NICE, "at nice {NICE} or lower (a test run under nice stays there)");
+        assert!(matches!(pool.run(|| panic!("boom")).await, Err(PoolError::Panicked)));
+        assert_eq!(pool.run(|| 7).await.expect("the thread carries on"), 7);
+    }
+}
