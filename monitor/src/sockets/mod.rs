@@ -3,6 +3,8 @@
 //! on is held by that process (or one of its descendants), never by another program; the agent's actions use it to
 //! find the port a process serves its admin path on. Read on demand, never per sample.
 
+pub mod diag;
+
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
@@ -169,17 +171,24 @@ pub fn holders(proc_root: &Path, inodes: &HashSet<u64>) -> Vec<Holder> {
 
 /// Who holds `127.0.0.1:<port>` as this process's network namespace sees it, against the process `pid`: the
 /// listeners there are matched with the sockets of `pid` first, then with those of its descendants (a server whose
-/// workers or a child listen for it); a listener held by none of them is foreign and its holders are named.
+/// workers or a child listen for it); a listener held by none of them is foreign and its holders are named. The
+/// listeners come from the kernel's socket diagnostics, or from `/proc/self/net/tcp{,6}` where those fail.
 pub fn port_owner(pid: u32, port: u16) -> PortOwner {
-    port_owner_in(Path::new("/proc"), Path::new("/proc/self/net"), pid, port)
+    let listeners = diag::listeners().unwrap_or_else(|_| {
+        ["tcp", "tcp6"]
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(format!("/proc/self/net/{f}")).ok())
+            .flat_map(|text| parse_listen_entries(&text))
+            .collect()
+    });
+    port_owner_in(Path::new("/proc"), &listeners, pid, port)
 }
 
-/// [`port_owner`] on other roots (tests).
-pub fn port_owner_in(proc_root: &Path, net: &Path, pid: u32, port: u16) -> PortOwner {
-    let listeners: HashSet<u64> = ["tcp", "tcp6"]
+/// [`port_owner`] with the namespace's listeners given, as (inode, address), and another proc root (tests).
+pub fn port_owner_in(proc_root: &Path, listeners: &[(u64, SocketAddr)], pid: u32, port: u16) -> PortOwner {
+    let listeners: HashSet<u64> = listeners
         .iter()
-        .filter_map(|f| std::fs::read_to_string(net.join(f)).ok())
-        .flat_map(|text| parse_listen_entries(&text))
+        .copied()
         .filter(|(_, a)| a.port() == port && reaches_loopback_v4(a))
         .map(|(inode, _)| inode)
         .collect();
@@ -216,8 +225,8 @@ mod tests {
 
     /// Captured in a network namespace of their own: python's http.server on 127.0.0.1:8000 with one accepted
     /// connection (and its client), and another on [::1]:8443.
-    const NET_TCP: &str = include_str!("../../tests/fixtures/proc/net-tcp");
-    const NET_TCP6: &str = include_str!("../../tests/fixtures/proc/net-tcp6");
+    const NET_TCP: &str = include_str!("../../../tests/fixtures/proc/net-tcp");
+    const NET_TCP6: &str = include_str!("../../../tests/fixtures/proc/net-tcp6");
 
     #[test]
     fn tcp_tables_give_the_listeners_only() {
