@@ -142,7 +142,14 @@ pub fn table(cells: &[Summary]) -> String {
     );
     for c in cells {
         let errors = if c.errors > 0 { format!(" ({} runs failed)", c.errors) } else { String::new() };
-        let before = if c.before_line > 0 { format!(" ({} before the line)", c.before_line) } else { String::new() };
+        let mut notes = Vec::new();
+        if c.signalled > 0 && c.signalled < c.runs {
+            notes.push(format!("of {} signalled", c.signalled));
+        }
+        if c.before_line > 0 {
+            notes.push(format!("{} before the line", c.before_line));
+        }
+        let before = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
         let idle = match c.idle_pct {
             Some(p) => format!(
                 "{p:.3}% / {}% ({}%, {} s)",
