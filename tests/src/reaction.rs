@@ -115,6 +115,7 @@ impl Speed {
         }
     }
 }
+
 /// What to run and the time limits.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -177,6 +178,7 @@ impl Plan {
         })
     }
 }
+
 /// Runs every cell of `plan`, interleaved (run 1 of every cell, then run 2, …) so that the machine's drift spreads
 /// over all cells; prints one line per run to stderr; returns the cells' summaries labelled `group`.
 pub fn run_suite(plan: &Plan, bins: &Bins, group: &str) -> Vec<Summary> {

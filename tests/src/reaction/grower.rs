@@ -78,6 +78,7 @@ pub fn timing(report: &GrowerReport, base: u64, line: u64) -> Option<Timing> {
     };
     Some(Timing { latency_ns, before_line, held_bytes: held, overshoot_bytes, rate_bytes_s })
 }
+
 /// A running grower (killed on drop), its output lines read on a thread.
 pub struct Grower {
     pub child: ChildGuard,

@@ -106,6 +106,7 @@ impl Run {
         }
     }
 }
+
 /// utime + stime (clock ticks) and, where the kernel has schedstats, the summed run time of every thread (ns).
 pub fn cpu_of(pid: u32) -> Result<(u64, Option<u64>), String> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
@@ -184,6 +185,7 @@ fn measure_idle(agent: u32, d: Duration) -> Result<Idle, String> {
         hz: clock_hz(),
     })
 }
+
 /// The binaries a run needs.
 #[derive(Debug, Clone)]
 pub struct Bins {
@@ -206,6 +208,7 @@ impl Bins {
         Ok(Bins { monitor: find("monitor")?, alloc_hog: find("alloc-hog")?, grower: find("grower")? })
     }
 }
+
 fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
