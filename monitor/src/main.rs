@@ -146,8 +146,10 @@ fn agent(a: AgentArgs) -> Result<()> {
     let group = cgroup::resolve(&cfg.group.cgroup, &mounts, &own)?;
     let sampler::Started { sampler, thresholds, state, first } = sampler::start(group, &cfg)?;
     let listen: SocketAddr = cfg.web.listen.parse().context("web.listen")?;
+    // Two workers: a probe is answered by one while the other is busy with a crowd of clients (the renders run on
+    // threads of their own).
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the runtime")?;
