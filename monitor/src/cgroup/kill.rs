@@ -180,4 +180,26 @@ mod tests {
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
         let _ = std::fs::remove_dir_all(&root);
     }
+
+    #[test]
+    fn cgroup_kill_is_written_where_the_kernel_has_it_and_this_process_is_outside() {
+        let root = monitor_tests::temp_dir("cgroup-kill-file");
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn");
+        // A stand-in group whose listed process does not die of the write: written again until the deadline.
+        std::fs::write(root.join("cgroup.kill"), "").expect("cgroup.kill");
+        std::fs::write(root.join("cgroup.procs"), format!("{}\n", child.id())).expect("procs");
+        let k = kill_all(&root, Duration::from_millis(100)).expect("kill");
+        assert_eq!(k, Killed { signalled: 0, cgroup_kill: true, left: vec![child.id()] });
+        assert_eq!(std::fs::read_to_string(root.join("cgroup.kill")).expect("read"), "1");
+        assert!(child.try_wait().expect("try_wait").is_none(), "signalled besides cgroup.kill");
+        // This process listed too: cgroup.kill would end it, so each other pid is signalled instead.
+        std::fs::write(root.join("cgroup.kill"), "").expect("cgroup.kill");
+        std::fs::write(root.join("cgroup.procs"), format!("{}\n{}\n", child.id(), std::process::id())).expect("procs");
+        let k = kill_all(&root, Duration::from_millis(100)).expect("kill");
+        assert!(!k.cgroup_kill && k.signalled == 1, "{k:?}");
+        assert_eq!(std::fs::read_to_string(root.join("cgroup.kill")).expect("read"), "");
+        let status = child.wait().expect("wait");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

@@ -21,6 +21,23 @@ pub fn socket_inodes(proc_root: &Path, pid: u32) -> std::io::Result<HashSet<u64>
         .collect())
 }
 
+/// Takes out of `left` the socket inodes `pid` holds, reading its fds in order and stopping once `left` is empty
+/// (a server opens its listener early: a process with thousands of connections is not read through).
+pub fn take_held(proc_root: &Path, pid: u32, left: &mut HashSet<u64>) {
+    let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else { return };
+    let mut fds: Vec<(u32, std::path::PathBuf)> =
+        fds.flatten().filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path()))).collect();
+    fds.sort_unstable_by_key(|(n, _)| *n);
+    for (_, path) in fds {
+        if left.is_empty() {
+            return;
+        }
+        if let Some(inode) = std::fs::read_link(&path).ok().and_then(|l| parse_socket_link(l.to_str()?)) {
+            left.remove(&inode);
+        }
+    }
+}
+
 /// The inode of a `socket:[N]` fd link.
 pub fn parse_socket_link(link: &str) -> Option<u64> {
     link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
@@ -195,17 +212,12 @@ pub fn port_owner_in(proc_root: &Path, listeners: &[(u64, SocketAddr)], pid: u32
     if listeners.is_empty() {
         return PortOwner::Nobody;
     }
-    let mut left = listeners.clone();
-    if let Ok(own) = socket_inodes(proc_root, pid) {
-        left.retain(|i| !own.contains(i));
-    }
+    let mut left = listeners;
+    take_held(proc_root, pid, &mut left);
     if !left.is_empty() {
         for p in with_descendants(proc_root, pid) {
-            if p == pid {
-                continue;
-            }
-            if let Ok(theirs) = socket_inodes(proc_root, p) {
-                left.retain(|i| !theirs.contains(i));
+            if p != pid {
+                take_held(proc_root, p, &mut left);
             }
             if left.is_empty() {
                 break;
