@@ -131,14 +131,20 @@ pub fn raise_fd_limit() -> std::io::Result<FdLimit> {
     }
     let was = lim.rlim_cur;
     let _ = STARTED_WITH.set(was);
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+    // An unlimited hard limit still stops at the kernel's fs.nr_open.
+    let target = if lim.rlim_max == libc::RLIM_INFINITY {
+        std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|t| t.trim().parse().ok()).unwrap_or(1 << 20)
+    } else {
+        lim.rlim_max
+    };
+    if lim.rlim_cur < target {
+        let raised = libc::rlimit { rlim_cur: target, rlim_max: lim.rlim_max };
         // SAFETY: setrlimit reads the struct we own.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
-    Ok(FdLimit { was, now: lim.rlim_max, hard: lim.rlim_max })
+    Ok(FdLimit { was, now: target.max(was), hard: lim.rlim_max })
 }
 
 /// The soft `RLIMIT_NOFILE` to give a child back: the one this process started with, when it raised its own.
@@ -461,6 +467,10 @@ mod tests {
             let _ = k.kill();
             let _ = k.wait();
         }
+        // Raising: the soft limit ends at the hard one (or nr_open), children get the one it started with.
+        let l = raise_fd_limit().expect("getrlimit");
+        assert!(l.now >= l.was && soft_fd_limit().is_none_or(|s| s == l.now), "{l:?}");
+        assert_eq!(child_fd_limit(), Some(l.was));
         assert_eq!(keep_budget(Some(1024)), 768);
         assert_eq!(keep_budget(Some(256)), 128);
         assert_eq!(keep_budget(Some(100)), 0);
