@@ -10,11 +10,16 @@
 //! answered in HTTP/1.1), and a process that switches protocols anyway 502. Content-Length with Transfer-Encoding
 //! is framed by the coding alone and closes the client's connection (hyper, RFC 9112 §6.1); a transfer coding
 //! besides chunked gets 501 (from a process, 502). A response body the process leaves without a frame for
-//! `upstream_timeout_s` is cut ([`body`]).
+//! `upstream_timeout_s` is cut ([`body`]). A request body is read before the request goes on, up to 64 KiB
+//! ([`request_body`]): a malformed one (bad chunk size, a chunk shorter or longer than its size, the client gone
+//! midway) gets 400 and a closed connection, logged at debug at most once a second, and the process sees nothing of
+//! it; past 64 KiB the rest is streamed, and a fault there closes the upstream connection before the body's end.
+//! 502 is only ever for what a process did. While draining, every answer says `Connection: close` ([`server`]).
 
 pub mod body;
 pub mod client_io;
 pub mod headers;
+pub mod request_body;
 pub mod server;
 pub mod shed;
 pub mod upstream;
@@ -30,6 +35,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
 use hyper::http::uri::PathAndQuery;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use request_body::ClientBody;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,8 +54,8 @@ pub enum ProxyError {
     Header(String),
 }
 
-/// The body of a request sent upstream: the client's, streamed, or none.
-pub type ReqBody = Either<Incoming, Empty<Bytes>>;
+/// The body of a request sent upstream: the client's ([`request_body`]: held, then streamed), or none.
+pub type ReqBody = Either<ClientBody, Empty<Bytes>>;
 
 /// The proxy's side of one process: outstanding requests, the policy's action, the abort signal.
 pub struct Backend {
@@ -105,6 +111,16 @@ enum Attempt {
     TimedOut,
     /// The memory guard told the process to abort.
     Aborted,
+    /// The client's body failed while it was streamed on (its held part was sound).
+    ClientBody(String),
+}
+
+/// Why an exchange with a process gave no response head.
+enum ExchangeError {
+    /// Connecting, writing or reading the head failed: the process's side.
+    Upstream(String),
+    /// The client's body failed on the way: the client's side.
+    ClientBody(String),
 }
 
 /// One front-door thread's own part of the proxy ([`Proxy::local`]). A request clones this thread's `Arc<Local>`,
@@ -137,6 +153,11 @@ pub struct Proxy {
     shed: AtomicU64,
     /// Times the first 503 after each entry into refusing or aborting ([`shed`]).
     reactions: Arc<crate::reaction::Reactions>,
+    /// Malformed request bodies answered 400 since start, and the second (since `started`, plus one) of the last
+    /// debug line about them: at most one a second, so a flood of them cannot flood the log.
+    bad_bodies: AtomicU64,
+    bad_body_logged: AtomicU64,
+    started: std::time::Instant,
 }
 
 static X_ROUTE_FALLBACK: HeaderName = HeaderName::from_static("x-route-fallback");
@@ -217,6 +238,9 @@ impl Proxy {
             tokens: cfg.token_secret.as_deref().map(|s| Tokens::new(s.as_bytes(), cfg.token_ttl_s)),
             shed: AtomicU64::new(0),
             reactions,
+            bad_bodies: AtomicU64::new(0),
+            bad_body_logged: AtomicU64::new(0),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -241,9 +265,34 @@ impl Proxy {
         self.shed.load(Ordering::Relaxed)
     }
 
-    /// Turns readiness off: health paths answer 503 from now on.
+    /// Turns readiness off: health paths answer 503 from now on, and every response says `Connection: close`.
     pub fn set_draining(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// True once the front door drains.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// How many malformed request bodies were answered 400 since start.
+    pub fn bad_bodies_total(&self) -> u64 {
+        self.bad_bodies.load(Ordering::Relaxed)
+    }
+
+    /// 400 for a request whose body failed at the front door (`what` says how), logged at debug at most once a
+    /// second. The connection is closed: its framing can no longer be trusted.
+    fn bad_body(&self, what: &str) -> Response<ProxyBody> {
+        let n = self.bad_bodies.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = self.started.elapsed().as_secs() + 1;
+        let last = self.bad_body_logged.load(Ordering::Relaxed);
+        if now > last && self.bad_body_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            tracing::debug!(total = n, "malformed request body answered 400: {what}");
+        }
+        let mut r = status(StatusCode::BAD_REQUEST, "malformed request body\n".into());
+        r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        r
     }
 
     fn live(&self, i: usize) -> Live {
@@ -368,7 +417,23 @@ impl Proxy {
             *r.headers_mut() = parts.headers.clone();
             r
         });
-        let body = if bodiless { Either::Right(Empty::new()) } else { Either::Left(body) };
+        let body = if bodiless {
+            Either::Right(Empty::new())
+        } else {
+            // Held before anything goes upstream: a malformed body is answered here and never reaches the process.
+            match tokio::time::timeout(request_body::HOLD_TIMEOUT, request_body::hold(body)).await {
+                Ok(Ok(held)) => Either::Left(held),
+                Ok(Err(e)) => return self.bad_body(&chain(&e)),
+                Err(_) => {
+                    let mut r = status(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!("the request body did not come within {} s\n", request_body::HOLD_TIMEOUT.as_secs()),
+                    );
+                    r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+                    return r;
+                }
+            }
+        };
         // One deadline for the request and its retry.
         let deadline = tokio::time::Instant::now() + self.upstream_timeout;
         let pool = &local.pool;
@@ -414,6 +479,7 @@ impl Proxy {
                 )
             }
             Attempt::Aborted => self.aborted(name),
+            Attempt::ClientBody(msg) => self.bad_body(&msg),
             Attempt::Failed(msg) => {
                 tracing::warn!(name = %name, "upstream request failed: {msg}");
                 if to.signed_owner {
@@ -446,7 +512,8 @@ impl Proxy {
         tokio::select! {
             r = tokio::time::timeout_at(deadline, self.exchange(&local.pool, index, req)) => match r {
                 Ok(Ok((resp, tx))) => Attempt::Answered { resp, tx, outstanding, abort_rx },
-                Ok(Err(msg)) => Attempt::Failed(msg),
+                Ok(Err(ExchangeError::Upstream(msg))) => Attempt::Failed(msg),
+                Ok(Err(ExchangeError::ClientBody(msg))) => Attempt::ClientBody(msg),
                 Err(_) => Attempt::TimedOut,
             },
             _ = aborted(abort_rx.clone()) => Attempt::Aborted,
@@ -459,11 +526,20 @@ impl Proxy {
         pool: &Upstream,
         index: usize,
         req: Request<ReqBody>,
-    ) -> Result<(Response<Incoming>, SendRequest<ReqBody>), String> {
-        let mut c = pool.checkout(index, self.backends[index].addr).await.map_err(|e| e.to_string())?;
+    ) -> Result<(Response<Incoming>, SendRequest<ReqBody>), ExchangeError> {
+        let mut c = pool
+            .checkout(index, self.backends[index].addr)
+            .await
+            .map_err(|e| ExchangeError::Upstream(e.to_string()))?;
         match c.tx.send_request(req).await {
             Ok(resp) => Ok((resp, c.tx)),
-            Err(e) => Err(format!("{}{}", chain(&e), if c.reused { " (reused connection)" } else { "" })),
+            // hyper closed the upstream connection without the body's end: the process never got a whole request.
+            Err(e) if request_body::from_client(&e) => Err(ExchangeError::ClientBody(chain(&e))),
+            Err(e) => Err(ExchangeError::Upstream(format!(
+                "{}{}",
+                chain(&e),
+                if c.reused { " (reused connection)" } else { "" }
+            ))),
         }
     }
 }
