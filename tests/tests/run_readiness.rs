@@ -1,12 +1,13 @@
 //! Readiness comes only from the process monitor started: another program listening on a worker's port (and
 //! answering its health path) while the worker cannot bind it never makes the worker ready; it is named in the log
-//! as the holder, it is never sent a health probe, and the front door routes nothing to it.
+//! as the holder, it is never sent a health probe, and the front door routes nothing to it. A ready worker whose
+//! port another program joins (SO_REUSEPORT) leaves the pool at the next check.
 
 mod launch_support;
 
 use launch_support::{launch, member, Launched, Proc, FIXTURE};
 use monitor_tests::agent::free_port;
-use monitor_tests::{http, require_v1, CgroupV1, MIB};
+use monitor_tests::{http, on_path, require, require_v1, CgroupV1, MIB};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -124,4 +125,73 @@ fn a_worker_whose_child_holds_its_port_is_ready() {
         .unwrap_or_else(|e| panic!("GET via the front door: {e}\nstderr:\n{}", run.stderr()));
     // The fixture answers an unknown cache id itself (404 naming itself): the request reached tx1.
     assert!(served_by(&r) == "tx1" || r.text().contains("\"name\":\"tx1\""), "{} {}", r.status, r.text());
+}
+
+/// A worker that listens with SO_REUSEPORT and answers 200 to everything.
+const REUSEPORT_SERVER: &str = r#"
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    c.sendall(b"HTTP/1.1 200 OK\r\nx-served-by: tx1\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n")
+    c.close()
+"#;
+
+/// Another program joining a port with SO_REUSEPORT: a listener on `127.0.0.1:<port>` beside the worker's.
+fn reuseport_listener(port: u16) -> TcpListener {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a new fd that we own from here on; the address struct lives on the stack.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let one: libc::c_int = 1;
+        let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, (&one as *const libc::c_int).cast(), len);
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([127, 0, 0, 1]) },
+            sin_zero: [0; 8],
+        };
+        let alen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let r = libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), alen);
+        assert_eq!(r, 0, "bind {port} with SO_REUSEPORT: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::listen(fd, 64), 0, "listen: {}", std::io::Error::last_os_error());
+        TcpListener::from_raw_fd(fd)
+    }
+}
+
+#[test]
+fn a_ready_worker_whose_port_another_program_joins_leaves_the_pool_at_once() {
+    let name = "a_ready_worker_whose_port_another_program_joins_leaves_the_pool_at_once";
+    if !require_v1(name) || !require(on_path("python3"), name, "needs python3") {
+        return;
+    }
+    let port = free_port();
+    let tx1 = Proc {
+        name: "tx1".into(),
+        role: "worker",
+        command: vec!["python3".into(), "-c".into(), REUSEPORT_SERVER.into(), port.to_string()],
+        port,
+        // Checks every 200 ms; a check that merely fails takes it out of the pool after 50 of them (10 s).
+        extra: "health_interval_ms = 200\nhealth_failures = 50".into(),
+    };
+    let (_cg, run) = start("readiness-joined", tx1);
+    run.wait_for("tx1 ready", |s| member(s, "tx1")["state"] == "ready", Duration::from_secs(15));
+    let joined = Instant::now();
+    let _foreign = reuseport_listener(port);
+    let s = run.wait_for("tx1 out of the pool", |s| member(s, "tx1")["state"] == "unhealthy", Duration::from_secs(3));
+    assert!(joined.elapsed() < Duration::from_secs(3), "{s:#}");
+    // Nothing goes to tx1's port any more: the other program's listener is never reached through the front door.
+    for i in 0..20 {
+        let r = http::get(run.proxy, &format!("/r4/CodeSystem/{i}"), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("GET via the front door: {e}\nstderr:\n{}", run.stderr()));
+        assert!(r.status == 200 && served_by(&r) != "tx1", "{} {}", r.status, served_by(&r));
+    }
+    let log = run.stderr();
+    assert!(log.contains(&format!("port {port} is held by pid {}", std::process::id())), "{log}");
 }

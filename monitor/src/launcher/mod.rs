@@ -227,6 +227,11 @@ async fn supervise(
                             m.set(Phase::Ready, pid, None);
                         }
                         failures = 0;
+                    } else if matches!(check, ready::Check::Foreign(_)) && failures < p.health_failures {
+                        // Its port is another program's now: out of the pool at once, not after the failures.
+                        failures = p.health_failures;
+                        tracing::warn!(name = %p.name, pid, "its port is held by another program: out of the pool");
+                        m.set(Phase::Unhealthy, pid, None);
                     } else {
                         failures = failures.saturating_add(1);
                         if failures == p.health_failures {

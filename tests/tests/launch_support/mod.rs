@@ -21,6 +21,8 @@ pub struct Proc {
     pub role: &'static str,
     pub command: Vec<String>,
     pub port: u16,
+    /// More lines of its `[[process]]`.
+    pub extra: String,
 }
 
 impl Proc {
@@ -28,12 +30,13 @@ impl Proc {
     pub fn fixture(name: &str, role: &'static str) -> Proc {
         let port = free_port();
         let command = vec![FIXTURE.into(), "--name".into(), name.into(), "--port".into(), port.to_string()];
-        Proc { name: name.into(), role, command, port }
+        Proc { name: name.into(), role, command, port, extra: String::new() }
     }
 
     /// `sh -c <script>` as `name` on `port`.
     pub fn shell(name: &str, script: &str, port: u16) -> Proc {
-        Proc { name: name.into(), role: "worker", command: vec!["sh".into(), "-c".into(), script.into()], port }
+        let command = vec!["sh".into(), "-c".into(), script.into()];
+        Proc { name: name.into(), role: "worker", command, port, extra: String::new() }
     }
 }
 
@@ -56,11 +59,12 @@ pub fn launch(test: &str, group: &str, procs: &[Proc]) -> Launched {
     for p in procs {
         let cmd: Vec<String> = p.command.iter().map(|s| format!("{s:?}")).collect();
         text.push_str(&format!(
-            "[[process]]\nname = {:?}\nrole = {:?}\ncommand = [{}]\nport = {}\n",
+            "[[process]]\nname = {:?}\nrole = {:?}\ncommand = [{}]\nport = {}\n{}\n",
             p.name,
             p.role,
             cmd.join(", "),
-            p.port
+            p.port,
+            p.extra
         ));
     }
     let config = std::env::temp_dir().join(format!("monitor-{test}-{}.toml", std::process::id()));
