@@ -3,10 +3,15 @@
 //! the upstream connection and the process's outstanding count for as long as it stays connected. The timer is made
 //! the first time a write has to wait and moved on only when one waits again after progress: a write that goes
 //! through at once costs a branch.
+//!
+//! It also leaves [`Marks`] of its traffic for the drain, which closes a kept-alive connection only once it is quiet:
+//! nothing read or written for a while, the last bytes its answer's.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -16,9 +21,40 @@ use tokio::time::{Instant, Sleep};
 /// How long a client may leave the answer untaken (no byte written to it) before its connection is cut.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What a connection's stream did lately, written by its [`ClientIo`] only (plain loads and stores, never a locked
+/// instruction) and read by the drain.
+#[derive(Debug, Default)]
+pub struct Marks {
+    /// Reads and writes that moved bytes.
+    moves: AtomicU64,
+    /// The last of them was a read: a request is coming in or being answered.
+    read_last: AtomicBool,
+}
+
+impl Marks {
+    fn moved(&self, read: bool) {
+        self.moves.store(self.moves.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        if self.read_last.load(Ordering::Relaxed) != read {
+            self.read_last.store(read, Ordering::Relaxed);
+        }
+    }
+
+    /// How many reads and writes moved bytes so far.
+    pub fn moves(&self) -> u64 {
+        self.moves.load(Ordering::Relaxed)
+    }
+
+    /// True when the last bytes moved were the client's: a request has come (in whole or in part) and its answer
+    /// has not started.
+    pub fn read_last(&self) -> bool {
+        self.read_last.load(Ordering::Relaxed)
+    }
+}
+
 /// A client's stream with a send timeout.
 pub struct ClientIo {
     stream: TcpStream,
+    marks: Arc<Marks>,
     after: Duration,
     timer: Option<Pin<Box<Sleep>>>,
     /// A write is waiting on the client since the timer was last set.
@@ -26,8 +62,8 @@ pub struct ClientIo {
 }
 
 impl ClientIo {
-    pub fn new(stream: TcpStream) -> ClientIo {
-        ClientIo { stream, after: SEND_TIMEOUT, timer: None, waiting: false }
+    pub fn new(stream: TcpStream, marks: Arc<Marks>) -> ClientIo {
+        ClientIo { stream, marks, after: SEND_TIMEOUT, timer: None, waiting: false }
     }
 
     /// Called when a write must wait: true once the client has taken nothing for `after`.
@@ -52,6 +88,9 @@ impl ClientIo {
             Poll::Pending => Poll::Pending,
             ready => {
                 self.waiting = false;
+                if matches!(ready, Poll::Ready(Ok(n)) if n > 0) {
+                    self.marks.moved(false);
+                }
                 ready
             }
         }
@@ -60,7 +99,13 @@ impl ClientIo {
 
 impl AsyncRead for ClientIo {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut me.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            me.marks.moved(true);
+        }
+        r
     }
 }
 
@@ -105,7 +150,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let client = TcpStream::connect(addr).await.expect("connect");
         let (server, _) = listener.accept().await.expect("accept");
-        let mut io = ClientIo { after: Duration::from_millis(300), ..ClientIo::new(server) };
+        let mut io = ClientIo { after: Duration::from_millis(300), ..ClientIo::new(server, Arc::default()) };
         // The client reads for a while (longer than the timeout): never cut while it takes bytes.
         let reader = tokio::spawn(async move {
             let mut client = client;

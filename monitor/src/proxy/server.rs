@@ -1,17 +1,24 @@
 //! The accept loop and the drain. Each connection is served by hyper's HTTP/1.1 server (malformed request line:
 //! 400; request head over `max_header_bytes`: 431; a head not complete within 30 s, or an idle kept-alive connection
-//! after 30 s: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]). On drain:
-//! stop accepting, close idle keep-alive connections, let in-flight requests finish until the deadline. The front
-//! door has threads of its own (see [`serve`]).
+//! after 30 s: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]).
+//!
+//! The drain, as nginx's graceful quit: the connections the kernel has already completed are taken, then the
+//! listening socket is closed (new ones are refused); every request received is answered, each answer with
+//! `Connection: close`, after which the connection closes; a kept-alive connection is closed only once it has been
+//! quiet for [`QUIET`] (nothing read or written, the last bytes its answer's), so a request the client sent just
+//! before or during the drain is answered rather than cut by a close; in-flight requests may finish until the
+//! deadline. The front door has threads of its own (see [`serve`]).
 
-use super::client_io::ClientIo;
+use super::client_io::{ClientIo, Marks};
 use super::{Local, Proxy};
 use crate::config::ProxyConfig;
+use hyper::header::{HeaderValue, CONNECTION};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -19,6 +26,11 @@ use tokio::sync::{mpsc, watch};
 /// How long a client may take to send a request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// During the drain, how long a kept-alive connection must be quiet before it is closed.
+pub const QUIET: Duration = Duration::from_millis(200);
+
+/// The most connections one thread takes from the listening socket's queue when the drain starts.
+const QUEUED_MAX: usize = 4096;
 /// Resolves once the flag is true (or its sender is gone).
 pub async fn until_set(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|d| *d).await;
@@ -90,6 +102,7 @@ pub async fn serve(
         }
         Err(e) => tracing::error!("front door listener: {e}"),
     }
+    // The threads hold their own copies of the listening socket: it closes when the last of them drains.
     if spawned == 0 {
         tracing::error!("no front door thread could start: the proxy serves nothing");
     }
@@ -222,7 +235,10 @@ impl Thread {
                         }
                         continue;
                     }
-                    _ = until_set(&mut drain) => break,
+                    _ = until_set(&mut drain) => {
+                        proxy.set_draining();
+                        break;
+                    }
                 };
                 let _ = stream.set_nodelay(true);
                 load.live[index].fetch_add(1, Ordering::Relaxed);
@@ -231,6 +247,21 @@ impl Thread {
                 tokio::spawn(connection(local, stream, ip, max_header_bytes, drain, finished));
             }
             let _ = conn_drain_tx.send(true);
+            // Connections the kernel completed before the drain: their requests may be on the way, so they are
+            // served (each answer closes its connection). Then the listener is closed: new ones are refused.
+            for _ in 0..QUEUED_MAX {
+                let queued = std::future::poll_fn(|cx| match listener.poll_accept(cx) {
+                    Poll::Ready(r) => Poll::Ready(Some(r)),
+                    Poll::Pending => Poll::Ready(None),
+                })
+                .await;
+                let Some(Ok((stream, peer))) = queued else { break };
+                let _ = stream.set_nodelay(true);
+                load.live[index].fetch_add(1, Ordering::Relaxed);
+                let finished = Finished { load: load.clone(), index, _conn: conn_tx.clone() };
+                let (local, drain) = (local.clone(), conn_drain.clone());
+                tokio::spawn(connection(local, stream, peer.ip(), max_header_bytes, drain, finished));
+            }
             drop(listener);
             drop(accepting);
             drop(conn_tx);
@@ -271,21 +302,45 @@ async fn connection(
     let svc = hyper::service::service_fn(move |req| {
         let local = local.clone();
         let peer = peer.clone();
-        async move { Ok::<_, Infallible>(local.proxy.handle(&local, req, &peer).await) }
+        async move {
+            let mut resp = local.proxy.handle(&local, req, &peer).await;
+            if local.proxy.draining() {
+                // The last answer on this connection: hyper closes it once written.
+                resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, Infallible>(resp)
+        }
     });
+    let marks = Arc::new(Marks::default());
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_header_size(max_header_bytes)
-        .serve_connection(TokioIo::new(ClientIo::new(stream)), svc);
+        .serve_connection(TokioIo::new(ClientIo::new(stream, marks.clone())), svc);
     tokio::pin!(conn);
     tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = until_set(&mut drain) => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
+        biased;
+        _ = conn.as_mut() => return,
+        _ = until_set(&mut drain) => {}
     }
+    // Draining. A request that comes (or has come) is answered with `Connection: close` and hyper then closes the
+    // connection by itself; one that is quiet for QUIET, its last bytes an answer's, is closed here (at once if idle,
+    // else after the answer in progress).
+    let mut seen = marks.moves();
+    loop {
+        tokio::select! {
+            biased;
+            _ = conn.as_mut() => return,
+            _ = tokio::time::sleep(QUIET) => {}
+        }
+        let now = marks.moves();
+        if now == seen && !marks.read_last() {
+            break;
+        }
+        seen = now;
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
 }
 
 #[cfg(test)]
