@@ -89,6 +89,30 @@ pub fn parse_stat(text: &str) -> Result<StatInfo, String> {
     Ok(StatInfo { comm, ppid: field(1, "ppid")? as u32, start_ticks: field(19, "starttime")? })
 }
 
+/// The pids of `pid` and all its descendants, from the parent links of every process under `proc_root`.
+pub fn with_descendants(proc_root: &Path, pid: u32) -> std::collections::HashSet<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(dir) = std::fs::read_dir(proc_root) {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Ok(text) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+            if let Ok(s) = parse_stat(&text) {
+                children.entry(s.ppid).or_default().push(p);
+            }
+        }
+    }
+    let mut out = std::collections::HashSet::from([pid]);
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            if out.insert(c) {
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
 struct Entry {
     /// `statm` kept open; None: opened, read and closed at each sample.
     statm: Option<File>,
@@ -502,6 +526,15 @@ mod tests {
             let _ = k.kill();
             let _ = k.wait();
         }
+    }
+
+    #[test]
+    fn descendants_follow_parent_links() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn");
+        let all = with_descendants(Path::new("/proc"), std::process::id());
+        assert!(all.contains(&std::process::id()) && all.contains(&child.id()), "{all:?}");
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     /// A log writer for tests: what `tracing` writes, kept in memory.

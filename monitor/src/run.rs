@@ -154,6 +154,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
     let children_cgroup = (cfg.group.cgroup != "auto").then(|| group.dir.clone());
     created.group.clone_from(&children_cgroup);
     let launched = created.launched.clone();
+    let group_dir = group.dir.clone();
     let sampler::Started { mut sampler, thresholds, state, first } = sampler::start(group, &cfg)?;
     let tracer = sampler.tracer();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -271,7 +272,19 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         } else {
             tracing::info!("every in-flight request finished");
         }
+        // With `auto` the group is monitor's own cgroup, not all of it ours: what the processes leave behind (a
+        // shell's child) is held while it still descends from monitor, and ended after the grace.
+        let leftovers = if cfg.group.cgroup == "auto" {
+            cgroup::kill::Descendants::in_group(&group_dir)
+                .map_err(|e| tracing::warn!("cannot list the processes monitor started: {e}"))
+                .ok()
+        } else {
+            None
+        };
         launcher.stop().await;
+        if let Some(n) = leftovers.map(cgroup::kill::Descendants::kill).filter(|&n| n > 0) {
+            tracing::info!(killed = n, "ended what the processes left behind");
+        }
         let _ = tokio::time::timeout(Duration::from_secs(2), api).await;
         stop_sampling(&stop, sampler, history).await;
         tracing::info!("stopped");

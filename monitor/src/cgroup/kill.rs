@@ -2,7 +2,7 @@
 //! SIGKILL to each pid listed in `cgroup.procs` (of the group and every cgroup below it) until none is left. A pid
 //! is signalled through a pidfd opened on it and only after the process behind that pidfd is seen listed in the
 //! group again, so a pid reused by a process outside the group is never signalled; this process never signals
-//! itself.
+//! itself. In a group this process belongs to, only its own descendants are ended ([`Descendants`]).
 
 use super::{parse_procs, CgroupError};
 use std::path::{Path, PathBuf};
@@ -81,6 +81,74 @@ pub fn kill_all(dir: &Path, timeout: Duration) -> Result<Killed, CgroupError> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The processes of a group that descend from this process, each held by a pidfd: taken while their parents still
+/// live, they are found again after those parents stop, orphans included, and a pid reused meanwhile is never
+/// mistaken for one of them. For a group this process is a member of (`auto`), where the group is not all ours.
+pub struct Descendants(Vec<(u32, std::os::fd::OwnedFd)>);
+
+impl Descendants {
+    /// The members of `dir` (and below) descending from this process.
+    pub fn in_group(dir: &Path) -> Result<Descendants, CgroupError> {
+        let me = std::process::id();
+        let proc_root = Path::new("/proc");
+        let ours = crate::procs::with_descendants(proc_root, me);
+        let mut held = Vec::new();
+        for pid in members(dir)? {
+            if pid != me && ours.contains(&pid) {
+                if let Some(fd) = pidfd(pid) {
+                    held.push((pid, fd));
+                }
+            }
+        }
+        // A pid that named another process by the time its pidfd was opened is dropped: the pidfd's process must
+        // still be listed and still descend from this one.
+        let (listed, ours) = (members(dir)?, crate::procs::with_descendants(proc_root, me));
+        held.retain(|(pid, _)| listed.binary_search(pid).is_ok() && ours.contains(pid));
+        Ok(Descendants(held))
+    }
+
+    /// How many processes are held.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when none is held.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// SIGKILLs every held process still running; how many were.
+    pub fn kill(self) -> usize {
+        use std::os::fd::AsRawFd;
+        self.0
+            .iter()
+            .filter(|(_, fd)| {
+                // SAFETY: a pidfd we own, a valid signal number, no siginfo.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        fd.as_raw_fd(),
+                        libc::SIGKILL,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    )
+                };
+                r == 0
+            })
+            .count()
+    }
+}
+
+/// A pidfd on `pid` (None when it is gone or pidfds are unavailable).
+fn pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    let raw = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags; the result is a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+    let fd = i32::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: a new fd that nothing else owns.
+    Some(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// SIGKILLs `pid` if, through a pidfd opened on it, it is still a member of the group `dir`. True when signalled.
@@ -178,6 +246,38 @@ mod tests {
         assert!(signal_member(&root, child.id()));
         let status = child.wait().expect("wait");
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn descendants_are_held_and_killed_even_once_orphaned() {
+        let root = monitor_tests::temp_dir("cgroup-kill-descendants");
+        // A shell of ours with a child of its own, and a process that is not ours (pid 1), all listed.
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut line = String::new();
+        if let Some(out) = sh.stdout.as_mut() {
+            use std::io::BufRead;
+            std::io::BufReader::new(out).read_line(&mut line).expect("read");
+        }
+        let sleep: u32 = line.trim().parse().expect("the sleep's pid");
+        let listed = format!("1\n{}\n{sleep}\n{}\n", sh.id(), std::process::id());
+        std::fs::write(root.join("cgroup.procs"), listed).expect("procs");
+        let d = Descendants::in_group(&root).expect("descendants");
+        assert_eq!(d.len(), 2, "the shell and its sleep, not pid 1 nor this process");
+        // The shell goes first: its sleep, orphaned, is still reached through its pidfd.
+        let _ = sh.kill();
+        let _ = sh.wait();
+        assert_eq!(d.kill(), 1, "the sleep was running");
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read_to_string(format!("/proc/{sleep}/stat"))
+                .map_or(true, |t| t.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+        });
+        assert!(gone, "the orphaned sleep still runs");
         let _ = std::fs::remove_dir_all(&root);
     }
 

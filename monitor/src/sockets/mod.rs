@@ -5,7 +5,7 @@
 
 pub mod diag;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
@@ -146,30 +146,6 @@ pub enum PortOwner {
     Foreign(Vec<Holder>),
 }
 
-/// The pids of `pid` and all its descendants, from the parent links of every process under `proc_root`.
-pub fn with_descendants(proc_root: &Path, pid: u32) -> HashSet<u32> {
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    if let Ok(dir) = std::fs::read_dir(proc_root) {
-        for e in dir.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let Ok(text) = std::fs::read_to_string(e.path().join("stat")) else { continue };
-            if let Ok(s) = crate::procs::parse_stat(&text) {
-                children.entry(s.ppid).or_default().push(p);
-            }
-        }
-    }
-    let mut out = HashSet::from([pid]);
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        for &c in children.get(&p).map(Vec::as_slice).unwrap_or_default() {
-            if out.insert(c) {
-                todo.push(c);
-            }
-        }
-    }
-    out
-}
-
 /// The processes under `proc_root` that hold one of `inodes` open.
 pub fn holders(proc_root: &Path, inodes: &HashSet<u64>) -> Vec<Holder> {
     let mut out = Vec::new();
@@ -215,7 +191,7 @@ pub fn port_owner_in(proc_root: &Path, listeners: &[(u64, SocketAddr)], pid: u32
     let mut left = listeners;
     take_held(proc_root, pid, &mut left);
     if !left.is_empty() {
-        for p in with_descendants(proc_root, pid) {
+        for p in crate::procs::with_descendants(proc_root, pid) {
             if p != pid {
                 take_held(proc_root, p, &mut left);
             }
@@ -292,15 +268,6 @@ mod tests {
         let _ = child.wait();
         drop(l);
         assert_eq!(port_owner(me, port), PortOwner::Nobody);
-    }
-
-    #[test]
-    fn descendants_follow_parent_links() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn");
-        let all = with_descendants(Path::new("/proc"), std::process::id());
-        assert!(all.contains(&std::process::id()) && all.contains(&child.id()), "{all:?}");
-        let _ = child.kill();
-        let _ = child.wait();
     }
 
     proptest::proptest! {

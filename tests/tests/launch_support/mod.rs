@@ -51,6 +51,11 @@ pub struct Launched {
 
 /// Writes the config (`group`: the lines of `[group]`) and starts `monitor run`.
 pub fn launch(test: &str, group: &str, procs: &[Proc]) -> Launched {
+    launch_in(test, group, procs, None)
+}
+
+/// [`launch`], monitor itself started inside the cgroup `inside` (as a service manager starts it in its unit's).
+pub fn launch_in(test: &str, group: &str, procs: &[Proc], inside: Option<&std::path::Path>) -> Launched {
     let (proxy, web) = (free_port(), free_port());
     let mut text = format!(
         "[group]\n{group}\n[policy]\ninterval_ms = 50\n[probes]\nenabled = false\n[web]\nlisten = \
@@ -71,7 +76,10 @@ pub fn launch(test: &str, group: &str, procs: &[Proc]) -> Launched {
     std::fs::write(&config, text).unwrap_or_else(|e| panic!("writing {}: {e}", config.display()));
     let mut cmd = Command::new(monitor_bin());
     cmd.arg("run").arg("--config").arg(&config).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = ChildGuard::spawn(&mut cmd);
+    let mut child = match inside {
+        Some(cg) => monitor_tests::spawn_in_cgroup(&mut cmd, cg),
+        None => ChildGuard::spawn(&mut cmd),
+    };
     let stderr = Arc::new(Mutex::new(Vec::new()));
     if let Some(mut err) = child.stderr.take() {
         let into = stderr.clone();
