@@ -46,7 +46,8 @@ const GROUP_END: Duration = Duration::from_secs(10);
 /// The end of the group, when dropped (after a drain, or on an error once started): when the processes were
 /// launched into a cgroup of their own (not `auto`), every process still in it (a server's own children, a
 /// shell's, whatever joined) is killed, then the cgroup `monitor run` created is removed, both bounded by
-/// [`GROUP_END`]. With `auto` the group is the cgroup monitor itself runs in, left to its service manager.
+/// [`GROUP_END`]. With `auto` the group is the cgroup monitor itself runs in: only what its processes left behind
+/// is ended (`Descendants`, in `run`), the rest is its service manager's.
 struct GroupEnd {
     /// The group the processes are launched into (not `auto`).
     group: Option<PathBuf>,
