@@ -1,7 +1,8 @@
 //! The agent's HTTP API: `GET /api/v1/status`, `GET /api/v1/decision?pid=N`, `GET /healthz` (the sampler's
 //! health: 503 with the reason while the group cannot be read or no sample came for a while), `GET /livez` (the
 //! process answers). Reads only the latest published sample; never calls back into the sampler. [`serve`] bounds
-//! the connections a client can hold, so a crowd of idle ones never locks out a probe.
+//! the connections a client can hold, so a crowd of idle ones never locks out a probe; the status document is built
+//! on a thread of its own, a bounded number at a time, so a crowd asking for it never delays a probe either.
 
 use crate::brake::BrakeStatus;
 use crate::launcher::LauncherInfo;
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use web::pool::{Gate, PoolError};
 
 /// What the routes read.
 #[derive(Clone)]
@@ -68,12 +70,18 @@ async fn healthz(State(st): State<ApiState>) -> Response {
     }
 }
 
+/// Threads that build `/api/v1/status` (hundreds of processes make it milliseconds of work), at nice 10.
+pub const STATUS_THREADS: usize = 1;
+/// Status requests waiting or being built past which the answer is 503 with `Retry-After`.
+pub const STATUS_QUEUED: usize = 16;
+
 /// The agent's routes.
 pub fn router(state: ApiState) -> Router {
+    let gate = Arc::new(Gate::new(STATUS_THREADS, STATUS_QUEUED));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(|| async { "the process is alive\n" }))
-        .route("/api/v1/status", get(status))
+        .route("/api/v1/status", get(move |State(st): State<ApiState>| status(st, gate.clone())))
         .route("/api/v1/decision", get(decision))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -275,7 +283,8 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
     }
 }
 
-async fn status(State(st): State<ApiState>) -> Json<StatusView> {
+/// The status document with the launcher's view of its processes merged in.
+fn full_status(st: &ApiState) -> StatusView {
     let p = st.latest.borrow().clone();
     let mut view = status_view(&p, &st.thresholds);
     if let Some(launched) = st.launcher.as_ref().map(|f| f()) {
@@ -288,7 +297,24 @@ async fn status(State(st): State<ApiState>) -> Json<StatusView> {
         }
         view.launcher = Some(launched);
     }
-    Json(view)
+    view
+}
+
+/// The answer to a request its gate refused: 503 with `Retry-After` and the reason as JSON.
+pub fn busy(e: &web::pool::PoolError) -> Response {
+    let mut resp = error(StatusCode::SERVICE_UNAVAILABLE, format!("busy: {e}; try again shortly"));
+    resp.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+    resp
+}
+
+/// Built on the status gate's thread, off the runtime that answers the probes.
+async fn status(st: ApiState, gate: Arc<Gate>) -> Response {
+    match gate.run(move || serde_json::to_vec(&full_status(&st))).await {
+        Ok(Ok(body)) => ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("serializing the status: {e}")),
+        Err(e @ PoolError::Busy(_)) => busy(&e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 #[derive(Deserialize)]
@@ -603,6 +629,14 @@ mod tests {
         p.error = Some("the cgroup /sys/fs/cgroup/memory/g does not exist".into());
         let gone = health(&p, Duration::ZERO, every).expect_err("unreadable");
         assert!(gone.starts_with("degraded: the group cannot be read:") && gone.contains("does not exist"), "{gone}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_status_is_built_off_the_runtime_and_read_back() {
+        let (code, body) = call("GET", "/api/v1/status").await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        let v: StatusView = serde_json::from_str(&body).expect("a status document");
+        assert_eq!(v.policy.state, "normal");
     }
 
     #[tokio::test(flavor = "current_thread")]

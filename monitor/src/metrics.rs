@@ -1,26 +1,46 @@
 //! `GET /metrics`: the latest sample, the policy, the history's counters and the agent's reaction times in the
-//! Prometheus text format (version 0.0.4), every family with HELP and TYPE, label values escaped.
+//! Prometheus text format (version 0.0.4), every family with HELP and TYPE, label values escaped. Written on a
+//! thread of its own, a bounded number of scrapes at a time.
 
 use crate::history::{names, History};
 use crate::reaction::{Counts, Kind, BOUNDS_NS};
 use crate::sampler::Published;
 use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use std::fmt::Write;
 use std::sync::Arc;
+use web::pool::{Gate, PoolError};
 
 /// The content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// `GET /metrics` over the history (which holds the latest sample too).
 pub fn router(history: Arc<History>) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(history)
+    let gate = Arc::new(Gate::new(THREADS, QUEUED));
+    Router::new()
+        .route("/metrics", get(move |State(h): State<Arc<History>>| metrics(h, gate.clone())))
+        .with_state(history)
 }
 
-async fn metrics(State(h): State<Arc<History>>) -> impl IntoResponse {
+/// Threads that write `/metrics` (hundreds of processes make it milliseconds of work), at nice 10.
+pub const THREADS: usize = 1;
+/// Scrapes waiting or being written past which the answer is 503 with `Retry-After`.
+pub const QUEUED: usize = 16;
+
+/// Written on the gate's thread, off the runtime that answers the probes.
+async fn metrics(h: Arc<History>, gate: Arc<Gate>) -> Response {
+    match gate.run(move || text(&h)).await {
+        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Err(e @ PoolError::Busy(_)) => crate::api::busy(&e),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// The whole text from the history and its latest sample.
+fn text(h: &History) -> String {
     let p = h.latest();
     let restarts = h.restarts();
     let launched = h.launched();
@@ -39,7 +59,7 @@ async fn metrics(State(h): State<Arc<History>>) -> impl IntoResponse {
         }
     }
     let names = names(&p, &launched);
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&p, &names, &extra))
+    render(&p, &names, &extra)
 }
 
 /// What the text holds beyond the sample.

@@ -3,6 +3,7 @@
 //! request; its thread carries on.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 /// The renders' nice value (0 is the agent's own): the kernel gives a thread at nice 10 about a tenth of the CPU
@@ -18,6 +19,8 @@ pub enum PoolError {
     NoThreads(String),
     #[error("the render failed")]
     Panicked,
+    #[error("{0} requests are already waiting for this answer")]
+    Busy(usize),
 }
 
 /// A fixed set of render threads taking jobs from one queue. Dropping it ends them once the queue is empty.
@@ -70,6 +73,46 @@ impl Pool {
     }
 }
 
+/// A [`Pool`] with a bound on the jobs waiting or running: past it a job is refused at once ([`PoolError::Busy`]),
+/// so a crowd on an endpoint costs a refusal each, never a queue that grows with it.
+pub struct Gate {
+    pool: Pool,
+    queued: Arc<AtomicUsize>,
+    max: usize,
+}
+
+/// Counts a job in [`Gate::queued`] until it has run (or is dropped unrun).
+struct Queued(Arc<AtomicUsize>);
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Gate {
+    /// `threads` threads at nice [`NICE`], at most `max` jobs waiting or running.
+    pub fn new(threads: usize, max: usize) -> Gate {
+        Gate { pool: Pool::new(threads), queued: Arc::new(AtomicUsize::new(0)), max }
+    }
+
+    /// Runs `f` on one of the gate's threads, or refuses it when `max` jobs are waiting or running.
+    pub async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T, PoolError> {
+        if self.queued.fetch_add(1, Ordering::Relaxed) >= self.max {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(PoolError::Busy(self.max));
+        }
+        // Counted until the job has run, even when the request that asked for it is gone.
+        let held = Queued(self.queued.clone());
+        self.pool
+            .run(move || {
+                let _held = held;
+                f()
+            })
+            .await
+    }
+}
+
 /// Lowers the calling thread's CPU priority to [`NICE`] (on Linux the nice value is per thread). Best effort: a
 /// thread left at the agent's priority still renders.
 fn lower_priority() {
@@ -92,5 +135,28 @@ mod tests {
         assert!(nice.expect("ran") >= NICE, "at nice {NICE} or lower (a test run under nice stays there)");
         assert!(matches!(pool.run(|| panic!("boom")).await, Err(PoolError::Panicked)));
         assert_eq!(pool.run(|| 7).await.expect("the thread carries on"), 7);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_gate_refuses_past_its_bound_and_counts_a_job_until_it_has_run() {
+        let gate = Arc::new(Gate::new(1, 2));
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let first = {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.run(move || wait.recv().is_ok()).await })
+        };
+        let second = {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.run(|| 2).await })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while gate.queued.load(Ordering::Relaxed) < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(matches!(gate.run(|| 3).await, Err(PoolError::Busy(2))), "the third is refused at once");
+        go.send(()).expect("release the first");
+        assert!(first.await.expect("joined").expect("ran"));
+        assert_eq!(second.await.expect("joined").expect("ran"), 2);
+        assert_eq!(gate.run(|| 4).await.expect("room again"), 4);
     }
 }
