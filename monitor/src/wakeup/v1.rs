@@ -27,29 +27,42 @@ const DENSE_FROM: f64 = 0.75;
 const DENSE_STEP: f64 = 0.005;
 const COARSE_STEP: f64 = 0.05;
 
+/// How far above each line the levels registered right after the lines reach, as a fraction of the limit: the
+/// usage crosses a line before the anonymous memory does (it counts page cache and kernel memory too), so these
+/// are the levels that wake the sampler when the anonymous memory itself crosses.
+const BAND_ABOVE_LINE: f64 = 0.03;
+
 /// The ladder of levels for `limit` and `lines` (fractions of the limit), in the order to register them (each
-/// registration takes an RCU grace period, so the whole ladder takes about a second): the lines first, then the
-/// dense levels above `usage` from the bottom up, then the coarse levels above it, then every level below it,
-/// nearest first. Unique, none at 0.
+/// registration takes an RCU grace period, so the whole ladder takes about a second, and a grower may come before
+/// it is all there): the lines above `usage` (highest first), then the dense levels just above each of them, then
+/// the other dense levels above `usage` from the bottom up, then the coarse levels above it, then every level
+/// below it, nearest first. Unique, none at 0.
 pub fn ladder(limit: u64, lines: &[f64], usage: u64) -> Vec<u64> {
-    let at = |f: f64| (limit as f64 * f) as u64;
+    let at = |f: f64| (limit as f64 * f).round() as u64;
     let coarse_n = (DENSE_FROM / COARSE_STEP).round() as u32;
     let coarse: Vec<u64> = (1..coarse_n).map(|i| at(f64::from(i) * COARSE_STEP)).collect();
     let dense_n = ((1.0 - DENSE_FROM) / DENSE_STEP).round() as u32;
     let dense: Vec<u64> = (0..=dense_n).map(|i| at(DENSE_FROM + f64::from(i) * DENSE_STEP)).collect();
-    let mut first: Vec<u64> = lines.iter().map(|&f| at(f)).filter(|&l| l > usage).collect();
-    first.sort_unstable();
-    let above = |v: &[u64]| v.iter().copied().filter(|&l| l > usage).collect::<Vec<u64>>();
-    let mut below: Vec<u64> = coarse
-        .iter()
-        .chain(dense.iter())
-        .chain(lines.iter().map(|&f| at(f)).collect::<Vec<_>>().iter())
-        .copied()
-        .filter(|&l| l <= usage)
-        .collect();
+    let mut by_line: Vec<f64> = lines.to_vec();
+    by_line.sort_by(|a, b| b.total_cmp(a));
+    let line_levels: Vec<u64> = by_line.iter().map(|&f| at(f)).collect();
+    let bands = by_line.iter().flat_map(|&f| {
+        let (lo, hi) = (at(f), at(f + BAND_ABOVE_LINE));
+        dense.iter().copied().filter(move |&l| l > lo && l <= hi)
+    });
+    let mut below: Vec<u64> =
+        coarse.iter().chain(dense.iter()).chain(line_levels.iter()).copied().filter(|&l| l <= usage).collect();
     below.sort_unstable_by(|a, b| b.cmp(a));
     let mut out = Vec::new();
-    for l in first.into_iter().chain(above(&dense)).chain(above(&coarse)).chain(below) {
+    let order = line_levels
+        .iter()
+        .copied()
+        .chain(bands.collect::<Vec<_>>())
+        .chain(dense.iter().copied())
+        .chain(coarse.iter().copied())
+        .filter(|&l| l > usage)
+        .chain(below);
+    for l in order {
         if l > 0 && !out.contains(&l) {
             out.push(l);
         }
@@ -200,17 +213,22 @@ mod tests {
         assert_eq!(l[0], 50 * MIB);
         assert_eq!(l[13], 700 * MIB);
         assert_eq!(l[14], 750 * MIB);
-        assert!(l.contains(&((limit as f64 * 0.8333) as u64)));
+        assert!(l.contains(&((limit as f64 * 0.8333).round() as u64)));
         assert_eq!(*l.last().expect("levels"), limit);
         assert!(l.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]
-    fn the_lines_first_then_the_dense_levels_then_the_rest() {
+    fn the_lines_first_then_the_band_above_each_then_the_rest() {
         let limit = 1000 * MIB;
         let l = ladder(limit, &[0.85, 0.92], 301 * MIB);
-        assert_eq!(&l[..4], &[850 * MIB, 920 * MIB, 750 * MIB, 755 * MIB], "{l:?}");
-        // The dense levels, then the coarse ones above the usage, then those below it, nearest first.
+        assert_eq!(&l[..2], &[920 * MIB, 850 * MIB], "the lines, highest first: {l:?}");
+        let band92: Vec<u64> = (1..=6).map(|k| (920 + 5 * k) * MIB).collect();
+        assert_eq!(&l[2..8], band92.as_slice(), "then 3% above the abort line: {l:?}");
+        let band85: Vec<u64> = (1..=6).map(|k| (850 + 5 * k) * MIB).collect();
+        assert_eq!(&l[8..14], band85.as_slice(), "then 3% above the refuse line: {l:?}");
+        assert_eq!(&l[14..16], &[750 * MIB, 755 * MIB], "then the dense levels from the bottom: {l:?}");
+        // The coarse ones above the usage, then those below it, nearest first.
         let first_coarse = l.iter().position(|&x| x < 750 * MIB).expect("coarse levels");
         assert_eq!(&l[first_coarse..first_coarse + 2], &[350 * MIB, 400 * MIB]);
         let first_below = l.iter().position(|&x| x <= 301 * MIB).expect("some below");
