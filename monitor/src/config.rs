@@ -557,11 +557,15 @@ impl Config {
             out.push(problem(&[Key("group"), Key("limit_bytes")], "must be above 0"));
         }
         let mut masters = 0;
+        // Names and ports seen so far: each process is checked against them in constant time, so a file of many
+        // processes validates in time linear in their number.
+        let mut names = std::collections::HashSet::with_capacity(self.processes.len());
+        let mut ports = std::collections::HashSet::with_capacity(self.processes.len());
         for (i, proc) in self.processes.iter().enumerate() {
             let at = |k: &'static str| [Key("process"), Index(i), Key(k)];
             if proc.name.is_empty() || !proc.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
                 out.push(problem(&at("name"), format!("{:?} must be letters, digits, - or _", proc.name)));
-            } else if self.processes[..i].iter().any(|o| o.name == proc.name) {
+            } else if !names.insert(proc.name.as_str()) {
                 out.push(problem(&at("name"), format!("{:?} is used twice", proc.name)));
             }
             match proc.role.as_str() {
@@ -574,7 +578,7 @@ impl Config {
             }
             if proc.port == 0 {
                 out.push(problem(&at("port"), "must be 1..=65535"));
-            } else if self.processes[..i].iter().any(|o| o.port == proc.port) {
+            } else if !ports.insert(proc.port) {
                 out.push(problem(&at("port"), format!("{} is used twice", proc.port)));
             }
             if !proc.health.starts_with('/') {

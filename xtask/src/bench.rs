@@ -9,8 +9,11 @@
 //!   nginx, counted by callgrind (bench_proxy_instr.rs): the one proxy figure other load cannot move.
 //! - `reaction`: the grower suite: a fast grower in a 512 MiB group, the agent's abort against the kernel's OOM
 //!   killer, timer vs events vs the brake, on this host (v1) and in the test VM (v2) (bench_reaction.rs).
+//! - `config`: `monitor check-config` on 100,000 `[[process]]` against 10,000 (bench_config.rs).
 
 // The benchmarks of other subsystems live beside this file; they are dispatched from here.
+#[path = "bench_config.rs"]
+mod bench_config;
 #[path = "bench_probes.rs"]
 mod bench_probes;
 #[path = "bench_proxy.rs"]
@@ -30,7 +33,7 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which benchmark: sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web.
+    /// Which benchmark: sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -46,9 +49,10 @@ pub fn run(args: Args) -> Result<()> {
         "proxy-instructions" => bench_proxy_instr::run(),
         "reaction" => bench_reaction::run(),
         "web" => bench_web::run(),
-        other => {
-            bail!("unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web)")
-        }
+        "config" => bench_config::run(),
+        other => bail!(
+            "unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config)"
+        ),
     }
 }
 
