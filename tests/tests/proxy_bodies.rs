@@ -2,7 +2,7 @@
 //! shorter or longer than its size gets 400 with a short body of the front door's own, and the process sees
 //! nothing of the request (the fixture's `/stats` counts every request its handler got). A malformed body longer
 //! than the front door holds gets 400 too, and never reaches the process as a complete request. Sound chunked
-//! bodies still go through whole.
+//! bodies still go through whole. A flood of malformed bodies writes at most a debug line a second.
 
 mod run_support;
 
@@ -39,7 +39,10 @@ fn a_malformed_chunked_body_gets_400_and_never_reaches_a_process() {
     }
     // No health checks after start-up: the processes' request counts move only with what the front door sends.
     let spec = Spec { workers: 1, process: "health_interval_ms = 0".into(), ..Spec::default() };
+    // The front door's debug lines, to count them (monitor run inherits this test's environment).
+    std::env::set_var("MONITOR_LOG", "info,monitor::proxy=debug");
     let run = Run::start("bodies", &spec);
+    let flood_started = std::time::Instant::now();
     let cases: &[(&str, &[u8])] = &[
         ("size zz", b"zz\r\nhello\r\n0\r\n\r\n"),
         ("size -5", b"-5\r\nhello\r\n0\r\n\r\n"),
@@ -85,6 +88,16 @@ fn a_malformed_chunked_body_gets_400_and_never_reaches_a_process() {
     assert!(answer.contains("malformed request body"), "{answer}");
     let (_, served_after) = counts(&run, 2);
     assert_eq!(served_after, served, "a process served a request whose body was malformed");
+
+    // A flood of them: at most a debug line a second about them.
+    for _ in 0..300 {
+        assert!(post_chunked(&run, b"zz\r\nhello\r\n0\r\n\r\n").starts_with("HTTP/1.1 400"));
+    }
+    let seconds = flood_started.elapsed().as_secs() + 1;
+    let err = run.stderr();
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("malformed request body")).collect();
+    assert!(!lines.is_empty() && lines.len() as u64 <= seconds + 1, "{} lines in {seconds} s: {lines:#?}", lines.len());
+    assert!(lines.iter().all(|l| l.contains("DEBUG")), "{lines:#?}");
 
     // Still serving, and none of this was logged as the processes' fault.
     assert_eq!(run.get("/r4/x", &[]).status, 200);
