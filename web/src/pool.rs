@@ -116,11 +116,17 @@ impl Gate {
 /// Lowers the calling thread's CPU priority to [`NICE`] (on Linux the nice value is per thread). Best effort: a
 /// thread left at the agent's priority still renders.
 fn lower_priority() {
-    // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes its nice value.
+    // SAFETY: setpriority on our own thread id only changes its nice value.
     unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE);
+        libc::setpriority(libc::PRIO_PROCESS, own_tid(), NICE);
     }
+}
+
+/// The calling thread's id, by the raw system call: the static musl build links libc's `gettid` wrapper as a null
+/// weak symbol, and calling it crashed the agent.
+fn own_tid() -> libc::id_t {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::id_t }
 }
 
 #[cfg(test)]
@@ -131,7 +137,7 @@ mod tests {
     async fn jobs_run_at_a_lower_priority_and_a_panic_is_an_error() {
         let pool = Pool::new(1);
         // SAFETY: getpriority on our own thread id reads its nice value.
-        let nice = pool.run(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }).await;
+        let nice = pool.run(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, own_tid()) }).await;
         assert!(nice.expect("ran") >= NICE, "at nice {NICE} or lower (a test run under nice stays there)");
         assert!(matches!(pool.run(|| panic!("boom")).await, Err(PoolError::Panicked)));
         assert_eq!(pool.run(|| 7).await.expect("the thread carries on"), 7);
