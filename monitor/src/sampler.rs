@@ -561,6 +561,11 @@ impl Sampler {
         self.last_sample = Instant::now();
         let snap = self.read();
         self.reopen = snap.is_err();
+        if self.reopen {
+            // The files of a removed group report a change at every poll: its wake-ups would wake the sampler
+            // without end. They are armed again when the group can be read again.
+            self.wakeups.suspend();
+        }
         snap
     }
 

@@ -174,6 +174,30 @@ impl Wakeups {
         self.thresholds.is_some()
     }
 
+    /// Drops every source while the group cannot be read (see [`rearm`](Self::rearm)).
+    pub fn suspend(&mut self) {
+        let armed: Vec<WakeupKind> = [
+            (WakeupKind::Thresholds, self.thresholds.is_some()),
+            (WakeupKind::Events, self.events.is_some()),
+            (WakeupKind::Pressure, self.pressure.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, on)| on.then_some(k))
+        .collect();
+        if armed.is_empty() {
+            return;
+        }
+        (self.thresholds, self.events, self.pressure) = (None, None, None);
+        let mut s = (*self.status).clone();
+        for k in armed {
+            s.off.retain(|o| o.source != k.as_str());
+            let reason = "the group cannot be read: armed again when it can".to_string();
+            s.off.push(WakeupOff { source: k.as_str().to_string(), reason });
+        }
+        self.status = Arc::new(s);
+        self.refresh_status();
+    }
+
     /// A source that failed: it is dropped, and the status says why.
     fn disarm(&mut self, kind: WakeupKind, reason: String) {
         tracing::warn!(source = kind.as_str(), "kernel wake-up disarmed: {reason}");

@@ -174,9 +174,12 @@ pub fn group_removed_under_the_agent() {
     let s =
         agent.wait_for(|s| s.pointer("/group/error").and_then(|e| e.as_str()).is_some_and(|e| !e.is_empty()), SETTLE);
     eprintln!("group.error after removal: {}", str_at(&s, "/group/error"));
-    // Still alive and answering a while later.
+    // Still alive and answering a while later: degraded, with the reason, but alive.
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(agent.get("/healthz").0, 200);
+    let (code, body) = agent.get("/healthz");
+    assert_eq!(code, 503, "/healthz while the group is gone: {body}");
+    assert!(body.contains("does not exist"), "/healthz names the reason: {body}");
+    assert_eq!(agent.get("/livez").0, 200);
     let s = agent.status();
     assert!(s.pointer("/group/error").and_then(|e| e.as_str()).is_some(), "error gone: {s:#}");
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", agent.pid())).unwrap_or_default();
