@@ -1,6 +1,8 @@
 //! HTTP edge cases at the front door, with real clients (raw sockets, curl) against the real `monitor run`: a raw
-//! backend in this test process stands in for the master (its command is `sleep`) so it can answer what no sane
-//! server would (101 unasked, garbage, a cut body, a stalled body) and show the exact bytes the proxy sent it.
+//! backend in this test process stands in for the master so it can answer what no sane server would (101 unasked,
+//! garbage, a cut body, a stalled body) and show the exact bytes the proxy sent it. The master's command is `sleep`,
+//! which inherits the raw backend's listening socket: the launcher marks a process ready only when the socket on its
+//! port is its own, and so it is.
 //! Covered: `Expect: 100-continue`, chunked bodies both ways, Content-Length with Transfer-Encoding, codings besides
 //! chunked, HEAD/204/304 on a kept-alive connection, `Connection: close` and the hop-by-hop fields it names,
 //! upgrades, absolute-form targets, Host, `OPTIONS *`, CONNECT, long URIs and many headers, a byte-by-byte client,
@@ -135,12 +137,8 @@ fn answer(path: &str, req: &[u8], out: &mut TcpStream) -> Option<()> {
     }
 }
 
-/// A raw HTTP/1.1 server on 127.0.0.1:`port`, one thread per connection, answering by path ([`answer`]).
-fn raw_backend(port: u16) -> Arc<Seen> {
-    let listener = match TcpListener::bind(("127.0.0.1", port)) {
-        Ok(l) => l,
-        Err(e) => panic!("raw backend on {port}: {e}"),
-    };
+/// A raw HTTP/1.1 server on `listener`, one thread per connection, answering by path ([`answer`]).
+fn raw_backend(listener: TcpListener) -> Arc<Seen> {
     let seen = Arc::new(Seen::default());
     let s = seen.clone();
     std::thread::spawn(move || {
@@ -172,15 +170,27 @@ fn raw_backend(port: u16) -> Arc<Seen> {
 /// `monitor run` whose master is the raw backend (paths under `/info/` go to it) and whose workers are fixtures
 /// (paths under `/r4/`).
 fn start_with_raw(name: &str, workers: usize, proxy: &str) -> (Run, Arc<Seen>) {
+    let listener = match TcpListener::bind(("127.0.0.1", 0)) {
+        Ok(l) => l,
+        Err(e) => panic!("raw backend: {e}"),
+    };
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("raw backend's port: {e}"));
+    // The socket passes through `monitor run` to the master's `sleep`, which holds it (and never accepts).
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    // SAFETY: clears FD_CLOEXEC on a socket this test owns; no memory is touched.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+        panic!("fcntl on the raw backend's socket: {}", std::io::Error::last_os_error());
+    }
     let spec = Spec {
         workers,
         // Paths under /r4/ go to the fixture workers only.
         proxy: format!("master_serves_tx = false\n{proxy}"),
         master_command: Some(vec!["sleep".into(), "600".into()]),
+        master_port: Some(port),
         ..Spec::default()
     };
     let run = launch(name, &spec);
-    let seen = raw_backend(run.ports[0]);
+    let seen = raw_backend(listener);
     run.wait_for("every process ready", |s| launcher(s).iter().all(|p| p["state"] == "ready"), TIMEOUT);
     (run, seen)
 }

@@ -40,6 +40,8 @@ pub struct Spec {
     pub own_group: bool,
     /// Whole sections (`[alerts]` …) added before the processes.
     pub extra: String,
+    /// The master's port, when the test holds a listener there already (see proxy_edge's raw backend).
+    pub master_port: Option<u16>,
 }
 
 impl Default for Spec {
@@ -56,6 +58,7 @@ impl Default for Spec {
             probes: false,
             own_group: false,
             extra: String::new(),
+            master_port: None,
         }
     }
 }
@@ -86,7 +89,9 @@ pub use monitor_tests::require_v1 as ready;
 pub fn launch(name: &str, spec: &Spec) -> Run {
     let cg = CgroupV1::create(name, Some(spec.limit_mib * MIB));
     let (proxy, web) = (free_port(), free_port());
-    let ports: Vec<u16> = (0..=spec.workers).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..=spec.workers)
+        .map(|i| if i == 0 { spec.master_port.unwrap_or_else(free_port) } else { free_port() })
+        .collect();
     let mut text = format!(
         "[group]\ncgroup = {:?}\n[policy]\n{}{}\n[probes]\nenabled = {}\n[web]\nlisten = \
          \"127.0.0.1:{web}\"\n[proxy]\nlisten = \"127.0.0.1:{proxy}\"\n{}\n{}\n",
