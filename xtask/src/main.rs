@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | build | demo | test | bench`.
+//! Project tasks: `cargo xtask setup | build | demo | test | bench | vmtest | fuzz`.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod build;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 mod util;
@@ -28,10 +29,12 @@ enum Task {
     Demo(demo::Args),
     /// Run every test (unit, integration, root and eBPF ones when allowed).
     Test(test::Args),
-    /// Benchmarks: `sampler`, `agent-cpu`.
+    /// Benchmarks: `sampler`, `agent-cpu`, `probes`, `proxy`, `proxy-instructions`, `reaction`, `web`, `config`.
     Bench(bench::Args),
     /// Run the in-VM suite on real cgroup v2 and Debian kernels 6.1 / 6.12 (qemu, software emulation).
     Vmtest(vmtest::Args),
+    /// Fuzz every parser of outside input for a bounded time (cargo-fuzz, nightly).
+    Fuzz(fuzz::Args),
 }
 
 fn main() -> Result<()> {
@@ -42,5 +45,6 @@ fn main() -> Result<()> {
         Task::Test(a) => test::run(a),
         Task::Bench(a) => bench::run(a),
         Task::Vmtest(a) => vmtest::run(a),
+        Task::Fuzz(a) => fuzz::run(a),
     }
 }

@@ -17,11 +17,15 @@ pub struct Mounts {
 
 impl Mounts {
     /// Parses mountinfo text. Assumes a cgroup2 mount offers memory; [`Mounts::read`] checks it.
-    /// Lines that do not parse are skipped (mountinfo comes from the kernel; a bad line must not stop the agent).
+    /// Lines that do not parse, or name a mount point that is not absolute, are skipped (mountinfo comes from the kernel; a bad line must not stop the agent).
     pub fn parse(mountinfo: &str) -> Mounts {
         let mut m = Mounts::default();
         for line in mountinfo.lines() {
             let Ok(info) = procfs::process::MountInfo::from_line(line) else { continue };
+            // The kernel writes mount points as absolute paths; anything else is not a mountinfo line to trust.
+            if !info.mount_point.is_absolute() {
+                continue;
+            }
             match info.fs_type.as_str() {
                 "cgroup" if info.super_options.contains_key("memory") => {
                     m.v1_memory.get_or_insert(info.mount_point);
@@ -101,6 +105,13 @@ mod tests {
         let m = Mounts::parse(include_str!("../../../tests/fixtures/proc/v2-only.mountinfo"));
         assert_eq!(m.v1_memory, None);
         assert_eq!(m.v2_memory, Some(PathBuf::from("/sys/fs/cgroup")));
+    }
+
+    #[test]
+    fn a_mount_point_that_is_not_absolute_is_skipped() {
+        // Found by the mounts_and_paths fuzz target: a group located under a relative mount point is outside it.
+        let m = Mounts::parse("30 22 0:26 / sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+        assert_eq!(m.v2, None);
     }
 
     #[test]

@@ -1,0 +1,20 @@
+//! cgroup files as the kernel might write them, or not: v1 `memory.stat`, v2 `memory.stat` and `memory.max`, the
+//! OOM counters' keyed files, and `cgroup.procs`. None may panic; what parses reads back.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use monitor::cgroup::{parse_procs, v1, v2};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok(s) = v1::parse_memory_stat(text) {
+        assert!(s.limit_bytes.is_none_or(|l| l < v1::UNLIMITED_FROM));
+    }
+    let _ = v2::parse_anon(text);
+    let _ = v2::parse_memory_max(text);
+    let _ = v2::keyed(text, "oom_kill");
+    let mut pids = Vec::new();
+    if parse_procs(text, &mut pids).is_ok() {
+        assert!(pids.len() <= text.lines().count());
+    }
+});
