@@ -119,3 +119,116 @@ fn wait_status(web: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) -> Va
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `monitor run` on cgroup v2 reacts in time: a worker grows inside one request to 700 MiB, as fast as it can, in a
+/// 512 MiB group the run creates. The front door cancels that request (the memory guard's 503) before the kernel's
+/// OOM killer acts (`memory.events` `oom_kill` stays 0), the worker frees what it grew and is not restarted, and
+/// the other worker's requests that were let in all succeed.
+pub fn run_cancels_a_request_growing_past_the_limit() {
+    let cg = Path::new("/sys/fs/cgroup").join(format!("monitor-test-grow-{}", std::process::id()));
+    assert!(!cg.exists(), "{} exists already", cg.display());
+    let (proxy, web) = (free_port(), free_port());
+    let ports = [free_port(), free_port(), free_port()];
+    let fixture = bin_dir().join("fixture-backend");
+    let mut config = format!(
+        "[group]\ncgroup = {:?}\ncreate = true\nlimit_bytes = {}\n[probes]\nenabled = false\n\
+         [web]\nlisten = \"127.0.0.1:{web}\"\n[proxy]\nlisten = \"127.0.0.1:{proxy}\"\nmaster_serves_tx = false\n\
+         drain_timeout_s = 5\nstop_grace_s = 2\n",
+        cg.display().to_string(),
+        512u64 << 20
+    );
+    for (i, (name, role)) in [("m0", "master"), ("tx1", "worker"), ("tx2", "worker")].iter().enumerate() {
+        config.push_str(&format!(
+            "[[process]]\nname = \"{name}\"\nrole = \"{role}\"\ncommand = [{:?}, \"--name\", \"{name}\", \"--port\", \
+             \"{port}\"]\nport = {port}\nstart_timeout_s = 30\n",
+            fixture.display().to_string(),
+            port = ports[i]
+        ));
+    }
+    let file = std::env::temp_dir().join("monitor-run-grow-v2.toml");
+    std::fs::write(&file, config).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut cmd = Command::new(bin_dir().join("monitor"));
+    cmd.arg("run").arg("--config").arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    let mut run = ChildGuard::spawn(&mut cmd);
+    let web = SocketAddr::from(([127, 0, 0, 1], web));
+    let proxy = SocketAddr::from(([127, 0, 0, 1], proxy));
+    wait_status(web, "three processes ready", |s| {
+        let l = s.pointer("/launcher").and_then(Value::as_array);
+        l.is_some_and(|l| l.len() == 3 && l.iter().all(|p| p["state"] == "ready"))
+    });
+    let oom_kills = || {
+        let text = std::fs::read_to_string(cg.join("memory.events")).unwrap_or_default();
+        monitor_tests::cgroup::parse_stat(&text, "oom_kill").unwrap_or_else(|| panic!("no oom_kill in {text:?}"))
+    };
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        http::request(proxy, "GET", path, headers, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("GET {path} via the proxy: {e}"))
+    };
+    let served_by = |r: &http::Response| r.header("x-served-by").unwrap_or("<none>").to_string();
+    let cache_id_of = |name: &str| {
+        (0..40)
+            .map(|_| get("/r4/x?cache=start", &[]))
+            .find(|r| served_by(r) == name)
+            .and_then(|r| r.header("x-cache-id").map(str::to_string))
+            .unwrap_or_else(|| panic!("{name} never issued a cache id"))
+    };
+    let (tx1, tx2) = (cache_id_of("tx1"), cache_id_of("tx2"));
+    let kills = oom_kills();
+
+    // One client keeps tx2 busy with 100 ms requests through the episode.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut ok, mut shed, mut failed) = (0u64, 0u64, Vec::new());
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                let r =
+                    http::request(proxy, "GET", "/r4/x?sleep_ms=100", &[("X-Cache-Id", &tx2)], Duration::from_secs(30));
+                match r {
+                    Ok(r) if r.status == 200 => ok += 1,
+                    Ok(r)
+                        if r.status == 503 && r.text().starts_with("memory guard:") && r.text().contains("refuses") =>
+                    {
+                        shed += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Ok(r) => failed.push(format!("{}: {}", r.status, r.text())),
+                    Err(e) => failed.push(e),
+                }
+            }
+            (ok, shed, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let t0 = Instant::now();
+    let grow = get("/r4/x?grow_mib=700", &[("X-Cache-Id", &tx1)]);
+    let took = t0.elapsed();
+    assert_eq!(grow.status, 503, "the growing request is cancelled: {}", grow.text());
+    assert!(grow.text().starts_with("memory guard:"), "{}", grow.text());
+    assert_eq!(oom_kills(), kills, "the kernel's OOM killer acted");
+    let s = wait_status(web, "normal again", |s| s.pointer("/policy/state").and_then(Value::as_str) == Some("normal"));
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, shed, failed) = client.join().unwrap_or_else(|_| panic!("the client thread panicked"));
+    let tx1_state = s["launcher"].as_array().and_then(|l| l.iter().find(|p| p["name"] == "tx1")).cloned();
+    let tx1_state = tx1_state.unwrap_or_else(|| panic!("no tx1 in the launcher:\n{s:#}"));
+    assert_eq!(tx1_state["restarts"], 0, "tx1 was not restarted: {tx1_state}");
+    println!(
+        "grow request cancelled after {took:?}; tx2's client: {ok} ok, {shed} shed while refusing, {} failed",
+        failed.len()
+    );
+    assert!(ok >= 5, "tx2's client got too few answers to judge: {ok} ok, {failed:?}");
+    assert!(ok as f64 >= 0.99 * (ok + failed.len() as u64) as f64, "tx2's requests let in must succeed: {failed:?}");
+
+    if let Ok(pid) = libc::pid_t::try_from(run.pid()) {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our un-reaped child.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while run.try_wait().ok().flatten().is_none() {
+        assert!(Instant::now() < deadline, "monitor run did not exit within 30 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!cg.exists(), "{} was not removed", cg.display());
+}

@@ -31,6 +31,7 @@ const TESTS: &[(&str, fn())] = &[
     ("fixture_backend_counts_exactly", traffic::fixture_backend_counts_exactly),
     ("configured_hooks_have_no_fallback", traffic::configured_hooks_have_no_fallback),
     ("run_creates_the_group_and_serves", front_door::run_creates_the_group_and_serves),
+    ("run_cancels_a_request_growing_past_the_limit", front_door::run_cancels_a_request_growing_past_the_limit),
     ("fast_grower_signalled_before_the_limit", reaction::fast_grower_signalled_before_the_limit),
     ("brake_set_and_restored", reaction::brake_set_and_restored),
     ("grower_ignoring_the_signal_is_counted", reaction::grower_ignoring_the_signal_is_counted),
