@@ -15,33 +15,8 @@ use std::time::{Duration, Instant};
 const REQUESTS: u64 = 20;
 
 pub fn run_creates_the_group_and_serves() {
-    let cg = Path::new("/sys/fs/cgroup").join(format!("monitor-test-run-{}", std::process::id()));
-    assert!(!cg.exists(), "{} exists already", cg.display());
-    let (proxy, web) = (free_port(), free_port());
-    let ports = [free_port(), free_port()];
-    let fixture = bin_dir().join("fixture-backend");
-    let mut config = format!(
-        "[group]\ncgroup = {:?}\ncreate = true\nlimit_bytes = {}\n[policy]\ninterval_ms = 50\n\
-         [web]\nlisten = \"127.0.0.1:{web}\"\n[proxy]\nlisten = \"127.0.0.1:{proxy}\"\ndrain_timeout_s = 5\n\
-         stop_grace_s = 2\n",
-        cg.display().to_string(),
-        256u64 << 20
-    );
-    for (i, (name, role)) in [("m0", "master"), ("tx1", "worker")].iter().enumerate() {
-        config.push_str(&format!(
-            "[[process]]\nname = \"{name}\"\nrole = \"{role}\"\ncommand = [{:?}, \"--name\", \"{name}\", \"--port\", \
-             \"{port}\"]\nport = {port}\nstart_timeout_s = 30\n",
-            fixture.display().to_string(),
-            port = ports[i]
-        ));
-    }
-    let file = std::env::temp_dir().join("monitor-run-v2.toml");
-    std::fs::write(&file, config).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let mut cmd = Command::new(bin_dir().join("monitor"));
-    cmd.arg("run").arg("--config").arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
-    let mut run = ChildGuard::spawn(&mut cmd);
-    let web = SocketAddr::from(([127, 0, 0, 1], web));
-    let proxy = SocketAddr::from(([127, 0, 0, 1], proxy));
+    let V2Run { cg, proxy, web, mut run } =
+        start_run("run", 256, "[policy]\ninterval_ms = 50\n", &[("m0", "master"), ("tx1", "worker")]);
 
     let ready = wait_status(web, "both processes ready", |s| {
         let l = s.pointer("/launcher").and_then(Value::as_array);
@@ -104,6 +79,52 @@ pub fn run_creates_the_group_and_serves() {
     }
 }
 
+/// A `monitor run` started on cgroup v2, with the group it creates and its addresses.
+struct V2Run {
+    cg: std::path::PathBuf,
+    proxy: SocketAddr,
+    web: SocketAddr,
+    run: ChildGuard,
+}
+
+/// Starts `monitor run` creating the group `monitor-test-<name>-<pid>` with a `limit_mib` limit, fixture backends
+/// as `processes` (name, role), and `extra` config (whole sections, or lines of `[proxy]` after a `[proxy]` header:
+/// the front door's own `[proxy]` lines come last); waits until every process is ready.
+fn start_run(name: &str, limit_mib: u64, extra: &str, processes: &[(&str, &str)]) -> V2Run {
+    let cg = Path::new("/sys/fs/cgroup").join(format!("monitor-test-{name}-{}", std::process::id()));
+    assert!(!cg.exists(), "{} exists already", cg.display());
+    let (proxy, web) = (free_port(), free_port());
+    let fixture = bin_dir().join("fixture-backend");
+    let mut config = format!(
+        "[group]\ncgroup = {:?}\ncreate = true\nlimit_bytes = {}\n[web]\nlisten = \"127.0.0.1:{web}\"\n{extra}",
+        cg.display().to_string(),
+        limit_mib << 20
+    );
+    if !extra.contains("[proxy]") {
+        config.push_str("[proxy]\n");
+    }
+    config.push_str(&format!("listen = \"127.0.0.1:{proxy}\"\ndrain_timeout_s = 5\nstop_grace_s = 2\n"));
+    for (name, role) in processes {
+        let port = free_port();
+        config.push_str(&format!(
+            "[[process]]\nname = \"{name}\"\nrole = \"{role}\"\ncommand = [{:?}, \"--name\", \"{name}\", \"--port\", \
+             \"{port}\"]\nport = {port}\nstart_timeout_s = 30\n",
+            fixture.display().to_string(),
+        ));
+    }
+    let file = std::env::temp_dir().join(format!("monitor-run-{name}-v2.toml"));
+    std::fs::write(&file, config).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut cmd = Command::new(bin_dir().join("monitor"));
+    cmd.arg("run").arg("--config").arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    let run = ChildGuard::spawn(&mut cmd);
+    let (web, proxy) = (SocketAddr::from(([127, 0, 0, 1], web)), SocketAddr::from(([127, 0, 0, 1], proxy)));
+    wait_status(web, "every process ready", |s| {
+        let l = s.pointer("/launcher").and_then(Value::as_array);
+        l.is_some_and(|l| l.len() == processes.len() && l.iter().all(|p| p["state"] == "ready"))
+    });
+    V2Run { cg, proxy, web, run }
+}
+
 /// Polls `/api/v1/status` until `pred` holds.
 fn wait_status(web: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + SETTLE;
@@ -125,37 +146,9 @@ fn wait_status(web: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) -> Va
 /// OOM killer acts (`memory.events` `oom_kill` stays 0), the worker frees what it grew and is not restarted, and
 /// the other worker's requests that were let in all succeed.
 pub fn run_cancels_a_request_growing_past_the_limit() {
-    let cg = Path::new("/sys/fs/cgroup").join(format!("monitor-test-grow-{}", std::process::id()));
-    assert!(!cg.exists(), "{} exists already", cg.display());
-    let (proxy, web) = (free_port(), free_port());
-    let ports = [free_port(), free_port(), free_port()];
-    let fixture = bin_dir().join("fixture-backend");
-    let mut config = format!(
-        "[group]\ncgroup = {:?}\ncreate = true\nlimit_bytes = {}\n[probes]\nenabled = false\n\
-         [web]\nlisten = \"127.0.0.1:{web}\"\n[proxy]\nlisten = \"127.0.0.1:{proxy}\"\nmaster_serves_tx = false\n\
-         drain_timeout_s = 5\nstop_grace_s = 2\n",
-        cg.display().to_string(),
-        512u64 << 20
-    );
-    for (i, (name, role)) in [("m0", "master"), ("tx1", "worker"), ("tx2", "worker")].iter().enumerate() {
-        config.push_str(&format!(
-            "[[process]]\nname = \"{name}\"\nrole = \"{role}\"\ncommand = [{:?}, \"--name\", \"{name}\", \"--port\", \
-             \"{port}\"]\nport = {port}\nstart_timeout_s = 30\n",
-            fixture.display().to_string(),
-            port = ports[i]
-        ));
-    }
-    let file = std::env::temp_dir().join("monitor-run-grow-v2.toml");
-    std::fs::write(&file, config).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let mut cmd = Command::new(bin_dir().join("monitor"));
-    cmd.arg("run").arg("--config").arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
-    let mut run = ChildGuard::spawn(&mut cmd);
-    let web = SocketAddr::from(([127, 0, 0, 1], web));
-    let proxy = SocketAddr::from(([127, 0, 0, 1], proxy));
-    wait_status(web, "three processes ready", |s| {
-        let l = s.pointer("/launcher").and_then(Value::as_array);
-        l.is_some_and(|l| l.len() == 3 && l.iter().all(|p| p["state"] == "ready"))
-    });
+    let processes = [("m0", "master"), ("tx1", "worker"), ("tx2", "worker")];
+    let extra = "[probes]\nenabled = false\n[proxy]\nmaster_serves_tx = false\n";
+    let V2Run { cg, proxy, web, mut run } = start_run("grow", 512, extra, &processes);
     let oom_kills = || {
         let text = std::fs::read_to_string(cg.join("memory.events")).unwrap_or_default();
         monitor_tests::cgroup::parse_stat(&text, "oom_kill").unwrap_or_else(|| panic!("no oom_kill in {text:?}"))
