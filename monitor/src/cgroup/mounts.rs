@@ -22,8 +22,12 @@ impl Mounts {
         let mut m = Mounts::default();
         for line in mountinfo.lines() {
             let Ok(info) = procfs::process::MountInfo::from_line(line) else { continue };
-            // The kernel writes mount points as absolute paths; anything else is not a mountinfo line to trust.
-            if !info.mount_point.is_absolute() {
+            // The kernel writes mount points as absolute, canonical paths; anything else is not a line to trust.
+            let canonical = info
+                .mount_point
+                .components()
+                .all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+            if !info.mount_point.is_absolute() || !canonical {
                 continue;
             }
             match info.fs_type.as_str() {
@@ -111,6 +115,9 @@ mod tests {
     fn a_mount_point_that_is_not_absolute_is_skipped() {
         // Found by the mounts_and_paths fuzz target: a group located under a relative mount point is outside it.
         let m = Mounts::parse("30 22 0:26 / sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+        assert_eq!(m.v2, None);
+        // Nor one that climbs: a group under it would not start with it.
+        let m = Mounts::parse("30 22 0:26 / /a/../sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
         assert_eq!(m.v2, None);
     }
 
