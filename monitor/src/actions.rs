@@ -131,23 +131,12 @@ pub enum ActionError {
 /// start time of the process behind it is compared with the sampled one.
 pub fn send(to: ProcId, signal: i32) -> Result<(), ActionError> {
     let pid = to.pid;
-    // SAFETY: pidfd_open takes a pid and flags; the result is a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(ActionError::Open { pid, source: std::io::Error::last_os_error() });
-    }
-    // SAFETY: a fresh fd we own.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    let fd = crate::pidfd::open(pid).map_err(|source| ActionError::Open { pid, source })?;
     let start = crate::procs::start_ticks(pid).map_err(|msg| ActionError::StartTime { pid, msg })?;
     if start != to.start_ticks {
         return Err(ActionError::Reused { pid });
     }
-    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-    // SAFETY: a pidfd we own, a valid signal number, no siginfo.
-    let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, raw, signal, std::ptr::null::<libc::siginfo_t>(), 0) };
-    if r < 0 {
-        return Err(ActionError::Send { pid, source: std::io::Error::last_os_error() });
-    }
+    crate::pidfd::send_signal(&fd, signal).map_err(|source| ActionError::Send { pid, source })?;
     Ok(())
 }
 

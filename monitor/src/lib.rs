@@ -14,6 +14,7 @@ pub mod history;
 pub mod launcher;
 pub mod metrics;
 pub mod pacing;
+pub mod pidfd;
 pub mod policy;
 pub mod probes;
 pub mod procs;

@@ -97,7 +97,7 @@ impl Descendants {
         let mut held = Vec::new();
         for pid in members(dir)? {
             if pid != me && ours.contains(&pid) {
-                if let Some(fd) = pidfd(pid) {
+                if let Ok(fd) = crate::pidfd::open(pid) {
                     held.push((pid, fd));
                 }
             }
@@ -121,70 +121,24 @@ impl Descendants {
 
     /// SIGKILLs every held process still running; how many were.
     pub fn kill(self) -> usize {
-        use std::os::fd::AsRawFd;
-        self.0
-            .iter()
-            .filter(|(_, fd)| {
-                // SAFETY: a pidfd we own, a valid signal number, no siginfo.
-                let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_pidfd_send_signal,
-                        fd.as_raw_fd(),
-                        libc::SIGKILL,
-                        std::ptr::null::<libc::siginfo_t>(),
-                        0,
-                    )
-                };
-                r == 0
-            })
-            .count()
+        self.0.iter().filter(|(_, fd)| crate::pidfd::send_signal(fd, libc::SIGKILL).is_ok()).count()
     }
-}
-
-/// A pidfd on `pid` (None when it is gone or pidfds are unavailable).
-fn pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
-    let raw = libc::pid_t::try_from(pid).ok()?;
-    // SAFETY: pidfd_open takes a pid and flags; the result is a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
-    let fd = i32::try_from(fd).ok().filter(|&fd| fd >= 0)?;
-    // SAFETY: a new fd that nothing else owns.
-    Some(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// SIGKILLs `pid` if, through a pidfd opened on it, it is still a member of the group `dir`. True when signalled.
 fn signal_member(dir: &Path, pid: u32) -> bool {
-    let Ok(raw) = libc::pid_t::try_from(pid) else { return false };
-    // SAFETY: pidfd_open takes a pid and flags; the result is a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
-    if fd < 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ENOSYS) {
-            // A kernel without pidfds (before 5.3): the membership check just made is the best there is.
-            return members(dir).is_ok_and(|m| m.binary_search(&pid).is_ok())
-                // SAFETY: kill has no memory-safety preconditions.
-                && unsafe { libc::kill(raw, libc::SIGKILL) } == 0;
+    let listed = || members(dir).is_ok_and(|m| m.binary_search(&pid).is_ok());
+    match crate::pidfd::open(pid) {
+        // The pidfd names one process for good: if the pid is listed in the group now, it is that process.
+        Ok(fd) => listed() && crate::pidfd::send_signal(&fd, libc::SIGKILL).is_ok(),
+        // A kernel without pidfds (before 5.3): the membership check just made is the best there is.
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let Ok(raw) = libc::pid_t::try_from(pid) else { return false };
+            // SAFETY: kill has no memory-safety preconditions.
+            listed() && unsafe { libc::kill(raw, libc::SIGKILL) } == 0
         }
-        return false;
+        Err(_) => false,
     }
-    let Ok(fd) = i32::try_from(fd) else { return false };
-    // SAFETY: a new fd that nothing else owns.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    // The pidfd names one process for good: if the pid is listed in the group now, it is that process.
-    if !members(dir).is_ok_and(|m| m.binary_search(&pid).is_ok()) {
-        return false;
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: a pidfd we own, a valid signal number, no siginfo.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    r == 0
 }
 
 /// Removes the group `dir` and every cgroup below it (deepest first), trying again until it is gone or `timeout`
