@@ -295,9 +295,7 @@ impl Tracer {
         if tx.send((pid, ack)).is_err() {
             return;
         }
-        let one = 1u64;
-        // SAFETY: writing 8 bytes from a u64 to an eventfd we share ownership of.
-        unsafe { libc::write(efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        crate::wakeup::eventfd::ring(efd);
         let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
     }
 }
@@ -410,17 +408,13 @@ impl Sampler {
         if self.probes.is_none() {
             return Tracer::none();
         }
-        // SAFETY: eventfd takes an initial value and flags; the result is a new fd or -1.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if raw < 0 {
-            tracing::warn!(
-                "eventfd: {}: new processes are traced from their first sample",
-                std::io::Error::last_os_error()
-            );
-            return Tracer::none();
-        }
-        // SAFETY: a fresh fd we own.
-        let efd = Arc::new(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+        let efd = match crate::wakeup::eventfd::new() {
+            Ok(fd) => Arc::new(fd),
+            Err(e) => {
+                tracing::warn!("eventfd: {e}: new processes are traced from their first sample");
+                return Tracer::none();
+            }
+        };
         let (tx, rx) = mpsc::channel();
         self.early = Some((rx, efd.clone()));
         Tracer(Some((tx, efd)))
@@ -437,9 +431,7 @@ impl Sampler {
     /// Serves the [`Tracer`] requests waiting.
     fn serve_tracer(&mut self) {
         let Some((rx, efd)) = &self.early else { return };
-        let mut v = 0u64;
-        // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd we own a share of.
-        unsafe { libc::read(efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        crate::wakeup::eventfd::take(efd);
         let mut waiting = Vec::new();
         loop {
             match rx.try_recv() {

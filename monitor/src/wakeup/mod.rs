@@ -67,6 +67,7 @@ pub struct WakeupOff {
     pub reason: String,
 }
 
+pub mod eventfd;
 pub mod v1;
 pub mod v2;
 

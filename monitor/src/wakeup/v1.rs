@@ -15,7 +15,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -144,13 +144,7 @@ impl Thresholds {
 
     /// A new eventfd, its levels registered by a thread of its own.
     fn start(&self, limit: u64, levels: Vec<u64>) -> Result<Armed, String> {
-        // SAFETY: eventfd takes an initial value and flags; the result is a new fd or -1.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if raw < 0 {
-            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh fd we own.
-        let efd = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
+        let efd = Arc::new(super::eventfd::new().map_err(|e| format!("eventfd: {e}"))?);
         let (control, usage, fd, dir) = (self.control.clone(), self.usage.clone(), efd.clone(), self.dir.clone());
         let arming = std::thread::Builder::new()
             .name("thresholds".into())
@@ -169,14 +163,8 @@ impl Thresholds {
 
     /// Reads the eventfds' counters (resetting them): whether a level fired since the last call.
     pub fn fired(&self) -> bool {
-        let mut any = false;
-        for fd in self.fds() {
-            let mut v = 0u64;
-            // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd we own.
-            let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
-            any |= n == 8 && v > 0;
-        }
-        any
+        // Every counter is read, so that none stays set.
+        self.current.iter().chain(self.next.iter()).fold(false, |any, a| super::eventfd::take(&a.efd) | any)
     }
 }
 
