@@ -2,7 +2,8 @@
 //! run (`cargo xtask bench sampler`). Needs root (it creates a v1 memory cgroup); otherwise it says why and stops.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use monitor::cgroup::{pread_all, Group};
+use monitor::cgroup::Group;
+use monitor::kernfile::pread_all;
 use monitor::sampler::Sampler;
 use monitor::snapshot::CgroupVersion;
 use monitor_tests::{spawn_in_cgroup, CgroupV1, ChildGuard};

@@ -13,9 +13,9 @@
 
 use criterion::Criterion;
 use monitor::config::StatsConfig;
+use monitor::feed::{ProbeStatus, Published};
 use monitor::history::{self, HistoryHandle, Inputs};
 use monitor::policy::{decide, PolicyState, Thresholds};
-use monitor::sampler::{self, ProbeStatus, Published};
 use monitor::snapshot::{CgroupVersion, GroupSample, LimitSource, ProcSample, Snapshot, Traffic};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -103,7 +103,7 @@ impl Feed {
             decision,
             probes: ProbeStatus { enabled: true, reason: None, hooks: Some("sock".into()) },
             error: None,
-            wake: monitor::wakeup::Wake::timer(),
+            wake: monitor::feed::Wake::timer(),
             wakeups: Default::default(),
             brake: None,
             next_sample_ms: 100,
@@ -122,10 +122,10 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Feeds 24 h of samples, ending now, through the real history.
-fn fill(rt: &tokio::runtime::Runtime, stats: &StatsConfig) -> (HistoryHandle, sampler::Feed) {
+fn fill(rt: &tokio::runtime::Runtime, stats: &StatsConfig) -> (HistoryHandle, monitor::feed::Feed) {
     let start_s = now_s() - DAY_S;
     let mut feed = Feed::new(start_s);
-    let (tx, rx) = sampler::Feed::new(feed.sample(0));
+    let (tx, rx) = monitor::feed::Feed::new(feed.sample(0));
     let handle = rt.block_on(async {
         let handle = history::spawn(rx, tx.subscribe("history"), stats, Thresholds::default(), Inputs::default());
         tokio::task::yield_now().await;

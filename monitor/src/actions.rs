@@ -18,9 +18,9 @@
 //! wake-up of the sample that decided it into [`Reactions`] (`monitor_reaction_seconds`).
 
 use crate::config::ActionsConfig;
+use crate::feed::{Published, Samples};
 use crate::policy::{Action, ProcId};
 use crate::reaction::{Kind, Reactions};
-use crate::sampler::{Published, Samples};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;

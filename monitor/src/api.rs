@@ -4,12 +4,11 @@
 //! the connections a client can hold, so a crowd of idle ones never locks out a probe; the status document is built
 //! on a thread of its own, a bounded number at a time, so a crowd asking for it never delays a probe either.
 
-use crate::brake::BrakeStatus;
+use crate::feed::{BrakeStatus, ProbeStatus, Published, WakeupOff};
 use crate::launcher::LauncherInfo;
 use crate::policy::{Action, ProcId, Thresholds};
-use crate::sampler::{ProbeStatus, Published};
-use crate::snapshot::{CgroupVersion, LimitSource, ProcSample};
-use crate::wakeup::WakeupOff;
+use crate::reply::{busy, error, method_not_allowed};
+use crate::snapshot::{infer_roles, CgroupVersion, LimitSource};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
@@ -91,11 +90,6 @@ pub fn router(state: ApiState) -> Router {
 /// Any path no route serves (also under the routers merged into this one): 404 with a JSON body naming it.
 async fn not_found(uri: axum::http::Uri) -> Response {
     error(StatusCode::NOT_FOUND, format!("no such path: {}", uri.path()))
-}
-
-/// A known path asked with a method it does not take: 405 with a JSON body (GET and HEAD are what it serves).
-pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    error(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not served on {}: use GET", uri.path()))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -181,26 +175,6 @@ pub struct ProcessView {
 pub struct SampleView {
     pub seq: u64,
     pub unix_ms: u64,
-}
-
-/// Roles inferred from the process tree: a process whose parent is outside the group and that has children in
-/// it is the `master`; a process whose parent is in the group is a `worker`; any other is a `process`.
-pub fn infer_roles(procs: &[ProcSample]) -> Vec<&'static str> {
-    // Sets, not scans: a group of hundreds of processes is read ten times a second.
-    let pids: std::collections::HashSet<u32> = procs.iter().map(|p| p.pid).collect();
-    let parents: std::collections::HashSet<u32> = procs.iter().map(|p| p.ppid).collect();
-    procs
-        .iter()
-        .map(|p| {
-            if pids.contains(&p.ppid) {
-                "worker"
-            } else if parents.contains(&p.pid) {
-                "master"
-            } else {
-                "process"
-            }
-        })
-        .collect()
 }
 
 fn version(v: CgroupVersion) -> &'static str {
@@ -300,13 +274,6 @@ fn full_status(st: &ApiState) -> StatusView {
     view
 }
 
-/// The answer to a request its gate refused: 503 with `Retry-After` and the reason as JSON.
-pub fn busy(e: &web::pool::PoolError) -> Response {
-    let mut resp = error(StatusCode::SERVICE_UNAVAILABLE, format!("busy: {e}; try again shortly"));
-    resp.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
-    resp
-}
-
 /// Built on the status gate's thread, off the runtime that answers the probes.
 async fn status(st: ApiState, gate: Arc<Gate>) -> Response {
     match gate.run(move || serde_json::to_vec(&full_status(&st))).await {
@@ -329,10 +296,6 @@ pub struct DecisionView {
     pub decided: Action,
     pub state: String,
     pub shadow: bool,
-}
-
-fn error(code: StatusCode, msg: String) -> Response {
-    (code, Json(serde_json::json!({ "error": msg }))).into_response()
 }
 
 async fn decision(State(st): State<ApiState>, Query(q): Query<DecisionQuery>) -> Response {

@@ -8,7 +8,7 @@
 //! group created again never gets a stale record applied. A `memory.high` that no longer holds what the record says
 //! was changed by someone else since, and is left to them.
 
-use serde::Serialize;
+use crate::feed::BrakeStatus;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -17,26 +17,6 @@ use std::path::{Path, PathBuf};
 /// The extended attribute holding the record on the group's directory.
 pub const RECORD_XATTR: &str = "user.monitor.brake";
 const RECORD_NAME: &CStr = c"user.monitor.brake";
-
-/// The brake as the API and the home page show it.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct BrakeStatus {
-    /// `[policy] brake_at`: the fraction of the limit `memory.high` is set at.
-    pub at: f64,
-    /// The `memory.high` the agent has set, in bytes (None while it could not be set).
-    pub high_bytes: Option<u64>,
-    /// The group's `memory.high` before the agent set it (`max` or bytes), put back on exit.
-    pub previous: String,
-    /// Why the brake is not set, when it is not.
-    pub error: Option<String>,
-    /// Why `memory.high` was left as it is, when the group's own value is at or below the brake.
-    #[serde(default)]
-    pub note: Option<String>,
-    /// Set when the record cannot be kept (extended attributes refused): the brake works, but a value left behind by
-    /// a SIGKILLed agent would not be put back at the next start.
-    #[serde(default)]
-    pub warning: Option<String>,
-}
 
 impl BrakeStatus {
     /// The status of a brake that could not be engaged at all.

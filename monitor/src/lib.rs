@@ -10,7 +10,9 @@ pub mod brake;
 pub mod cgroup;
 pub mod client;
 pub mod config;
+pub mod feed;
 pub mod history;
+pub mod kernfile;
 pub mod launcher;
 pub mod metrics;
 pub mod pacing;
@@ -20,6 +22,7 @@ pub mod probes;
 pub mod procs;
 pub mod proxy;
 pub mod reaction;
+pub mod reply;
 pub mod report;
 pub mod route;
 pub mod run;
@@ -29,3 +32,6 @@ pub mod sockets;
 pub mod table;
 pub mod token;
 pub mod wakeup;
+
+#[cfg(test)]
+mod layering;

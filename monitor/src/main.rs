@@ -155,7 +155,7 @@ fn agent(a: AgentArgs) -> Result<()> {
         .context("starting the runtime")?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
-        let (feed, rx) = sampler::Feed::new(first);
+        let (feed, rx) = monitor::feed::Feed::new(first);
         // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the
         // stats database) to raise conditions.
         let alerts = monitor::alerts::task::spawn(
@@ -183,7 +183,10 @@ fn agent(a: AgentArgs) -> Result<()> {
             let h = history.history.clone();
             tokio::spawn(monitor::alerts::watch::stats(Arc::new(move || h.note()), raiser));
         }
-        let app = api::router(ApiState { latest: rx, thresholds, launcher: None, interval }).merge(history.router());
+        let app = api::router(ApiState { latest: rx, thresholds, launcher: None, interval })
+            .merge(history.router())
+            .merge(monitor::metrics::router(history.history.clone()))
+            .method_not_allowed_fallback(monitor::reply::method_not_allowed);
         api::serve(listener, app, shutdown_signal()).await;
         stop.store(true, Ordering::Relaxed);
         let _ = handle.join();

@@ -2,9 +2,9 @@
 //! Prometheus text format (version 0.0.4), every family with HELP and TYPE, label values escaped. Written on a
 //! thread of its own, a bounded number of scrapes at a time.
 
+use crate::feed::Published;
 use crate::history::{names, History};
 use crate::reaction::{Counts, Kind, BOUNDS_NS};
-use crate::sampler::Published;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -34,7 +34,7 @@ pub const QUEUED: usize = 16;
 async fn metrics(h: Arc<History>, gate: Arc<Gate>) -> Response {
     match gate.run(move || text(&h)).await {
         Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
-        Err(e @ PoolError::Busy(_)) => crate::api::busy(&e),
+        Err(e @ PoolError::Busy(_)) => crate::reply::busy(&e),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }

@@ -6,7 +6,7 @@
 //! of the agent; the processes past that (or met when fds run out) are read by open-read-close at each sample, their
 //! start time checked each time, so that no listed process is left out for want of a descriptor.
 
-use crate::cgroup::pread_all;
+use crate::kernfile::pread_all;
 use crate::snapshot::{ProcSample, Traffic};
 use std::collections::HashMap;
 use std::fs::File;

@@ -174,7 +174,7 @@ pub fn run(config: &Path) -> Result<(), RunError> {
         let front = tokio::net::TcpListener::bind(front.as_str())
             .await
             .map_err(|source| ProxyError::Bind { addr: front.clone(), source })?;
-        let (feed, rx) = sampler::Feed::new(first);
+        let (feed, rx) = crate::feed::Feed::new(first);
         // Everything that follows the group knows its processes, and reads the samples, from before the first of
         // them starts: a decision taken while they start is alerted, told and kept like any other.
         let members = Launcher::members_of(&cfg.processes);
@@ -257,7 +257,9 @@ pub fn run(config: &Path) -> Result<(), RunError> {
             }
         };
         let app = api::router(ApiState { latest: rx, thresholds, launcher: Some(launcher_view), interval })
-            .merge(history.router());
+            .merge(history.router())
+            .merge(crate::metrics::router(history.history.clone()))
+            .method_not_allowed_fallback(crate::reply::method_not_allowed);
         let mut web_drain = drain_rx.clone();
         let api = tokio::spawn(async move {
             api::serve(web, app, async move {

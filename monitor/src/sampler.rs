@@ -3,21 +3,20 @@
 //! sample in order for those that must not miss a state that lasted one sample (alerts, actions, history). It
 //! runs on its own thread so a sample never waits on the async runtime and its cost stays measurable.
 
-use crate::brake::{Brake, BrakeStatus};
+use crate::brake::Brake;
 use crate::cgroup::{CgroupError, Group, GroupReader};
+use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeupStatus};
 use crate::pacing::{Pacer, Pacing};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
 use crate::probes::Probes;
 use crate::procs::ProcTable;
 use crate::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
-use crate::wakeup::{Ready, Wake, WakeupStatus, Wakeups};
-use serde::Serialize;
+use crate::wakeup::{Ready, Wakeups};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{broadcast, watch};
 
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
@@ -54,183 +53,6 @@ fn brake_start(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f
         return (None, Some(off("shadow mode: the brake is not set")));
     }
     (Some(at), None)
-}
-
-/// Whether request counting runs, and why not.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct ProbeStatus {
-    pub enabled: bool,
-    pub reason: Option<String>,
-    /// The kernel hooks counting while enabled (`sock`, `raw_sys_exit` or `tracepoints`, see
-    /// [`crate::probes::Hooks`]): anything but `sock` slows every syscall on the host.
-    #[serde(default)]
-    pub hooks: Option<String>,
-}
-
-/// What every consumer reads: the latest sample and the decision taken on it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Published {
-    pub snapshot: Snapshot,
-    pub decision: Decision,
-    pub probes: ProbeStatus,
-    /// Set when the latest sample failed (the group vanished, a file became unreadable); the snapshot is the last
-    /// good one.
-    pub error: Option<String>,
-    /// What woke the sampler for this sample, and when: consumers time their reaction from `wake.at`.
-    pub wake: Wake,
-    /// The kernel wake-up sources armed, and why the others are not.
-    pub wakeups: Arc<WakeupStatus>,
-    /// The memory brake, when `[policy] brake_at` is set.
-    pub brake: Option<BrakeStatus>,
-    /// The interval until the next timed sample, in milliseconds, as pacing chose it.
-    pub next_sample_ms: u64,
-}
-
-/// Samples a slow consumer may fall behind by before it loses some (at the default 100 ms interval, 6.4 s). The
-/// channel keeps that many samples alive, so it stays small.
-const FEED_BACKLOG: usize = 64;
-
-/// Where the sampler publishes. Not `Clone`: the readers see the end of the samples when the sampler drops it.
-pub struct Feed {
-    latest: watch::Sender<Arc<Published>>,
-    every: broadcast::Sender<Arc<Published>>,
-}
-
-impl Feed {
-    /// A feed whose present value is `first`, and a reader of the present (for the API).
-    pub fn new(first: Published) -> (Feed, watch::Receiver<Arc<Published>>) {
-        let (latest, rx) = watch::channel(Arc::new(first));
-        let (every, _) = broadcast::channel(FEED_BACKLOG);
-        (Feed { latest, every }, rx)
-    }
-
-    /// Every sample from the present one on, in order; `who` names the reader in the warning it logs if it ever
-    /// falls more than [`FEED_BACKLOG`] samples behind.
-    pub fn subscribe(&self, who: &'static str) -> Samples {
-        // Subscribed before the present is read: a sample published in between comes both ways, and is dropped
-        // the second time (see `Samples::next`).
-        let rx = self.every.subscribe();
-        let current = self.current();
-        Samples { rx, latest: current.clone(), first: Some(current), who }
-    }
-
-    /// Publishes a new sample (the sampler thread's job; public for benchmarks that feed a history).
-    pub fn publish(&self, p: Arc<Published>) {
-        // Nobody listening (no alerts, actions or history) is not an error.
-        let _ = self.every.send(p.clone());
-        self.latest.send_replace(p);
-    }
-
-    /// The present sample.
-    fn current(&self) -> Arc<Published> {
-        self.latest.borrow().clone()
-    }
-}
-
-/// One reader's view of the [`Feed`]: every sample in order.
-pub struct Samples {
-    rx: broadcast::Receiver<Arc<Published>>,
-    latest: Arc<Published>,
-    first: Option<Arc<Published>>,
-    who: &'static str,
-}
-
-impl Samples {
-    /// The next sample (the present one first); None once the sampler has stopped. A reader that fell behind
-    /// logs how many samples it lost and goes on with the oldest one still kept.
-    pub async fn next(&mut self) -> Option<Arc<Published>> {
-        if let Some(p) = self.first.take() {
-            return Some(p);
-        }
-        loop {
-            match self.rx.recv().await {
-                Ok(p) if Arc::ptr_eq(&p, &self.latest) => continue,
-                Ok(p) => {
-                    self.latest = p.clone();
-                    return Some(p);
-                }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(reader = self.who, samples = n, "fell behind the sampler: samples skipped");
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    }
-
-    /// The last sample [`next`](Self::next) returned (the present one before the first call).
-    pub fn latest(&self) -> &Arc<Published> {
-        &self.latest
-    }
-}
-
-#[cfg(test)]
-impl Published {
-    /// For unit tests: sample 0 of an empty v1 group `/g` (limit 1 byte, nothing used) with a decision in `state`
-    /// that just changed, no victim, probes off.
-    pub(crate) fn test(state: crate::policy::State) -> Published {
-        Published {
-            snapshot: Snapshot {
-                seq: 0,
-                unix_ms: 0,
-                mono_ms: 0,
-                group: GroupSample {
-                    cgroup: "/g".into(),
-                    version: crate::snapshot::CgroupVersion::V1,
-                    usage_bytes: 0,
-                    limit_bytes: 1,
-                    limit_source: LimitSource::Cgroup,
-                    oom_kills: None,
-                    processes_listed: 0,
-                    processes_sampled: 0,
-                },
-                processes: Vec::new(),
-                agent_pid: 0,
-            },
-            decision: Decision {
-                state,
-                ratio: 0.0,
-                largest_pid: None,
-                victim: None,
-                abort_round: 0,
-                shadow: false,
-                changed: true,
-            },
-            probes: ProbeStatus { enabled: false, reason: None, hooks: None },
-            error: None,
-            wake: Wake::timer(),
-            wakeups: Arc::new(WakeupStatus::default()),
-            brake: None,
-            next_sample_ms: 100,
-        }
-    }
-
-    /// For unit tests: this sample with `oom_kills` counted, the wake-ups `armed` and one `off` (source, reason),
-    /// the brake set at `high_bytes` (at 0.96, over `max`) and a paced interval of `next_ms`.
-    pub(crate) fn reacting(
-        mut self,
-        oom_kills: u64,
-        armed: &[&str],
-        off: (&str, &str),
-        high_bytes: u64,
-        next_ms: u64,
-    ) -> Published {
-        self.snapshot.group.oom_kills = Some(oom_kills);
-        self.wakeups = Arc::new(WakeupStatus {
-            armed: armed.iter().map(|s| s.to_string()).collect(),
-            off: vec![crate::wakeup::WakeupOff { source: off.0.into(), reason: off.1.into() }],
-            pacing: true,
-        });
-        self.brake = Some(BrakeStatus {
-            at: 0.96,
-            high_bytes: Some(high_bytes),
-            previous: "max".into(),
-            error: None,
-            note: None,
-            warning: None,
-        });
-        self.next_sample_ms = next_ms;
-        self
-    }
 }
 
 /// Reads one sample of the group.
@@ -746,77 +568,4 @@ fn log_decision(d: &Decision, snap: &Snapshot, wake: &Wake) {
         woken_by = wake.source.as_str(),
         "decision changed"
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::policy::State;
-
-    fn published(seq: u64, state: State) -> Published {
-        let mut p = Published::test(state);
-        p.snapshot.seq = seq;
-        p
-    }
-
-    fn seqs(got: &[Arc<Published>]) -> Vec<u64> {
-        got.iter().map(|p| p.snapshot.seq).collect()
-    }
-
-    /// Everything `samples` delivers until the feed is dropped.
-    fn drain(samples: &mut Samples) -> Vec<Arc<Published>> {
-        let rt = tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime");
-        rt.block_on(async {
-            let mut got = Vec::new();
-            while let Some(p) = samples.next().await {
-                got.push(p);
-            }
-            got
-        })
-    }
-
-    #[test]
-    fn a_reader_gets_every_sample_in_order_even_one_published_while_it_was_not_looking() {
-        let (feed, latest) = Feed::new(published(0, State::Normal));
-        let mut samples = feed.subscribe("test");
-        // Three samples before the reader looks: a refusal that lasted one sample sits between two normal ones.
-        feed.publish(Arc::new(published(1, State::Normal)));
-        feed.publish(Arc::new(published(2, State::Refusing)));
-        feed.publish(Arc::new(published(3, State::Normal)));
-        assert_eq!(latest.borrow().snapshot.seq, 3, "the API reads the present");
-        drop(feed);
-        let got = drain(&mut samples);
-        assert_eq!(seqs(&got), [0, 1, 2, 3], "the present first, then each sample once, and None at the end");
-        assert_eq!(got[2].decision.state, State::Refusing);
-        assert_eq!(samples.latest().snapshot.seq, 3);
-    }
-
-    #[test]
-    fn a_sample_published_while_subscribing_comes_once() {
-        let (feed, _latest) = Feed::new(published(0, State::Normal));
-        // What `subscribe` sees when the sampler publishes between its two steps: the new sample both as the
-        // present and on the channel.
-        let rx = feed.every.subscribe();
-        feed.publish(Arc::new(published(1, State::Refusing)));
-        let current = feed.current();
-        let mut samples = Samples { rx, latest: current.clone(), first: Some(current), who: "test" };
-        feed.publish(Arc::new(published(2, State::Normal)));
-        drop(feed);
-        let got = drain(&mut samples);
-        assert_eq!(seqs(&got), [1, 2]);
-    }
-
-    #[test]
-    fn a_reader_that_fell_too_far_behind_goes_on_with_the_oldest_kept() {
-        let (feed, _latest) = Feed::new(published(0, State::Normal));
-        let mut samples = feed.subscribe("test");
-        let n = FEED_BACKLOG as u64 + 10;
-        for seq in 1..=n {
-            feed.publish(Arc::new(published(seq, State::Normal)));
-        }
-        drop(feed);
-        let got = drain(&mut samples);
-        let expected: Vec<u64> = std::iter::once(0).chain(n - FEED_BACKLOG as u64 + 1..=n).collect();
-        assert_eq!(seqs(&got), expected);
-    }
 }

@@ -104,3 +104,23 @@ pub struct Snapshot {
     /// is not the group's).
     pub agent_pid: u32,
 }
+
+/// Roles inferred from the process tree: a process whose parent is outside the group and that has children in
+/// it is the `master`; a process whose parent is in the group is a `worker`; any other is a `process`.
+pub fn infer_roles(procs: &[ProcSample]) -> Vec<&'static str> {
+    // Sets, not scans: a group of hundreds of processes is read ten times a second.
+    let pids: std::collections::HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+    let parents: std::collections::HashSet<u32> = procs.iter().map(|p| p.ppid).collect();
+    procs
+        .iter()
+        .map(|p| {
+            if pids.contains(&p.ppid) {
+                "worker"
+            } else if parents.contains(&p.pid) {
+                "master"
+            } else {
+                "process"
+            }
+        })
+        .collect()
+}

@@ -110,8 +110,8 @@ pub fn render(v: &StatusView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::feed::Published;
     use crate::policy::{State, Thresholds};
-    use crate::sampler::Published;
 
     fn line<'a>(text: &'a str, head: &str) -> Option<&'a str> {
         text.lines().find_map(|l| l.strip_prefix(head)).map(str::trim)
@@ -121,9 +121,9 @@ mod tests {
     fn oom_kills_wakeups_and_the_brake_are_shown() {
         let mut p = Published::test(State::Normal);
         p.snapshot.group.oom_kills = Some(1);
-        p.wakeups = std::sync::Arc::new(crate::wakeup::WakeupStatus {
+        p.wakeups = std::sync::Arc::new(crate::feed::WakeupStatus {
             armed: vec!["thresholds".into()],
-            off: vec![crate::wakeup::WakeupOff { source: "events".into(), reason: "cgroup v2 only".into() }],
+            off: vec![crate::feed::WakeupOff { source: "events".into(), reason: "cgroup v2 only".into() }],
             pacing: true,
         });
         p.brake = Some(

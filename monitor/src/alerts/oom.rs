@@ -11,7 +11,7 @@
 //! a state: the condition is held for [`HOLD_MS`] after the kill and then resolved like any other (after `quiet_s`).
 
 use super::Condition;
-use crate::sampler::Published;
+use crate::feed::Published;
 use std::collections::{HashMap, HashSet};
 
 /// How long a kill's condition is held after the agent saw it, in milliseconds (5 minutes).

@@ -11,11 +11,11 @@ pub mod ring;
 mod source;
 pub mod store;
 
-use crate::api::infer_roles;
 use crate::config::StatsConfig;
+use crate::feed::{Published, Samples};
 use crate::launcher::LauncherInfo;
 use crate::policy::Thresholds;
-use crate::sampler::{Published, Samples};
+use crate::snapshot::infer_roles;
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -397,12 +397,10 @@ impl Writer {
 }
 
 impl HistoryHandle {
-    /// The home page, `/api/v1/dashboard` and `/metrics`, to merge with the API's router.
+    /// The home page and `/api/v1/dashboard`, drawn from the history.
     pub fn router(&self) -> axum::Router {
         let source: Arc<dyn web::Source> = self.history.clone();
         web::router(source)
-            .merge(crate::metrics::router(self.history.clone()))
-            .method_not_allowed_fallback(crate::api::method_not_allowed)
     }
 
     /// Waits (up to `timeout`) for the last minute to be written after the sampler stopped.

@@ -109,8 +109,8 @@ impl Source for History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::feed::Published;
     use crate::policy::{State, Thresholds};
-    use crate::sampler::Published;
     use std::sync::Arc;
 
     #[test]

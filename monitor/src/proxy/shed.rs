@@ -5,9 +5,9 @@
 
 use super::body::ProxyBody;
 use super::Proxy;
+use crate::feed::Published;
 use crate::policy::{Action, ProcId, State};
 use crate::reaction::Reactions;
-use crate::sampler::Published;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 use std::sync::atomic::Ordering;
