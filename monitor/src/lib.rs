@@ -4,6 +4,7 @@
 //! [`policy::decide`] -> consumers (api, proxy, alerts, history).
 
 pub mod actions;
+pub mod agent;
 pub mod alerts;
 pub mod api;
 pub mod brake;
@@ -25,7 +26,6 @@ pub mod reaction;
 pub mod reply;
 pub mod report;
 pub mod route;
-pub mod run;
 pub mod sampler;
 pub mod snapshot;
 pub mod sockets;

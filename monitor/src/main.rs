@@ -1,17 +1,14 @@
-//! The `monitor` command line: `agent`, `status`, `check-config`.
+//! The `monitor` command line: parses it and calls the part that does the work (`agent` and `run` build one
+//! [`Agent`]; `status`, `check-config` and `report` read what an agent wrote).
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use monitor::api::{self, ApiState, StatusView};
-use monitor::cgroup::{self, Mounts};
+use monitor::agent::Agent;
+use monitor::api::StatusView;
 use monitor::config::Config;
-use monitor::sampler;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "monitor", version, about = "Guards the memory of a group of server processes sharing one cgroup")]
@@ -86,12 +83,15 @@ fn main() -> ExitCode {
     // open-read-close); `run` adds the front door's connections. Children get the limit they would have had.
     let _ = monitor::procs::raise_fd_limit();
     let result = match cli.cmd {
-        Cmd::Agent(a) => agent(a),
+        Cmd::Agent(a) => agent_config(&a).and_then(|cfg| {
+            init_logs();
+            Ok(Agent::guard(cfg)?.run()?)
+        }),
         Cmd::Status { url, json } => status(&url, json),
         Cmd::Report(r) => report(r),
         Cmd::Run { config } => {
             init_logs();
-            monitor::run::run(&config).map_err(Into::into)
+            Config::load(&config).map_err(Into::into).and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?))
         }
         Cmd::CheckConfig { file } => {
             Config::load(&file).map(|_| println!("{}: ok", file.display())).map_err(Into::into)
@@ -136,79 +136,6 @@ fn agent_config(a: &AgentArgs) -> Result<Config> {
         bail!("{}: {}", monitor::config::key_name(&p.key), p.msg);
     }
     Ok(cfg)
-}
-
-fn agent(a: AgentArgs) -> Result<()> {
-    let cfg = agent_config(&a)?;
-    init_logs();
-    let mounts = Mounts::read().context("reading /proc/self/mountinfo")?;
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let group = cgroup::resolve(&cfg.group.cgroup, &mounts, &own)?;
-    let sampler::Started { sampler, thresholds, state, first } = sampler::start(group, &cfg)?;
-    let listen: SocketAddr = cfg.web.listen.parse().context("web.listen")?;
-    // Two workers: a probe is answered by one while the other is busy with a crowd of clients (the renders run on
-    // threads of their own).
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
-        let (feed, rx) = monitor::feed::Feed::new(first);
-        // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the
-        // stats database) to raise conditions.
-        let alerts = monitor::alerts::task::spawn(
-            &cfg.alerts,
-            feed.subscribe("alerts"),
-            cfg.probes.enabled,
-            format!("http://{listen}/"),
-        );
-        let admin_url = cfg.actions.admin_path.clone().map(monitor::actions::admin_url_by_port);
-        let reactions = Arc::new(monitor::reaction::Reactions::new());
-        monitor::actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url, reactions.clone());
-        let history = monitor::history::spawn(
-            rx.clone(),
-            feed.subscribe("history"),
-            &cfg.stats,
-            thresholds.clone(),
-            monitor::history::Inputs { reactions: Some(reactions), ..Default::default() },
-        );
-        let stop = Arc::new(AtomicBool::new(false));
-        let interval = Duration::from_millis(cfg.policy.interval_ms);
-        let handle = sampler::spawn(sampler, thresholds.clone(), interval, state, feed, stop.clone())
-            .context("starting the sampler thread")?;
-        tracing::info!(%listen, "serving the API");
-        if let Some(raiser) = alerts {
-            let h = history.history.clone();
-            tokio::spawn(monitor::alerts::watch::stats(Arc::new(move || h.note()), raiser));
-        }
-        let app = api::router(ApiState { latest: rx, thresholds, launcher: None, interval })
-            .merge(history.router())
-            .merge(monitor::metrics::router(history.history.clone()))
-            .method_not_allowed_fallback(monitor::reply::method_not_allowed);
-        api::serve(listener, app, shutdown_signal()).await;
-        stop.store(true, Ordering::Relaxed);
-        let _ = handle.join();
-        history.close(Duration::from_secs(3)).await;
-        tracing::info!("stopped");
-        Ok(())
-    })
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("cannot watch SIGTERM: {e}");
-            return std::future::pending().await;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }
 
 fn status(url: &str, json: bool) -> Result<()> {

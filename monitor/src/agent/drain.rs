@@ -1,0 +1,90 @@
+//! The one shutdown signal: the first SIGTERM or SIGINT starts the drain, and every part that must stop watches it
+//! (the front door stops accepting and finishes what is in flight, the web server closes, a start-up in progress
+//! is abandoned). What follows the drain (the launcher's stop, the sampler's, the history's last minute) runs in
+//! order after it, in [`super::Agent::run`].
+
+use tokio::sync::watch;
+
+/// Starts the drain when a signal comes.
+pub struct Drain {
+    tx: watch::Sender<bool>,
+}
+
+/// A part's view of the drain: clone it for each part.
+#[derive(Clone)]
+pub struct DrainWatch {
+    rx: watch::Receiver<bool>,
+}
+
+impl Drain {
+    pub fn new() -> (Drain, DrainWatch) {
+        let (tx, rx) = watch::channel(false);
+        (Drain { tx }, DrainWatch { rx })
+    }
+
+    /// Starts the drain on the first SIGTERM or SIGINT (on the runtime this is called in).
+    pub fn on_signals(self) {
+        tokio::spawn(async move {
+            signalled().await;
+            self.start();
+        });
+    }
+
+    /// Starts the drain now.
+    pub fn start(&self) {
+        let _ = self.tx.send(true);
+    }
+}
+
+impl DrainWatch {
+    /// Resolves once the drain has started (at once if it has).
+    pub async fn started(mut self) {
+        let _ = self.rx.wait_for(|d| *d).await;
+    }
+
+    /// The channel itself, for parts that poll it.
+    pub fn receiver(&self) -> watch::Receiver<bool> {
+        self.rx.clone()
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: draining"),
+                _ = int.recv() => tracing::info!("SIGINT: draining"),
+            }
+        }
+        _ => {
+            tracing::error!("cannot watch SIGTERM/SIGINT");
+            std::future::pending::<()>().await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_watcher_sees_the_drain_even_one_that_looks_after_it_started() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async {
+            let (drain, watch) = Drain::new();
+            let early = tokio::spawn(watch.clone().started());
+            tokio::task::yield_now().await;
+            assert!(!early.is_finished(), "nothing drains before the signal");
+            drain.start();
+            tokio::time::timeout(std::time::Duration::from_secs(1), early)
+                .await
+                .expect("the early watcher wakes")
+                .expect("its task ends");
+            tokio::time::timeout(std::time::Duration::from_secs(1), watch.started())
+                .await
+                .expect("a late watcher sees it at once");
+        });
+    }
+}

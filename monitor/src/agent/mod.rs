@@ -1,0 +1,277 @@
+//! The agent: one wiring for both commands. `monitor agent` guards a group that runs on its own; `monitor run`
+//! also creates its cgroup, launches its processes and puts a front door before them. Either way:
+//!
+//! ```text
+//! group's cgroup -> sampler thread -> Feed -> actions, alerts, history (home page, /metrics), API, front door
+//!                                                   one Drain (SIGTERM/SIGINT) -> every part stops, in order
+//! ```
+//!
+//! The stop, in order: the drain starts (the front door stops accepting and finishes what is in flight, the web
+//! server closes), the launched processes are stopped and what they left behind is ended, then the sampler, then
+//! the history writes its last minute, and last the group `monitor run` created is removed.
+
+pub mod drain;
+mod front;
+pub mod group;
+
+use crate::cgroup::{self, CgroupError};
+use crate::config::{Config, ConfigError};
+use crate::feed::Feed;
+use crate::launcher::{self, LaunchError, Launcher};
+use crate::proxy::{self, ProxyError};
+use crate::{actions, alerts, api, history, metrics, reaction, reply, sampler};
+use drain::{Drain, DrainWatch};
+use front::FrontDoor;
+use group::GroupEnd;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why the agent could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}: no [[process]] to run")]
+    NoProcesses(PathBuf),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("{what} {path}: {source}")]
+    CgroupSetup { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Proxy(#[from] ProxyError),
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+impl AgentError {
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> AgentError {
+        let what = what.into();
+        move |source| AgentError::Io { what, source }
+    }
+}
+
+/// A group to guard, and whether the agent launches its processes.
+pub struct Agent {
+    cfg: Config,
+    group: cgroup::Group,
+    end: GroupEnd,
+    launching: bool,
+}
+
+impl Agent {
+    /// `monitor agent`: guards the group `[group] cgroup` names, as it is.
+    pub fn guard(cfg: Config) -> Result<Agent, AgentError> {
+        let (group, end) = group::prepare(&cfg, false)?;
+        Ok(Agent { cfg, group, end, launching: false })
+    }
+
+    /// `monitor run`: creates and limits the group when the config asks, to launch `[[process]]` into it.
+    pub fn launch(cfg: Config, config_file: &Path) -> Result<Agent, AgentError> {
+        if cfg.processes.is_empty() {
+            return Err(AgentError::NoProcesses(config_file.to_path_buf()));
+        }
+        let (group, end) = group::prepare(&cfg, true)?;
+        Ok(Agent { cfg, group, end, launching: true })
+    }
+
+    /// Runs until SIGTERM or SIGINT, then stops every part. Ok after a clean stop.
+    pub fn run(self) -> Result<(), AgentError> {
+        let Agent { cfg, group, mut end, launching } = self;
+        // With `auto` the group is the cgroup monitor itself runs in: the children stay where they are started.
+        let children_cgroup = (launching && cfg.group.cgroup != "auto").then(|| group.dir.clone());
+        end.group.clone_from(&children_cgroup);
+        let launched = end.launched.clone();
+        let group_dir = group.dir.clone();
+        let started = sampler::start(group, &cfg)?;
+        // Two workers: a probe is answered by one while the other is busy with a crowd of clients (the renders run
+        // on threads of their own).
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(AgentError::io("starting the runtime"))?;
+        let parts = Parts { cfg: &cfg, launching, children_cgroup, launched, group_dir };
+        let result = rt.block_on(parts.serve(started));
+        rt.shutdown_timeout(Duration::from_secs(1));
+        drop(end);
+        result
+    }
+}
+
+/// What [`Agent::run`] hands to the runtime.
+struct Parts<'a> {
+    cfg: &'a Config,
+    launching: bool,
+    children_cgroup: Option<PathBuf>,
+    launched: Arc<AtomicBool>,
+    group_dir: PathBuf,
+}
+
+/// The running sampler, and how to stop it.
+struct Sampling {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+    history: history::HistoryHandle,
+}
+
+impl Sampling {
+    /// Stops the sampler thread and waits for it, then for the history to write its last minute.
+    async fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread;
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        self.history.close(Duration::from_secs(3)).await;
+    }
+}
+
+impl Parts<'_> {
+    async fn serve(self, started: sampler::Started) -> Result<(), AgentError> {
+        let cfg = self.cfg;
+        let sampler::Started { mut sampler, thresholds, state, first } = started;
+        // Only launched processes are traced from their start; a guarded group's are found by the sampler.
+        let tracer = match self.launching {
+            true => sampler.tracer(),
+            false => sampler::Tracer::none(),
+        };
+        let web_addr: SocketAddr = cfg.web.listen.parse().map_err(|e| AgentError::Io {
+            what: "web.listen".into(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+        })?;
+        let web = tokio::net::TcpListener::bind(web_addr)
+            .await
+            .map_err(AgentError::io(format!("listening on {web_addr} (web.listen)")))?;
+        let front = match self.launching {
+            true => {
+                let addr = &cfg.proxy.listen;
+                let l = tokio::net::TcpListener::bind(addr.as_str())
+                    .await
+                    .map_err(|source| ProxyError::Bind { addr: addr.clone(), source })?;
+                Some(l)
+            }
+            false => None,
+        };
+        let (feed, rx) = Feed::new(first);
+        // Everything that follows the group knows its processes, and reads the samples, from before the first of
+        // them starts: a decision taken while they start is alerted, told and kept like any other.
+        let reactions = Arc::new(reaction::Reactions::new());
+        let door = match self.launching {
+            true => Some(FrontDoor::new(cfg, reactions.clone())?),
+            false => None,
+        };
+        if let Some(d) = &door {
+            tokio::spawn(proxy::shed::follow(d.proxy.clone(), rx.clone()));
+        }
+        let history = history::spawn(
+            rx.clone(),
+            feed.subscribe("history"),
+            &cfg.stats,
+            thresholds.clone(),
+            history::Inputs {
+                launcher: door.as_ref().map(|d| d.view.clone()),
+                shed_total: door.as_ref().map(|d| {
+                    let shed = d.proxy.clone();
+                    let f: history::ShedFn = Arc::new(move || shed.shed_total());
+                    f
+                }),
+                reactions: Some(reactions.clone()),
+            },
+        );
+        // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the
+        // launcher, the stats database) to raise conditions.
+        let raiser = alerts::task::spawn(
+            &cfg.alerts,
+            feed.subscribe("alerts"),
+            cfg.probes.enabled,
+            format!("http://{web_addr}/"),
+        );
+        if let Some(raiser) = raiser {
+            if let Some(d) = &door {
+                tokio::spawn(alerts::watch::launcher(d.view.clone(), raiser.clone()));
+            }
+            let h = history.history.clone();
+            tokio::spawn(alerts::watch::stats(Arc::new(move || h.note()), raiser));
+        }
+        let admin_url = match &door {
+            Some(d) => d.admin_url(),
+            None => cfg.actions.admin_path.clone().map(actions::admin_url_by_port),
+        };
+        actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url, reactions);
+        let stop = Arc::new(AtomicBool::new(false));
+        let interval = Duration::from_millis(cfg.policy.interval_ms);
+        let thread = sampler::spawn(sampler, thresholds.clone(), interval, state, feed, stop.clone())
+            .map_err(AgentError::io("starting the sampler thread"))?;
+        let sampling = Sampling { stop, thread, history };
+        let (drain, drained) = Drain::new();
+        drain.on_signals();
+        let launcher = match &door {
+            Some(d) => {
+                let opts = launcher::Options {
+                    cgroup: self.children_cgroup.clone(),
+                    backoff_reset: Duration::from_secs(cfg.proxy.backoff_reset_s),
+                    stop_grace: Duration::from_secs(cfg.proxy.stop_grace_s),
+                    tracer,
+                };
+                self.launched.store(true, Ordering::Relaxed);
+                match Launcher::start(&cfg.processes, d.members.clone(), opts, drained.clone().started()).await {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        // The samples taken while the processes started are history too: keep them.
+                        sampling.stop().await;
+                        return Err(e.into());
+                    }
+                }
+            }
+            None => None,
+        };
+        let state = api::ApiState { latest: rx, thresholds, launcher: door.as_ref().map(|d| d.view.clone()), interval };
+        let app = api::router(state)
+            .merge(sampling.history.router())
+            .merge(metrics::router(sampling.history.history.clone()))
+            .method_not_allowed_fallback(reply::method_not_allowed);
+        let api = tokio::spawn(api::serve(web, app, drained.clone().started()));
+        match (door, front, launcher) {
+            (Some(d), Some(front), Some(launcher)) => {
+                tracing::info!(proxy = %cfg.proxy.listen, web = %cfg.web.listen, "serving");
+                self.front_door(d, front, launcher, drained).await;
+            }
+            _ => {
+                tracing::info!(listen = %web_addr, "serving the API");
+                drained.started().await;
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), api).await;
+        sampling.stop().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+
+    /// Serves the front door until the drain has finished, then stops the launched processes and ends what they
+    /// left behind.
+    async fn front_door(&self, d: FrontDoor, front: tokio::net::TcpListener, launcher: Launcher, drained: DrainWatch) {
+        let cfg = self.cfg;
+        let deadline = Duration::from_secs(cfg.proxy.drain_timeout_s);
+        let done = proxy::server::serve(d.proxy, front, &cfg.proxy, drained.receiver(), deadline).await;
+        if done.left > 0 {
+            tracing::warn!(connections = done.left, "drain deadline passed with requests in flight");
+        } else {
+            tracing::info!("every in-flight request finished");
+        }
+        // With `auto` the group is monitor's own cgroup, not all of it ours: what the processes leave behind (a
+        // shell's child) is held while it still descends from monitor, and ended after the grace.
+        let leftovers = match cfg.group.cgroup == "auto" {
+            true => cgroup::kill::Descendants::in_group(&self.group_dir)
+                .map_err(|e| tracing::warn!("cannot list the processes monitor started: {e}"))
+                .ok(),
+            false => None,
+        };
+        launcher.stop().await;
+        if let Some(n) = leftovers.map(cgroup::kill::Descendants::kill).filter(|&n| n > 0) {
+            tracing::info!(killed = n, "ended what the processes left behind");
+        }
+    }
+}
