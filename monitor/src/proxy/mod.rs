@@ -86,6 +86,14 @@ impl Backend {
     }
 }
 
+/// A request ready to go upstream, and the copy kept for its one retry (bodiless idempotent requests only).
+struct Outbound {
+    req: Request<ReqBody>,
+    retry: Option<Request<ReqBody>>,
+    /// The Host field is the front door's (the client sent none): a retry to another process names that one.
+    own_host: bool,
+}
+
 /// Where a request goes first, and what decides where its retry goes.
 #[derive(Clone, Copy)]
 struct Target {
@@ -358,6 +366,8 @@ impl Proxy {
         resp
     }
 
+    /// Forwards a routed request in three stages, as a proxy's phases are: the request filter (what is sent, or
+    /// the answer that stops it), the upstream with one retry, and the response filter.
     async fn forward(
         &self,
         local: &Local,
@@ -366,6 +376,23 @@ impl Proxy {
         peer: &HeaderValue,
         fallback: Option<HeaderValue>,
     ) -> Response<ProxyBody> {
+        let out = match self.request_filter(&to, req, peer, fallback).await {
+            Ok(out) => out,
+            Err(answer) => return answer,
+        };
+        let (index, outcome) = self.upstream(local, &to, out).await;
+        self.response_filter(local, &to, index, outcome)
+    }
+
+    /// The request as the process gets it: origin form, no hop-by-hop fields, exactly one Host, the client's
+    /// address added, the body held whole; or the answer that stops it here.
+    async fn request_filter(
+        &self,
+        to: &Target,
+        req: Request<Incoming>,
+        peer: &HeaderValue,
+        fallback: Option<HeaderValue>,
+    ) -> Result<Outbound, Response<ProxyBody>> {
         let (mut parts, body) = req.into_parts();
         if parts.uri.scheme().is_some() || parts.uri.authority().is_some() || parts.uri.path_and_query().is_none() {
             // Absolute form: the process gets the origin form, and the target's host in place of the Host field
@@ -380,18 +407,18 @@ impl Proxy {
         }
         let stripped = headers::strip_hop_by_hop(&mut parts.headers);
         if stripped.other_coding {
-            return status(
+            return Err(status(
                 StatusCode::NOT_IMPLEMENTED,
                 "transfer codings other than chunked are not supported\n".into(),
-            );
+            ));
         }
         if let Some(upgrade) = stripped.upgrade {
             // Other upgrades (h2c) are ignored, as a server may (RFC 9110 §7.8): the request is answered in HTTP/1.1.
             if headers::names_protocol(&upgrade, "websocket") {
-                return status(
+                return Err(status(
                     StatusCode::NOT_IMPLEMENTED,
                     "the front door does not carry protocol upgrades (Upgrade: websocket)\n".into(),
-                );
+                ));
             }
         }
         headers::append_forwarded_for(&mut parts.headers, peer);
@@ -401,7 +428,7 @@ impl Proxy {
             (hosts.next().is_none(), hosts.next().is_some())
         };
         if two_hosts || (own_host && parts.version != Version::HTTP_10) {
-            return status(StatusCode::BAD_REQUEST, "a request needs exactly one Host field\n".into());
+            return Err(status(StatusCode::BAD_REQUEST, "a request needs exactly one Host field\n".into()));
         }
         if own_host {
             parts.headers.insert(HOST, self.backends[to.index].host.clone());
@@ -423,31 +450,41 @@ impl Proxy {
             // Held before anything goes upstream: a malformed body is answered here and never reaches the process.
             match tokio::time::timeout(request_body::HOLD_TIMEOUT, request_body::hold(body)).await {
                 Ok(Ok(held)) => Either::Left(held),
-                Ok(Err(e)) => return self.bad_body(&chain(&e)),
+                Ok(Err(e)) => return Err(self.bad_body(&chain(&e))),
                 Err(_) => {
                     let mut r = status(
                         StatusCode::REQUEST_TIMEOUT,
                         format!("the request body did not come within {} s\n", request_body::HOLD_TIMEOUT.as_secs()),
                     );
                     r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
-                    return r;
+                    return Err(r);
                 }
             }
         };
-        // One deadline for the request and its retry.
+        Ok(Outbound { req: Request::from_parts(parts, body), retry, own_host })
+    }
+
+    /// Sends the request to its process; a bodiless idempotent request whose attempt failed is sent once more, to
+    /// the next process the route allows, within the same deadline. Returns the process that answered last.
+    async fn upstream(&self, local: &Local, to: &Target, out: Outbound) -> (usize, Attempt) {
         let deadline = tokio::time::Instant::now() + self.upstream_timeout;
-        let pool = &local.pool;
         let mut index = to.index;
-        let mut outcome = self.attempt(local, index, Request::from_parts(parts, body), deadline).await;
-        if let (Attempt::Failed(e), Some(mut r)) = (&outcome, retry) {
+        let mut outcome = self.attempt(local, index, out.req, deadline).await;
+        if let (Attempt::Failed(e), Some(mut r)) = (&outcome, out.retry) {
             let next = local.table.retry(to.rule, to.exempt, |i| self.live(i), to.rotor.wrapping_add(1), index);
             tracing::debug!(from = %self.members[index].name, to = %self.members[next].name, "retrying once after: {e}");
-            if next != index && own_host {
+            if next != index && out.own_host {
                 r.headers_mut().insert(HOST, self.backends[next].host.clone());
             }
             index = next;
             outcome = self.attempt(local, index, r, deadline).await;
         }
+        (index, outcome)
+    }
+
+    /// The answer the client gets: the process's response, without hop-by-hop fields, its cache id signed, its
+    /// body streamed and cut if the process is told to abort; or the front door's own error.
+    fn response_filter(&self, local: &Local, to: &Target, index: usize, outcome: Attempt) -> Response<ProxyBody> {
         let name = &self.members[index].name;
         match outcome {
             Attempt::Answered { resp, .. } if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
@@ -472,7 +509,7 @@ impl Proxy {
                         }
                     }
                 }
-                let lease = Lease { pool: pool.clone(), index, tx };
+                let lease = Lease { pool: local.pool.clone(), index, tx };
                 Response::from_parts(
                     parts,
                     ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding, self.upstream_timeout)),
