@@ -174,7 +174,8 @@ impl Drop for Launcher {
     }
 }
 
-/// Runs, watches and restarts one process until the launcher stops.
+/// Runs, watches and restarts one process until the launcher stops: the health loop while it runs, the restart
+/// loop (with backoff) after it exits.
 async fn supervise(
     m: &Member,
     p: ProcessConfig,
@@ -184,65 +185,10 @@ async fn supervise(
     opts: &Options,
 ) {
     let mut backoff = Duration::from_secs(1);
-    let check_every = (p.health_interval_ms > 0).then(|| Duration::from_millis(p.health_interval_ms));
     let mut said = ready::Said::default();
     loop {
         let pid = child.id().unwrap_or(0);
-        let mut healthy_since = ready.then(Instant::now);
-        // Consecutive failed checks since the process was last seen healthy.
-        let mut failures = 0u32;
-        let status = loop {
-            if *stop.borrow() {
-                break None;
-            }
-            // Starting: asked often until it first answers; then every interval, if checks are on.
-            let (every, timeout) = match (healthy_since, check_every) {
-                (None, _) => (Some(PROBE_EVERY), Duration::from_secs(1)),
-                (Some(_), Some(every)) => (Some(every), every.min(CHECK_TIMEOUT)),
-                (Some(_), None) => (None, CHECK_TIMEOUT),
-            };
-            tokio::select! {
-                st = child.wait() => break Some(st),
-                _ = stop.changed() => {}
-                check = async {
-                    tokio::time::sleep(every.unwrap_or(PROBE_EVERY)).await;
-                    ready::check(&p.name, pid, p.port, &p.health, timeout).await
-                }, if every.is_some() => {
-                    // Only an answer from the process's own port counts: a port held by another program is said
-                    // (once while it lasts) and fails the check.
-                    match &check {
-                        ready::Check::Foreign(msg) => said.error(msg),
-                        _ => said.clear(),
-                    }
-                    let ok = check == ready::Check::Ready;
-                    if healthy_since.is_none() {
-                        if ok {
-                            tracing::info!(name = %p.name, pid, "ready");
-                            m.set(Phase::Ready, pid, None);
-                            healthy_since = Some(Instant::now());
-                        }
-                    } else if ok {
-                        if failures >= p.health_failures {
-                            tracing::info!(name = %p.name, pid, "healthy again: back in the pool");
-                            m.set(Phase::Ready, pid, None);
-                        }
-                        failures = 0;
-                    } else if matches!(check, ready::Check::Foreign(_)) && failures < p.health_failures {
-                        // Its port is another program's now: out of the pool at once, not after the failures.
-                        failures = p.health_failures;
-                        tracing::warn!(name = %p.name, pid, "its port is held by another program: out of the pool");
-                        m.set(Phase::Unhealthy, pid, None);
-                    } else {
-                        failures = failures.saturating_add(1);
-                        if failures == p.health_failures {
-                            tracing::warn!(name = %p.name, pid, failures, health = %p.health, "health checks failing: out of the pool");
-                            m.set(Phase::Unhealthy, pid, None);
-                        }
-                    }
-                }
-            }
-        };
-        let Some(status) = status else {
+        let Some((status, healthy_since)) = health_loop(m, &p, &mut child, ready, &mut stop, &mut said).await else {
             terminate(m, &p.name, &mut child, opts.stop_grace).await;
             return;
         };
@@ -253,29 +199,126 @@ async fn supervise(
         m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
         let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
         tracing::warn!(name = %p.name, pid, %status, backoff_s = backoff.as_secs(), "process exited; restarting");
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
-                _ = stop.wait_for(|s| *s) => {
-                    m.set(Phase::Stopped, 0, None);
-                    return;
-                }
+        match restart_loop(m, &p, &mut backoff, &mut stop, opts).await {
+            Some(c) => {
+                child = c;
+                ready = false;
             }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-            m.count_restart();
-            match spawn::spawn(&p, opts.cgroup.as_deref()) {
-                Ok(c) => {
-                    child = c;
-                    opts.tracer.trace(child.id().unwrap_or(0)).await;
-                    ready = false;
-                    m.set(Phase::Starting, child.id().unwrap_or(0), None);
-                    break;
+            None => return,
+        }
+    }
+}
+
+/// Checks a running process's health until it exits (its status, and since when it was healthy) or the launcher
+/// stops (None). While it starts it is asked often until it first answers; then every `health_interval_ms`, if
+/// checks are on.
+async fn health_loop(
+    m: &Member,
+    p: &ProcessConfig,
+    child: &mut Child,
+    ready: bool,
+    stop: &mut watch::Receiver<bool>,
+    said: &mut ready::Said,
+) -> Option<(std::io::Result<std::process::ExitStatus>, Option<Instant>)> {
+    let pid = child.id().unwrap_or(0);
+    let check_every = (p.health_interval_ms > 0).then(|| Duration::from_millis(p.health_interval_ms));
+    let mut health = Health { healthy_since: ready.then(Instant::now), failures: 0 };
+    loop {
+        if *stop.borrow() {
+            return None;
+        }
+        let (every, timeout) = match (health.healthy_since, check_every) {
+            (None, _) => (Some(PROBE_EVERY), Duration::from_secs(1)),
+            (Some(_), Some(every)) => (Some(every), every.min(CHECK_TIMEOUT)),
+            (Some(_), None) => (None, CHECK_TIMEOUT),
+        };
+        tokio::select! {
+            st = child.wait() => return Some((st, health.healthy_since)),
+            _ = stop.changed() => {}
+            check = async {
+                tokio::time::sleep(every.unwrap_or(PROBE_EVERY)).await;
+                ready::check(&p.name, pid, p.port, &p.health, timeout).await
+            }, if every.is_some() => {
+                // Only an answer from the process's own port counts: a port held by another program is said
+                // (once while it lasts) and fails the check.
+                match &check {
+                    ready::Check::Foreign(msg) => said.error(msg),
+                    _ => said.clear(),
                 }
-                Err(e) => {
-                    let next = SystemTime::now() + backoff;
-                    m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
-                    tracing::error!(name = %p.name, "restart failed: {e}; next try in {} s", backoff.as_secs());
-                }
+                health.record(m, p, pid, &check);
+            }
+        }
+    }
+}
+
+/// A running process's health as its checks found it.
+struct Health {
+    healthy_since: Option<Instant>,
+    /// Consecutive failed checks since the process was last seen healthy.
+    failures: u32,
+}
+
+impl Health {
+    /// One check's answer: ready at its first success; out of the pool after `health_failures` failures in a row
+    /// (at once when its port is another program's), back in at the next success.
+    fn record(&mut self, m: &Member, p: &ProcessConfig, pid: u32, check: &ready::Check) {
+        let ok = *check == ready::Check::Ready;
+        if self.healthy_since.is_none() {
+            if ok {
+                tracing::info!(name = %p.name, pid, "ready");
+                m.set(Phase::Ready, pid, None);
+                self.healthy_since = Some(Instant::now());
+            }
+        } else if ok {
+            if self.failures >= p.health_failures {
+                tracing::info!(name = %p.name, pid, "healthy again: back in the pool");
+                m.set(Phase::Ready, pid, None);
+            }
+            self.failures = 0;
+        } else if matches!(check, ready::Check::Foreign(_)) && self.failures < p.health_failures {
+            // Its port is another program's now: out of the pool at once, not after the failures.
+            self.failures = p.health_failures;
+            tracing::warn!(name = %p.name, pid, "its port is held by another program: out of the pool");
+            m.set(Phase::Unhealthy, pid, None);
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            if self.failures == p.health_failures {
+                tracing::warn!(name = %p.name, pid, failures = self.failures, health = %p.health, "health checks failing: out of the pool");
+                m.set(Phase::Unhealthy, pid, None);
+            }
+        }
+    }
+}
+
+/// Waits out the backoff and starts the process again, doubling the backoff (up to [`MAX_BACKOFF`]) after each
+/// try; the new child, or None when the launcher stops first.
+async fn restart_loop(
+    m: &Member,
+    p: &ProcessConfig,
+    backoff: &mut Duration,
+    stop: &mut watch::Receiver<bool>,
+    opts: &Options,
+) -> Option<Child> {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(*backoff) => {}
+            _ = stop.wait_for(|s| *s) => {
+                m.set(Phase::Stopped, 0, None);
+                return None;
+            }
+        }
+        *backoff = (*backoff * 2).min(MAX_BACKOFF);
+        m.count_restart();
+        match spawn::spawn(p, opts.cgroup.as_deref()) {
+            Ok(child) => {
+                opts.tracer.trace(child.id().unwrap_or(0)).await;
+                m.set(Phase::Starting, child.id().unwrap_or(0), None);
+                return Some(child);
+            }
+            Err(e) => {
+                let next = SystemTime::now() + *backoff;
+                m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
+                tracing::error!(name = %p.name, "restart failed: {e}; next try in {} s", backoff.as_secs());
             }
         }
     }
