@@ -195,56 +195,46 @@ impl Thread {
                 tokio::spawn(local.pool.clone().reaper((proxy.idle_timeout() / 2).max(Duration::from_millis(100))));
             // Held by each connection of this thread: recv() ends once they are all gone.
             let (conn_tx, mut conn_rx) = mpsc::channel::<()>(1);
+            let serve = Serve { local, load: load.clone(), index, max_header_bytes, drain: conn_drain, conn: conn_tx };
             loop {
-                let (stream, ip) = tokio::select! {
+                tokio::select! {
                     r = listener.accept() => match r {
                         Ok((stream, peer)) => {
                             let to = load.pick(index);
                             if to == index {
-                                (stream, peer.ip())
-                            } else {
-                                match stream.into_std() {
-                                    Ok(s) => {
-                                        // Counted at once, so a burst of accepts spreads over the threads.
-                                        load.live[to].fetch_add(1, Ordering::Relaxed);
-                                        if load.handoff[to].send((s, peer.ip())).is_err() {
-                                            load.live[to].fetch_sub(1, Ordering::Relaxed);
-                                        }
-                                    }
-                                    Err(e) => tracing::warn!("handing a connection to another thread: {e}"),
-                                }
+                                serve.start(stream, peer.ip(), false);
                                 continue;
+                            }
+                            match stream.into_std() {
+                                Ok(s) => {
+                                    // Counted at once, so a burst of accepts spreads over the threads.
+                                    load.live[to].fetch_add(1, Ordering::Relaxed);
+                                    if load.handoff[to].send((s, peer.ip())).is_err() {
+                                        load.live[to].fetch_sub(1, Ordering::Relaxed);
+                                    }
+                                }
+                                Err(e) => tracing::warn!("handing a connection to another thread: {e}"),
                             }
                         }
                         Err(e) => {
                             // EMFILE and the like: wait a little rather than spin.
                             tracing::warn!("accept: {e}");
                             tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
                         }
                     },
-                    Some((s, ip)) = inbox.recv() => {
-                        let finished = Finished { load: load.clone(), index, _conn: conn_tx.clone() };
-                        match TcpStream::from_std(s) {
-                            Ok(stream) => {
-                                let _ = stream.set_nodelay(true);
-                                let (local, drain) = (local.clone(), conn_drain.clone());
-                                tokio::spawn(connection(local, stream, ip, max_header_bytes, drain, finished));
-                            }
-                            Err(e) => tracing::warn!("taking a connection from another thread: {e}"),
+                    Some((s, ip)) = inbox.recv() => match TcpStream::from_std(s) {
+                        // Counted on this thread by the one that handed it over.
+                        Ok(stream) => serve.start(stream, ip, true),
+                        Err(e) => {
+                            load.live[index].fetch_sub(1, Ordering::Relaxed);
+                            tracing::warn!("taking a connection from another thread: {e}");
                         }
-                        continue;
-                    }
+                    },
                     _ = until_set(&mut drain) => {
                         proxy.set_draining();
                         break;
                     }
-                };
-                let _ = stream.set_nodelay(true);
-                load.live[index].fetch_add(1, Ordering::Relaxed);
-                let finished = Finished { load: load.clone(), index, _conn: conn_tx.clone() };
-                let (local, drain) = (local.clone(), conn_drain.clone());
-                tokio::spawn(connection(local, stream, ip, max_header_bytes, drain, finished));
+                }
             }
             let _ = conn_drain_tx.send(true);
             // Connections the kernel completed before the drain: their requests may be on the way, so they are
@@ -256,15 +246,11 @@ impl Thread {
                 })
                 .await;
                 let Some(Ok((stream, peer))) = queued else { break };
-                let _ = stream.set_nodelay(true);
-                load.live[index].fetch_add(1, Ordering::Relaxed);
-                let finished = Finished { load: load.clone(), index, _conn: conn_tx.clone() };
-                let (local, drain) = (local.clone(), conn_drain.clone());
-                tokio::spawn(connection(local, stream, peer.ip(), max_header_bytes, drain, finished));
+                serve.start(stream, peer.ip(), false);
             }
             drop(listener);
             drop(accepting);
-            drop(conn_tx);
+            drop(serve);
             tokio::select! {
                 _ = conn_rx.recv() => {}
                 _ = until_set(&mut halt) => {}
@@ -274,6 +260,31 @@ impl Thread {
         // Whatever is left (after a halt) is cut here, before the thread says it is done.
         drop(rt);
         drop(done);
+    }
+}
+
+/// Starts connections' tasks on one thread.
+struct Serve {
+    local: Arc<Local>,
+    load: Arc<Load>,
+    index: usize,
+    max_header_bytes: usize,
+    /// The thread's own drain signal, which each connection watches.
+    drain: watch::Receiver<bool>,
+    /// Held by each connection: the thread waits for them all at the end.
+    conn: mpsc::Sender<()>,
+}
+
+impl Serve {
+    /// Serves `stream` on this thread, counted on it until it ends; `counted` when the count already holds it (a
+    /// connection handed over by another thread).
+    fn start(&self, stream: TcpStream, ip: IpAddr, counted: bool) {
+        let _ = stream.set_nodelay(true);
+        if !counted {
+            self.load.live[self.index].fetch_add(1, Ordering::Relaxed);
+        }
+        let finished = Finished { load: self.load.clone(), index: self.index, _conn: self.conn.clone() };
+        tokio::spawn(connection(self.local.clone(), stream, ip, self.max_header_bytes, self.drain.clone(), finished));
     }
 }
 
