@@ -155,25 +155,6 @@ mod tests {
         assert_eq!(request(libc::AF_INET as u8, 1).len(), 72);
     }
 
-    /// The cost of finding the listeners, against reading `/proc/self/net/tcp` (docs/benchmarks.md):
-    /// `cargo test --release -p monitor --lib -- --ignored --nocapture sockets::diag::tests::cost`.
-    #[test]
-    #[ignore = "a measurement, run by hand"]
-    fn cost() {
-        let time = |n: u32, f: &dyn Fn()| {
-            let t = std::time::Instant::now();
-            for _ in 0..n {
-                f();
-            }
-            t.elapsed() / n
-        };
-        let diag = time(200, &|| drop(listeners()));
-        let proc = time(20, &|| drop(std::fs::read_to_string("/proc/self/net/tcp")));
-        let lines = std::fs::read_to_string("/proc/self/net/tcp").map(|t| t.lines().count()).unwrap_or(0);
-        let owner = time(50, &|| drop(super::super::port_owner(std::process::id(), 1)));
-        eprintln!("sock_diag listeners: {diag:?}; /proc/self/net/tcp ({lines} lines): {proc:?}; port_owner: {owner:?}");
-    }
-
     proptest::proptest! {
         #[test]
         fn never_panics(b in proptest::collection::vec(0u8.., 0..400)) {
