@@ -144,6 +144,10 @@ mod tests {
             Condition::new("x").label("a", "bc").fingerprint()
         );
         assert_eq!(a.fingerprint().len(), 16);
+        // Alertmanager's fingerprint of {alertname="MonitorGroupRefusing", cgroup="/g"} (FNV-1a 64 over the sorted
+        // label set, alertname included, 0xff after each name and value), computed apart from this code.
+        assert_eq!(a.fingerprint(), "5a2d93b148690ce6");
+        assert_eq!(Condition::new("x").label("ab", "c").fingerprint(), "c41de5558db0d412");
     }
 
     #[test]

@@ -35,19 +35,24 @@ impl Condition {
         self
     }
 
-    /// Stable identity: FNV-1a 64 over the name and the sorted labels, as 16 hex digits.
+    /// Stable identity, the one Alertmanager shows for the same alert (prometheus/common's label set fingerprint):
+    /// FNV-1a 64 over the label set with `alertname` among the labels, sorted by name, each name and value followed
+    /// by the byte 0xff, as 16 hex digits.
     pub fn fingerprint(&self) -> String {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |bytes: &[u8]| {
-            for b in bytes {
+            for b in bytes.iter().chain(&[0xff]) {
                 h ^= u64::from(*b);
                 h = h.wrapping_mul(0x0100_0000_01b3);
             }
-            h ^= 0xff; // separator, so ("ab","c") and ("a","bc") differ
-            h = h.wrapping_mul(0x0100_0000_01b3);
         };
-        eat(self.name.as_bytes());
-        for (k, v) in &self.labels {
+        let name = ("alertname", self.name.as_str());
+        let mut set: Vec<(&str, &str)> = self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        if !self.labels.contains_key("alertname") {
+            set.push(name);
+        }
+        set.sort_unstable();
+        for (k, v) in set {
             eat(k.as_bytes());
             eat(v.as_bytes());
         }
