@@ -1,7 +1,7 @@
 //! One launched process as the rest of `monitor run` sees it: name, role, port, and its live state (ready, pid,
 //! restarts, phase), written by the launcher and read lock-free by the proxy and under a small lock by the API.
 
-use crate::route::Role;
+use crate::config::Role;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -122,10 +122,7 @@ impl Member {
         let pid = self.pid();
         LauncherInfo {
             name: self.name.clone(),
-            role: match self.role {
-                Role::Master => "master".into(),
-                Role::Worker => "worker".into(),
-            },
+            role: self.role.as_str().into(),
             port: self.port,
             pid: (pid != 0).then_some(pid),
             state: phase.as_str().into(),
