@@ -6,6 +6,7 @@
 //! consumers get the parsed value. [`Config::validate`] (validate.rs) checks what is left: values against each
 //! other and the ranges of plain numbers and strings. The config names no consumer: they depend on it.
 
+mod check;
 mod hooks;
 mod position;
 mod role;
@@ -13,6 +14,7 @@ mod signal;
 mod url;
 mod validate;
 
+pub use check::{check, Checked, Mode};
 pub use hooks::{Hooks, HooksChoice};
 pub use role::Role;
 pub use signal::Signal;
@@ -35,6 +37,9 @@ pub enum ConfigError {
     /// A value of the right type that is not allowed; `line` is 0 when the key is not in the file.
     #[error("{path}:{line}: {key}: {msg}")]
     Invalid { path: PathBuf, line: usize, key: String, msg: String },
+    /// A config the command it is checked for would not start with (`check-config --mode`).
+    #[error("{path}: {msg}")]
+    Mode { path: PathBuf, msg: String },
 }
 
 /// `[group]`
