@@ -64,7 +64,7 @@ pub struct ProbeStatus {
     /// The kernel hooks counting while enabled (`sock`, `raw_sys_exit` or `tracepoints`, see
     /// [`crate::probes::Hooks`]): anything but `sock` slows every syscall on the host.
     #[serde(default)]
-    pub hooks: Option<String>,
+    pub hooks: Option<crate::config::Hooks>,
 }
 
 /// What every consumer reads: the latest sample and the decision taken on it.
@@ -366,7 +366,7 @@ impl Sampler {
         });
         let (probes, probe_status) = match probes {
             Ok(p) => {
-                let hooks = Some(p.hooks().name().to_string());
+                let hooks = Some(p.hooks());
                 (Some(p), ProbeStatus { enabled: true, reason: None, hooks })
             }
             Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason), hooks: None }),

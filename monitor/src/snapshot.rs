@@ -1,18 +1,34 @@
 //! The data the sampler publishes each tick: the group's memory and every process's RSS and traffic.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// Which cgroup hierarchy the group lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CgroupVersion {
     V1,
     V2,
 }
 
+impl CgroupVersion {
+    /// `v1` or `v2`, as the status shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "v1",
+            CgroupVersion::V2 => "v2",
+        }
+    }
+}
+
+impl std::fmt::Display for CgroupVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Where the group's limit came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LimitSource {
     /// `memory.max` (v2, smallest up the tree) or `hierarchical_memory_limit` (v1).
@@ -21,6 +37,23 @@ pub enum LimitSource {
     Host,
     /// `policy.limit_bytes` from the config.
     Config,
+}
+
+impl LimitSource {
+    /// `cgroup`, `host` or `config`, as the status shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitSource::Cgroup => "cgroup",
+            LimitSource::Host => "host",
+            LimitSource::Config => "config",
+        }
+    }
+}
+
+impl std::fmt::Display for LimitSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// The group as a whole.

@@ -39,6 +39,12 @@ impl Hooks {
     }
 }
 
+impl std::fmt::Display for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// `[probes] hooks`: `auto` (the preferred set, falling back to the next ones), or one set by name with no
 /// fallback.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
