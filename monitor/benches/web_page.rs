@@ -101,7 +101,7 @@ impl Feed {
         Published {
             snapshot,
             decision,
-            probes: ProbeStatus { enabled: true, reason: None, hooks: Some("sock".into()) },
+            probes: ProbeStatus { enabled: true, reason: None, hooks: Some(monitor::config::Hooks::Sock) },
             error: None,
             wake: monitor::feed::Wake::timer(),
             wakeups: Default::default(),

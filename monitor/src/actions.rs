@@ -17,7 +17,7 @@
 //! Each refuse or abort signal sent, and each such change POSTed (once answered with 2xx), is timed from the
 //! wake-up of the sample that decided it into [`Reactions`] (`monitor_reaction_seconds`).
 
-use crate::config::ActionsConfig;
+use crate::config::{ActionsConfig, HttpUrl, Signal};
 use crate::feed::{Published, Samples};
 use crate::policy::{Action, ProcId};
 use crate::reaction::{Kind, Reactions};
@@ -35,8 +35,8 @@ pub struct Signals {
 
 impl Signals {
     pub fn from_config(cfg: &ActionsConfig) -> Signals {
-        let num = |s: &Option<String>| s.as_deref().and_then(signal_number);
-        Signals { refuse: num(&cfg.refuse_signal), abort: num(&cfg.abort_signal), serve: num(&cfg.serve_signal) }
+        let num = |s: Option<Signal>| s.map(Signal::number);
+        Signals { refuse: num(cfg.refuse_signal), abort: num(cfg.abort_signal), serve: num(cfg.serve_signal) }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -52,29 +52,9 @@ impl Signals {
     }
 }
 
-/// The signals `[actions]` accepts, by name (with or without `SIG`).
-const NAMES: &[(&str, i32)] = &[
-    ("HUP", libc::SIGHUP),
-    ("INT", libc::SIGINT),
-    ("QUIT", libc::SIGQUIT),
-    ("KILL", libc::SIGKILL),
-    ("USR1", libc::SIGUSR1),
-    ("USR2", libc::SIGUSR2),
-    ("TERM", libc::SIGTERM),
-    ("CONT", libc::SIGCONT),
-    ("WINCH", libc::SIGWINCH),
-    ("URG", libc::SIGURG),
-];
-
-/// The number of a signal named `SIGUSR1` or `USR1` (one of [`NAMES`]).
-pub fn signal_number(name: &str) -> Option<i32> {
-    let bare = name.strip_prefix("SIG").unwrap_or(name);
-    NAMES.iter().find(|(n, _)| *n == bare).map(|&(_, s)| s)
-}
-
-/// The name of signal number `n` without `SIG` (`-` for none or one not in [`NAMES`]), for the log.
+/// The name of signal number `n` without `SIG` (`-` for none), for the log.
 fn signal_name(n: Option<i32>) -> &'static str {
-    n.and_then(|n| NAMES.iter().find(|(_, s)| *s == n)).map_or("-", |(name, _)| name)
+    n.and_then(Signal::from_number).map_or("-", Signal::name)
 }
 
 /// One process whose action changed, and the signal configured for its new action.
@@ -173,7 +153,7 @@ fn is_reaction(a: Action) -> bool {
 
 /// POSTs `body` to `url` in the background (a slow receiver delays nobody's signal). `timed`: the reactions and
 /// the wake-up to time a 2xx answer from.
-fn post(url: String, body: String, pid: u32, timed: Option<(Arc<Reactions>, Instant)>) {
+fn post(url: HttpUrl, body: String, pid: u32, timed: Option<(Arc<Reactions>, Instant)>) {
     tokio::spawn(async move {
         match crate::client::post_json(&url, &body).await {
             Ok(()) => {
@@ -216,7 +196,10 @@ pub fn spawn(cfg: &ActionsConfig, mut samples: Samples, admin_url: Option<AdminU
                         Err(e) => tracing::warn!(action = c.action.as_str(), "SIG{name} not sent: {e}"),
                     }
                 }
-                let own = admin_url.as_ref().and_then(|f| f(c.to.pid));
+                // Built from an address and a path the config checked; one that is not a URL anyway is logged.
+                let own = admin_url.as_ref().and_then(|f| f(c.to.pid)).and_then(|u| {
+                    u.parse::<HttpUrl>().map_err(|e| tracing::warn!(pid = c.to.pid, "admin URL: {e}")).ok()
+                });
                 if post_url.is_some() || own.is_some() {
                     let body = post_body(&c, &p);
                     for url in post_url.iter().cloned().chain(own) {
@@ -303,11 +286,15 @@ mod tests {
     }
 
     #[test]
-    fn signal_names() {
-        assert_eq!(signal_number("SIGUSR1"), Some(libc::SIGUSR1));
-        assert_eq!(signal_number("USR2"), Some(libc::SIGUSR2));
-        assert_eq!(signal_number("SIGSEGV"), None);
-        assert_eq!(signal_number("usr1"), None);
+    fn signals_from_the_config() {
+        let cfg = ActionsConfig {
+            refuse_signal: Signal::from_name("SIGUSR1"),
+            serve_signal: Signal::from_name("HUP"),
+            ..Default::default()
+        };
+        let sig = Signals::from_config(&cfg);
+        assert_eq!(sig, Signals { refuse: Some(libc::SIGUSR1), abort: None, serve: Some(libc::SIGHUP) });
+        assert_eq!((signal_name(sig.refuse), signal_name(sig.abort)), ("USR1", "-"));
     }
 
     #[test]

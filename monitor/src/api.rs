@@ -4,11 +4,12 @@
 //! the connections a client can hold, so a crowd of idle ones never locks out a probe; the status document is built
 //! on a thread of its own, a bounded number at a time, so a crowd asking for it never delays a probe either.
 
+use crate::config::Role;
 use crate::feed::{BrakeStatus, ProbeStatus, Published, WakeupOff};
 use crate::launcher::LauncherInfo;
-use crate::policy::{Action, ProcId, Thresholds};
+use crate::policy::{self, Action, ProcId, Thresholds};
 use crate::reply::{busy, error, method_not_allowed};
-use crate::snapshot::{infer_roles, CgroupVersion, LimitSource};
+use crate::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
@@ -107,10 +108,10 @@ pub struct StatusView {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct GroupView {
     pub cgroup: PathBuf,
-    pub version: String,
+    pub version: CgroupVersion,
     pub usage_bytes: u64,
     pub limit_bytes: u64,
-    pub limit_source: String,
+    pub limit_source: LimitSource,
     pub ratio: f64,
     /// Why the latest sample failed (the values are from the last good one).
     pub error: Option<String>,
@@ -139,7 +140,7 @@ pub struct GroupView {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PolicyView {
-    pub state: String,
+    pub state: policy::State,
     pub refuse_at: f64,
     pub abort_at: f64,
     pub hysteresis: f64,
@@ -153,14 +154,14 @@ pub struct PolicyView {
 pub struct ProcessView {
     pub pid: u32,
     pub name: String,
-    pub role: String,
+    pub role: ProcessRole,
     pub ppid: u32,
     pub rss_bytes: u64,
     pub anon_bytes: u64,
     /// What the process should do now (`serve` in shadow mode).
-    pub action: String,
+    pub action: Action,
     /// What the policy decided, enforced or not.
-    pub decided: String,
+    pub decided: Action,
     pub requests_total: u64,
     pub responses_total: u64,
     pub responses_by_class: [u64; 5],
@@ -177,18 +178,12 @@ pub struct SampleView {
     pub unix_ms: u64,
 }
 
-fn version(v: CgroupVersion) -> &'static str {
-    match v {
-        CgroupVersion::V1 => "v1",
-        CgroupVersion::V2 => "v2",
-    }
-}
-
-fn source(s: LimitSource) -> &'static str {
-    match s {
-        LimitSource::Cgroup => "cgroup",
-        LimitSource::Host => "host",
-        LimitSource::Config => "config",
+impl From<Role> for ProcessRole {
+    fn from(r: Role) -> ProcessRole {
+        match r {
+            Role::Master => ProcessRole::Master,
+            Role::Worker => ProcessRole::Worker,
+        }
     }
 }
 
@@ -200,10 +195,10 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
     StatusView {
         group: GroupView {
             cgroup: s.group.cgroup.clone(),
-            version: version(s.group.version).into(),
+            version: s.group.version,
             usage_bytes: s.group.usage_bytes,
             limit_bytes: s.group.limit_bytes,
-            limit_source: source(s.group.limit_source).into(),
+            limit_source: s.group.limit_source,
             ratio: d.ratio,
             error: p.error.clone(),
             oom_kills: s.group.oom_kills,
@@ -215,7 +210,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             processes_sampled: s.group.processes_sampled,
         },
         policy: PolicyView {
-            state: d.state.as_str().into(),
+            state: d.state,
             refuse_at: t.refuse_at,
             abort_at: t.abort_at,
             hysteresis: t.hysteresis,
@@ -234,12 +229,12 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
                 ProcessView {
                     pid: proc.pid,
                     name: proc.name.clone(),
-                    role: role.into(),
+                    role,
                     ppid: proc.ppid,
                     rss_bytes: proc.rss_bytes,
                     anon_bytes: proc.anon_bytes,
-                    action: d.action_for(id).as_str().into(),
-                    decided: d.decided_for(id).as_str().into(),
+                    action: d.action_for(id),
+                    decided: d.decided_for(id),
                     requests_total: t.requests_total,
                     responses_total: t.responses_total,
                     responses_by_class: t.responses_by_class,
@@ -265,7 +260,7 @@ fn full_status(st: &ApiState) -> StatusView {
         // A launched process's role and restarts come from the launcher, not the process tree.
         for proc in &mut view.processes {
             if let Some(info) = launched.iter().find(|i| i.pid == Some(proc.pid)) {
-                proc.role.clone_from(&info.role);
+                proc.role = info.role.into();
                 proc.restarts = info.restarts;
             }
         }
@@ -294,7 +289,7 @@ pub struct DecisionView {
     pub pid: u32,
     pub action: Action,
     pub decided: Action,
-    pub state: String,
+    pub state: policy::State,
     pub shadow: bool,
 }
 
@@ -312,7 +307,7 @@ async fn decision(State(st): State<ApiState>, Query(q): Query<DecisionQuery>) ->
         pid,
         action: p.decision.action_for(id),
         decided: p.decision.decided_for(id),
-        state: p.decision.state.as_str().into(),
+        state: p.decision.state,
         shadow: p.decision.shadow,
     })
     .into_response()
@@ -520,6 +515,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: imp
 mod tests {
     use super::*;
     use crate::policy::State as PolicyState;
+    use crate::snapshot::ProcSample;
     use http_body_util::BodyExt;
     use tower::ServiceExt;
 
@@ -567,6 +563,63 @@ mod tests {
         assert_eq!((old.group.oom_kills, old.group.wakeups.len(), old.group.brake.is_none()), (None, 0, true));
     }
 
+    /// The enums of the status document serialize to the names the contract gives (design.md), and the
+    /// launcher's view of a process replaces the inferred role.
+    #[test]
+    fn the_status_names_states_roles_and_sources_as_before() {
+        use crate::launcher::{LauncherInfo, Phase};
+        use crate::snapshot::Traffic;
+        let proc = |pid: u32, ppid: u32| ProcSample {
+            pid,
+            name: format!("p{pid}"),
+            start_ticks: u64::from(pid),
+            ppid,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            traffic: Traffic::default(),
+        };
+        let mut p = Published::test(PolicyState::Aborting);
+        p.snapshot.group.version = CgroupVersion::V2;
+        p.snapshot.group.limit_source = LimitSource::Host;
+        p.snapshot.processes = vec![proc(10, 1), proc(11, 10), proc(20, 1)];
+        p.decision.largest_pid = Some(11);
+        p.decision.victim = Some(ProcId { pid: 11, start_ticks: 11 });
+        p.probes = ProbeStatus { enabled: true, reason: None, hooks: Some(crate::config::Hooks::RawSysExit) };
+        let launched = LauncherInfo {
+            name: "tx1".into(),
+            role: Role::Worker,
+            port: 3002,
+            pid: Some(20),
+            state: Phase::BackingOff,
+            next_retry_unix_ms: None,
+            restarts: 3,
+        };
+        let (_tx, latest) = watch::channel(Arc::new(p));
+        let st = ApiState {
+            latest,
+            thresholds: Thresholds::default(),
+            launcher: Some(Arc::new(move || vec![launched.clone()])),
+            interval: Duration::from_millis(100),
+        };
+        let v = serde_json::to_value(full_status(&st)).expect("json");
+        assert_eq!((v["group"]["version"].as_str(), v["group"]["limit_source"].as_str()), (Some("v2"), Some("host")));
+        assert_eq!(v["policy"]["state"], "aborting");
+        let procs = v["processes"].as_array().expect("processes");
+        let field = |k: &str| procs.iter().map(|p| p[k].as_str().unwrap_or("?").to_string()).collect::<Vec<_>>();
+        assert_eq!(field("role"), ["master", "worker", "worker"]);
+        assert_eq!(field("action"), ["refuse", "abort", "refuse"]);
+        assert_eq!(field("decided"), ["refuse", "abort", "refuse"]);
+        assert_eq!(v["probes"]["hooks"], "raw_sys_exit");
+        assert_eq!(
+            (v["launcher"][0]["role"].as_str(), v["launcher"][0]["state"].as_str()),
+            (Some("worker"), Some("backing-off"))
+        );
+        let back: StatusView = serde_json::from_value(v).expect("read back");
+        assert_eq!(back.processes[2].role, ProcessRole::Worker);
+        let inferred = infer_roles(&[proc(10, 1), proc(11, 10), proc(20, 1)]);
+        assert_eq!(inferred, [ProcessRole::Master, ProcessRole::Worker, ProcessRole::Process]);
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn unknown_paths_and_methods_get_a_json_reason() {
         let (code, body) = call("GET", "/api/v1/nope?x=1").await;
@@ -599,7 +652,7 @@ mod tests {
         let (code, body) = call("GET", "/api/v1/status").await;
         assert_eq!(code, StatusCode::OK, "{body}");
         let v: StatusView = serde_json::from_str(&body).expect("a status document");
-        assert_eq!(v.policy.state, "normal");
+        assert_eq!(v.policy.state, crate::policy::State::Normal);
     }
 
     #[tokio::test(flavor = "current_thread")]

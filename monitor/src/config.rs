@@ -1,9 +1,29 @@
-//! The TOML config: `load -> from_toml -> validate`. Unknown keys and bad values stop start-up with the key and
-//! its line. Every field's default is in its doc comment.
+//! The TOML config: `load -> parse -> validate`. Unknown keys and bad values stop start-up with the key and its
+//! line. Every field's default is in its doc comment.
+//!
+//! Values with a fixed set of forms are typed leaves deserialized from their text ([`Role`], [`HooksChoice`],
+//! [`Signal`], [`HttpUrl`]), so a bad one is an error of the TOML parser itself, at its key and line, and the
+//! consumers get the parsed value. [`Config::validate`] (validate.rs) checks what is left: values against each
+//! other and the ranges of plain numbers and strings. The config names no consumer: they depend on it.
 
+mod check;
+mod hooks;
+mod position;
+mod role;
+mod signal;
+mod url;
+mod validate;
+
+pub use check::{check, Checked, Mode};
+pub use hooks::{Hooks, HooksChoice};
+pub use role::Role;
+pub use signal::Signal;
+pub use url::{HttpUrl, UrlError};
+pub use validate::{key_name, KeyPart, Problem};
+
+use position::Positions;
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// A config that cannot be used.
@@ -17,6 +37,9 @@ pub enum ConfigError {
     /// A value of the right type that is not allowed; `line` is 0 when the key is not in the file.
     #[error("{path}:{line}: {key}: {msg}")]
     Invalid { path: PathBuf, line: usize, key: String, msg: String },
+    /// A config the command it is checked for would not start with (`check-config --mode`).
+    #[error("{path}: {msg}")]
+    Mode { path: PathBuf, msg: String },
 }
 
 /// `[group]`
@@ -170,19 +193,19 @@ pub struct ProbesConfig {
     /// else raw `sys_exit`, else the per-syscall tracepoints), or one set by name, `sock`, `raw_sys_exit` or
     /// `tracepoints`, with no fallback. The socket set does not see HTTP served on Unix domain sockets: a group
     /// that serves there needs `raw_sys_exit` (docs/probes.md).
-    pub hooks: String,
+    pub hooks: HooksChoice,
 }
 
 impl Default for ProbesConfig {
     fn default() -> Self {
-        ProbesConfig { enabled: true, hooks: "auto".to_string() }
+        ProbesConfig { enabled: true, hooks: HooksChoice::Auto }
     }
 }
 
 impl ProbesConfig {
-    /// The hook set `hooks` names, or `None` for `auto` (and for a name [`Config::validate`] refuses).
-    pub fn chosen_hooks(&self) -> Option<crate::probes::Hooks> {
-        crate::probes::Hooks::from_name(&self.hooks)
+    /// The hook set `hooks` names, or `None` for `auto`.
+    pub fn chosen_hooks(&self) -> Option<Hooks> {
+        self.hooks.only()
     }
 }
 
@@ -259,7 +282,7 @@ pub struct ProcessConfig {
     /// Unique name, also the cache-id prefix it issues (e.g. `m0`, `tx1`). Required.
     pub name: String,
     /// `master` or `worker`. Required.
-    pub role: String,
+    pub role: Role,
     /// argv, run without a shell. Required.
     pub command: Vec<String>,
     /// Loopback port the process listens on. Required.
@@ -313,10 +336,12 @@ pub struct AlertsConfig {
     pub command: Option<Vec<String>>,
     /// A run of the command is killed after this many seconds. Default 10.
     pub command_timeout_s: u64,
-    /// URL receiving the Alertmanager webhook JSON (version 4). Default none.
-    pub webhook: Option<String>,
-    /// Base URL of an Alertmanager (alerts go to `/api/v2/alerts`). Default none.
-    pub alertmanager: Option<String>,
+    /// `http://` URL receiving the Alertmanager webhook JSON (version 4); `https://` is not supported yet.
+    /// Default none.
+    pub webhook: Option<HttpUrl>,
+    /// `http://` base URL of an Alertmanager (alerts go to `/api/v2/alerts`); `https://` is not supported yet.
+    /// Default none.
+    pub alertmanager: Option<HttpUrl>,
     /// An alert that resolves and fires again within this many seconds is one incident (its resolution is sent
     /// only once it has stayed clear this long). Default 30.
     pub quiet_s: u64,
@@ -359,401 +384,92 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct ActionsConfig {
     /// Sent to every process when it starts refusing new requests. Default: none.
-    pub refuse_signal: Option<String>,
+    pub refuse_signal: Option<Signal>,
     /// Sent to the process told to abort its in-flight work (the largest). Default: none.
-    pub abort_signal: Option<String>,
+    pub abort_signal: Option<Signal>,
     /// Sent when a process may serve again. Default: none.
-    pub serve_signal: Option<String>,
-    /// Every change of a process's action is POSTed here as JSON (`http://host:port/path`). Default: none.
-    pub post_url: Option<String>,
+    pub serve_signal: Option<Signal>,
+    /// Every change of a process's action is POSTed here as JSON (`http://host[:port]/path`; `https://` is not
+    /// supported yet). Default: none.
+    pub post_url: Option<HttpUrl>,
     /// Each process is POSTed its own changes at this path on the port it listens on (under `monitor run`, its
     /// `[[process]] port`; for the agent, the lowest TCP port the process listens on, found when a change is told).
     /// A `[[process]] admin_path` takes precedence. Default: none.
     pub admin_path: Option<String>,
 }
 
-/// A bad value: its key path (`policy.refuse_at`, `process[1].port`) and why.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Problem {
-    pub key: Vec<KeyPart>,
-    pub msg: String,
-    /// The other key the value is checked against (`refuse_at` for `abort_at`), if any: named instead when `key`
-    /// is not in the file (its default is what the file's value makes wrong).
-    pub with: Vec<KeyPart>,
-}
-
-/// One step of a key path.
-#[derive(Debug, Clone, PartialEq)]
-pub enum KeyPart {
-    Key(&'static str),
-    Index(usize),
-}
-
-fn problem(key: &[KeyPart], msg: impl Into<String>) -> Problem {
-    Problem { key: key.to_vec(), msg: msg.into(), with: Vec::new() }
-}
-
-/// A [`problem`] of `key` against the value of `with`.
-fn problem_with(key: &[KeyPart], with: &[KeyPart], msg: impl Into<String>) -> Problem {
-    Problem { with: with.to_vec(), ..problem(key, msg) }
-}
-
-use KeyPart::{Index, Key};
-
 impl Config {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
-        Config::from_toml(&text, path)
+        Config::from_toml(&read(path)?, path)
     }
 
-    /// Parses and checks config text; `path` only names the file in errors.
+    /// Parses and checks config text; `path` only names the file in errors. The first problem is the error.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| {
+        let cfg = Config::parse(text, path)?;
+        match cfg.problems(text, path).into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(cfg),
+        }
+    }
+
+    /// Parses config text without the checks of [`Config::validate`]: bad TOML, an unknown key, a value of the
+    /// wrong type or not of its type's forms (a role, a signal, a URL) is an error at its line, naming its key.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| {
             let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
             let (line, msg) = match e.span() {
                 Some(span) => {
                     // A value of the wrong type: the span covers the value; name its key.
-                    let msg = match key_at(text, span.start) {
+                    let at = Positions::new(text);
+                    let msg = match at.key_at(span.start) {
                         Some(key) if !msg.contains(&key) => format!("{key}: {msg}"),
                         _ => msg,
                     };
-                    (line_of(text, span.start), msg)
+                    (at.line_of(span.start), msg)
                 }
                 None => (0, msg),
             };
             ConfigError::Syntax { path: path.to_path_buf(), line, msg }
-        })?;
-        if let Some(p) = cfg.validate().into_iter().next() {
-            let path = path.to_path_buf();
-            // The other key is looked for (the text parsed again) only when the checked one is not in the file.
-            let line = locate(text, &p.key);
-            return Err(match line.is_none().then(|| locate(text, &p.with)).flatten() {
-                Some(line) => {
-                    let msg = format!("with {} at its default, {}", key_name(&p.key), p.msg);
-                    ConfigError::Invalid { path, line, key: key_name(&p.with), msg }
-                }
-                None => ConfigError::Invalid { path, line: line.unwrap_or(0), key: key_name(&p.key), msg: p.msg },
-            });
-        }
-        Ok(cfg)
+        })
     }
 
-    /// Every value that is not allowed, in file order of sections.
-    pub fn validate(&self) -> Vec<Problem> {
-        let mut out = Vec::new();
-        let p = &self.policy;
-        if self.group.cgroup.trim().is_empty() {
-            out.push(problem(&[Key("group"), Key("cgroup")], "must not be empty (use \"auto\")"));
+    /// Every problem [`Config::validate`] finds in a config parsed from `text`, each placed at its key's line.
+    pub fn problems(&self, text: &str, path: &Path) -> Vec<ConfigError> {
+        let found = self.validate();
+        if found.is_empty() {
+            return Vec::new();
         }
-        if !(p.refuse_at > 0.0 && p.refuse_at <= 1.0) {
-            out.push(problem(&[Key("policy"), Key("refuse_at")], format!("{} is not in (0, 1]", p.refuse_at)));
-        }
-        if !(p.abort_at > 0.0 && p.abort_at <= 1.0) {
-            out.push(problem(&[Key("policy"), Key("abort_at")], format!("{} is not in (0, 1]", p.abort_at)));
-        } else if p.abort_at <= p.refuse_at {
-            out.push(problem_with(
-                &[Key("policy"), Key("abort_at")],
-                &[Key("policy"), Key("refuse_at")],
-                format!("{} must be above refuse_at ({})", p.abort_at, p.refuse_at),
-            ));
-        }
-        if !(p.hysteresis >= 0.0 && p.hysteresis < p.refuse_at) {
-            out.push(problem_with(
-                &[Key("policy"), Key("hysteresis")],
-                &[Key("policy"), Key("refuse_at")],
-                format!("{} must be >= 0 and below refuse_at ({})", p.hysteresis, p.refuse_at),
-            ));
-        }
-        if !(10..=60_000).contains(&p.interval_ms) {
-            out.push(problem(&[Key("policy"), Key("interval_ms")], format!("{} is not in 10..=60000", p.interval_ms)));
-        }
-        if p.limit_bytes == Some(0) {
-            out.push(problem(&[Key("policy"), Key("limit_bytes")], "must be above 0"));
-        }
-        if p.abort_repeat_ms < p.interval_ms {
-            out.push(problem_with(
-                &[Key("policy"), Key("abort_repeat_ms")],
-                &[Key("policy"), Key("interval_ms")],
-                format!("{} is below interval_ms ({})", p.abort_repeat_ms, p.interval_ms),
-            ));
-        }
-        if !(1..=p.interval_ms).contains(&p.min_interval_ms) {
-            out.push(problem_with(
-                &[Key("policy"), Key("min_interval_ms")],
-                &[Key("policy"), Key("interval_ms")],
-                format!("{} is not in 1..=interval_ms ({})", p.min_interval_ms, p.interval_ms),
-            ));
-        }
-        if p.fill_rate_mib_s == 0 {
-            out.push(problem(&[Key("policy"), Key("fill_rate_mib_s")], "must be at least 1"));
-        }
-        if let Some(b) = p.brake_at {
-            if !(b > p.abort_at && b < 1.0) {
-                out.push(problem_with(
-                    &[Key("policy"), Key("brake_at")],
-                    &[Key("policy"), Key("abort_at")],
-                    format!("{b} must be above abort_at ({}) and below 1", p.abort_at),
-                ));
-            }
-        }
-        if let Err(e) = self.web.listen.parse::<SocketAddr>() {
-            out.push(problem(&[Key("web"), Key("listen")], format!("{:?} is not an address: {e}", self.web.listen)));
-        }
-        if self.stats.retention_days == 0 {
-            out.push(problem(&[Key("stats"), Key("retention_days")], "must be at least 1"));
-        }
-        if self.probes.hooks != "auto" && self.probes.chosen_hooks().is_none() {
-            out.push(problem(
-                &[Key("probes"), Key("hooks")],
-                format!("{:?} is not one of \"auto\", \"sock\", \"raw_sys_exit\", \"tracepoints\"", self.probes.hooks),
-            ));
-        }
-        if let Err(e) = self.proxy.listen.parse::<SocketAddr>() {
-            out.push(problem(
-                &[Key("proxy"), Key("listen")],
-                format!("{:?} is not an address: {e}", self.proxy.listen),
-            ));
-        }
-        if self.proxy.cache_id_header.parse::<http_header_name::Name>().is_err() {
-            out.push(problem(&[Key("proxy"), Key("cache_id_header")], "is not a valid header name"));
-        }
-        for (k, list) in [
-            ("tx_paths", &self.proxy.tx_paths),
-            ("master_paths", &self.proxy.master_paths),
-            ("admin_paths", &self.proxy.admin_paths),
-        ] {
-            if let Some(e) = list.iter().find_map(|r| regex::Regex::new(r).err()) {
-                let msg = e.to_string().lines().last().unwrap_or_default().trim().to_string();
-                out.push(problem(&[Key("proxy"), Key(k)], format!("bad regex: {msg}")));
-            }
-        }
-        let px = &self.proxy;
-        for (k, v) in [
-            ("upstream_timeout_s", px.upstream_timeout_s),
-            ("idle_timeout_ms", px.idle_timeout_ms),
-            ("drain_timeout_s", px.drain_timeout_s),
-            ("backoff_reset_s", px.backoff_reset_s),
-            ("token_ttl_s", px.token_ttl_s),
-        ] {
-            if v == 0 {
-                out.push(problem(&[Key("proxy"), Key(k)], "must be above 0"));
-            }
-        }
-        if px.max_header_bytes < 8192 {
-            out.push(problem(
-                &[Key("proxy"), Key("max_header_bytes")],
-                format!("{} is below 8192", px.max_header_bytes),
-            ));
-        }
-        if px.threads > 256 {
-            out.push(problem(&[Key("proxy"), Key("threads")], format!("{} is above 256", px.threads)));
-        }
-        if px.token_secret.as_ref().is_some_and(|s| s.len() < 16) {
-            out.push(problem(&[Key("proxy"), Key("token_secret")], "must be at least 16 bytes"));
-        }
-        if self.group.limit_bytes == Some(0) {
-            out.push(problem(&[Key("group"), Key("limit_bytes")], "must be above 0"));
-        }
-        let mut masters = 0;
-        // Names and ports seen so far: each process is checked against them in constant time, so a file of many
-        // processes validates in time linear in their number.
-        let mut names = std::collections::HashSet::with_capacity(self.processes.len());
-        let mut ports = std::collections::HashSet::with_capacity(self.processes.len());
-        for (i, proc) in self.processes.iter().enumerate() {
-            let at = |k: &'static str| [Key("process"), Index(i), Key(k)];
-            if proc.name.is_empty() || !proc.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                out.push(problem(&at("name"), format!("{:?} must be letters, digits, - or _", proc.name)));
-            } else if !names.insert(proc.name.as_str()) {
-                out.push(problem(&at("name"), format!("{:?} is used twice", proc.name)));
-            }
-            match proc.role.as_str() {
-                "master" => masters += 1,
-                "worker" => {}
-                r => out.push(problem(&at("role"), format!("{r:?} is neither \"master\" nor \"worker\""))),
-            }
-            if proc.command.is_empty() || proc.command[0].is_empty() {
-                out.push(problem(&at("command"), "must name a program"));
-            }
-            if proc.port == 0 {
-                out.push(problem(&at("port"), "must be 1..=65535"));
-            } else if !ports.insert(proc.port) {
-                out.push(problem(&at("port"), format!("{} is used twice", proc.port)));
-            }
-            if !proc.health.starts_with('/') {
-                out.push(problem(&at("health"), format!("{:?} must be a path starting with /", proc.health)));
-            }
-            if proc.start_timeout_s == 0 {
-                out.push(problem(&at("start_timeout_s"), "must be above 0"));
-            }
-            if proc.health_interval_ms != 0 && proc.health_interval_ms < 50 {
-                out.push(problem(&at("health_interval_ms"), "must be 0 (off) or at least 50"));
-            }
-            if proc.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
-                out.push(problem(&at("admin_path"), "must start with /"));
-            }
-            if proc.health_failures == 0 {
-                out.push(problem(&at("health_failures"), "must be above 0"));
-            }
-        }
-        if !self.processes.is_empty() && masters != 1 {
-            out.push(problem(&[Key("process")], format!("needs exactly one master, has {masters}")));
-        }
-        for (k, v) in [("webhook", &self.alerts.webhook), ("alertmanager", &self.alerts.alertmanager)] {
-            if let Some(url) = v {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    out.push(problem(&[Key("alerts"), Key(k)], format!("{url:?} is not an http(s) URL")));
-                }
-            }
-        }
-        if self.alerts.command_timeout_s == 0 {
-            out.push(problem(&[Key("alerts"), Key("command_timeout_s")], "must be at least 1"));
-        }
-        if self.alerts.resend_s == 0 {
-            out.push(problem(&[Key("alerts"), Key("resend_s")], "must be at least 1"));
-        }
-        if let Some(cmd) = &self.alerts.command {
-            if cmd.is_empty() || cmd[0].is_empty() {
-                out.push(problem(&[Key("alerts"), Key("command")], "must name a program"));
-            }
-        }
-        let a = &self.actions;
-        if let Some(url) = a.post_url.as_deref().filter(|u| crate::client::split_url(u).is_none()) {
-            out.push(problem(
-                &[Key("actions"), Key("post_url")],
-                format!("{url:?} is not an http://host:port/path URL"),
-            ));
-        }
-        if a.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
-            out.push(problem(&[Key("actions"), Key("admin_path")], "must start with /"));
-        }
-        for (k, v) in
-            [("refuse_signal", &a.refuse_signal), ("abort_signal", &a.abort_signal), ("serve_signal", &a.serve_signal)]
-        {
-            if let Some(name) = v.as_deref().filter(|n| crate::actions::signal_number(n).is_none()) {
-                out.push(problem(
-                    &[Key("actions"), Key(k)],
-                    format!("{name:?} is not one of SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGUSR1, SIGUSR2, SIGTERM, SIGCONT, SIGWINCH, SIGURG"),
-                ));
-            }
-        }
-        out
-    }
-}
-
-/// Header-name syntax (RFC 9110 token), without pulling in a crate for it.
-mod http_header_name {
-    pub struct Name;
-    impl std::str::FromStr for Name {
-        type Err = ();
-        fn from_str(s: &str) -> Result<Self, ()> {
-            let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-            if !s.is_empty() && s.chars().all(tchar) {
-                Ok(Name)
-            } else {
-                Err(())
-            }
-        }
-    }
-}
-
-/// `policy.refuse_at`, `process[1].port`.
-pub fn key_name(key: &[KeyPart]) -> String {
-    let mut s = String::new();
-    for part in key {
-        match part {
-            Key(k) => {
-                if !s.is_empty() {
-                    s.push('.');
-                }
-                s.push_str(k);
-            }
-            Index(i) => s.push_str(&format!("[{i}]")),
-        }
-    }
-    s
-}
-
-/// 1-based line of a byte offset.
-fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
-}
-
-/// The dotted key (`policy.refuse_at`, `process[1].port`) whose value covers byte `offset`, if any.
-fn key_at(text: &str, offset: usize) -> Option<String> {
-    fn walk(t: &dyn toml_edit::TableLike, offset: usize, prefix: &str) -> Option<String> {
-        for (k, item) in t.iter() {
-            let name = if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
-            match item {
-                toml_edit::Item::Value(v) => {
-                    if let Some(inner) = v.as_inline_table() {
-                        if let Some(found) = walk(inner, offset, &name) {
-                            return Some(found);
-                        }
+        let at = Positions::new(text);
+        found
+            .into_iter()
+            .map(|p| {
+                let path = path.to_path_buf();
+                // The other key is named only when the checked one is not in the file.
+                let line = at.locate(&p.key);
+                match line.is_none().then(|| at.locate(&p.with)).flatten() {
+                    Some(line) => {
+                        let msg = format!("with {} at its default, {}", key_name(&p.key), p.msg);
+                        ConfigError::Invalid { path, line, key: key_name(&p.with), msg }
                     }
-                    if v.span().is_some_and(|s| s.contains(&offset)) {
-                        return Some(name);
-                    }
+                    None => ConfigError::Invalid { path, line: line.unwrap_or(0), key: key_name(&p.key), msg: p.msg },
                 }
-                toml_edit::Item::Table(t) => {
-                    if let Some(found) = walk(t, offset, &name) {
-                        return Some(found);
-                    }
-                }
-                toml_edit::Item::ArrayOfTables(a) => {
-                    for (i, t) in a.iter().enumerate() {
-                        if let Some(found) = walk(t, offset, &format!("{name}[{i}]")) {
-                            return Some(found);
-                        }
-                    }
-                }
-                toml_edit::Item::None => {}
-            }
-        }
-        None
+            })
+            .collect()
     }
-    let doc = toml_edit::ImDocument::parse(text).ok()?;
-    walk(doc.as_table(), offset, "")
 }
 
-/// The line where a key path is written, if it is.
-fn locate(text: &str, key: &[KeyPart]) -> Option<usize> {
-    enum Node<'a> {
-        Item(&'a toml_edit::Item),
-        Table(&'a toml_edit::Table),
-    }
-    let doc = toml_edit::ImDocument::parse(text).ok()?;
-    let mut node = Node::Table(doc.as_table());
-    let mut span = None;
-    for part in key {
-        node = match (part, node) {
-            (Key(k), Node::Table(t)) => {
-                let (key, value) = t.get_key_value(k)?;
-                span = key.span().or(span);
-                Node::Item(value)
-            }
-            (Key(k), Node::Item(item)) => {
-                let (key, value) = item.as_table_like()?.get_key_value(k)?;
-                span = key.span().or(span);
-                Node::Item(value)
-            }
-            (Index(i), Node::Item(item)) => {
-                let t = item.as_array_of_tables()?.get(*i)?;
-                span = t.span().or(span);
-                Node::Table(t)
-            }
-            (Index(_), Node::Table(_)) => return None,
-        };
-    }
-    span.map(|s| line_of(text, s.start))
+/// The text of a config file.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn err(text: &str) -> String {
+    /// The error `text` is refused with.
+    pub(crate) fn err(text: &str) -> String {
         match Config::from_toml(text, Path::new("m.toml")) {
             Ok(c) => panic!("accepted: {c:?}"),
             Err(e) => e.to_string(),
@@ -889,7 +605,7 @@ alertmanager = "http://127.0.0.1:9093"
         assert_eq!(c.processes[1].health, "/health");
         assert_eq!(c.policy.limit_bytes, Some(1 << 30));
         assert!(c.policy.shadow && !c.probes.enabled && !c.proxy.master_serves_tx);
-        assert_eq!(c.probes.chosen_hooks(), Some(crate::probes::Hooks::RawSysExit));
+        assert_eq!(c.probes.chosen_hooks(), Some(Hooks::RawSysExit));
         assert_eq!(Config::default().probes.chosen_hooks(), None);
     }
 

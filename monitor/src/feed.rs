@@ -1,9 +1,9 @@
 //! The feed: what the sampler publishes and every consumer reads. Each sample ([`Published`]: the snapshot, the
 //! decision taken on it, and the state of the parts that produced it) goes out on a [`Feed`]: the latest for readers
 //! of the present (the API, the front door's shedding), and every sample in order for those that must not miss a
-//! state that lasted one sample (alerts, actions, history). It depends only on [`crate::snapshot`] and
-//! [`crate::policy`]: the producers (the sampler, the wake-ups, the brake) and the consumers both import it, and it
-//! imports none of them.
+//! state that lasted one sample (alerts, actions, history). It depends only on [`crate::snapshot`],
+//! [`crate::policy`] and the config's typed values: the producers (the sampler, the wake-ups, the brake) and the
+//! consumers both import it, and it imports none of them.
 
 use crate::policy::Decision;
 use crate::snapshot::Snapshot;
@@ -98,9 +98,9 @@ pub struct ProbeStatus {
     pub enabled: bool,
     pub reason: Option<String>,
     /// The kernel hooks counting while enabled (`sock`, `raw_sys_exit` or `tracepoints`, see
-    /// [`crate::probes::Hooks`]): anything but `sock` slows every syscall on the host.
+    /// [`crate::config::Hooks`]): anything but `sock` slows every syscall on the host.
     #[serde(default)]
-    pub hooks: Option<String>,
+    pub hooks: Option<crate::config::Hooks>,
 }
 
 /// What every consumer reads: the latest sample and the decision taken on it.

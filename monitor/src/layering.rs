@@ -1,7 +1,7 @@
 //! The module graph of this crate, read from its sources: every `crate::<module>` path outside comments is an edge
 //! from the top-level module that holds it to the one it names. The graph must have no cycle, so that data flows
 //! one way (cgroup files and /proc -> sampler -> feed -> consumers -> agent), and the feed, which every consumer
-//! reads, must depend on nothing but the snapshot and the policy.
+//! reads, must depend on nothing but the snapshot, the policy and the config's typed values.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -115,9 +115,9 @@ fn the_module_graph_has_no_cycle() {
 }
 
 #[test]
-fn the_feed_depends_only_on_the_snapshot_and_the_policy() {
+fn the_feed_depends_only_on_the_snapshot_the_policy_and_the_config_values() {
     let g = graph(&src());
-    let allowed: BTreeSet<String> = ["snapshot", "policy"].map(String::from).into();
+    let allowed: BTreeSet<String> = ["snapshot", "policy", "config"].map(String::from).into();
     assert!(g["feed"].is_subset(&allowed), "feed imports {:?}", g["feed"]);
     assert!(g["snapshot"].is_empty(), "snapshot imports {:?}", g["snapshot"]);
     let policy: BTreeSet<String> = ["snapshot"].map(String::from).into();

@@ -30,8 +30,14 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Validates a config file; names the first bad key and its line.
-    CheckConfig { file: PathBuf },
+    /// Validates a config file: names every bad key with its line (a TOML syntax error stops at the first).
+    CheckConfig {
+        file: PathBuf,
+        /// The command the file is for, `agent` or `run` (default: `run` when it lists a `[[process]]`): `run`
+        /// needs a `[[process]]`; for `agent`, the run-only keys are named as ignored.
+        #[arg(long)]
+        mode: Option<monitor::config::Mode>,
+    },
     /// The day's report from the stats database: memory, requests, refusals, aborts, restarts per process.
     Report(ReportArgs),
     /// The launcher, the front door and the agent in one process: starts `[[process]]`, proxies `[proxy] listen`.
@@ -93,9 +99,23 @@ fn main() -> ExitCode {
             init_logs();
             Config::load(&config).map_err(Into::into).and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?))
         }
-        Cmd::CheckConfig { file } => {
-            Config::load(&file).map(|_| println!("{}: ok", file.display())).map_err(Into::into)
-        }
+        Cmd::CheckConfig { file, mode } => match monitor::config::check(&file, mode) {
+            Ok(checked) => {
+                for w in &checked.warnings {
+                    eprintln!("monitor: warning: {w}");
+                }
+                println!("{}: ok for monitor {}", file.display(), checked.mode.as_str());
+                Ok(())
+            }
+            // One problem is the error; several are each printed, then counted.
+            Err(mut problems) if problems.len() == 1 => Err(problems.remove(0).into()),
+            Err(problems) => {
+                for p in &problems {
+                    eprintln!("monitor: {p}");
+                }
+                Err(anyhow::anyhow!("{}: {} problems", file.display(), problems.len()))
+            }
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -48,7 +48,7 @@ fn text(h: &History) -> String {
         restarts,
         shed_total: h.shed_total().unwrap_or(0),
         persisted: h.note().is_none(),
-        states: launched.iter().map(|m| (m.name.clone(), m.role.clone(), m.state.clone())).collect(),
+        states: launched.iter().map(|m| (m.name.clone(), m.role.to_string(), m.state.to_string())).collect(),
         reactions: h.reactions().map(|r| Kind::ALL.iter().map(|&k| (k, r.counts(k))).collect()).unwrap_or_default(),
     };
     for m in &launched {

@@ -24,7 +24,7 @@ impl Default for Thresholds {
 }
 
 /// The group's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     #[default]
@@ -40,6 +40,12 @@ impl State {
             State::Refusing => "refusing",
             State::Aborting => "aborting",
         }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
     }
 }
 
@@ -59,6 +65,12 @@ impl Action {
             Action::Refuse => "refuse",
             Action::Abort => "abort",
         }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
     }
 }
 

@@ -14,12 +14,8 @@
 
 use regex::RegexSet;
 
-/// A process's role in the group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Master,
-    Worker,
-}
+/// A process's role in the group: the config's type, named here too for the routing table's users.
+pub use crate::config::Role;
 
 /// What the proxy knows about one process at the moment of the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

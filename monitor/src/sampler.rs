@@ -188,7 +188,7 @@ impl Sampler {
         });
         let (probes, probe_status) = match probes {
             Ok(p) => {
-                let hooks = Some(p.hooks().name().to_string());
+                let hooks = Some(p.hooks());
                 (Some(p), ProbeStatus { enabled: true, reason: None, hooks })
             }
             Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason), hooks: None }),

@@ -1,18 +1,34 @@
 //! The data the sampler publishes each tick: the group's memory and every process's RSS and traffic.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// Which cgroup hierarchy the group lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CgroupVersion {
     V1,
     V2,
 }
 
+impl CgroupVersion {
+    /// `v1` or `v2`, as the status shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "v1",
+            CgroupVersion::V2 => "v2",
+        }
+    }
+}
+
+impl std::fmt::Display for CgroupVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Where the group's limit came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LimitSource {
     /// `memory.max` (v2, smallest up the tree) or `hierarchical_memory_limit` (v1).
@@ -21,6 +37,23 @@ pub enum LimitSource {
     Host,
     /// `policy.limit_bytes` from the config.
     Config,
+}
+
+impl LimitSource {
+    /// `cgroup`, `host` or `config`, as the status shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitSource::Cgroup => "cgroup",
+            LimitSource::Host => "host",
+            LimitSource::Config => "config",
+        }
+    }
+}
+
+impl std::fmt::Display for LimitSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// The group as a whole.
@@ -105,9 +138,36 @@ pub struct Snapshot {
     pub agent_pid: u32,
 }
 
+/// A process's role as the status shows it: under `monitor run` the config's `Role` of a launched process, else
+/// inferred from the process tree ([`infer_roles`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessRole {
+    Master,
+    Worker,
+    /// Neither: no parent in the group and no children in it.
+    Process,
+}
+
+impl ProcessRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessRole::Master => "master",
+            ProcessRole::Worker => "worker",
+            ProcessRole::Process => "process",
+        }
+    }
+}
+
+impl std::fmt::Display for ProcessRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Roles inferred from the process tree: a process whose parent is outside the group and that has children in
 /// it is the `master`; a process whose parent is in the group is a `worker`; any other is a `process`.
-pub fn infer_roles(procs: &[ProcSample]) -> Vec<&'static str> {
+pub fn infer_roles(procs: &[ProcSample]) -> Vec<ProcessRole> {
     // Sets, not scans: a group of hundreds of processes is read ten times a second.
     let pids: std::collections::HashSet<u32> = procs.iter().map(|p| p.pid).collect();
     let parents: std::collections::HashSet<u32> = procs.iter().map(|p| p.ppid).collect();
@@ -115,11 +175,11 @@ pub fn infer_roles(procs: &[ProcSample]) -> Vec<&'static str> {
         .iter()
         .map(|p| {
             if pids.contains(&p.ppid) {
-                "worker"
+                ProcessRole::Worker
             } else if parents.contains(&p.pid) {
-                "master"
+                ProcessRole::Master
             } else {
-                "process"
+                ProcessRole::Process
             }
         })
         .collect()

@@ -1,6 +1,7 @@
 //! The command line's failures: `monitor agent` on a cgroup that does not exist or has no memory controller exits
 //! non-zero at once with a one-line reason (no panic), and `monitor check-config` names the bad key and its line
-//! for every fixture under `tests/fixtures/configs/invalid/` while accepting those under `valid/`.
+//! for every fixture under `tests/fixtures/configs/invalid/` while accepting those under `valid/`, lists every
+//! problem of a file that parses, and checks a file for the command named by `--mode`.
 
 use monitor_tests::{agent::free_port, require, require_root, run_monitor, CgroupV1, Finished};
 use std::path::{Path, PathBuf};
@@ -140,6 +141,7 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("brake-below-abort.toml", &["brake_at", "above abort_at"], &[2, 3]),
     ("wakeup-unknown.toml", &["inotify"], &[3]),
     ("min-interval-above-interval.toml", &["min_interval_ms"], &[3]),
+    ("webhook-https.toml", &["alerts.webhook", "https is not supported yet"], &[3]),
 ];
 
 /// Whether an error message names line `n` (`file:3:`, `line 3`, `line: 3`).
@@ -198,4 +200,39 @@ fn check_config_on_a_missing_file_fails_with_one_line() {
     let out = run_monitor(&["check-config", "/does/not/exist.toml"], LIMIT);
     assert!(!out.status.success(), "{out:?}");
     assert_one_line_no_panic(&out.stderr, "check-config /does/not/exist.toml");
+}
+
+#[test]
+fn check_config_lists_every_problem_with_its_key_and_line() {
+    let dir = monitor_tests::temp_dir("check-config-many");
+    let file = dir.join("many.toml");
+    let text = "[policy]\nabort_at = 1.5\n[stats]\nretention_days = 0\n[proxy]\nmax_header_bytes = 100\n";
+    std::fs::write(&file, text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let out = check_config(&file);
+    assert!(!out.status.success(), "accepted: {out:?}");
+    for (line, key) in [(2, "policy.abort_at"), (4, "stats.retention_days"), (6, "proxy.max_header_bytes")] {
+        let said = out.stderr.lines().any(|l| names_line(l, line) && l.contains(key));
+        assert!(said, "{key} at line {line} not named:\n{}", out.stderr);
+    }
+    assert!(out.stderr.contains("3 problems"), "{}", out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_config_mode_run_needs_a_process_and_agent_names_what_it_ignores() {
+    let agent_only = fixtures("valid").join("policy.toml").display().to_string();
+    let out = run_monitor(&["check-config", "--mode", "run", &agent_only], LIMIT);
+    assert!(!out.status.success(), "run without [[process]] accepted: {out:?}");
+    assert_one_line_no_panic(&out.stderr, "check-config --mode run");
+    assert!(out.stderr.contains("no [[process]] to run"), "{}", out.stderr);
+
+    let with_processes = fixtures("valid").join("full.toml").display().to_string();
+    let out = run_monitor(&["check-config", &with_processes], LIMIT);
+    assert!(out.status.success() && out.stdout.contains("ok for monitor run"), "{out:?}");
+    let out = run_monitor(&["check-config", "--mode", "agent", &with_processes], LIMIT);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.contains("warning:") && out.stderr.contains("process: ignored by monitor agent"), "{out:?}");
+
+    let out = run_monitor(&["check-config", "--mode", "both", &with_processes], LIMIT);
+    assert!(!out.status.success(), "{out:?}");
 }

@@ -4,6 +4,7 @@
 //! sink that is down is reported once, not per notification.
 
 use super::{rfc3339, Notification, Status};
+use crate::config::HttpUrl;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -314,7 +315,7 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
 /// Starts an HTTP sink posting `render(batch)` to `url`, with retries and a once-only "down" report.
 pub fn http(
     name: &'static str,
-    url: String,
+    url: HttpUrl,
     generator_url: String,
     render: fn(&[Notification], &str) -> Value,
 ) -> SinkHandle {
@@ -498,7 +499,8 @@ http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
         ]));
         monitor_tests::http::wait_port(port);
         let posts = || std::fs::read_to_string(&log).unwrap_or_default();
-        let sink = http("webhook", format!("http://127.0.0.1:{port}/hook"), "http://x/".into(), webhook_json);
+        let url: HttpUrl = format!("http://127.0.0.1:{port}/hook").parse().expect("a webhook URL");
+        let sink = http("webhook", url, "http://x/".into(), webhook_json);
         let started = std::time::Instant::now();
         sink.push(vec![n(Status::Firing)]);
         while posts().lines().count() < 3 && started.elapsed() < Duration::from_secs(10) {

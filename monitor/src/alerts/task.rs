@@ -94,8 +94,7 @@ pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, gene
         sinks.push(sinks::http("webhook", url.clone(), generator_url.clone(), sinks::webhook_json));
     }
     let am = cfg.alertmanager.as_ref().map(|base| {
-        let url = format!("{}/api/v2/alerts", base.trim_end_matches('/'));
-        sinks::http("alertmanager", url, generator_url.clone(), sinks::alertmanager_json)
+        sinks::http("alertmanager", base.join("/api/v2/alerts"), generator_url.clone(), sinks::alertmanager_json)
     });
     if sinks.is_empty() && am.is_none() {
         return None;

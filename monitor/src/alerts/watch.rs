@@ -4,7 +4,7 @@
 
 use super::task::Raiser;
 use super::Condition;
-use crate::launcher::LauncherInfo;
+use crate::launcher::{LauncherInfo, Phase};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -25,25 +25,25 @@ pub fn launcher_conditions(
 ) -> Vec<(String, Option<Condition>)> {
     let mut out = Vec::new();
     for i in infos {
-        let down = i.state == "backing-off" || (i.state == "starting" && i.restarts > 0);
+        let down = i.state == Phase::BackingOff || (i.state == Phase::Starting && i.restarts > 0);
         let restart_key = format!("restart/{}", i.name);
         out.push((
             restart_key,
             down.then(|| {
                 Condition::new("MonitorProcessRestarting")
                     .label("process", i.name.clone())
-                    .label("role", i.role.clone())
+                    .label("role", i.role.as_str())
                     .annotate("restarts", i.restarts.to_string())
-                    .annotate("state", i.state.clone())
+                    .annotate("state", i.state.as_str())
                     .annotate("summary", format!("{} ({}) exited and is being restarted", i.name, i.role))
             }),
         ));
         out.push((
             format!("unhealthy/{}", i.name),
-            (i.state == "unhealthy").then(|| {
+            (i.state == Phase::Unhealthy).then(|| {
                 Condition::new("MonitorProcessUnhealthy")
                     .label("process", i.name.clone())
-                    .label("role", i.role.clone())
+                    .label("role", i.role.as_str())
                     .annotate("pid", i.pid.map(|p| p.to_string()).unwrap_or_default())
                     .annotate(
                         "summary",
@@ -55,9 +55,9 @@ pub fn launcher_conditions(
             }),
         ));
         let at_cap = capped.entry(i.name.clone()).or_insert(false);
-        if i.state == "ready" {
+        if i.state == Phase::Ready {
             *at_cap = false;
-        } else if i.state == "backing-off" {
+        } else if i.state == Phase::BackingOff {
             if let Some(next) = i.next_retry_unix_ms {
                 if next.saturating_sub(now_ms) >= CAP_FROM_MS {
                     *at_cap = true;
@@ -70,7 +70,7 @@ pub fn launcher_conditions(
             at_cap.then(|| {
                 Condition::new("MonitorProcessCrashLoop")
                     .label("process", i.name.clone())
-                    .label("role", i.role.clone())
+                    .label("role", i.role.as_str())
                     .annotate("restarts", i.restarts.to_string())
                     .annotate("summary", format!("{} keeps crashing: restart backoff is at its 60 s cap", i.name))
             }),
@@ -109,13 +109,13 @@ pub async fn stats(note: Arc<dyn Fn() -> Option<String> + Send + Sync>, raiser: 
 mod tests {
     use super::*;
 
-    fn info(state: &str, restarts: u32, next: Option<u64>) -> LauncherInfo {
+    fn info(state: Phase, restarts: u32, next: Option<u64>) -> LauncherInfo {
         LauncherInfo {
             name: "tx1".into(),
-            role: "worker".into(),
+            role: crate::config::Role::Worker,
             port: 3002,
             pid: None,
-            state: state.into(),
+            state,
             next_retry_unix_ms: next,
             restarts,
         }
@@ -128,25 +128,25 @@ mod tests {
     #[test]
     fn unhealthy_while_it_fails_its_checks() {
         let mut capped = HashMap::new();
-        let v = launcher_conditions(&[info("unhealthy", 0, None)], 0, &mut capped);
+        let v = launcher_conditions(&[info(Phase::Unhealthy, 0, None)], 0, &mut capped);
         assert_eq!(names(&v), vec!["MonitorProcessUnhealthy"]);
-        let v = launcher_conditions(&[info("ready", 0, None)], 0, &mut capped);
+        let v = launcher_conditions(&[info(Phase::Ready, 0, None)], 0, &mut capped);
         assert!(names(&v).is_empty());
     }
 
     #[test]
     fn crash_restart_and_crash_loop() {
         let mut capped = HashMap::new();
-        assert!(names(&launcher_conditions(&[info("ready", 0, None)], 0, &mut capped)).is_empty());
-        let v = launcher_conditions(&[info("backing-off", 1, Some(1_000))], 0, &mut capped);
+        assert!(names(&launcher_conditions(&[info(Phase::Ready, 0, None)], 0, &mut capped)).is_empty());
+        let v = launcher_conditions(&[info(Phase::BackingOff, 1, Some(1_000))], 0, &mut capped);
         assert_eq!(names(&v), vec!["MonitorProcessRestarting"]);
-        assert_eq!(names(&launcher_conditions(&[info("starting", 1, None)], 1_000, &mut capped)).len(), 1);
+        assert_eq!(names(&launcher_conditions(&[info(Phase::Starting, 1, None)], 1_000, &mut capped)).len(), 1);
         // The backoff reaches the cap: a crash loop, held while it keeps failing, even as the wait runs down.
-        let v = launcher_conditions(&[info("backing-off", 7, Some(70_000))], 10_000, &mut capped);
+        let v = launcher_conditions(&[info(Phase::BackingOff, 7, Some(70_000))], 10_000, &mut capped);
         assert_eq!(names(&v), vec!["MonitorProcessRestarting", "MonitorProcessCrashLoop"]);
-        let v = launcher_conditions(&[info("starting", 7, None)], 71_000, &mut capped);
+        let v = launcher_conditions(&[info(Phase::Starting, 7, None)], 71_000, &mut capped);
         assert_eq!(names(&v), vec!["MonitorProcessRestarting", "MonitorProcessCrashLoop"]);
         // Ready again: both clear.
-        assert!(names(&launcher_conditions(&[info("ready", 7, None)], 80_000, &mut capped)).is_empty());
+        assert!(names(&launcher_conditions(&[info(Phase::Ready, 7, None)], 80_000, &mut capped)).is_empty());
     }
 }

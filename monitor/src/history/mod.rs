@@ -102,7 +102,7 @@ fn named(p: &Published, launched: &[LauncherInfo]) -> Vec<(String, String, bool)
         .iter()
         .zip(&roles)
         .map(|(x, role)| match member(x.pid) {
-            Some(m) => (m.name.clone(), m.role.clone(), false),
+            Some(m) => (m.name.clone(), m.role.to_string(), false),
             None => (x.name.clone(), role.to_string(), false),
         })
         .collect();

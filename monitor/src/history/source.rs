@@ -52,9 +52,9 @@ impl Source for History {
         for m in launched.iter().filter(|m| !named.iter().any(|(n, _)| n == &m.name)) {
             processes.push(ProcessStatus {
                 name: m.name.clone(),
-                role: m.role.clone(),
+                role: m.role.to_string(),
                 pid: m.pid,
-                state: m.state.clone(),
+                state: m.state.to_string(),
                 rss_bytes: 0,
                 requests_total: 0,
                 restarts: m.restarts as u64,
@@ -78,7 +78,7 @@ impl Source for History {
                 cgroup: s.group.cgroup.display().to_string(),
                 usage_bytes: s.group.usage_bytes,
                 limit_bytes: s.group.limit_bytes,
-                limit_source: format!("{:?}", s.group.limit_source).to_lowercase(),
+                limit_source: s.group.limit_source.to_string(),
                 ratio: d.ratio,
                 state: d.state.as_str().into(),
                 refuse_at: t.refuse_at,

@@ -1,13 +1,13 @@
 //! One launched process as the rest of `monitor run` sees it: name, role, port, and its live state (ready, pid,
 //! restarts, phase), written by the launcher and read lock-free by the proxy and under a small lock by the API.
 
-use crate::route::Role;
+use crate::config::Role;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// Where a process is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
     /// Started, waiting for its health path to answer 200.
@@ -34,17 +34,23 @@ impl Phase {
     }
 }
 
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// What `/api/v1/status` shows of one launched process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LauncherInfo {
     pub name: String,
     /// `master` or `worker`, from the config.
-    pub role: String,
+    pub role: Role,
     pub port: u16,
     /// The running process's pid (None while backing off).
     pub pid: Option<u32>,
     /// `starting`, `ready`, `unhealthy`, `backing-off` or `stopped`.
-    pub state: String,
+    pub state: Phase,
     /// When the next start is due (Unix ms), while backing off.
     pub next_retry_unix_ms: Option<u64>,
     /// How many times it has been restarted.
@@ -122,13 +128,10 @@ impl Member {
         let pid = self.pid();
         LauncherInfo {
             name: self.name.clone(),
-            role: match self.role {
-                Role::Master => "master".into(),
-                Role::Worker => "worker".into(),
-            },
+            role: self.role,
             port: self.port,
             pid: (pid != 0).then_some(pid),
-            state: phase.as_str().into(),
+            state: phase,
             next_retry_unix_ms: next,
             restarts: self.restarts(),
         }

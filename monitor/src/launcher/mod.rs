@@ -13,7 +13,7 @@ mod spawn;
 pub use member::{LauncherInfo, Member, Phase};
 
 use crate::config::ProcessConfig;
-use crate::route::Role;
+use crate::config::Role;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -65,14 +65,6 @@ pub struct Launcher {
     tasks: Vec<JoinHandle<()>>,
 }
 
-fn role(p: &ProcessConfig) -> Role {
-    if p.role == "master" {
-        Role::Master
-    } else {
-        Role::Worker
-    }
-}
-
 fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -85,7 +77,7 @@ impl Launcher {
     /// The group's processes, in config order, none started yet: made before [`start`](Self::start), so that
     /// everything following the group (history, alerts, actions) knows each process from the moment it starts.
     pub fn members_of(procs: &[ProcessConfig]) -> Arc<[Member]> {
-        procs.iter().map(|p| Member::new(&p.name, role(p), p.port, &p.health)).collect::<Vec<_>>().into()
+        procs.iter().map(|p| Member::new(&p.name, p.role, p.port, &p.health)).collect::<Vec<_>>().into()
     }
 
     /// Starts the group (`members` from [`members_of`](Self::members_of) on the same `procs`): the master first
@@ -97,7 +89,7 @@ impl Launcher {
         opts: Options,
         cancel: impl std::future::Future<Output = ()>,
     ) -> Result<Launcher, LaunchError> {
-        let master = procs.iter().position(|p| p.role == "master").ok_or(LaunchError::NoMaster)?;
+        let master = procs.iter().position(|p| p.role == Role::Master).ok_or(LaunchError::NoMaster)?;
         let (stop, _) = watch::channel(false);
         let mut launcher = Launcher { members, stop, tasks: Vec::new() };
         let opts = Arc::new(opts);

@@ -1,24 +1,10 @@
 //! Which program goes on which hook, and making sure tracefs is mounted so the tracepoints can attach.
 
 use super::ProbeError;
+use crate::config::Hooks;
 use std::path::Path;
 
-/// Which kernel hooks carry the programs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hooks {
-    /// Three raw tracepoints of the socket layer (`sock_recv_length`, `sock_send_length`, `inet_sock_set_state`;
-    /// 6.3+, x86_64): they fire only for socket reads, writes and TCP state changes, so no syscall of any process
-    /// is slowed. The default where the kernel has them.
-    Sock,
-    /// The raw tracepoint `sys_exit` (program `sys_exit`: every syscall exit, arguments from the saved x86_64
-    /// registers) plus `close_enter` on `syscalls/sys_enter_close`. Puts every syscall of the host on the slow
-    /// path: the fallback for kernels without the socket tracepoints.
-    RawSysExit,
-    /// One tracepoint program per syscall entry and exit (22 `syscalls/*` tracepoints, the `PENDING` map
-    /// carrying the arguments from entry to exit). The last fallback.
-    Tracepoints,
-}
-
+/// The order the sets are tried in. The sets and their names are the config's ([`Hooks`], `[probes] hooks`).
 impl Hooks {
     /// The set `Probes::load` tries first: the socket and raw `sys_exit` programs read x86_64 registers, so
     /// elsewhere the per-syscall tracepoints.
@@ -28,20 +14,6 @@ impl Hooks {
         } else {
             Hooks::Tracepoints
         }
-    }
-
-    /// The name `/api/v1/status` shows (`probes.hooks`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Hooks::Sock => "sock",
-            Hooks::RawSysExit => "raw_sys_exit",
-            Hooks::Tracepoints => "tracepoints",
-        }
-    }
-
-    /// The set named `name` ([`Hooks::name`]; the config's `probes.hooks`).
-    pub fn from_name(name: &str) -> Option<Hooks> {
-        [Hooks::Sock, Hooks::RawSysExit, Hooks::Tracepoints].into_iter().find(|h| h.name() == name)
     }
 
     /// The set to try when this one does not attach, if any.

@@ -10,7 +10,7 @@ mod counters;
 mod lineage;
 mod object;
 
-pub use attach::Hooks;
+pub use crate::config::Hooks;
 pub use counters::percentile;
 
 use crate::snapshot::Traffic;

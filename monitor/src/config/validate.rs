@@ -1,0 +1,249 @@
+//! The checks the types cannot make when the file is parsed: values against each other (`abort_at` above
+//! `refuse_at`, one master, names and ports used once) and the ranges of plain numbers and strings. One function
+//! per section; [`Config::validate`] returns every problem, in file order of sections.
+
+use super::{
+    ActionsConfig, AlertsConfig, Config, GroupConfig, PolicyConfig, ProcessConfig, ProxyConfig, StatsConfig, WebConfig,
+};
+use std::net::SocketAddr;
+
+/// A bad value: its key path (`policy.refuse_at`, `process[1].port`) and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub key: Vec<KeyPart>,
+    pub msg: String,
+    /// The other key the value is checked against (`refuse_at` for `abort_at`), if any: named instead when `key`
+    /// is not in the file (its default is what the file's value makes wrong).
+    pub with: Vec<KeyPart>,
+}
+
+/// One step of a key path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyPart {
+    Key(&'static str),
+    Index(usize),
+}
+
+use KeyPart::{Index, Key};
+
+fn problem(key: &[KeyPart], msg: impl Into<String>) -> Problem {
+    Problem { key: key.to_vec(), msg: msg.into(), with: Vec::new() }
+}
+
+/// A [`problem`] of `key` against the value of `with`.
+fn problem_with(key: &[KeyPart], with: &[KeyPart], msg: impl Into<String>) -> Problem {
+    Problem { with: with.to_vec(), ..problem(key, msg) }
+}
+
+impl Config {
+    /// Every value that is not allowed, in file order of sections.
+    pub fn validate(&self) -> Vec<Problem> {
+        let mut out = Vec::new();
+        group(&self.group, &mut out);
+        policy(&self.policy, &mut out);
+        web(&self.web, &mut out);
+        stats(&self.stats, &mut out);
+        proxy(&self.proxy, &mut out);
+        processes(&self.processes, &mut out);
+        alerts(&self.alerts, &mut out);
+        actions(&self.actions, &mut out);
+        out
+    }
+}
+
+fn group(g: &GroupConfig, out: &mut Vec<Problem>) {
+    if g.cgroup.trim().is_empty() {
+        out.push(problem(&[Key("group"), Key("cgroup")], "must not be empty (use \"auto\")"));
+    }
+    if g.limit_bytes == Some(0) {
+        out.push(problem(&[Key("group"), Key("limit_bytes")], "must be above 0"));
+    }
+}
+
+fn policy(p: &PolicyConfig, out: &mut Vec<Problem>) {
+    let at = |k: &'static str| [Key("policy"), Key(k)];
+    if !(p.refuse_at > 0.0 && p.refuse_at <= 1.0) {
+        out.push(problem(&at("refuse_at"), format!("{} is not in (0, 1]", p.refuse_at)));
+    }
+    if !(p.abort_at > 0.0 && p.abort_at <= 1.0) {
+        out.push(problem(&at("abort_at"), format!("{} is not in (0, 1]", p.abort_at)));
+    } else if p.abort_at <= p.refuse_at {
+        out.push(problem_with(
+            &at("abort_at"),
+            &at("refuse_at"),
+            format!("{} must be above refuse_at ({})", p.abort_at, p.refuse_at),
+        ));
+    }
+    if !(p.hysteresis >= 0.0 && p.hysteresis < p.refuse_at) {
+        out.push(problem_with(
+            &at("hysteresis"),
+            &at("refuse_at"),
+            format!("{} must be >= 0 and below refuse_at ({})", p.hysteresis, p.refuse_at),
+        ));
+    }
+    if !(10..=60_000).contains(&p.interval_ms) {
+        out.push(problem(&at("interval_ms"), format!("{} is not in 10..=60000", p.interval_ms)));
+    }
+    if p.limit_bytes == Some(0) {
+        out.push(problem(&at("limit_bytes"), "must be above 0"));
+    }
+    if p.abort_repeat_ms < p.interval_ms {
+        out.push(problem_with(
+            &at("abort_repeat_ms"),
+            &at("interval_ms"),
+            format!("{} is below interval_ms ({})", p.abort_repeat_ms, p.interval_ms),
+        ));
+    }
+    if !(1..=p.interval_ms).contains(&p.min_interval_ms) {
+        out.push(problem_with(
+            &at("min_interval_ms"),
+            &at("interval_ms"),
+            format!("{} is not in 1..=interval_ms ({})", p.min_interval_ms, p.interval_ms),
+        ));
+    }
+    if p.fill_rate_mib_s == 0 {
+        out.push(problem(&at("fill_rate_mib_s"), "must be at least 1"));
+    }
+    if let Some(b) = p.brake_at {
+        if !(b > p.abort_at && b < 1.0) {
+            out.push(problem_with(
+                &at("brake_at"),
+                &at("abort_at"),
+                format!("{b} must be above abort_at ({}) and below 1", p.abort_at),
+            ));
+        }
+    }
+}
+
+fn web(w: &WebConfig, out: &mut Vec<Problem>) {
+    if let Err(e) = w.listen.parse::<SocketAddr>() {
+        out.push(problem(&[Key("web"), Key("listen")], format!("{:?} is not an address: {e}", w.listen)));
+    }
+}
+
+fn stats(s: &StatsConfig, out: &mut Vec<Problem>) {
+    if s.retention_days == 0 {
+        out.push(problem(&[Key("stats"), Key("retention_days")], "must be at least 1"));
+    }
+}
+
+fn proxy(px: &ProxyConfig, out: &mut Vec<Problem>) {
+    let at = |k: &'static str| [Key("proxy"), Key(k)];
+    if let Err(e) = px.listen.parse::<SocketAddr>() {
+        out.push(problem(&at("listen"), format!("{:?} is not an address: {e}", px.listen)));
+    }
+    if !is_header_name(&px.cache_id_header) {
+        out.push(problem(&at("cache_id_header"), "is not a valid header name"));
+    }
+    for (k, list) in [("tx_paths", &px.tx_paths), ("master_paths", &px.master_paths), ("admin_paths", &px.admin_paths)]
+    {
+        if let Some(e) = list.iter().find_map(|r| regex::Regex::new(r).err()) {
+            let msg = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+            out.push(problem(&at(k), format!("bad regex: {msg}")));
+        }
+    }
+    for (k, v) in [
+        ("upstream_timeout_s", px.upstream_timeout_s),
+        ("idle_timeout_ms", px.idle_timeout_ms),
+        ("drain_timeout_s", px.drain_timeout_s),
+        ("backoff_reset_s", px.backoff_reset_s),
+        ("token_ttl_s", px.token_ttl_s),
+    ] {
+        if v == 0 {
+            out.push(problem(&at(k), "must be above 0"));
+        }
+    }
+    if px.max_header_bytes < 8192 {
+        out.push(problem(&at("max_header_bytes"), format!("{} is below 8192", px.max_header_bytes)));
+    }
+    if px.threads > 256 {
+        out.push(problem(&at("threads"), format!("{} is above 256", px.threads)));
+    }
+    if px.token_secret.as_ref().is_some_and(|s| s.len() < 16) {
+        out.push(problem(&at("token_secret"), "must be at least 16 bytes"));
+    }
+}
+
+/// Each `[[process]]` on its own, then the group of them: names and ports used once, exactly one master.
+fn processes(procs: &[ProcessConfig], out: &mut Vec<Problem>) {
+    // Names and ports seen so far: each process is checked against them in constant time, so a file of many
+    // processes validates in time linear in their number.
+    let mut names = std::collections::HashSet::with_capacity(procs.len());
+    let mut ports = std::collections::HashSet::with_capacity(procs.len());
+    for (i, proc) in procs.iter().enumerate() {
+        let at = |k: &'static str| [Key("process"), Index(i), Key(k)];
+        if proc.name.is_empty() || !proc.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            out.push(problem(&at("name"), format!("{:?} must be letters, digits, - or _", proc.name)));
+        } else if !names.insert(proc.name.as_str()) {
+            out.push(problem(&at("name"), format!("{:?} is used twice", proc.name)));
+        }
+        if proc.command.first().is_none_or(String::is_empty) {
+            out.push(problem(&at("command"), "must name a program"));
+        }
+        if proc.port == 0 {
+            out.push(problem(&at("port"), "must be 1..=65535"));
+        } else if !ports.insert(proc.port) {
+            out.push(problem(&at("port"), format!("{} is used twice", proc.port)));
+        }
+        if !proc.health.starts_with('/') {
+            out.push(problem(&at("health"), format!("{:?} must be a path starting with /", proc.health)));
+        }
+        if proc.start_timeout_s == 0 {
+            out.push(problem(&at("start_timeout_s"), "must be above 0"));
+        }
+        if proc.health_interval_ms != 0 && proc.health_interval_ms < 50 {
+            out.push(problem(&at("health_interval_ms"), "must be 0 (off) or at least 50"));
+        }
+        if proc.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
+            out.push(problem(&at("admin_path"), "must start with /"));
+        }
+        if proc.health_failures == 0 {
+            out.push(problem(&at("health_failures"), "must be above 0"));
+        }
+    }
+    let masters = procs.iter().filter(|p| p.role == super::Role::Master).count();
+    if !procs.is_empty() && masters != 1 {
+        out.push(problem(&[Key("process")], format!("needs exactly one master, has {masters}")));
+    }
+}
+
+fn alerts(a: &AlertsConfig, out: &mut Vec<Problem>) {
+    if a.command_timeout_s == 0 {
+        out.push(problem(&[Key("alerts"), Key("command_timeout_s")], "must be at least 1"));
+    }
+    if a.resend_s == 0 {
+        out.push(problem(&[Key("alerts"), Key("resend_s")], "must be at least 1"));
+    }
+    if a.command.as_ref().is_some_and(|cmd| cmd.first().is_none_or(String::is_empty)) {
+        out.push(problem(&[Key("alerts"), Key("command")], "must name a program"));
+    }
+}
+
+fn actions(a: &ActionsConfig, out: &mut Vec<Problem>) {
+    if a.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
+        out.push(problem(&[Key("actions"), Key("admin_path")], "must start with /"));
+    }
+}
+
+/// Header-name syntax (RFC 9110 token), without pulling in a crate for it.
+fn is_header_name(s: &str) -> bool {
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    !s.is_empty() && s.chars().all(tchar)
+}
+
+/// `policy.refuse_at`, `process[1].port`.
+pub fn key_name(key: &[KeyPart]) -> String {
+    let mut s = String::new();
+    for part in key {
+        match part {
+            Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
