@@ -153,7 +153,11 @@ pub struct PolicyView {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ProcessView {
     pub pid: u32,
+    /// Under `monitor run`, the `[[process]]` name of a launched process; else its command name.
     pub name: String,
+    /// The command name (`/proc/<pid>/comm`).
+    #[serde(default)]
+    pub comm: String,
     pub role: ProcessRole,
     pub ppid: u32,
     pub rss_bytes: u64,
@@ -229,6 +233,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
                 ProcessView {
                     pid: proc.pid,
                     name: proc.name.clone(),
+                    comm: proc.name.clone(),
                     role,
                     ppid: proc.ppid,
                     rss_bytes: proc.rss_bytes,
@@ -257,9 +262,10 @@ fn full_status(st: &ApiState) -> StatusView {
     let p = st.latest.borrow().clone();
     let mut view = status_view(&p, &st.thresholds);
     if let Some(launched) = st.launcher.as_ref().map(|f| f()) {
-        // A launched process's role and restarts come from the launcher, not the process tree.
+        // A launched process's name, role and restarts come from the launcher, not the process tree.
         for proc in &mut view.processes {
             if let Some(info) = launched.iter().find(|i| i.pid == Some(proc.pid)) {
+                proc.name.clone_from(&info.name);
                 proc.role = info.role.into();
                 proc.restarts = info.restarts;
             }
@@ -607,6 +613,12 @@ mod tests {
         let procs = v["processes"].as_array().expect("processes");
         let field = |k: &str| procs.iter().map(|p| p[k].as_str().unwrap_or("?").to_string()).collect::<Vec<_>>();
         assert_eq!(field("role"), ["master", "worker", "worker"]);
+        // The launched process is named as configured; every process keeps its command name in `comm`.
+        assert_eq!(
+            field("name"),
+            [procs[0]["comm"].as_str().unwrap_or("-"), procs[1]["comm"].as_str().unwrap_or("-"), "tx1"]
+        );
+        assert_ne!(procs[2]["comm"], "tx1");
         assert_eq!(field("action"), ["refuse", "abort", "refuse"]);
         assert_eq!(field("decided"), ["refuse", "abort", "refuse"]);
         assert_eq!(v["probes"]["hooks"], "raw_sys_exit");
