@@ -26,6 +26,7 @@ fn main() -> Result<()> {
     println!("cargo:rerun-if-changed={}", ebpf_dir.join("Cargo.toml").display());
     let out_dir = PathBuf::from(env::var("OUT_DIR").context("OUT_DIR")?);
     let object = out_dir.join(OBJECT);
+    println!("cargo:rustc-env=MONITOR_GIT_REVISION={}", revision(workspace));
 
     let ci = env::var("CI").is_ok_and(|v| v == "true" || v == "1");
     let required = ci || env::var("MONITOR_EBPF_REQUIRED").is_ok_and(|v| v == "1");
@@ -92,4 +93,31 @@ fn toolchain() -> Result<(), String> {
         return Err("rust-src is not installed on the nightly toolchain".into());
     }
     Ok(())
+}
+
+/// The commit the binary is built from (12 hex digits), or `unknown` outside a git checkout (a source package). Asks cargo to rerun this script when HEAD moves.
+fn revision(workspace: &Path) -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(workspace)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+    };
+    let Some(rev) = git(&["rev-parse", "--short=12", "HEAD"]) else { return "unknown".into() };
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+    }
+    if let (Some(common), Some(branch)) =
+        (git(&["rev-parse", "--git-common-dir"]), git(&["symbolic-ref", "-q", "HEAD"]))
+    {
+        let common = workspace.join(common);
+        println!("cargo:rerun-if-changed={}", common.join(&branch).display());
+        println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
+    }
+    rev
 }

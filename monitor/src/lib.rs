@@ -8,6 +8,7 @@ pub mod agent;
 pub mod alerts;
 pub mod api;
 pub mod brake;
+pub mod build;
 pub mod cgroup;
 pub mod client;
 pub mod config;

@@ -10,8 +10,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `--version`: the version, the commit and whether the eBPF object is built in.
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(monitor::build::long_version);
+
 #[derive(Parser)]
-#[command(name = "monitor", version, about = "Guards the memory of a group of server processes sharing one cgroup")]
+#[command(name = "monitor", version = LONG_VERSION.as_str(), about = "Guards the memory of a group of server processes sharing one cgroup")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

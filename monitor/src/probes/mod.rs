@@ -8,7 +8,7 @@ mod attach;
 mod bitmap;
 mod counters;
 mod lineage;
-mod object;
+pub mod object;
 
 pub use crate::config::Hooks;
 pub use counters::percentile;
