@@ -4,6 +4,7 @@
 
 use crate::feed::Published;
 use crate::history::{names, History};
+use crate::policy::{Decisions, Thresholds};
 use crate::reaction::{Counts, Kind, BOUNDS_NS};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -50,6 +51,12 @@ fn text(h: &History) -> String {
         persisted: h.note().is_none(),
         states: launched.iter().map(|m| (m.name.clone(), m.role.to_string(), m.state.to_string())).collect(),
         reactions: h.reactions().map(|r| Kind::ALL.iter().map(|&k| (k, r.counts(k))).collect()).unwrap_or_default(),
+        thresholds: h.thresholds().clone(),
+        decisions: h.decisions(),
+        now_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
     };
     for m in &launched {
         if let Some(r) = extra.restarts.iter_mut().find(|(n, _)| n == &m.name) {
@@ -74,6 +81,12 @@ pub struct Extra {
     pub states: Vec<(String, String, String)>,
     /// The reaction times per kind (none: the family is left out).
     pub reactions: Vec<(Kind, Counts)>,
+    /// The policy's lines, exported so dashboards and alerts draw and compare against the configured values.
+    pub thresholds: Thresholds,
+    /// The decisions counted since the agent started.
+    pub decisions: Decisions,
+    /// The time of the scrape, for the sample's age (0: left out).
+    pub now_unix_ms: u64,
 }
 
 /// Escapes a label value: backslash, double quote and newline.
@@ -100,6 +113,19 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
     let g = &p.snapshot.group;
     family(
         &mut o,
+        "monitor_build_info",
+        "gauge",
+        "1, labelled with the version, the commit and whether the eBPF object is built in.",
+    );
+    let probes = if crate::build::probes_built() { "built" } else { "not built" };
+    let _ = writeln!(
+        o,
+        "monitor_build_info{{version=\"{}\",revision=\"{}\",probes=\"{probes}\"}} 1",
+        crate::build::VERSION,
+        crate::build::REVISION
+    );
+    family(
+        &mut o,
         "monitor_group_memory_usage_bytes",
         "gauge",
         "The group's anonymous memory (v2 anon, v1 total_rss).",
@@ -115,6 +141,7 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
     let _ = writeln!(o, "monitor_policy_shadow {}", u8::from(p.decision.shadow));
     family(&mut o, "monitor_policy_abort_round", "gauge", "Victims chosen since entering aborting.");
     let _ = writeln!(o, "monitor_policy_abort_round {}", p.decision.abort_round);
+    policy_lines(&mut o, &extra.thresholds, &extra.decisions);
     family(&mut o, "monitor_probes_enabled", "gauge", "1 when the eBPF probes count requests.");
     let _ = writeln!(o, "monitor_probes_enabled {}", u8::from(p.probes.enabled));
     if let Some(hooks) = &p.probes.hooks {
@@ -123,6 +150,11 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
     }
     family(&mut o, "monitor_sample_ok", "gauge", "1 when the latest sample of the group succeeded.");
     let _ = writeln!(o, "monitor_sample_ok {}", u8::from(p.error.is_none()));
+    if extra.now_unix_ms > 0 {
+        family(&mut o, "monitor_sample_age_seconds", "gauge", "Time since the latest sample was taken.");
+        let age = extra.now_unix_ms.saturating_sub(p.snapshot.unix_ms) as f64 / 1e3;
+        let _ = writeln!(o, "monitor_sample_age_seconds {age}");
+    }
     reaction_lines(&mut o, p);
     reaction_histogram(&mut o, &extra.reactions);
     family(&mut o, "monitor_history_persisted", "gauge", "1 when the history is written to the stats database.");
@@ -270,6 +302,24 @@ fn reaction_histogram(o: &mut String, reactions: &[(Kind, Counts)]) {
 }
 
 /// One histogram: bucket i of `hist` counts latencies in [2^i, 2^(i+1)) µs, so its upper bound is 2^(i+1) µs.
+/// The configured lines and the decisions counted.
+fn policy_lines(o: &mut String, t: &Thresholds, d: &Decisions) {
+    family(o, "monitor_policy_threshold_ratio", "gauge", "The policy's lines as fractions of the limit.");
+    let _ = writeln!(o, "monitor_policy_threshold_ratio{{line=\"refuse\"}} {}", t.refuse_at);
+    let _ = writeln!(o, "monitor_policy_threshold_ratio{{line=\"abort\"}} {}", t.abort_at);
+    family(o, "monitor_policy_hysteresis_ratio", "gauge", "How far under a line the group must fall to leave it.");
+    let _ = writeln!(o, "monitor_policy_hysteresis_ratio {}", t.hysteresis);
+    family(o, "monitor_policy_entered_total", "counter", "Times the group entered refusing or aborting.");
+    let _ = writeln!(o, "monitor_policy_entered_total{{state=\"refusing\"}} {}", d.entered_refusing);
+    let _ = writeln!(o, "monitor_policy_entered_total{{state=\"aborting\"}} {}", d.entered_aborting);
+    family(o, "monitor_policy_victims_total", "counter", "Processes chosen to abort (one per abort round).");
+    let _ = writeln!(o, "monitor_policy_victims_total {}", d.victims);
+}
+
+/// The log2 histogram's bucket bounds exported: every other power of two of microseconds, from 2 µs to 2^25 µs
+/// (33.6 s), 13 buckets and +Inf per process. Each is a bound of the log2 histogram, so the counts stay exact.
+const EXPORTED_BOUNDS: usize = 25;
+
 fn histogram(o: &mut String, labels: &str, hist: &[u64]) {
     let name = "monitor_http_request_duration_seconds";
     let mut cum = 0u64;
@@ -277,8 +327,10 @@ fn histogram(o: &mut String, labels: &str, hist: &[u64]) {
     for (i, &n) in hist.iter().enumerate() {
         cum += n;
         sum += n as f64 * 1.5 * (1u64 << i.min(62)) as f64 / 1e6;
-        let le = (1u64 << (i + 1).min(63)) as f64 / 1e6;
-        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cum}");
+        if i % 2 == 0 && i < EXPORTED_BOUNDS {
+            let le = (1u64 << (i + 1)) as f64 / 1e6;
+            let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cum}");
+        }
     }
     let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {cum}");
     let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
@@ -367,6 +419,36 @@ mod tests {
     }
 
     #[test]
+    fn build_lines_decisions_and_sample_age() {
+        let mut p = Published::test(State::Refusing);
+        p.snapshot.unix_ms = 1_000_000;
+        let mut decisions = Decisions::default();
+        for state in [State::Normal, State::Refusing, State::Normal, State::Refusing] {
+            decisions.observe(&crate::policy::Decision { state, ..p.decision.clone() });
+        }
+        let thresholds = Thresholds { refuse_at: 0.8, abort_at: 0.9, ..Thresholds::default() };
+        let extra = Extra { thresholds, decisions, now_unix_ms: 1_002_500, ..Extra::default() };
+        let text = render(&p, &[], &extra);
+        let info = lines_of(&text, "monitor_build_info{");
+        assert_eq!(info.len(), 1, "{text}");
+        assert!(info[0].contains(&format!("version=\"{}\"", crate::build::VERSION)), "{text}");
+        assert!(info[0].contains("revision=\"") && info[0].ends_with("} 1"), "{text}");
+        assert_eq!(
+            lines_of(&text, "monitor_policy_threshold_ratio{"),
+            [
+                "monitor_policy_threshold_ratio{line=\"refuse\"} 0.8",
+                "monitor_policy_threshold_ratio{line=\"abort\"} 0.9"
+            ]
+        );
+        assert_eq!(
+            lines_of(&text, "monitor_policy_entered_total{state=\"refusing\"}"),
+            ["monitor_policy_entered_total{state=\"refusing\"} 2"]
+        );
+        assert_eq!(lines_of(&text, "monitor_policy_victims_total "), ["monitor_policy_victims_total 0"]);
+        assert_eq!(lines_of(&text, "monitor_sample_age_seconds "), ["monitor_sample_age_seconds 2.5"]);
+    }
+
+    #[test]
     fn label_values_are_escaped() {
         assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
@@ -380,14 +462,24 @@ mod tests {
             lines[0],
             "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"0.000002\"} 1"
         );
+        // 4 µs is not exported: the next bound is 8 µs, which holds all three.
         assert_eq!(
-            lines[2],
+            lines[1],
             "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"0.000008\"} 3"
         );
         assert_eq!(
-            lines[3],
+            lines[2],
             "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"+Inf\"} 3"
         );
-        assert!(lines[5].ends_with("} 3"));
+        assert!(lines[4].ends_with("} 3"));
+        // The 32 log2 buckets a probe keeps become 13 bounds and +Inf; a latency past 33.6 s is in +Inf only.
+        let mut full = [0u64; 32];
+        full[31] = 1;
+        let mut o = String::new();
+        histogram(&mut o, "p=\"x\"", &full);
+        let buckets: Vec<&str> = o.lines().filter(|l| l.contains("_bucket")).collect();
+        assert_eq!(buckets.len(), 14, "{o}");
+        assert!(buckets[12].contains("le=\"33.554432\"} 0"), "{o}");
+        assert!(buckets[13].ends_with("le=\"+Inf\"} 1"), "{o}");
     }
 }

@@ -186,6 +186,36 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
     (next, decision)
 }
 
+/// The policy's decisions counted since the agent started, so an episode shorter than a scrape still shows in
+/// `/metrics` (`monitor_policy_entered_total`, `monitor_policy_victims_total`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Decisions {
+    /// Times the group entered refusing and aborting (from a lower state or, for refusing, from aborting).
+    pub entered_refusing: u64,
+    pub entered_aborting: u64,
+    /// Processes chosen to abort: a new victim each abort round (chosen and not told, in shadow mode).
+    pub victims: u64,
+    last: Option<(State, Option<ProcId>)>,
+}
+
+impl Decisions {
+    /// Counts one decision, taken on the next sample.
+    pub fn observe(&mut self, d: &Decision) {
+        let (state, victim) = self.last.unwrap_or((State::Normal, None));
+        if d.state != state {
+            match d.state {
+                State::Refusing => self.entered_refusing += 1,
+                State::Aborting => self.entered_aborting += 1,
+                State::Normal => {}
+            }
+        }
+        if d.victim.is_some() && d.victim != victim {
+            self.victims += 1;
+        }
+        self.last = Some((d.state, d.victim));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +399,33 @@ mod tests {
         let victim = d.victim.expect("victim");
         assert_eq!(d.decided_for(victim), Action::Abort);
         assert_eq!(d.action_for(victim), Action::Serve);
+    }
+
+    #[test]
+    fn decisions_count_entries_and_victims_once_each() {
+        let d = |state, victim: Option<u32>| Decision {
+            state,
+            ratio: 0.0,
+            largest_pid: None,
+            victim: victim.map(|pid| ProcId { pid, start_ticks: 1 }),
+            abort_round: 0,
+            shadow: false,
+            changed: false,
+        };
+        let mut c = Decisions::default();
+        for x in [
+            d(State::Normal, None),
+            d(State::Refusing, None),
+            d(State::Refusing, None),
+            d(State::Aborting, Some(7)),
+            d(State::Aborting, Some(7)),
+            d(State::Aborting, Some(8)),
+            d(State::Refusing, None),
+            d(State::Normal, None),
+            d(State::Aborting, Some(8)),
+        ] {
+            c.observe(&x);
+        }
+        assert_eq!((c.entered_refusing, c.entered_aborting, c.victims), (2, 2, 3));
     }
 }

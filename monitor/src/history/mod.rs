@@ -14,7 +14,7 @@ pub mod store;
 use crate::config::StatsConfig;
 use crate::feed::{Published, Samples};
 use crate::launcher::LauncherInfo;
-use crate::policy::Thresholds;
+use crate::policy::{Decisions, Thresholds};
 use crate::snapshot::infer_roles;
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
 use std::collections::{HashMap, VecDeque};
@@ -72,6 +72,8 @@ struct Inner {
     restarts: HashMap<u16, u64>,
     /// Why the history is not persisted, when it is not.
     note: Option<String>,
+    /// The decisions counted from every sample.
+    decisions: Decisions,
 }
 
 /// The shared history: the consumer writes it, the home page and `/metrics` read it.
@@ -220,6 +222,11 @@ impl History {
         self.inputs.launcher.as_ref().map(|f| f()).unwrap_or_default()
     }
 
+    /// The decisions counted since the agent started.
+    pub fn decisions(&self) -> Decisions {
+        self.lock().decisions
+    }
+
     /// Why the history is not persisted, if it is not.
     pub fn note(&self) -> Option<String> {
         self.lock().note.clone()
@@ -300,6 +307,7 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<(Minute
     while let Some(p) = samples.next().await {
         if last_seq != Some(p.snapshot.seq) && p.error.is_none() {
             last_seq = Some(p.snapshot.seq);
+            h.lock().decisions.observe(&p.decision);
             let (sec, min) = agg.push(&h.input(&p));
             if let Some(row) = h.keep(sec, min) {
                 let _ = tx.send(row);
