@@ -398,6 +398,22 @@ pub struct ActionsConfig {
     pub admin_path: Option<String>,
 }
 
+/// For serde's "unknown field `x`, expected one of `a`, `b`": the known name nearest to `x`, when one is near
+/// enough to be a typo (`polcy` -> `policy`).
+fn nearest_known(msg: &str) -> Option<&str> {
+    let rest = msg.split("unknown field `").nth(1)?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let known = rest.split_once("expected one of ").or_else(|| rest.split_once("expected "))?.1;
+    known
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|k| (strsim::damerau_levenshtein(unknown, k), k))
+        .filter(|&(d, k)| d > 0 && d <= (k.len() / 3).max(1))
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, k)| k)
+}
+
 impl Config {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -429,6 +445,10 @@ impl Config {
                     (at.line_of(span.start), msg)
                 }
                 None => (0, msg),
+            };
+            let msg = match nearest_known(&msg) {
+                Some(near) => format!("{msg}; did you mean `{near}`?"),
+                None => msg,
             };
             ConfigError::Syntax { path: path.to_path_buf(), line, msg }
         })
@@ -474,6 +494,17 @@ mod tests {
             Ok(c) => panic!("accepted: {c:?}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn an_unknown_key_names_the_nearest_known_one() {
+        let e = err("[polcy]\ninterval_ms = 100\n");
+        assert!(e.starts_with("m.toml:1:") && e.ends_with("did you mean `policy`?"), "{e}");
+        let e = err("[policy]\ninterval = 100\n");
+        assert!(e.contains("unknown field `interval`") && e.ends_with("did you mean `interval_ms`?"), "{e}");
+        // Nothing near: no guess.
+        let e = err("[zzzzzz]\n");
+        assert!(e.contains("unknown field `zzzzzz`") && !e.contains("did you mean"), "{e}");
     }
 
     #[test]

@@ -26,16 +26,25 @@ enum Cmd {
     Agent(AgentArgs),
     /// Prints the group as a table, from a running agent.
     Status {
-        /// The agent's base URL.
-        #[arg(long, default_value = "http://127.0.0.1:9464")]
-        url: String,
+        /// The agent's base URL (default: from the config's `[web] listen`, else http://127.0.0.1:9464).
+        #[arg(long)]
+        url: Option<String>,
+        /// The agent's config, whose `[web] listen` says where it answers (default: /etc/monitor/agent.toml when it
+        /// exists).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
     },
     /// Validates a config file: names every bad key with its line (a TOML syntax error stops at the first).
     CheckConfig {
-        file: PathBuf,
+        /// The config file (or -c FILE).
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
+        /// The config file.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
         /// The command the file is for, `agent` or `run` (default: `run` when it lists a `[[process]]`): `run`
         /// needs a `[[process]]`; for `agent`, the run-only keys are named as ignored.
         #[arg(long)]
@@ -46,20 +55,20 @@ enum Cmd {
     /// The launcher, the front door and the agent in one process: starts `[[process]]`, proxies `[proxy] listen`.
     Run {
         /// TOML config file.
-        #[arg(long)]
+        #[arg(short, long)]
         config: PathBuf,
     },
 }
 
 #[derive(clap::Args)]
 struct ReportArgs {
-    /// The config whose `[stats] path` names the database.
-    #[arg(long)]
+    /// The config whose `[stats] path` names the database (default: /etc/monitor/agent.toml when it exists).
+    #[arg(short, long)]
     config: Option<PathBuf>,
     /// The database (instead of the config's).
     #[arg(long)]
     db: Option<PathBuf>,
-    /// The UTC day, YYYY-MM-DD (default: today).
+    /// The UTC day: `today` (the default), `yesterday` or YYYY-MM-DD.
     #[arg(long)]
     date: Option<String>,
     /// Print JSON.
@@ -72,8 +81,8 @@ struct ReportArgs {
 
 #[derive(clap::Args)]
 struct AgentArgs {
-    /// TOML config file.
-    #[arg(long)]
+    /// TOML config file (default: /etc/monitor/agent.toml when it exists, else the built-in defaults).
+    #[arg(short, long)]
     config: Option<PathBuf>,
     /// The group's cgroup: `auto`, an absolute path under /sys/fs/cgroup, or relative to the memory mount.
     #[arg(long)]
@@ -96,35 +105,62 @@ fn main() -> ExitCode {
             init_logs();
             Ok(Agent::guard(cfg)?.run()?)
         }),
-        Cmd::Status { url, json } => status(&url, json),
+        Cmd::Status { url, config, json } => status(url, config, json),
         Cmd::Report(r) => report(r),
         Cmd::Run { config } => {
             init_logs();
             Config::load(&config).map_err(Into::into).and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?))
         }
-        Cmd::CheckConfig { file, mode } => match monitor::config::check(&file, mode) {
-            Ok(checked) => {
-                for w in &checked.warnings {
-                    eprintln!("monitor: warning: {w}");
-                }
-                println!("{}: ok for monitor {}", file.display(), checked.mode.as_str());
-                Ok(())
-            }
-            // One problem is the error; several are each printed, then counted.
-            Err(mut problems) if problems.len() == 1 => Err(problems.remove(0).into()),
-            Err(problems) => {
-                for p in &problems {
-                    eprintln!("monitor: {p}");
-                }
-                Err(anyhow::anyhow!("{}: {} problems", file.display(), problems.len()))
-            }
-        },
+        Cmd::CheckConfig { file, config, mode } => check_config(file.or(config).unwrap_or_default(), mode),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("monitor: {e:#}");
+            eprintln!("monitor: {}", describe(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes, each said once: a cause whose text the message already holds (an error that prints
+/// its source, wrapped by one that does too) is not repeated.
+fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+/// The config the agent and the report read when no `-c` is given, when it exists.
+const DEFAULT_CONFIG: &str = "/etc/monitor/agent.toml";
+
+fn default_config(given: Option<PathBuf>) -> Option<PathBuf> {
+    given.or_else(|| Some(PathBuf::from(DEFAULT_CONFIG)).filter(|p| p.exists()))
+}
+
+fn check_config(file: PathBuf, mode: Option<monitor::config::Mode>) -> Result<()> {
+    match monitor::config::check(&file, mode) {
+        Ok(checked) => {
+            for w in &checked.warnings {
+                eprintln!("monitor: warning: {w}");
+            }
+            println!("{}: ok for monitor {}", file.display(), checked.mode.as_str());
+            Ok(())
+        }
+        // One problem is the error; several are each printed, then counted.
+        Err(mut problems) if problems.len() == 1 => Err(problems.remove(0).into()),
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("monitor: {p}");
+            }
+            Err(anyhow::anyhow!("{}: {} problems", file.display(), problems.len()))
         }
     }
 }
@@ -142,8 +178,8 @@ fn init_logs() {
 
 /// The config file (or the defaults) with the command line's overrides, checked again.
 fn agent_config(a: &AgentArgs) -> Result<Config> {
-    let mut cfg = match &a.config {
-        Some(path) => Config::load(path)?,
+    let mut cfg = match default_config(a.config.clone()) {
+        Some(path) => Config::load(&path)?,
         None => Config::default(),
     };
     if let Some(c) = &a.cgroup {
@@ -156,15 +192,34 @@ fn agent_config(a: &AgentArgs) -> Result<Config> {
         cfg.policy.interval_ms = i;
     }
     if let Some(p) = cfg.validate().into_iter().next() {
-        bail!("{}: {}", monitor::config::key_name(&p.key), p.msg);
+        // A value given on the command line is named by its flag.
+        let key = monitor::config::key_name(&p.key);
+        let flag = match key.as_str() {
+            "group.cgroup" if a.cgroup.is_some() => "--cgroup".to_string(),
+            "web.listen" if a.listen.is_some() => "--listen".to_string(),
+            "policy.interval_ms" if a.interval_ms.is_some() => "--interval-ms".to_string(),
+            _ => key,
+        };
+        bail!("{flag}: {}", p.msg);
     }
     Ok(cfg)
 }
 
-fn status(url: &str, json: bool) -> Result<()> {
+fn status(url: Option<String>, config: Option<PathBuf>, json: bool) -> Result<()> {
+    let base = match (url, default_config(config)) {
+        (Some(u), _) => u,
+        (None, Some(c)) => format!("http://{}", Config::load(&c)?.web.listen),
+        (None, None) => "http://127.0.0.1:9464".into(),
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let url = format!("{}/api/v1/status", url.trim_end_matches('/'));
-    let body = rt.block_on(monitor::client::get(&url))?;
+    let url = format!("{}/api/v1/status", base.trim_end_matches('/'));
+    let body = rt.block_on(monitor::client::get(&url)).map_err(|e| match e {
+        monitor::client::ClientError::Connect(_, io) => anyhow::anyhow!(
+            "no monitor agent answers at {base} ({io}): start one with `monitor agent`, or name where it listens \
+             with --url or -c CONFIG"
+        ),
+        e => e.into(),
+    })?;
     // Checked with --json too: a server that is not a monitor (an HTML page, another JSON API) is an error, not
     // output.
     let v: StatusView = serde_json::from_str(&body)
@@ -179,18 +234,13 @@ fn status(url: &str, json: bool) -> Result<()> {
 
 fn report(r: ReportArgs) -> Result<()> {
     use monitor::report;
-    let db = match (r.db, r.config) {
+    let db = match (r.db, default_config(r.config)) {
         (Some(db), _) => db,
         (None, Some(c)) => Config::load(&c)?.stats.path.ok_or(report::ReportError::NoDatabase)?,
         (None, None) => Config::default().stats.path.ok_or(report::ReportError::NoDatabase)?,
     };
-    let day = match &r.date {
-        Some(d) => report::parse_date(d)?,
-        None => {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs());
-            now.unwrap_or(0) / 86_400 * 86_400
-        }
-    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let day = report::parse_day(r.date.as_deref().unwrap_or("today"), now)?;
     let (day_report, minutes, labels) = report::load(&db, day)?;
     if let Some(file) = &r.png {
         let done = report::png::write_png(file, &day_report, &minutes, &labels, day)?;

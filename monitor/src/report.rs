@@ -15,8 +15,10 @@ use std::path::Path;
 /// What can go wrong with a report.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("bad date {0:?}: use YYYY-MM-DD")]
+    #[error("bad date {0:?}: use today, yesterday or YYYY-MM-DD")]
     Date(String),
+    #[error("{0} is not a monitor stats database (SQLite could not read it as a database)")]
+    NotADatabase(std::path::PathBuf),
     #[error("no stats database: pass --db FILE, or --config FILE whose [stats] path names it")]
     NoDatabase,
     #[error("no stats database at {0}")]
@@ -84,6 +86,17 @@ pub fn civil_from_days(z: i64) -> String {
 }
 
 /// `YYYY-MM-DD` -> the Unix second its UTC day starts.
+/// The start (Unix seconds) of the UTC day `s` names: `today` or `yesterday` (from `now`, Unix seconds), or a date.
+pub fn parse_day(s: &str, now: u64) -> Result<u64, ReportError> {
+    let today = now / 86_400 * 86_400;
+    match s {
+        "today" => Ok(today),
+        "yesterday" => Ok(today.saturating_sub(86_400)),
+        date => parse_date(date),
+    }
+}
+
+/// The start (Unix seconds) of the UTC day `YYYY-MM-DD`.
 pub fn parse_date(s: &str) -> Result<u64, ReportError> {
     let bad = || ReportError::Date(s.to_string());
     let mut it = s.split('-');
@@ -161,28 +174,34 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
     if !path.is_file() {
         return Err(ReportError::Missing(path.to_path_buf()));
     }
-    let store = Store::open_read_only(path)?;
+    let not_a_database = |e: HistoryError| match e {
+        HistoryError::Db(rusqlite::Error::SqliteFailure(f, _))
+        | HistoryError::Open { source: rusqlite::Error::SqliteFailure(f, _), .. }
+            if f.code == rusqlite::ErrorCode::NotADatabase =>
+        {
+            ReportError::NotADatabase(path.to_path_buf())
+        }
+        e => e.into(),
+    };
+    let store = Store::open_read_only(path).map_err(not_a_database)?;
     let mut labels = Labels::default();
-    let minutes = store.minutes(day_start, day_start + 86_400, &mut labels)?;
+    let minutes = store.minutes(day_start, day_start + 86_400, &mut labels).map_err(not_a_database)?;
     let date = civil_from_days((day_start / 86_400) as i64);
     Ok((summarize(&date, &minutes, &labels), minutes, labels))
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
 /// The report as a text table.
 pub fn text(r: &DayReport) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "monitor report for {} (UTC), {} minutes of data", r.date, r.minutes);
+    let _ =
+        writeln!(o, "monitor report for {} (UTC), {} of data", r.date, crate::table::count(r.minutes as u64, "minute"));
     let _ = writeln!(
         o,
         "group: peak {} mean {} of {}; requests {}; refusals {} ({} s refusing); aborts {} ({} s aborting); \
          shed {}; restarts {}",
-        mib(r.peak_usage_bytes),
-        mib(r.mean_usage_bytes),
-        mib(r.limit_bytes),
+        crate::table::size(r.peak_usage_bytes),
+        crate::table::size(r.mean_usage_bytes),
+        crate::table::size(r.limit_bytes),
         r.requests_total,
         r.refusals,
         r.refusing_seconds,
@@ -202,8 +221,8 @@ pub fn text(r: &DayReport) -> String {
             "{:<20} {:<8} {:>12} {:>12} {:>10} {:>8} {:>8}",
             p.process,
             p.role,
-            mib(p.peak_rss_bytes),
-            mib(p.mean_rss_bytes),
+            crate::table::size(p.peak_rss_bytes),
+            crate::table::size(p.mean_rss_bytes),
             p.requests,
             p.errors_5xx,
             p.restarts
@@ -225,6 +244,17 @@ mod tests {
             assert!(parse_date(bad).is_err(), "{bad}");
         }
         assert_eq!(civil_from_days(19_783), "2024-03-01");
+        let now = 1_709_251_200 + 3_600; // 2024-03-01 01:00 UTC
+        assert_eq!(parse_day("today", now).ok(), Some(1_709_251_200));
+        assert_eq!(parse_day("yesterday", now).ok(), Some(1_709_251_200 - 86_400));
+        assert_eq!(parse_day("2024-03-01", now).ok(), Some(1_709_251_200));
+        assert!(parse_day("tomorrow", now).is_err());
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_says_so_once() {
+        let e = load(Path::new("/etc/passwd"), 0).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(e, "/etc/passwd is not a monitor stats database (SQLite could not read it as a database)");
     }
 
     #[test]

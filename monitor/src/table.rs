@@ -3,9 +3,14 @@
 use crate::api::StatusView;
 use std::fmt::Write;
 
-/// Bytes as MiB with one decimal.
-pub fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+/// Bytes as MiB with one decimal, or GiB with two from 1024 MiB on.
+pub fn size(b: u64) -> String {
+    let mib = b as f64 / (1024.0 * 1024.0);
+    if mib >= 1024.0 {
+        format!("{:.2} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.1} MiB")
+    }
 }
 
 /// The kernel's OOM kills, the wake-ups with the paced interval, and the brake when it is on.
@@ -27,7 +32,7 @@ fn kernel_lines(s: &mut String, v: &StatusView) {
     let _ = writeln!(s, "wake-ups {wake}");
     if let Some(b) = &g.brake {
         let state = match (b.high_bytes, &b.error) {
-            (Some(h), _) => format!("memory.high {} ({:.0}% of the limit; was {})", mib(h), b.at * 100.0, b.previous),
+            (Some(h), _) => format!("memory.high {} ({:.0}% of the limit; was {})", size(h), b.at * 100.0, b.previous),
             (None, Some(e)) => format!("not set at {:.0}%: {e}", b.at * 100.0),
             (None, None) => format!("not set at {:.0}%", b.at * 100.0),
         };
@@ -36,6 +41,14 @@ fn kernel_lines(s: &mut String, v: &StatusView) {
 }
 
 /// Renders a status document as a text table.
+/// `1 minute`, `2 minutes`.
+pub fn count(n: u64, unit: &str) -> String {
+    match n {
+        1 => format!("1 {unit}"),
+        n => format!("{n} {unit}s"),
+    }
+}
+
 pub fn render(v: &StatusView) -> String {
     let g = &v.group;
     let mut s = String::new();
@@ -44,8 +57,8 @@ pub fn render(v: &StatusView) -> String {
         "group    {} (cgroup {})\nmemory   {} of {} ({:.1}%, limit from {})\npolicy   {}{} (refuse at {:.0}%, abort at {:.0}%)",
         g.cgroup.display(),
         g.version,
-        mib(g.usage_bytes),
-        mib(g.limit_bytes),
+        size(g.usage_bytes),
+        size(g.limit_bytes),
         g.ratio * 100.0,
         g.limit_source,
         v.policy.state,
@@ -83,8 +96,8 @@ pub fn render(v: &StatusView) -> String {
             p.pid,
             name,
             p.role,
-            mib(p.rss_bytes),
-            mib(p.anon_bytes),
+            size(p.rss_bytes),
+            size(p.anon_bytes),
             p.action,
             p.requests_total,
             p.inflight,
@@ -115,6 +128,17 @@ mod tests {
 
     fn line<'a>(text: &'a str, head: &str) -> Option<&'a str> {
         text.lines().find_map(|l| l.strip_prefix(head)).map(str::trim)
+    }
+
+    #[test]
+    fn sizes_and_counts_read_naturally() {
+        assert_eq!(size(512 << 20), "512.0 MiB");
+        assert_eq!(size(1023 << 20), "1023.0 MiB");
+        assert_eq!(size(3 << 29), "1.50 GiB");
+        assert_eq!(
+            (count(1, "minute"), count(0, "minute"), count(2, "minute")),
+            ("1 minute".into(), "0 minutes".into(), "2 minutes".into())
+        );
     }
 
     #[test]

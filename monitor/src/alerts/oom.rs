@@ -124,11 +124,6 @@ impl OomWatch {
     }
 }
 
-/// Bytes as MiB with one decimal.
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
-}
-
 fn condition(k: &Kill) -> Condition {
     let mut c = Condition::new("MonitorOomKill")
         .label("cgroup", k.cgroup.clone())
@@ -142,8 +137,11 @@ fn condition(k: &Kill) -> Condition {
                 .annotate("name", v.name.clone())
                 .annotate("rss_bytes", v.rss_bytes.to_string());
             if k.victims.len() > 1 {
-                let all: Vec<String> =
-                    k.victims.iter().map(|v| format!("{} (pid {}, {})", v.name, v.pid, mib(v.rss_bytes))).collect();
+                let all: Vec<String> = k
+                    .victims
+                    .iter()
+                    .map(|v| format!("{} (pid {}, {})", v.name, v.pid, crate::table::size(v.rss_bytes)))
+                    .collect();
                 c = c.annotate("vanished", all.join(", "));
             }
             format!(
@@ -151,7 +149,7 @@ fn condition(k: &Kill) -> Condition {
                  the group so far",
                 v.name,
                 v.pid,
-                mib(v.rss_bytes),
+                crate::table::size(v.rss_bytes),
                 k.cgroup,
                 k.count
             )
