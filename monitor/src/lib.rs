@@ -16,6 +16,7 @@ pub mod feed;
 pub mod history;
 pub mod kernfile;
 pub mod launcher;
+pub mod logs;
 pub mod metrics;
 pub mod pacing;
 pub mod pidfd;

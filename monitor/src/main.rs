@@ -102,13 +102,13 @@ fn main() -> ExitCode {
     let _ = monitor::procs::raise_fd_limit();
     let result = match cli.cmd {
         Cmd::Agent(a) => agent_config(&a).and_then(|cfg| {
-            init_logs();
+            monitor::logs::init();
             Ok(Agent::guard(cfg)?.run()?)
         }),
         Cmd::Status { url, config, json } => status(url, config, json),
         Cmd::Report(r) => report(r),
         Cmd::Run { config } => {
-            init_logs();
+            monitor::logs::init();
             Config::load(&config).map_err(Into::into).and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?))
         }
         Cmd::CheckConfig { file, config, mode } => check_config(file.or(config).unwrap_or_default(), mode),
@@ -163,17 +163,6 @@ fn check_config(file: PathBuf, mode: Option<monitor::config::Mode>) -> Result<()
             Err(anyhow::anyhow!("{}: {} problems", file.display(), problems.len()))
         }
     }
-}
-
-fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MONITOR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 /// The config file (or the defaults) with the command line's overrides, checked again.
