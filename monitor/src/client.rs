@@ -19,6 +19,9 @@ pub enum ClientError {
     Http(String, hyper::Error),
     #[error("{0}: HTTP {1}")]
     Status(String, u16),
+    /// A POST answered with a status other than 2xx, and how long the server asked to wait (`Retry-After`).
+    #[error("{url}: HTTP {status}")]
+    Refused { url: String, status: u16, retry_after: Option<std::time::Duration> },
     #[error("{0}: request timed out")]
     Timeout(String),
 }
@@ -74,12 +77,17 @@ pub async fn post_json(url: &HttpUrl, body: &str) -> Result<(), ClientError> {
             .map_err(|_| ClientError::BadPath(url.to_string()))?;
         let resp = sender.send_request(req).await.map_err(|e| ClientError::Http(url.to_string(), e))?;
         let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(hyper::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| retry_after(v, std::time::SystemTime::now()));
         // Drain the body so the server sees a complete exchange.
         let _ = resp.into_body().collect().await;
         if (200..300).contains(&status) {
             Ok(())
         } else {
-            Err(ClientError::Status(url.to_string(), status))
+            Err(ClientError::Refused { url: url.to_string(), status, retry_after })
         }
     };
     tokio::time::timeout(std::time::Duration::from_secs(5), fut)
@@ -87,9 +95,27 @@ pub async fn post_json(url: &HttpUrl, body: &str) -> Result<(), ClientError> {
         .unwrap_or_else(|_| Err(ClientError::Timeout(url.to_string())))
 }
 
+/// A `Retry-After` value (RFC 9110 §10.2.3): seconds, or an HTTP date (the wait until then from `now`).
+pub fn retry_after(v: &str, now: std::time::SystemTime) -> Option<std::time::Duration> {
+    let v = v.trim();
+    match v.parse::<u64>() {
+        Ok(secs) => Some(std::time::Duration::from_secs(secs)),
+        Err(_) => httpdate::parse_http_date(v).ok().map(|at| at.duration_since(now).unwrap_or_default()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date() {
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00 UTC
+        assert_eq!(retry_after("120", now), Some(std::time::Duration::from_secs(120)));
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now), Some(std::time::Duration::from_secs(30)));
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now), Some(std::time::Duration::ZERO));
+        assert_eq!(retry_after("soon", now), None);
+    }
 
     #[tokio::test]
     async fn an_https_url_is_refused_before_connecting() {

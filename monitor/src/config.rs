@@ -159,11 +159,24 @@ impl PolicyConfig {
 pub struct WebConfig {
     /// Address of the API, metrics and home page. Default `127.0.0.1:9464`.
     pub listen: String,
+    /// The home page's address as operators reach it (`http://` or `https://`, through a proxy or a DNS name): the
+    /// alerts' `generatorURL` links there. Default `http://<listen>/`, useful on the host only.
+    pub external_url: Option<String>,
 }
 
 impl Default for WebConfig {
     fn default() -> Self {
-        WebConfig { listen: "127.0.0.1:9464".into() }
+        WebConfig { listen: "127.0.0.1:9464".into(), external_url: None }
+    }
+}
+
+impl WebConfig {
+    /// Where alerts link back to: `external_url`, else the listen address.
+    pub fn generator_url(&self) -> String {
+        match &self.external_url {
+            Some(u) => u.clone(),
+            None => format!("http://{}/", self.listen),
+        }
     }
 }
 
@@ -342,11 +355,29 @@ pub struct AlertsConfig {
     /// `http://` base URL of an Alertmanager (alerts go to `/api/v2/alerts`); `https://` is not supported yet.
     /// Default none.
     pub alertmanager: Option<HttpUrl>,
+    /// More Alertmanagers, each sent every alert (an HA pair de-duplicates them, as with Prometheus). Default none.
+    pub alertmanagers: Vec<HttpUrl>,
+    /// Labels added to every alert, as Prometheus' `external_labels` (`{ team = "storage", env = "prod" }`).
+    /// `instance` defaults to the host's name, so the same group on two hosts makes two alerts.
+    pub labels: std::collections::BTreeMap<String, String>,
     /// An alert that resolves and fires again within this many seconds is one incident (its resolution is sent
     /// only once it has stayed clear this long). Default 30.
     pub quiet_s: u64,
     /// Firing alerts are re-sent to Alertmanager this often, in seconds. Default 30.
     pub resend_s: u64,
+}
+
+impl AlertsConfig {
+    /// Every Alertmanager to send to: `alertmanager` and `alertmanagers`, each once.
+    pub fn all_alertmanagers(&self) -> Vec<HttpUrl> {
+        let mut all: Vec<HttpUrl> = Vec::new();
+        for u in self.alertmanager.iter().chain(&self.alertmanagers) {
+            if !all.iter().any(|a| a.to_string() == u.to_string()) {
+                all.push(u.clone());
+            }
+        }
+        all
+    }
 }
 
 impl Default for AlertsConfig {
@@ -356,6 +387,8 @@ impl Default for AlertsConfig {
             command_timeout_s: 10,
             webhook: None,
             alertmanager: None,
+            alertmanagers: Vec::new(),
+            labels: std::collections::BTreeMap::new(),
             quiet_s: 30,
             resend_s: 30,
         }
@@ -494,6 +527,29 @@ mod tests {
             Ok(c) => panic!("accepted: {c:?}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn fleet_labels_external_url_and_several_alertmanagers() {
+        let c = Config::from_toml(
+            "[web]\nexternal_url = \"https://mon.example/app\"\n[alerts]\nalertmanager = \"http://127.0.0.1:9093\"\n\
+             alertmanagers = [\"http://127.0.0.1:9094\", \"http://127.0.0.1:9093\"]\nlabels = { team = \"storage\" }\n",
+            Path::new("m.toml"),
+        )
+        .expect("a good config");
+        assert_eq!(c.web.generator_url(), "https://mon.example/app");
+        assert_eq!(Config::default().web.generator_url(), "http://127.0.0.1:9464/");
+        let ams: Vec<String> = c.alerts.all_alertmanagers().iter().map(|u| u.to_string()).collect();
+        assert_eq!(ams.len(), 2, "{ams:?}");
+        assert_eq!(c.alerts.labels.get("team").map(String::as_str), Some("storage"));
+        let e = err("[alerts]\nlabels = { \"bad-name\" = \"x\" }\n");
+        assert!(e.starts_with("m.toml:2: alerts.labels:") && e.contains("not a label name"), "{e}");
+        let e = err("[alerts]\nlabels = { alertname = \"x\" }\n");
+        assert!(e.contains("alertname is the alert's own label"), "{e}");
+        let e = err("[web]\nexternal_url = \"mon.example\"\n");
+        assert!(e.starts_with("m.toml:2: web.external_url:"), "{e}");
+        let e = err("[alerts]\nalertmanagers = [\"https://am.example\"]\n");
+        assert!(e.contains("https is not supported yet"), "{e}");
     }
 
     #[test]

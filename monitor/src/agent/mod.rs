@@ -183,12 +183,8 @@ impl Parts<'_> {
         );
         // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the
         // launcher, the stats database) to raise conditions.
-        let raiser = alerts::task::spawn(
-            &cfg.alerts,
-            feed.subscribe("alerts"),
-            cfg.probes.enabled,
-            format!("http://{web_addr}/"),
-        );
+        let raiser =
+            alerts::task::spawn(&cfg.alerts, feed.subscribe("alerts"), cfg.probes.enabled, cfg.web.generator_url());
         if let Some(raiser) = raiser {
             if let Some(d) = &door {
                 tokio::spawn(alerts::watch::launcher(d.view.clone(), raiser.clone()));

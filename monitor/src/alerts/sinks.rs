@@ -312,6 +312,30 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
     }
 }
 
+/// The longest `Retry-After` a sink waits before its next attempt (a longer one is cut to this).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Whether a failed send is tried again.
+#[derive(Debug, PartialEq)]
+enum Retry {
+    /// No: the receiver refused this request (a 4xx other than 429), and the same request would be refused again.
+    Never,
+    /// After what the receiver asked (`Retry-After` on a 429 or a 5xx).
+    After(Duration),
+    /// After the sink's own backoff (no answer, or no `Retry-After`).
+    Backoff,
+}
+
+fn retry(e: &crate::client::ClientError) -> Retry {
+    match e {
+        crate::client::ClientError::Refused { status, .. } if (400..500).contains(status) && *status != 429 => {
+            Retry::Never
+        }
+        crate::client::ClientError::Refused { retry_after: Some(d), .. } => Retry::After(*d),
+        _ => Retry::Backoff,
+    }
+}
+
 /// Starts an HTTP sink posting `render(batch)` to `url`, with retries and a once-only "down" report.
 pub fn http(
     name: &'static str,
@@ -328,15 +352,22 @@ pub fn http(
             let mut last_err = String::new();
             let mut sent = false;
             for attempt in 1..=ATTEMPTS {
-                match crate::client::post_json(&url, &body).await {
+                let wait = match crate::client::post_json(&url, &body).await {
                     Ok(()) => {
                         sent = true;
                         break;
                     }
-                    Err(e) => last_err = e.to_string(),
-                }
+                    Err(e) => {
+                        last_err = e.to_string();
+                        match retry(&e) {
+                            Retry::Never => break,
+                            Retry::After(d) => d.min(MAX_RETRY_AFTER),
+                            Retry::Backoff => delay,
+                        }
+                    }
+                };
                 if attempt < ATTEMPTS {
-                    tokio::time::sleep(delay).await;
+                    tokio::time::sleep(wait).await;
                     delay *= 2;
                 }
             }
@@ -379,6 +410,19 @@ mod tests {
         let mut one = n(Status::Firing);
         one.fingerprint = i.to_string();
         vec![one]
+    }
+
+    #[test]
+    fn a_refusal_is_not_retried_unless_it_says_when() {
+        use crate::client::ClientError::Refused;
+        let refused = |status, retry_after| Refused { url: "u".into(), status, retry_after };
+        assert_eq!(retry(&refused(400, None)), Retry::Never);
+        assert_eq!(retry(&refused(404, Some(Duration::from_secs(3)))), Retry::Never);
+        assert_eq!(retry(&refused(429, Some(Duration::from_secs(3)))), Retry::After(Duration::from_secs(3)));
+        assert_eq!(retry(&refused(429, None)), Retry::Backoff);
+        assert_eq!(retry(&refused(503, Some(Duration::from_secs(1)))), Retry::After(Duration::from_secs(1)));
+        assert_eq!(retry(&refused(500, None)), Retry::Backoff);
+        assert_eq!(retry(&crate::client::ClientError::Timeout("u".into())), Retry::Backoff);
     }
 
     #[test]

@@ -84,6 +84,23 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
     out
 }
 
+/// The host's name (`/proc/sys/kernel/hostname`), `localhost` when it cannot be read.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The labels every alert carries besides its own: `[alerts] labels`, and `instance` (the host's name) unless they
+/// name one. An alert's own label of the same name wins, as with Prometheus' `external_labels`.
+fn fleet_labels(configured: &BTreeMap<String, String>, host: &str) -> BTreeMap<String, String> {
+    let mut out = configured.clone();
+    out.entry("instance".into()).or_insert_with(|| host.to_string());
+    out
+}
+
 /// Starts the alerts task if any sink is configured. `generator_url` links back to the agent.
 pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, generator_url: String) -> Option<Raiser> {
     let mut sinks: Vec<SinkHandle> = Vec::new();
@@ -93,12 +110,17 @@ pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, gene
     if let Some(url) = &cfg.webhook {
         sinks.push(sinks::http("webhook", url.clone(), generator_url.clone(), sinks::webhook_json));
     }
-    let am = cfg.alertmanager.as_ref().map(|base| {
-        sinks::http("alertmanager", base.join("/api/v2/alerts"), generator_url.clone(), sinks::alertmanager_json)
-    });
-    if sinks.is_empty() && am.is_none() {
+    let am: Vec<SinkHandle> = cfg
+        .all_alertmanagers()
+        .iter()
+        .map(|base| {
+            sinks::http("alertmanager", base.join("/api/v2/alerts"), generator_url.clone(), sinks::alertmanager_json)
+        })
+        .collect();
+    if sinks.is_empty() && am.is_empty() {
         return None;
     }
+    let labels = fleet_labels(&cfg.labels, &hostname());
     let (tx, mut ext_rx) = mpsc::unbounded_channel::<(String, Option<Condition>)>();
     let quiet = Duration::from_secs(cfg.quiet_s);
     let resend = Duration::from_secs(cfg.resend_s);
@@ -119,13 +141,18 @@ pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, gene
                 _ = tick.tick() => {}
                 _ = resend_tick.tick() => {
                     // Alertmanager expects firing alerts to be re-sent, or it resolves them itself.
-                    if let Some(am) = &am { am.push(book.firing()); }
+                    for a in &am { a.push(book.firing()); }
                     continue;
                 }
             }
             let mut conds = conditions(samples.latest(), probes_wanted);
             conds.extend(oom.conditions(samples.latest(), started.elapsed().as_millis() as u64));
             conds.extend(external.values().cloned());
+            for c in &mut conds {
+                for (k, v) in &labels {
+                    c.labels.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
             let out = book.observe(SystemTime::now(), &conds);
             if out.is_empty() {
                 continue;
@@ -133,13 +160,27 @@ pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, gene
             for n in &out {
                 tracing::info!(alert = %n.labels.get("alertname").map(String::as_str).unwrap_or(""), status = ?n.status, fingerprint = %n.fingerprint, "alert");
             }
-            for s in &sinks {
+            for s in sinks.iter().chain(&am) {
                 s.push(out.clone());
-            }
-            if let Some(am) = &am {
-                am.push(out);
             }
         }
     });
     Some(Raiser { tx })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_alert_names_its_host_unless_the_config_does() {
+        let mut configured = BTreeMap::new();
+        configured.insert("team".to_string(), "storage".to_string());
+        let l = fleet_labels(&configured, "db-7");
+        assert_eq!(l.get("instance").map(String::as_str), Some("db-7"));
+        assert_eq!(l.get("team").map(String::as_str), Some("storage"));
+        configured.insert("instance".to_string(), "db-7.prod".to_string());
+        assert_eq!(fleet_labels(&configured, "db-7").get("instance").map(String::as_str), Some("db-7.prod"));
+        assert!(!hostname().is_empty());
+    }
 }

@@ -119,6 +119,13 @@ fn web(w: &WebConfig, out: &mut Vec<Problem>) {
     if let Err(e) = w.listen.parse::<SocketAddr>() {
         out.push(problem(&[Key("web"), Key("listen")], format!("{:?} is not an address: {e}", w.listen)));
     }
+    let linkable = |u: &str| {
+        let rest = u.strip_prefix("http://").or_else(|| u.strip_prefix("https://")).unwrap_or("");
+        !rest.is_empty() && !rest.starts_with('/') && !u.chars().any(char::is_whitespace)
+    };
+    if let Some(u) = w.external_url.as_deref().filter(|u| !linkable(u)) {
+        out.push(problem(&[Key("web"), Key("external_url")], format!("{u:?} is not an http:// or https:// URL")));
+    }
 }
 
 fn stats(s: &StatsConfig, out: &mut Vec<Problem>) {
@@ -216,6 +223,23 @@ fn alerts(a: &AlertsConfig, out: &mut Vec<Problem>) {
     }
     if a.command.as_ref().is_some_and(|cmd| cmd.first().is_none_or(String::is_empty)) {
         out.push(problem(&[Key("alerts"), Key("command")], "must name a program"));
+    }
+    // Prometheus' label names: [a-zA-Z_][a-zA-Z0-9_]*, the __ prefix reserved; alertname is the agent's.
+    let label_name = |k: &str| {
+        let mut c = k.chars();
+        c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+            && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+            && !k.starts_with("__")
+    };
+    for k in a.labels.keys() {
+        if !label_name(k) {
+            out.push(problem(
+                &[Key("alerts"), Key("labels")],
+                format!("{k:?} is not a label name ([a-zA-Z_][a-zA-Z0-9_]*, not __…)"),
+            ));
+        } else if k == "alertname" {
+            out.push(problem(&[Key("alerts"), Key("labels")], "alertname is the alert's own label"));
+        }
     }
 }
 
