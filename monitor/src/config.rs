@@ -349,14 +349,18 @@ pub struct AlertsConfig {
     pub command: Option<Vec<String>>,
     /// A run of the command is killed after this many seconds. Default 10.
     pub command_timeout_s: u64,
-    /// `http://` URL receiving the Alertmanager webhook JSON (version 4); `https://` is not supported yet.
-    /// Default none.
+    /// `http://` or `https://` URL receiving the Alertmanager webhook JSON (version 4). Default none.
     pub webhook: Option<HttpUrl>,
-    /// `http://` base URL of an Alertmanager (alerts go to `/api/v2/alerts`); `https://` is not supported yet.
-    /// Default none.
+    /// `http://` or `https://` base URL of an Alertmanager (alerts go to `/api/v2/alerts`). Default none.
     pub alertmanager: Option<HttpUrl>,
     /// More Alertmanagers, each sent every alert (an HA pair de-duplicates them, as with Prometheus). Default none.
     pub alertmanagers: Vec<HttpUrl>,
+    /// A PEM file of CA certificates trusted besides the host's store, for `https://` sinks behind a private CA.
+    pub ca_file: Option<PathBuf>,
+    /// A file holding a token sent as `Authorization: Bearer <token>` to the webhook and the Alertmanagers.
+    pub bearer_token_file: Option<PathBuf>,
+    /// HTTP basic auth for the webhook and the Alertmanagers: `{ username = "…", password_file = "…" }`.
+    pub basic_auth: Option<BasicAuth>,
     /// Labels added to every alert, as Prometheus' `external_labels` (`{ team = "storage", env = "prod" }`).
     /// `instance` defaults to the host's name, so the same group on two hosts makes two alerts.
     pub labels: std::collections::BTreeMap<String, String>,
@@ -367,7 +371,34 @@ pub struct AlertsConfig {
     pub resend_s: u64,
 }
 
+/// `[alerts] basic_auth`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    pub username: String,
+    /// The password is read from this file (kept out of the config, which may be world-readable).
+    pub password_file: PathBuf,
+}
+
 impl AlertsConfig {
+    /// The `Authorization` header the HTTP sinks send, read from the token or password file.
+    pub fn authorization(&self) -> Result<Option<String>, String> {
+        let read = |f: &PathBuf| {
+            std::fs::read_to_string(f)
+                .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+                .map_err(|e| format!("{}: {e}", f.display()))
+        };
+        match (&self.bearer_token_file, &self.basic_auth) {
+            (Some(f), _) => Ok(Some(format!("Bearer {}", read(f)?))),
+            (None, Some(b)) => {
+                use base64::Engine;
+                let pair = format!("{}:{}", b.username, read(&b.password_file)?);
+                Ok(Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
     /// Every Alertmanager to send to: `alertmanager` and `alertmanagers`, each once.
     pub fn all_alertmanagers(&self) -> Vec<HttpUrl> {
         let mut all: Vec<HttpUrl> = Vec::new();
@@ -388,6 +419,9 @@ impl Default for AlertsConfig {
             webhook: None,
             alertmanager: None,
             alertmanagers: Vec::new(),
+            ca_file: None,
+            bearer_token_file: None,
+            basic_auth: None,
             labels: std::collections::BTreeMap::new(),
             quiet_s: 30,
             resend_s: 30,
@@ -548,8 +582,8 @@ mod tests {
         assert!(e.contains("alertname is the alert's own label"), "{e}");
         let e = err("[web]\nexternal_url = \"mon.example\"\n");
         assert!(e.starts_with("m.toml:2: web.external_url:"), "{e}");
-        let e = err("[alerts]\nalertmanagers = [\"https://am.example\"]\n");
-        assert!(e.contains("https is not supported yet"), "{e}");
+        let e = err("[alerts]\nbearer_token_file = \"/etc/hostname\"\nbasic_auth = { username = \"u\", password_file = \"/etc/hostname\" }\n");
+        assert!(e.contains("not both"), "{e}");
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub enum AgentError {
     Proxy(#[from] ProxyError),
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
+    #[error("{0}")]
+    Alerts(String),
 }
 
 impl AgentError {
@@ -183,8 +185,14 @@ impl Parts<'_> {
         );
         // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the
         // launcher, the stats database) to raise conditions.
-        let raiser =
-            alerts::task::spawn(&cfg.alerts, feed.subscribe("alerts"), cfg.probes.enabled, cfg.web.generator_url());
+        let client = alerts::task::client(&cfg.alerts).map_err(AgentError::Alerts)?;
+        let raiser = alerts::task::spawn(
+            &cfg.alerts,
+            client,
+            feed.subscribe("alerts"),
+            cfg.probes.enabled,
+            cfg.web.generator_url(),
+        );
         if let Some(raiser) = raiser {
             if let Some(d) = &door {
                 tokio::spawn(alerts::watch::launcher(d.view.clone(), raiser.clone()));

@@ -340,6 +340,7 @@ fn retry(e: &crate::client::ClientError) -> Retry {
 pub fn http(
     name: &'static str,
     url: HttpUrl,
+    client: crate::client::Client,
     generator_url: String,
     render: fn(&[Notification], &str) -> Value,
 ) -> SinkHandle {
@@ -352,7 +353,7 @@ pub fn http(
             let mut last_err = String::new();
             let mut sent = false;
             for attempt in 1..=ATTEMPTS {
-                let wait = match crate::client::post_json(&url, &body).await {
+                let wait = match client.post_json(&url, &body).await {
                     Ok(()) => {
                         sent = true;
                         break;
@@ -544,7 +545,7 @@ http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
         monitor_tests::http::wait_port(port);
         let posts = || std::fs::read_to_string(&log).unwrap_or_default();
         let url: HttpUrl = format!("http://127.0.0.1:{port}/hook").parse().expect("a webhook URL");
-        let sink = http("webhook", url, "http://x/".into(), webhook_json);
+        let sink = http("webhook", url, crate::client::Client::plain().clone(), "http://x/".into(), webhook_json);
         let started = std::time::Instant::now();
         sink.push(vec![n(Status::Firing)]);
         while posts().lines().count() < 3 && started.elapsed() < Duration::from_secs(10) {

@@ -102,19 +102,33 @@ fn fleet_labels(configured: &BTreeMap<String, String>, host: &str) -> BTreeMap<S
 }
 
 /// Starts the alerts task if any sink is configured. `generator_url` links back to the agent.
-pub fn spawn(cfg: &AlertsConfig, mut samples: Samples, probes_wanted: bool, generator_url: String) -> Option<Raiser> {
+/// The client of the HTTP sinks: the host's CA store and `[alerts] ca_file`, the credentials of
+/// `[alerts] bearer_token_file` or `basic_auth`. An error names the file.
+pub fn client(cfg: &AlertsConfig) -> Result<crate::client::Client, String> {
+    let authorization = cfg.authorization().map_err(|e| format!("[alerts] credentials: {e}"))?;
+    crate::client::Client::new(cfg.ca_file.as_deref(), authorization.as_deref()).map_err(|e| format!("[alerts] {e}"))
+}
+
+pub fn spawn(
+    cfg: &AlertsConfig,
+    client: crate::client::Client,
+    mut samples: Samples,
+    probes_wanted: bool,
+    generator_url: String,
+) -> Option<Raiser> {
     let mut sinks: Vec<SinkHandle> = Vec::new();
     if let Some(argv) = &cfg.command {
         sinks.push(sinks::command(argv.clone(), Duration::from_secs(cfg.command_timeout_s), generator_url.clone()));
     }
     if let Some(url) = &cfg.webhook {
-        sinks.push(sinks::http("webhook", url.clone(), generator_url.clone(), sinks::webhook_json));
+        sinks.push(sinks::http("webhook", url.clone(), client.clone(), generator_url.clone(), sinks::webhook_json));
     }
     let am: Vec<SinkHandle> = cfg
         .all_alertmanagers()
         .iter()
         .map(|base| {
-            sinks::http("alertmanager", base.join("/api/v2/alerts"), generator_url.clone(), sinks::alertmanager_json)
+            let url = base.join("/api/v2/alerts");
+            sinks::http("alertmanager", url, client.clone(), generator_url.clone(), sinks::alertmanager_json)
         })
         .collect();
     if sinks.is_empty() && am.is_empty() {

@@ -145,12 +145,16 @@ mod tests {
     }
 
     #[test]
-    fn an_https_webhook_is_refused_saying_why() {
-        let got = problems("https", "[alerts]\nwebhook = \"https://hooks.example/monitor\"\n", None);
-        assert_eq!(
-            got,
-            ["m.toml:2: alerts.webhook: \"https://hooks.example/monitor\": https is not supported yet (only http:// URLs)"]
+    fn an_https_webhook_is_checked_with_the_files_it_needs() {
+        let f = File::new("https", "[alerts]\nwebhook = \"https://hooks.example/monitor\"\n");
+        assert!(check(&f.0, None).is_ok(), "an https webhook is accepted");
+        let got = problems(
+            "https-ca",
+            "[alerts]\nwebhook = \"https://hooks.example/monitor\"\nca_file = \"/nonexistent/ca.pem\"\n",
+            None,
         );
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with("m.toml:3: alerts.ca_file: /nonexistent/ca.pem:"), "{got:?}");
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! `HttpUrl`: a URL the agent sends to (`[alerts] webhook`, `[alerts] alertmanager`, `[actions] post_url`),
-//! split once into the address to connect to and the request path. Only `http://` is spoken: an `https://` URL is
-//! refused when the file is parsed rather than failing at every send.
+//! split once into the address to connect to, the name the server's certificate must carry (`https://`) and the
+//! request path.
 
 use serde::Deserialize;
 
-/// `http://host[:port][/path]`: the port defaults to 80, the path to `/`.
+/// `http://host[:port][/path]` or `https://…`: the port defaults to 80 or 443, the path to `/`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub struct HttpUrl {
     /// As written.
     text: String,
+    /// `https://`: spoken over TLS.
+    tls: bool,
+    /// The host, without brackets or port: the name the server's certificate must carry.
+    host: String,
     /// `host:port`, the port always present.
     authority: String,
     /// From the first `/` after the host on (query included); `/` when there is none.
@@ -19,9 +23,7 @@ pub struct HttpUrl {
 /// Why a URL is not one the agent can send to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UrlError {
-    #[error("{0:?}: https is not supported yet (only http:// URLs)")]
-    Https(String),
-    #[error("{0:?} is not an http://host[:port]/path URL")]
+    #[error("{0:?} is not an http:// or https://host[:port]/path URL")]
     NotHttp(String),
 }
 
@@ -29,6 +31,16 @@ impl HttpUrl {
     /// The URL as written.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// Spoken over TLS (`https://`).
+    pub fn tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The host the server's certificate must name.
+    pub fn host(&self) -> &str {
+        &self.host
     }
 
     /// `host:port` to connect to and send as `Host`.
@@ -46,6 +58,8 @@ impl HttpUrl {
     pub fn join(&self, rest: &str) -> HttpUrl {
         HttpUrl {
             text: format!("{}{rest}", self.text.trim_end_matches('/')),
+            tls: self.tls,
+            host: self.host.clone(),
             authority: self.authority.clone(),
             path: format!("{}{rest}", self.path.trim_end_matches('/')),
         }
@@ -57,14 +71,16 @@ impl std::str::FromStr for HttpUrl {
 
     fn from_str(url: &str) -> Result<HttpUrl, UrlError> {
         let not_http = || UrlError::NotHttp(url.to_string());
-        if url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")) {
-            return Err(UrlError::Https(url.to_string()));
-        }
         // Sent as the request line and the Host header: nothing that would break them.
         if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(not_http());
         }
-        let rest = url.strip_prefix("http://").ok_or_else(not_http)?;
+        let scheme = |s: &str| url.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s));
+        let (tls, rest) = match () {
+            _ if scheme("http://") => (false, &url[7..]),
+            _ if scheme("https://") => (true, &url[8..]),
+            _ => return Err(not_http()),
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => rest.split_at(i),
             None => (rest, "/"),
@@ -72,12 +88,15 @@ impl std::str::FromStr for HttpUrl {
         if authority.is_empty() || authority.contains(['@', '?', '#']) {
             return Err(not_http());
         }
-        let authority = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
+        let (host, authority) = match authority.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()) {
+            Some((host, _)) if !host.ends_with(':') => (host, authority.to_string()),
+            _ => (authority, format!("{authority}:{}", if tls { 443 } else { 80 })),
         };
-        Ok(HttpUrl { text: url.to_string(), authority, path: path.to_string() })
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        if host.is_empty() {
+            return Err(not_http());
+        }
+        Ok(HttpUrl { text: url.to_string(), tls, host, authority, path: path.to_string() })
     }
 }
 
@@ -119,10 +138,17 @@ mod tests {
     }
 
     #[test]
-    fn https_says_it_is_not_supported_yet() {
-        let e = "https://alerts.example/hook".parse::<HttpUrl>().expect_err("https");
-        assert_eq!(e.to_string(), "\"https://alerts.example/hook\": https is not supported yet (only http:// URLs)");
-        assert!(matches!("HTTPS://x".parse::<HttpUrl>(), Err(UrlError::Https(_))));
+    fn https_is_spoken_over_tls_to_the_host_its_certificate_names() {
+        let u: HttpUrl = "https://alerts.example/hook".parse().expect("https");
+        assert_eq!(
+            (u.tls(), u.host(), u.authority(), u.path()),
+            (true, "alerts.example", "alerts.example:443", "/hook")
+        );
+        let u: HttpUrl = "HTTPS://[::1]:8443".parse().expect("https");
+        assert_eq!((u.tls(), u.host(), u.authority()), (true, "::1", "[::1]:8443"));
+        let u: HttpUrl = "http://h:9/x".parse().expect("http");
+        assert_eq!((u.tls(), u.host()), (false, "h"));
+        assert!(u.join("/y").tls() == u.tls());
     }
 
     #[test]
@@ -146,13 +172,10 @@ mod tests {
 
     #[test]
     fn bad_urls_are_parse_errors_at_their_key_and_line() {
-        let e = err("[alerts]\n\nwebhook = \"https://hooks.example/x\"\n");
-        assert!(
-            e.starts_with("m.toml:3: alerts.webhook: \"https://hooks.example/x\": https is not supported yet"),
-            "{e}"
-        );
+        let e = err("[alerts]\n\nwebhook = \"https://\"\n");
+        assert!(e.starts_with("m.toml:3: alerts.webhook: \"https://\" is not an http:// or https://"), "{e}");
         let e = err("[alerts]\nalertmanager = \"ftp://x\"\n");
-        assert!(e.starts_with("m.toml:2: alerts.alertmanager: \"ftp://x\" is not an http://"), "{e}");
+        assert!(e.starts_with("m.toml:2: alerts.alertmanager: \"ftp://x\" is not an http:// or https://"), "{e}");
         let e = err("[actions]\n\npost_url = \"ftp://x\"\n");
         assert!(e.starts_with("m.toml:3: actions.post_url:"), "{e}");
     }

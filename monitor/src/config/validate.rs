@@ -224,6 +224,19 @@ fn alerts(a: &AlertsConfig, out: &mut Vec<Problem>) {
     if a.command.as_ref().is_some_and(|cmd| cmd.first().is_none_or(String::is_empty)) {
         out.push(problem(&[Key("alerts"), Key("command")], "must name a program"));
     }
+    if a.bearer_token_file.is_some() && a.basic_auth.is_some() {
+        out.push(problem(&[Key("alerts"), Key("basic_auth")], "give bearer_token_file or basic_auth, not both"));
+    }
+    let files = [("ca_file", a.ca_file.as_ref()), ("bearer_token_file", a.bearer_token_file.as_ref())];
+    let password = a.basic_auth.as_ref().map(|b| &b.password_file);
+    for (k, f) in files.into_iter().chain([("basic_auth", password)]) {
+        if let Some(Err(e)) = f.map(std::fs::File::open) {
+            out.push(problem(
+                &[Key("alerts"), Key(k)],
+                format!("{}: {e}", f.map(|p| p.display().to_string()).unwrap_or_default()),
+            ));
+        }
+    }
     // Prometheus' label names: [a-zA-Z_][a-zA-Z0-9_]*, the __ prefix reserved; alertname is the agent's.
     let label_name = |k: &str| {
         let mut c = k.chars();
