@@ -42,12 +42,7 @@ pub fn line_bytes() -> u64 {
     (ABORT_AT * LIMIT as f64).ceil() as u64
 }
 
-/// Which cgroup hierarchy the runs use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hierarchy {
-    V1,
-    V2,
-}
+pub use crate::group::Hierarchy;
 
 /// How the agent is configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
