@@ -3,44 +3,24 @@
 //! The children are traced from their fork by the kernel and, once exited, their counts fold into the server's
 //! pid: exactly N requests and N responses for N connections, whether or not a sync saw the children alive.
 
-mod probes_support;
-
-use probes_support::*;
-use std::process::{Command, Stdio};
+use crate::counts::{assert_counts, load_probes, read, sync};
+use monitor_tests::agent::free_port;
+use monitor_tests::clients::{curl, Sent};
+use monitor_tests::servers::{busybox_httpd, python_forking, Server};
+use monitor_tests::{require_program, require_root, TempDir};
 use std::time::{Duration, Instant};
 
-fn busybox_httpd(dir: &TempDir) -> Server {
+/// busybox httpd serving `dir` on a free port, listening.
+fn busybox_server(dir: &TempDir) -> Server {
     let port = free_port();
-    let mut cmd = Command::new("busybox");
-    cmd.args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    Server::start(&mut cmd, port)
+    Server::start(&mut busybox_httpd(dir.path(), port), port)
 }
 
-/// python's ForkingTCPServer with SimpleHTTPRequestHandler (HTTP/1.0: one request per connection); `delay_ms`
-/// makes each GET wait that long before answering, so a child is alive across a sync.
-fn python_forking(dir: &TempDir, delay_ms: u64) -> Server {
+/// python's ForkingTCPServer serving `dir` on a free port, listening; `delay_ms` makes each GET wait that long
+/// before answering, so a child is alive across a sync.
+fn forking_server(dir: &TempDir, delay_ms: u64) -> Server {
     let port = free_port();
-    let script = "import http.server as h, socketserver as s, sys, os, time\n\
-        d = float(sys.argv[3]) / 1000\n\
-        class H(h.SimpleHTTPRequestHandler):\n    \
-            def do_GET(self):\n        \
-                time.sleep(d)\n        \
-                super().do_GET()\n    \
-            def log_message(self, *a):\n        \
-                pass\n\
-        os.chdir(sys.argv[2])\n\
-        s.ForkingTCPServer.allow_reuse_address = True\n\
-        s.ForkingTCPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n";
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", script, &port.to_string()])
-        .arg(dir.path())
-        .arg(delay_ms.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    Server::start(&mut cmd, port)
+    Server::start(&mut python_forking(dir.path(), port, delay_ms), port)
 }
 
 /// Sends `n` GETs of `path`, one per connection, and what they amount to.
@@ -60,7 +40,7 @@ fn busybox_httpd_children_fold_into_the_server() {
     }
     let dir = TempDir::new("bbx");
     dir.write("index.html", b"hello from busybox\n");
-    let server = busybox_httpd(&dir);
+    let server = busybox_server(&dir);
     let mut probes = load_probes();
     if let Some(why) = probes.forks_off() {
         panic!("forks are not followed: {why}");
@@ -88,7 +68,7 @@ fn python_forking_server_children_fold_into_the_server() {
     }
     let dir = TempDir::new("pyfork");
     dir.write("hello.txt", b"hello from a forked child\n");
-    let server = python_forking(&dir, 0);
+    let server = forking_server(&dir, 0);
     let mut probes = load_probes();
     sync(&mut probes, &[server.pid()]);
     let sent = one_per_connection(server.port, "/hello.txt", 10);
@@ -107,7 +87,7 @@ fn children_synced_while_alive_fold_when_they_exit() {
     }
     let dir = TempDir::new("pyfork-slow");
     dir.write("hello.txt", b"slow hello\n");
-    let server = python_forking(&dir, 600);
+    let server = forking_server(&dir, 600);
     let mut probes = load_probes();
     sync(&mut probes, &[server.pid()]);
     let port = server.port;

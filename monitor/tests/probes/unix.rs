@@ -3,10 +3,12 @@
 //! "raw_sys_exit"` or `"tracepoints"`) count its accepts, requests and responses exactly; the socket hooks (the
 //! default where the kernel has them) adopt TCP sockets only and count nothing there, as docs/probes.md says.
 
-mod probes_support;
-
+use crate::counts::{assert_counts, counts, load_probes_with, read, sync, total};
 use monitor::probes::Hooks;
-use probes_support::*;
+use monitor_tests::agent::free_port;
+use monitor_tests::clients::{curl, Sent};
+use monitor_tests::servers::{python_http, Server};
+use monitor_tests::{require_program, require_root, TempDir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -94,13 +96,7 @@ fn the_socket_hooks_do_not_count_a_unix_socket() {
     let (server, sock) = unix_server(&dir);
     // A TCP server traced beside it, so the run proves the socket hooks count (and a zero below is theirs).
     let port = free_port();
-    let mut cmd = Command::new("python3");
-    cmd.args(["-m", "http.server", "--protocol", "HTTP/1.1", "--bind", "127.0.0.1", "--directory"])
-        .arg(dir.path().join("www"))
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let tcp = Server::start(&mut cmd, port);
+    let tcp = Server::start(&mut python_http(&dir.path().join("www"), "127.0.0.1", port), port);
     let mut probes = load_probes_with(Hooks::Sock);
     sync(&mut probes, &[server.pid(), tcp.pid()]);
     let sent = drive(&sock);

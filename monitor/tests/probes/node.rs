@@ -1,44 +1,17 @@
 //! eBPF request counting against Node 20's own `http` server: exact per-pid counts for one request per
 //! connection, keep-alive runs with curl and wrk, HEAD, POST with bodies, and 200/404/500 responses.
 
-mod probes_support;
+use crate::counts::{assert_counts, late_accepts, load_probes, poll_total, read, sync, wait_total};
+use monitor_tests::agent::free_port;
+use monitor_tests::clients::{curl, wrk_exact, KeepAlive, Sent};
+use monitor_tests::servers::{node_http, Server};
+use monitor_tests::{require_program, require_root, TempDir};
 
-use probes_support::*;
-use std::process::{Command, Stdio};
-
-/// A plain Node `http` server: /ok answers 200 (echoing a POST body), /fail 500, anything else 404.
-const SERVER: &str = r#"
-const http = require('http');
-const port = Number(process.argv[1]);
-const srv = http.createServer((req, res) => {
-  const chunks = [];
-  req.on('data', (c) => chunks.push(c));
-  req.on('end', () => {
-    if (req.url === '/ok') {
-      res.writeHead(200, { 'content-type': 'text/plain' });
-      res.end(req.method === 'POST' ? Buffer.concat(chunks) : 'ok\n');
-    } else if (req.url === '/hang') {
-      // never answered
-    } else if (req.url === '/fail') {
-      res.writeHead(500, { 'content-type': 'text/plain' });
-      res.end('failed\n');
-    } else {
-      res.writeHead(404, { 'content-type': 'text/plain' });
-      res.end('missing\n');
-    }
-  });
-});
-srv.keepAliveTimeout = 60000;
-srv.listen(port, '127.0.0.1');
-"#;
-
-/// [`SERVER`] under Node on a free loopback port, listening.
+/// Node's `http` server (`monitor_tests::servers::NODE_SERVER`: /ok 200, /fail 500, /hang never, else 404) on a
+/// free loopback port, listening.
 fn node_server() -> Server {
     let port = free_port();
-    Server::start(
-        Command::new("node").args(["-e", SERVER, &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()),
-        port,
-    )
+    Server::start(&mut node_http(port), port)
 }
 
 #[test]

@@ -2,10 +2,12 @@
 //! responses by class for one-per-connection, keep-alive, HEAD, POST (501) and 404 traffic; a server outside
 //! the filter counts nothing; a pid added later starts from zero; programs are gone after the probes drop.
 
-mod probes_support;
-
+use crate::counts::{assert_counts, counts, late_accepts, load_probes, read, sync, total};
 use monitor::probes::Hooks;
-use probes_support::*;
+use monitor_tests::agent::free_port;
+use monitor_tests::clients::{curl, KeepAlive, Sent};
+use monitor_tests::servers::{python_http, Server};
+use monitor_tests::{require_program, require_root, TempDir};
 use std::process::Command;
 
 fn python_server(dir: &TempDir) -> Server {
@@ -15,13 +17,7 @@ fn python_server(dir: &TempDir) -> Server {
 /// python's http.server (HTTP/1.1) serving `dir` on `bind` (127.0.0.1 or ::1).
 fn python_server_on(dir: &TempDir, bind: &str) -> Server {
     let port = free_port();
-    let mut cmd = Command::new("python3");
-    cmd.args(["-m", "http.server", "--protocol", "HTTP/1.1", "--bind", bind, "--directory"])
-        .arg(dir.path())
-        .arg(port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    Server::start(&mut cmd, port)
+    Server::start(&mut python_http(dir.path(), bind, port), port)
 }
 
 #[test]

@@ -3,9 +3,11 @@
 //! with sendfile) and wrk runs: exact on one keep-alive connection, and against nginx's own access log with 8
 //! (every logged request counted, answered or closed unanswered when wrk cut its connection at the end of its run).
 
-mod probes_support;
-
-use probes_support::*;
+use crate::counts::{assert_counts, counts, late_accepts, load_probes, read, sync, total, wait_total};
+use monitor_tests::agent::free_port;
+use monitor_tests::clients::{curl, wrk_exact, KeepAlive, Sent};
+use monitor_tests::servers::{start_nginx, Server};
+use monitor_tests::{require_program, require_root, TempDir};
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -1,6 +1,7 @@
-//! Benchmark, not a test (ignored; run by `cargo xtask bench probes`): wrk against nginx detached and with each
-//! set of hooks (per-syscall tracepoints, raw `sys_exit`, socket tracepoints), and with the socket tracepoints but
-//! nginx untraced (the floor of those hooks: their programs run and count nothing), interleaved rounds in one run.
+//! `cargo bench -p monitor --bench probes_overhead` (as root; `cargo xtask bench probes` runs it): wrk against nginx
+//! detached and with each set of hooks (per-syscall tracepoints, raw `sys_exit`, socket tracepoints), and with the
+//! socket tracepoints but nginx untraced (the floor of those hooks: their programs run and count nothing),
+//! interleaved rounds in one run.
 //! One more mode attaches two empty `cgroup_skb` programs to nginx's cgroup2 group: the floor of the other place
 //! where a program could see the requests (each packet of the group's sockets, from kernel memory), which the
 //! probes do not use.
@@ -10,11 +11,17 @@
 //! Knobs (environment): `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32),
 //! `PROBES_BENCH_ONLY_STATS=1` (only the per-program split of the BPF run time).
 
-mod probes_support;
+// The probes tests' loading and reading helpers; the benchmark uses only part of them.
+#[allow(dead_code)]
+#[path = "../tests/probes/counts.rs"]
+mod counts;
 
+use counts::{load_probes_with, read, sync};
 use monitor::probes::Hooks;
+use monitor_tests::agent::free_port;
 use monitor_tests::cgroup::CgroupV1;
-use probes_support::*;
+use monitor_tests::servers::start_nginx_in;
+use monitor_tests::{in_ci, require_program, require_root, TempDir};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -228,9 +235,7 @@ fn sum_stats(s: &[(String, Duration, u64)]) -> (Duration, u64) {
     s.iter().fold((Duration::ZERO, 0), |(t, n), (_, dt, dn)| (t + *dt, n + dn))
 }
 
-#[test]
-#[ignore = "benchmark: cargo xtask bench probes"]
-fn probes_overhead_nginx() {
+fn main() {
     let name = "probes_overhead_nginx";
     if !require_root(name) || !require_program(name, "nginx") || !require_program(name, "wrk") {
         return;
