@@ -37,6 +37,17 @@ pub use temp::{temp_dir, TempDir};
 /// One mebibyte.
 pub const MIB: u64 = 1024 * 1024;
 
+/// The JSON documents of a file written one per line (blank lines skipped; none when the file is missing), as the
+/// tests' alert hooks write them; a line that is not JSON fails the test.
+pub fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: bad JSON ({e}): {l}", path.display())))
+        .collect()
+}
+
 /// Polls `f` every 50 ms until it gives a value; panics with `what` after `timeout`.
 pub fn wait_until<T>(what: &str, timeout: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + timeout;

@@ -34,10 +34,9 @@ fn loopback(port: u16) -> SocketAddr {
 }
 
 impl Launched {
-    /// Writes `config` with `[web] listen` and `[proxy] listen` on free ports (unless it names them) and
-    /// `[policy] interval_ms = 50` (unless set), starts `monitor run --config` without waiting for it, in the
-    /// cgroup `inside` when given (as a service manager starts it in its unit's group), with `env` added to its
-    /// environment.
+    /// Writes `config` with `[web] listen` and `[proxy] listen` on free ports (unless it names them), starts
+    /// `monitor run --config` without waiting for it, in the cgroup `inside` when given (as a service manager starts
+    /// it in its unit's group), with `env` added to its environment.
     pub fn start(test: &str, config: Config, inside: Option<&Path>, env: &[(&str, &str)]) -> Launched {
         let (proxy, web) = (loopback(free_port()), loopback(free_port()));
         let mut config = config;
@@ -46,9 +45,6 @@ impl Launched {
         }
         if !config.has("proxy", "listen") {
             config = config.proxy(proxy);
-        }
-        if !config.has("policy", "interval_ms") {
-            config = config.set("policy", "interval_ms", 50);
         }
         let path = config.write(std::env::temp_dir().join(format!("monitor-{test}-{}.toml", std::process::id())));
         let mut cmd = Command::new(monitor_bin());
@@ -249,7 +245,16 @@ fn fleet_config(spec: &Spec, cg: &CgroupV1, ports: &[u16]) -> Config {
         let start_timeout = i64::try_from(spec.start_timeout_s).unwrap_or(i64::MAX);
         config = config.process(p.set("start_timeout_s", start_timeout).lines(&spec.process));
     }
-    config
+    quick_samples(config)
+}
+
+/// `[policy] interval_ms = 50` unless the config sets it: the tests wait for samples.
+fn quick_samples(config: Config) -> Config {
+    if config.has("policy", "interval_ms") {
+        config
+    } else {
+        config.set("policy", "interval_ms", 50)
+    }
 }
 
 impl Run {
@@ -292,11 +297,11 @@ impl Run {
     }
 }
 
-/// A config of the given processes, the probes off, and a quick stop (`stop_grace_s = 2`, `drain_timeout_s = 5`):
-/// add the `[group]` the test wants and start it with [`Launched::start`].
+/// A config of the given processes, samples every 50 ms, the probes off, and a quick stop (`stop_grace_s = 2`,
+/// `drain_timeout_s = 5`): add the `[group]` the test wants and start it with [`Launched::start`].
 pub fn processes(procs: impl IntoIterator<Item = Process>) -> Config {
     let config = Config::new().probes(false).set("proxy", "stop_grace_s", 2).set("proxy", "drain_timeout_s", 5);
-    procs.into_iter().fold(config, Config::process)
+    quick_samples(procs.into_iter().fold(config, Config::process))
 }
 
 /// A `[alerts] command` hook: `python3 <script> <out>`.

@@ -4,7 +4,7 @@
 //! name intact; Alertmanager lists the alert while it fires and not after; the hung webhook delays neither.
 
 use monitor_tests::config::Config;
-use monitor_tests::{require, require_root, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog};
+use monitor_tests::{json_lines, require, require_root, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog};
 use serde_json::Value;
 use std::net::TcpListener;
 use std::path::Path;
@@ -24,14 +24,6 @@ env = {k: v for k, v in os.environ.items() if k.startswith("MONITOR_")}
 with open(sys.argv[1], "a") as f:
     f.write(json.dumps({"alert": alert, "env": env}) + "\n")
 "#;
-
-fn hook_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("hook wrote bad JSON ({e}): {l}")))
-        .collect()
-}
 
 fn am_alert_names(port: u16) -> Vec<String> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -106,7 +98,7 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
     agent.wait_for(state("refusing"), Duration::from_secs(10));
     let t_refusing = Instant::now();
     let firing = wait_until("the hook to see MonitorGroupRefusing", Duration::from_secs(10), || {
-        hook_lines(&out).into_iter().find(|l| l["alert"]["labels"]["alertname"] == "MonitorGroupRefusing")
+        json_lines(&out).into_iter().find(|l| l["alert"]["labels"]["alertname"] == "MonitorGroupRefusing")
     });
     // The hung webhook (5 s timeout per attempt) did not hold the hook back.
     assert!(t_refusing.elapsed() < Duration::from_secs(4), "hook took {:?}", t_refusing.elapsed());
@@ -120,7 +112,7 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
     big.set_mib(140);
     agent.wait_for(state("aborting"), Duration::from_secs(10));
     let aborting = wait_until("the hook to see MonitorGroupAborting", Duration::from_secs(10), || {
-        hook_lines(&out).into_iter().find(|l| l["alert"]["labels"]["alertname"] == "MonitorGroupAborting")
+        json_lines(&out).into_iter().find(|l| l["alert"]["labels"]["alertname"] == "MonitorGroupAborting")
     });
     assert_eq!(aborting["alert"]["annotations"]["victim_pid"], big.pid().to_string());
     assert_eq!(aborting["alert"]["annotations"]["victim_name"], NASTY, "name must arrive intact on stdin");
@@ -128,17 +120,17 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
 
     // Several seconds of samples in the same state send nothing more.
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(hook_lines(&out).len(), 2, "one line per transition: {:?}", hook_lines(&out));
+    assert_eq!(json_lines(&out).len(), 2, "one line per transition: {:?}", json_lines(&out));
 
     // Back down: both resolve, once each (after quiet_s = 1).
     big.set_mib(10);
     agent.wait_for(state("normal"), Duration::from_secs(10));
     let lines = wait_until("both resolutions", Duration::from_secs(10), || {
-        let l = hook_lines(&out);
+        let l = json_lines(&out);
         (l.len() >= 4).then_some(l)
     });
     std::thread::sleep(Duration::from_secs(2));
-    let lines_after = hook_lines(&out);
+    let lines_after = json_lines(&out);
     assert_eq!(lines_after.len(), 4, "exactly 4 notifications: {lines_after:?}");
     let resolved: Vec<&str> = lines[2..]
         .iter()

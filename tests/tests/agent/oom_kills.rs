@@ -7,28 +7,17 @@
 //! `monitor_reaction_seconds`.
 
 use monitor_tests::config::Config;
-use monitor_tests::{require_v1, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog, MIB};
+use monitor_tests::{json_lines, require_v1, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog, MIB};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const GROWER: &str = env!("CARGO_BIN_EXE_grower");
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
 const LIMIT: u64 = 256 * MIB;
-
-/// The alerts the command sink received, one JSON document per line.
-fn hook_alerts(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("the sink wrote bad JSON ({e}): {l}")))
-        .collect()
-}
 
 fn oom_kills(status: &Value) -> Option<u64> {
     status.pointer("/group/oom_kills").and_then(Value::as_u64)
@@ -92,7 +81,7 @@ fn a_grower_killed_by_the_kernel_is_counted_exported_and_paged() {
     assert!(metrics.lines().any(|l| l == "monitor_oom_kills_total 1"), "{metrics}");
 
     let alert = wait_until("MonitorOomKill at the command sink", Duration::from_secs(15), || {
-        hook_alerts(&out).into_iter().find(|a| a["labels"]["alertname"] == "MonitorOomKill")
+        json_lines(&out).into_iter().find(|a| a["labels"]["alertname"] == "MonitorOomKill")
     });
     eprintln!("MonitorOomKill: {}", alert["annotations"]["summary"]);
     assert_eq!(alert["status"], "firing");
@@ -104,8 +93,8 @@ fn a_grower_killed_by_the_kernel_is_counted_exported_and_paged() {
     assert!(rss > 0 && rss <= LIMIT + 16 * MIB, "the grower's RSS as last sampled: {rss}");
     assert_eq!(alert["annotations"]["oom_kills"], "1");
     std::thread::sleep(Duration::from_secs(2));
-    let paged = hook_alerts(&out).into_iter().filter(|a| a["labels"]["alertname"] == "MonitorOomKill").count();
-    assert_eq!(paged, 1, "one kill, one page: {:?}", hook_alerts(&out));
+    let paged = json_lines(&out).into_iter().filter(|a| a["labels"]["alertname"] == "MonitorOomKill").count();
+    assert_eq!(paged, 1, "one kill, one page: {:?}", json_lines(&out));
     drop(agent);
     drop(bystander);
     drop(cg);

@@ -81,7 +81,7 @@ fn dashboard_and_alerts_name_only_exported_series() {
     let from_dashboard = metric_names(&list.join("\n"));
     let from_alerts = metric_names(&doc("prometheus-alerts.yml"));
     let mut have = agent_metrics();
-    // Exported only under `monitor run` (its launcher's processes); tests/tests/run_counts.rs checks it there.
+    // Exported only under `monitor run` (its launcher's processes); tests/tests/run/counts.rs checks it there.
     have.insert("monitor_process_state".to_string());
     for (doc, names) in [("grafana-dashboard.json", &from_dashboard), ("prometheus-alerts.yml", &from_alerts)] {
         let missing: Vec<&String> = names.iter().filter(|n| !have.contains(*n)).collect();

@@ -8,8 +8,7 @@
 use monitor_tests::config::Config;
 use monitor_tests::require_v1;
 use monitor_tests::run::{launcher, python_hook, Run, Spec};
-use monitor_tests::{http, temp_dir, Hog};
-use serde_json::Value;
+use monitor_tests::{http, json_lines, temp_dir, Hog};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -24,17 +23,9 @@ with open(sys.argv[1], "a") as f:
     f.write(json.dumps(alert) + "\n")
 "#;
 
-fn alerts(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("the hook wrote bad JSON ({e}): {l}")))
-        .collect()
-}
-
 /// Statuses the hook got for `name`, in order.
 fn statuses(path: &Path, name: &str) -> Vec<String> {
-    alerts(path)
+    json_lines(path)
         .iter()
         .filter(|a| a["labels"]["alertname"] == name)
         .filter_map(|a| a["status"].as_str().map(String::from))
@@ -69,7 +60,7 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
         assert!(
             Instant::now() < deadline,
             "no refusal alerted within 4 s of the group passing 85% while the master starts; hook got {:?}\n{}",
-            alerts(&out),
+            json_lines(&out),
             run.stderr()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -80,7 +71,7 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
         assert!(
             Instant::now() < deadline,
             "the refusal was not resolved within 4 s of the hog leaving; hook got {:?}\n{}",
-            alerts(&out),
+            json_lines(&out),
             run.stderr()
         );
         std::thread::sleep(Duration::from_millis(50));
