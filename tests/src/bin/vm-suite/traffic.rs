@@ -5,6 +5,7 @@
 use crate::support::*;
 use monitor_tests::agent::free_port;
 use monitor_tests::cgroup2::CgroupV2;
+use monitor_tests::config::Config;
 use monitor_tests::servers::{busybox_httpd, listening};
 use monitor_tests::{spawn_in_cgroup, Agent, ChildGuard};
 use serde_json::Value;
@@ -309,10 +310,9 @@ pub fn fixture_backend_counts_exactly() {
 pub fn configured_hooks_have_no_fallback() {
     let cg = CgroupV2::create("hooks", None);
     for (hooks, runs) in [("sock", kernel_at_least(6, 3)), ("raw_sys_exit", true)] {
-        let config = std::env::temp_dir().join(format!("vm-suite-hooks-{hooks}.toml"));
-        if let Err(e) = std::fs::write(&config, format!("[probes]\nhooks = {hooks:?}\n")) {
-            panic!("write {}: {e}", config.display());
-        }
+        let config = Config::new()
+            .set("probes", "hooks", hooks)
+            .write(std::env::temp_dir().join(format!("vm-suite-hooks-{hooks}.toml")));
         let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
         let s = agent.status();
         let _ = std::fs::remove_file(&config);
