@@ -6,7 +6,6 @@ use crate::http;
 use serde_json::Value;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -17,30 +16,7 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// The time limit of one HTTP request to the agent.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The workspace root (the folder above tests/).
-pub fn workspace_root() -> PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    here.parent().map(Path::to_path_buf).unwrap_or_else(|| here.to_path_buf())
-}
-
-/// The agent binary: `$MONITOR_BIN` (relative: to the workspace root), else `<workspace>/target/debug/monitor`. Panics
-/// if it does not exist.
-pub fn monitor_bin() -> PathBuf {
-    let bin = match std::env::var_os("MONITOR_BIN") {
-        // cargo runs tests in the package's folder: a relative path is taken from the workspace root.
-        Some(p) if Path::new(&p).is_relative() => workspace_root().join(p),
-        Some(p) => PathBuf::from(p),
-        None => workspace_root().join("target/debug/monitor"),
-    };
-    if !bin.is_file() {
-        panic!(
-            "monitor binary not found at {}: run `cargo build -p monitor` (or `cargo xtask test`), \
-             or set MONITOR_BIN",
-            bin.display()
-        );
-    }
-    bin
-}
+pub use crate::bins::{monitor_bin, workspace_root};
 
 /// A free loopback port (bound and released; the small race with other binders is accepted).
 /// Never the same port twice in one test binary: tests run in parallel, and two servers handed one port would see
@@ -61,7 +37,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Collects a child's output stream on a thread.
-fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {
+pub(crate) fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = r.read(&mut buf) {
@@ -75,7 +51,7 @@ fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> Join
     })
 }
 
-fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
+pub(crate) fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
     buf.lock().map(|v| String::from_utf8_lossy(&v).into_owned()).unwrap_or_default()
 }
 
@@ -105,6 +81,12 @@ impl Agent {
         args.extend(["--listen".into(), format!("127.0.0.1:{port}"), "--interval-ms".into(), "50".into()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         Self::start_args(args, port)
+    }
+
+    /// Writes `config` to `<dir>/monitor.toml` and starts the agent on `cgroup` with it, as [`Agent::start`] does.
+    pub fn with_config(cgroup: &str, config: &crate::config::Config, dir: &std::path::Path) -> Agent {
+        let path = config.write(dir.join("monitor.toml"));
+        Self::start(cgroup, &["--config", &path.display().to_string()])
     }
 
     /// Starts `monitor <args…>` (which must make it listen on `127.0.0.1:<port>`) and waits for `/healthz`.

@@ -98,6 +98,11 @@ impl CgroupV1 {
     pub fn procs(&self) -> Vec<u32> {
         read_procs(&self.path)
     }
+
+    /// The kernel's count of OOM kills in the group (`memory.oom_control` `oom_kill`); panics when unreadable.
+    pub fn oom_kills(&self) -> u64 {
+        crate::group::oom_kills(&self.path, crate::group::Hierarchy::V1).unwrap_or_else(|e| panic!("{e}"))
+    }
 }
 
 /// A value of a `key value` file such as `memory.stat`.
@@ -129,7 +134,8 @@ pub(crate) fn read_control(dir: &Path, file: &str) -> String {
     }
 }
 
-pub(crate) fn read_procs(dir: &Path) -> Vec<u32> {
+/// The pids in `<dir>/cgroup.procs` (empty when the group is gone).
+pub fn read_procs(dir: &Path) -> Vec<u32> {
     fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()

@@ -107,6 +107,11 @@ impl CgroupV2 {
         read_procs(&self.path)
     }
 
+    /// The kernel's count of OOM kills in the group (`memory.events` `oom_kill`); panics when unreadable.
+    pub fn oom_kills(&self) -> u64 {
+        crate::group::oom_kills(&self.path, crate::group::Hierarchy::V2).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Moves `pid` into this group.
     pub fn adopt(&self, pid: u32) {
         self.write("cgroup.procs", &pid.to_string());

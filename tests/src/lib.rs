@@ -1,49 +1,51 @@
-//! Shared support for monitor's integration tests: requirement checks, cgroup and child-process guards, the
-//! `alloc-hog` driver, a tiny HTTP client and a runner for the real `monitor` binary.
+//! The support every monitor test uses: requirement checks (`require`), cgroup v1/v2 groups with drop guards
+//! (`cgroup`, `cgroup2`, `group`), child-process guards (`child`), the fixtures' drivers (`hog`, `reaction`), real
+//! servers and clients (`servers`, `clients`), a tiny HTTP client (`http`), the agent and `monitor run` as children
+//! (`agent`, `run`), the config builder they are started with (`config`), and the memory scenario that runs on
+//! both hierarchies (`scenario`).
 //!
 //! Every guard cleans up on drop (children killed and reaped, cgroups removed), so a failing test leaves nothing
 //! behind. Declare guards in the order they depend on each other: cgroup first, then the processes in it, then
 //! the agent watching it; Rust drops them in reverse.
 
 pub mod agent;
+pub mod bins;
 pub mod cgroup;
 pub mod cgroup2;
 pub mod child;
+pub mod clients;
+pub mod config;
+pub mod group;
 pub mod hog;
 pub mod http;
 pub mod proc;
 pub mod reaction;
 pub mod require;
+pub mod run;
+pub mod scenario;
+pub mod servers;
+pub mod status;
+pub mod temp;
 
 pub use agent::{monitor_bin, run_monitor, workspace_root, Agent, Finished};
 pub use cgroup::CgroupV1;
 pub use child::{join_cgroup_at_exec, spawn_in_cgroup, ChildGuard};
 pub use hog::Hog;
-pub use require::{in_ci, is_root, on_path, require, require_root, require_v1};
+pub use require::{in_ci, is_root, on_path, require, require_program, require_root, require_v1};
+pub use temp::{temp_dir, TempDir};
 
 /// One mebibyte.
 pub const MIB: u64 = 1024 * 1024;
 
-/// A fresh directory `monitor-<name>-<pid>` under the system's temp dir (emptied first if a crashed run left one).
-/// Panics when it cannot be made. Tests remove it themselves at the end.
-pub fn temp_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("monitor-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-    d
-}
-
-/// `busybox httpd` in the foreground on 127.0.0.1:`port`, serving `dir` with an `index.html` of `hi\n` written
-/// into it (output discarded): a server far smaller than ours, that forks a child per connection.
-pub fn busybox_httpd(dir: &std::path::Path, port: u16) -> std::process::Command {
-    let index = dir.join("index.html");
-    std::fs::write(&index, "hi\n").unwrap_or_else(|e| panic!("{}: {e}", index.display()));
-    let mut cmd = std::process::Command::new("busybox");
-    cmd.args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    cmd
+/// The JSON documents of a file written one per line (blank lines skipped; none when the file is missing), as the
+/// tests' alert hooks write them; a line that is not JSON fails the test.
+pub fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: bad JSON ({e}): {l}", path.display())))
+        .collect()
 }
 
 /// Polls `f` every 50 ms until it gives a value; panics with `what` after `timeout`.

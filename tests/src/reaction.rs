@@ -20,6 +20,7 @@ use summary::opt;
 pub use summary::{percentile, table, Summary};
 
 use crate::cgroup2::CgroupV2;
+use crate::config::{strings, Config};
 use crate::MIB;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -42,12 +43,7 @@ pub fn line_bytes() -> u64 {
     (ABORT_AT * LIMIT as f64).ceil() as u64
 }
 
-/// Which cgroup hierarchy the runs use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hierarchy {
-    V1,
-    V2,
-}
+pub use crate::group::Hierarchy;
 
 /// How the agent is configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,12 +87,16 @@ impl Mode {
 
     /// The agent's config file for this mode.
     pub fn config(self) -> String {
-        let policy = match self {
-            Mode::Timer => "[policy]\ninterval_ms = 100\nwakeups = []\npacing = false\n",
-            Mode::Events => "",
-            Mode::Brake => "[policy]\nbrake_at = 0.96\n",
+        let config = Config::new().set("actions", "abort_signal", "SIGUSR2");
+        let config = match self {
+            Mode::Timer => config
+                .set("policy", "interval_ms", 100)
+                .set("policy", "wakeups", strings::<&str>([]))
+                .set("policy", "pacing", false),
+            Mode::Events => config,
+            Mode::Brake => config.set("policy", "brake_at", 0.96),
         };
-        format!("{policy}[actions]\nabort_signal = \"SIGUSR2\"\n")
+        config.render()
     }
 }
 

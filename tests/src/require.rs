@@ -50,6 +50,11 @@ pub fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
+/// True when `program` is on PATH; otherwise prints `skipping <test>: needs <program>` (or panics in CI).
+pub fn require_program(test: &str, program: &str) -> bool {
+    require(on_path(program), test, &format!("needs {program}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,7 @@
 //! `cargo xtask bench probes`: wrk against nginx detached, on each set of hooks (per-syscall tracepoints, raw
 //! `sys_exit`, socket tracepoints), on the socket set with nginx untraced, and with two empty `cgroup_skb` programs
-//! on nginx's cgroup2 group, interleaved rounds in one run (the `probes_overhead_nginx` benchmark in
-//! monitor/tests/probes_bench.rs, run as root). Prints the throughput ratios and the probe cost per request of
-//! each mode; the figures go to docs/benchmarks-probes.md.
+//! on nginx's cgroup2 group, interleaved rounds in one run (monitor/benches/probes_overhead.rs, run as root). Prints
+//! the throughput ratios and the probe cost per request of each mode; the figures go to docs/benchmarks-probes.md.
 //!
 //! Knobs passed through: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32).
 
@@ -14,9 +13,11 @@ pub fn run() -> Result<()> {
     if !is_root() {
         bail!("bench probes: needs root (loads eBPF programs); run it with sudo -E");
     }
-    sh(Command::new("cargo")
-        .current_dir(root())
-        .env("MONITOR_EBPF_REQUIRED", "1")
-        .args(["test", "-p", "monitor", "--test", "probes_bench", "--", "--ignored", "--nocapture"])
-        .args(["--test-threads", "1"]))
+    sh(Command::new("cargo").current_dir(root()).env("MONITOR_EBPF_REQUIRED", "1").args([
+        "bench",
+        "-p",
+        "monitor",
+        "--bench",
+        "probes_overhead",
+    ]))
 }

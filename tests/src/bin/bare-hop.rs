@@ -1,5 +1,5 @@
 //! `bare-hop --port 8080 --upstream 3001 --upstream 3002`: the least a hyper HTTP/1.1 hop can do, as a floor for
-//! `cargo xtask bench proxy` to measure the front door against (the "bare hyper hop").
+//! `cargo xtask bench proxy` to measure the front door against: one hyper client and server, nothing else.
 //!
 //! One thread per core, each a current-thread runtime accepting from the same listening socket (as the front door
 //! does). Each client connection gets its own upstream connection, to the upstreams in turn, and every request on

@@ -87,11 +87,16 @@ pub struct Grower {
 }
 
 impl Grower {
+    /// Starts a grower up to [`GROWER_MAX_MIB`] at `speed` in `cgroup` and waits for its `ready` line.
     pub fn spawn(bin: &Path, cgroup: &Path, speed: Speed) -> Result<Grower, String> {
+        let (max, rate) = (GROWER_MAX_MIB.to_string(), speed.0.to_string());
+        Self::spawn_args(bin, cgroup, &["--max-mib", &max, "--rate-mb-s", &rate])
+    }
+
+    /// Starts `grower <args…>` in `cgroup` and waits for its `ready` line.
+    pub fn spawn_args(bin: &Path, cgroup: &Path, args: &[&str]) -> Result<Grower, String> {
         let mut cmd = Command::new(bin);
-        cmd.args(["--max-mib", &GROWER_MAX_MIB.to_string(), "--rate-mb-s", &speed.0.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut child = spawn_in_cgroup(&mut cmd, cgroup);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err("grower started without pipes".into());

@@ -1,9 +1,8 @@
 //! One run of the suite: the group, its bystanders, the grower and a fresh agent; the OOM count read from the
 //! group; the agent's idle CPU from `/proc`.
 
-use crate::cgroup::parse_stat;
-use crate::cgroup2::CgroupV2;
-use crate::{CgroupV1, ChildGuard, Hog};
+pub use crate::group::Group;
+use crate::{ChildGuard, Hog};
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -11,62 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::grower::{timing, Grower, GrowerReport, Timing};
-use super::{line_bytes, Hierarchy, Mode, Plan, Speed, BYSTANDERS_MIB, LIMIT};
-
-/// A test group of either hierarchy (killed and removed on drop).
-pub enum Group {
-    V1(CgroupV1),
-    V2(CgroupV2),
-}
-
-impl Group {
-    pub fn create(h: Hierarchy, name: &str) -> Group {
-        match h {
-            Hierarchy::V1 => Group::V1(CgroupV1::create(name, Some(LIMIT))),
-            Hierarchy::V2 => Group::V2(CgroupV2::create(name, Some(LIMIT))),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        match self {
-            Group::V1(g) => g.path(),
-            Group::V2(g) => g.path(),
-        }
-    }
-
-    fn file(&self, name: &str) -> Result<String, String> {
-        let p = self.path().join(name);
-        fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))
-    }
-
-    /// The group's anonymous memory as the agent counts it: v1 `total_rss`, v2 `anon`.
-    pub fn anon(&self) -> Result<u64, String> {
-        let key = match self {
-            Group::V1(_) => "total_rss",
-            Group::V2(_) => "anon",
-        };
-        parse_stat(&self.file("memory.stat")?, key).ok_or_else(|| format!("no {key} in memory.stat"))
-    }
-
-    /// The kernel's count of OOM kills in the group: v1 `memory.oom_control`, v2 `memory.events` `oom_kill`.
-    pub fn oom_kills(&self) -> Result<u64, String> {
-        let name = match self {
-            Group::V1(_) => "memory.oom_control",
-            Group::V2(_) => "memory.events",
-        };
-        parse_stat(&self.file(name)?, "oom_kill").ok_or_else(|| format!("no oom_kill in {name}"))
-    }
-
-    /// The kernel's high-water mark of the group's usage (anon and cache): v1 `memory.max_usage_in_bytes`, v2
-    /// `memory.peak` (5.19 and later; None before).
-    pub fn peak_usage(&self) -> Option<u64> {
-        let name = match self {
-            Group::V1(_) => "memory.max_usage_in_bytes",
-            Group::V2(_) => "memory.peak",
-        };
-        self.file(name).ok()?.trim().parse().ok()
-    }
-}
+use super::{line_bytes, Mode, Plan, Speed, BYSTANDERS_MIB, LIMIT};
 
 /// How a run ended for the grower.
 #[derive(Debug, Clone, PartialEq)]
@@ -223,7 +167,7 @@ pub fn run_once(
     speed: Speed,
     idle: Option<Duration>,
 ) -> Result<(Run, Option<Idle>), String> {
-    let group = Group::create(plan.hierarchy, &format!("reaction-{}", mode.name()));
+    let group = Group::create(plan.hierarchy, &format!("reaction-{}", mode.name()), LIMIT);
     let _bystanders: Vec<Hog> =
         BYSTANDERS_MIB.iter().map(|&mib| Hog::spawn(&bins.alloc_hog, group.path(), mib, false)).collect();
     let mut grower = Grower::spawn(&bins.grower, group.path(), speed)?;

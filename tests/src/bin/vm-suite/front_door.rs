@@ -2,26 +2,31 @@
 //! worker of the fixture backend in it, proxies requests to them, counts them in the kernel, and on SIGTERM drains,
 //! stops the processes and removes the group it created.
 
-use crate::support::*;
-use monitor_tests::agent::free_port;
-use monitor_tests::{http, ChildGuard};
+use crate::support::SETTLE;
+use monitor_tests::config::{bytes, Config, Process};
+use monitor_tests::group::{oom_kills, Hierarchy};
+use monitor_tests::http;
+use monitor_tests::run::{member, served_by, Launched};
+use monitor_tests::status::{process, str_at, u64_at};
 use serde_json::Value;
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Requests sent through the front door.
 const REQUESTS: u64 = 20;
 
 pub fn run_creates_the_group_and_serves() {
-    let V2Run { cg, proxy, web, mut run } =
-        start_run("run", 256, "[policy]\ninterval_ms = 50\n", &[("m0", "master"), ("tx1", "worker")]);
+    let config = Config::new().set("policy", "interval_ms", 50);
+    let V2Run { cg, mut run } = start_run("run", 256, config, &[("m0", "master"), ("tx1", "worker")]);
 
-    let ready = wait_status(web, "both processes ready", |s| {
-        let l = s.pointer("/launcher").and_then(Value::as_array);
-        l.is_some_and(|l| l.len() == 2 && l.iter().all(|p| p["state"] == "ready"))
-    });
+    let ready = run.wait_for(
+        "both processes ready",
+        |s| {
+            let l = s.pointer("/launcher").and_then(Value::as_array);
+            l.is_some_and(|l| l.len() == 2 && l.iter().all(|p| p["state"] == "ready"))
+        },
+        SETTLE,
+    );
     // The group it created, with the limit, holding both processes.
     let max = std::fs::read_to_string(cg.join("memory.max")).unwrap_or_default();
     assert_eq!(max.trim(), (256u64 << 20).to_string(), "memory.max of {}", cg.display());
@@ -39,7 +44,7 @@ pub fn run_creates_the_group_and_serves() {
 
     // Through the front door: every request answered by one of the two.
     for i in 0..REQUESTS {
-        let r = http::request(proxy, "GET", &format!("/tx/r4/CodeSystem/{i}"), &[], Duration::from_secs(10))
+        let r = http::request(run.proxy, "GET", &format!("/tx/r4/CodeSystem/{i}"), &[], Duration::from_secs(10))
             .unwrap_or_else(|e| panic!("request {i} via the proxy: {e}"));
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
     }
@@ -47,31 +52,24 @@ pub fn run_creates_the_group_and_serves() {
     // count too), and then nothing left in flight. A sample may fall between a request and its response (a health
     // check, or the last request: the status is up to one sample old; in flight 1 was seen on 6.1), so this waits
     // for a sample with none: one that never comes (a request counted and its response not) fails here.
-    let s = wait_status(web, "the requests counted and none in flight", |s| {
-        let procs: Vec<&Value> = pids.iter().filter_map(|&p| process(s, p)).collect();
-        let total: u64 = procs.iter().filter_map(|p| p.get("requests_total")).filter_map(Value::as_u64).sum();
-        let idle =
-            procs.len() == pids.len() && procs.iter().all(|p| p.get("inflight").and_then(Value::as_u64) == Some(0));
-        total >= REQUESTS && idle
-    });
+    let s = run.wait_for(
+        "the requests counted and none in flight",
+        |s| {
+            let procs: Vec<&Value> = pids.iter().filter_map(|&p| process(s, p)).collect();
+            let total: u64 = procs.iter().filter_map(|p| p.get("requests_total")).filter_map(Value::as_u64).sum();
+            let idle =
+                procs.len() == pids.len() && procs.iter().all(|p| p.get("inflight").and_then(Value::as_u64) == Some(0));
+            total >= REQUESTS && idle
+        },
+        SETTLE,
+    );
     for &pid in &pids {
         let p = process(&s, pid).unwrap_or_else(|| panic!("pid {pid} not in the status:\n{s:#}"));
         assert_eq!(p.get("inflight").and_then(Value::as_u64), Some(0), "{p:#}");
     }
 
     // SIGTERM: drain, stop the processes, exit 0, remove the group.
-    if let Ok(pid) = libc::pid_t::try_from(run.pid()) {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our un-reaped child.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = run.try_wait().ok().flatten() {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "monitor run did not exit within 30 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = run.terminate(Duration::from_secs(30));
     assert!(status.success(), "monitor run exited with {status}");
     assert!(!cg.exists(), "{} was not removed", cg.display());
     for pid in pids {
@@ -79,66 +77,36 @@ pub fn run_creates_the_group_and_serves() {
     }
 }
 
-/// A `monitor run` started on cgroup v2, with the group it creates and its addresses.
+/// A `monitor run` started on cgroup v2, with the group it creates.
 struct V2Run {
-    cg: std::path::PathBuf,
-    proxy: SocketAddr,
-    web: SocketAddr,
-    run: ChildGuard,
+    cg: PathBuf,
+    run: Launched,
 }
 
 /// Starts `monitor run` creating the group `monitor-test-<name>-<pid>` with a `limit_mib` limit, fixture backends
-/// as `processes` (name, role), and `extra` config (whole sections, or lines of `[proxy]` after a `[proxy]` header:
-/// the front door's own `[proxy]` lines come last); waits until every process is ready.
-fn start_run(name: &str, limit_mib: u64, extra: &str, processes: &[(&str, &str)]) -> V2Run {
+/// as `processes` (name, role) and `config` around them; waits until every process is ready.
+fn start_run(name: &str, limit_mib: u64, config: Config, processes: &[(&str, &str)]) -> V2Run {
     let cg = Path::new("/sys/fs/cgroup").join(format!("monitor-test-{name}-{}", std::process::id()));
     assert!(!cg.exists(), "{} exists already", cg.display());
-    let (proxy, web) = (free_port(), free_port());
-    let fixture = bin_dir().join("fixture-backend");
-    let mut config = format!(
-        "[group]\ncgroup = {:?}\ncreate = true\nlimit_bytes = {}\n[web]\nlisten = \"127.0.0.1:{web}\"\n{extra}",
-        cg.display().to_string(),
-        limit_mib << 20
-    );
-    if !extra.contains("[proxy]") {
-        config.push_str("[proxy]\n");
-    }
-    config.push_str(&format!("listen = \"127.0.0.1:{proxy}\"\ndrain_timeout_s = 5\nstop_grace_s = 2\n"));
+    let mut config = config
+        .cgroup(&cg)
+        .set("group", "create", true)
+        .set("group", "limit_bytes", bytes(limit_mib << 20))
+        .set("proxy", "drain_timeout_s", 5)
+        .set("proxy", "stop_grace_s", 2);
     for (name, role) in processes {
-        let port = free_port();
-        config.push_str(&format!(
-            "[[process]]\nname = \"{name}\"\nrole = \"{role}\"\ncommand = [{:?}, \"--name\", \"{name}\", \"--port\", \
-             \"{port}\"]\nport = {port}\nstart_timeout_s = 30\n",
-            fixture.display().to_string(),
-        ));
+        config = config.process(Process::fixture(name, role).set("start_timeout_s", 30));
     }
-    let file = std::env::temp_dir().join(format!("monitor-run-{name}-v2.toml"));
-    std::fs::write(&file, config).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let mut cmd = Command::new(bin_dir().join("monitor"));
-    cmd.arg("run").arg("--config").arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
-    let run = ChildGuard::spawn(&mut cmd);
-    let (web, proxy) = (SocketAddr::from(([127, 0, 0, 1], web)), SocketAddr::from(([127, 0, 0, 1], proxy)));
-    wait_status(web, "every process ready", |s| {
-        let l = s.pointer("/launcher").and_then(Value::as_array);
-        l.is_some_and(|l| l.len() == processes.len() && l.iter().all(|p| p["state"] == "ready"))
-    });
-    V2Run { cg, proxy, web, run }
-}
-
-/// Polls `/api/v1/status` until `pred` holds.
-fn wait_status(web: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let got = http::get(web, "/api/v1/status", Duration::from_secs(5)).ok().filter(|r| r.status == 200);
-        if let Some(s) = got.and_then(|r| serde_json::from_str::<Value>(&r.text()).ok()) {
-            if pred(&s) {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "{what}: not within {SETTLE:?}; status:\n{s:#}");
-        }
-        assert!(Instant::now() < deadline, "{what}: no status within {SETTLE:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let run = Launched::start(&format!("run-{name}-v2"), config, None, &[]);
+    run.wait_for(
+        "every process ready",
+        |s| {
+            let l = s.pointer("/launcher").and_then(Value::as_array);
+            l.is_some_and(|l| l.len() == processes.len() && l.iter().all(|p| p["state"] == "ready"))
+        },
+        SETTLE,
+    );
+    V2Run { cg, run }
 }
 
 /// `monitor run` on cgroup v2 reacts in time: a worker grows inside one request to 700 MiB, as fast as it can, in a
@@ -147,17 +115,14 @@ fn wait_status(web: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) -> Va
 /// the other worker's requests that were let in all succeed.
 pub fn run_cancels_a_request_growing_past_the_limit() {
     let processes = [("m0", "master"), ("tx1", "worker"), ("tx2", "worker")];
-    let extra = "[probes]\nenabled = false\n[proxy]\nmaster_serves_tx = false\n";
-    let V2Run { cg, proxy, web, mut run } = start_run("grow", 512, extra, &processes);
-    let oom_kills = || {
-        let text = std::fs::read_to_string(cg.join("memory.events")).unwrap_or_default();
-        monitor_tests::cgroup::parse_stat(&text, "oom_kill").unwrap_or_else(|| panic!("no oom_kill in {text:?}"))
-    };
+    let config = Config::new().probes(false).set("proxy", "master_serves_tx", false);
+    let V2Run { cg, mut run } = start_run("grow", 512, config, &processes);
+    let oom_kills = || oom_kills(&cg, Hierarchy::V2).unwrap_or_else(|e| panic!("{e}"));
+    let proxy = run.proxy;
     let get = |path: &str, headers: &[(&str, &str)]| {
         http::request(proxy, "GET", path, headers, Duration::from_secs(60))
             .unwrap_or_else(|e| panic!("GET {path} via the proxy: {e}"))
     };
-    let served_by = |r: &http::Response| r.header("x-served-by").unwrap_or("<none>").to_string();
     let cache_id_of = |name: &str| {
         (0..40)
             .map(|_| get("/r4/x?cache=start", &[]))
@@ -167,7 +132,6 @@ pub fn run_cancels_a_request_growing_past_the_limit() {
     };
     let (tx1, tx2) = (cache_id_of("tx1"), cache_id_of("tx2"));
     let kills = oom_kills();
-
     // One client keeps tx2 busy with 100 ms requests through the episode.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let client = {
@@ -200,12 +164,12 @@ pub fn run_cancels_a_request_growing_past_the_limit() {
     assert_eq!(grow.status, 503, "the growing request is cancelled: {}", grow.text());
     assert!(grow.text().starts_with("memory guard:"), "{}", grow.text());
     assert_eq!(oom_kills(), kills, "the kernel's OOM killer acted");
-    let s = wait_status(web, "normal again", |s| s.pointer("/policy/state").and_then(Value::as_str) == Some("normal"));
+    let s =
+        run.wait_for("normal again", |s| s.pointer("/policy/state").and_then(Value::as_str) == Some("normal"), SETTLE);
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (ok, shed, failed) = client.join().unwrap_or_else(|_| panic!("the client thread panicked"));
-    let tx1_state = s["launcher"].as_array().and_then(|l| l.iter().find(|p| p["name"] == "tx1")).cloned();
-    let tx1_state = tx1_state.unwrap_or_else(|| panic!("no tx1 in the launcher:\n{s:#}"));
+    let tx1_state = member(&s, "tx1");
     assert_eq!(tx1_state["restarts"], 0, "tx1 was not restarted: {tx1_state}");
     println!(
         "grow request cancelled after {took:?}; tx2's client: {ok} ok, {shed} shed while refusing, {} failed",
@@ -214,14 +178,6 @@ pub fn run_cancels_a_request_growing_past_the_limit() {
     assert!(ok >= 5, "tx2's client got too few answers to judge: {ok} ok, {failed:?}");
     assert!(ok as f64 >= 0.99 * (ok + failed.len() as u64) as f64, "tx2's requests let in must succeed: {failed:?}");
 
-    if let Ok(pid) = libc::pid_t::try_from(run.pid()) {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our un-reaped child.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while run.try_wait().ok().flatten().is_none() {
-        assert!(Instant::now() < deadline, "monitor run did not exit within 30 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    run.terminate(Duration::from_secs(30));
     assert!(!cg.exists(), "{} was not removed", cg.display());
 }

@@ -1,9 +1,12 @@
 //! The agent on real cgroup v2 memory groups: known allocations, the limit up a nested tree and changed at run
-//! time, `memory.high`, a process moved out, the group removed under the agent. Mirrors tests/tests/agent_v1.rs
-//! at half its sizes (a 256 MiB group), so that the emulated VM stays quick.
+//! time, `memory.high`, a process moved out, the group removed under the agent. The policy test is the memory
+//! scenario the host runs on v1 (tests/tests/agent/v1.rs), at half its sizes (a 256 MiB group), so that the emulated
+//! VM stays quick.
 
 use crate::support::*;
 use monitor_tests::cgroup2::{move_to_root, CgroupV2};
+use monitor_tests::group::{Group, Hierarchy};
+use monitor_tests::scenario;
 use monitor_tests::{Agent, Hog, MIB};
 use std::time::Duration;
 
@@ -14,75 +17,14 @@ fn hogs_in(cg: &CgroupV2, mibs: &[u64]) -> Vec<Hog> {
     mibs.iter().map(|&m| Hog::spawn(hog_bin(), cg.path(), m, false)).collect()
 }
 
-/// Resizes the hogs one by one, in the given order, to the given MiB.
-fn resize(hogs: &mut [Hog], plan: &[(usize, u64)]) {
-    for &(i, mib) in plan {
-        hogs[i].set_mib(mib);
-    }
-}
-
-/// Three hogs of known size in a 256 MiB group: usage (within 5% of their RssAnon and of the kernel's own
-/// `memory.stat anon`), limit, each process, then 85% / 92% transitions with the largest aborted, and back
-/// through the hysteresis.
+/// The memory scenario (`monitor_tests::scenario::memory`) on a 256 MiB v2 group, and what v2 adds: the agent's
+/// usage is the kernel's own `memory.stat anon`.
 pub fn usage_limit_and_policy() {
-    let cg = CgroupV2::create("accept", Some(LIMIT));
-    // 200 MiB = 78% of the limit.
-    let mut hogs = hogs_in(&cg, &[50, 65, 85]);
-    let agent = Agent::start(&cg.path().display().to_string(), &[]);
-
-    let s = wait_usage_matches(&agent, &hogs);
-    assert_eq!(str_at(&s, "/group/version"), "v2");
-    assert_eq!(u64_at(&s, "/group/limit_bytes"), LIMIT);
-    assert_eq!(str_at(&s, "/group/limit_source"), "cgroup");
-    let name = cg.relative();
-    assert!(str_at(&s, "/group/cgroup").ends_with(&name), "group.cgroup should name {name}: {s:#}");
-    let usage = u64_at(&s, "/group/usage_bytes");
-    let kernel_anon = cg.stat("anon").unwrap_or(0);
-    assert!(close(usage, kernel_anon, 0.05, 0), "usage {usage}, memory.stat anon {kernel_anon}");
-    let ratio = f64_at(&s, "/group/ratio");
-    assert!((ratio - usage as f64 / LIMIT as f64).abs() < 0.005, "ratio {ratio} for usage {usage}");
-    assert_eq!(str_at(&s, "/policy/state"), "normal");
-    for h in &hogs {
-        let p = process(&s, h.pid()).unwrap_or_else(|| panic!("pid {} not listed", h.pid()));
-        let (rss, anon) = (u64_at(p, "/rss_bytes"), u64_at(p, "/anon_bytes"));
-        let (vm_rss, rss_anon) = (h.vm_rss(), h.rss_anon());
-        assert!(close(rss, vm_rss, 0.02, 2 * MIB), "pid {}: rss_bytes {rss}, VmRSS {vm_rss}", h.pid());
-        assert!(close(anon, rss_anon, 0.02, 2 * MIB), "pid {}: anon_bytes {anon}, RssAnon {rss_anon}", h.pid());
-        assert_eq!(p.get("action").and_then(serde_json::Value::as_str), Some("serve"), "{p}");
-    }
-    decision_says(&agent, hogs[0].pid(), "serve");
-
-    // 225 MiB = 88%: refusing, everyone refuses.
-    resize(&mut hogs, &[(0, 55), (1, 70), (2, 100)]);
-    let s = agent.wait_for(|s| state(s) == Some("refusing") && all_actions(s, &hogs, "refuse"), SETTLE);
-    assert!(f64_at(&s, "/group/ratio") >= 0.85);
-
-    // 240 MiB = 94%: aborting, the largest aborts, the others refuse.
-    resize(&mut hogs, &[(1, 75), (2, 110)]);
-    let largest = hogs[2].pid();
-    let s = agent.wait_for(|s| state(s) == Some("aborting") && action(s, largest) == Some("abort"), SETTLE);
-    assert_eq!(u64_at(&s, "/policy/largest_pid"), u64::from(largest));
-    for h in &hogs[..2] {
-        assert_eq!(action(&s, h.pid()), Some("refuse"), "pid {}: {s:#}", h.pid());
-    }
-    decision_says(&agent, largest, "abort");
-
-    // Back to 225 MiB = 88%: below abort_at - hysteresis (0.90), so refusing again.
-    resize(&mut hogs, &[(2, 100), (1, 70)]);
-    agent.wait_for(|s| state(s) == Some("refusing") && all_actions(s, &hogs, "refuse"), SETTLE);
-
-    // 214 MiB = 84%: below refuse_at but not below refuse_at - hysteresis (0.83): still refusing.
-    resize(&mut hogs, &[(0, 52), (1, 65), (2, 97)]);
-    wait_usage_matches(&agent, &hogs);
-    std::thread::sleep(Duration::from_millis(500));
-    let s = wait_usage_matches(&agent, &hogs);
-    let ratio = f64_at(&s, "/group/ratio");
-    assert!((0.83..0.85).contains(&ratio), "the fixture should sit at 84%, is at {ratio}");
-    assert_eq!(state(&s), Some("refusing"), "hysteresis: left refusing at {ratio}: {s:#}");
-
-    // 150 MiB = 59%: normal, everyone serves.
-    resize(&mut hogs, &[(2, 60), (1, 50), (0, 40)]);
-    agent.wait_for(|s| state(s) == Some("normal") && all_actions(s, &hogs, "serve"), SETTLE);
+    let group = Group::create(Hierarchy::V2, "accept", LIMIT);
+    let seen = scenario::memory(&group, &hog_bin(), 1, SETTLE);
+    assert_eq!(seen.limit, LIMIT);
+    let usage = u64_at(&seen.normal, "/group/usage_bytes");
+    assert!(close(usage, seen.kernel_anon, 0.05, 0), "usage {usage}, memory.stat anon {}", seen.kernel_anon);
 }
 
 /// top (200 MiB) / mid (max) / leaf (300 MiB), the agent on the leaf by a path relative to the mount: the limit

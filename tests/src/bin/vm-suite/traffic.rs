@@ -5,6 +5,8 @@
 use crate::support::*;
 use monitor_tests::agent::free_port;
 use monitor_tests::cgroup2::CgroupV2;
+use monitor_tests::config::Config;
+use monitor_tests::servers::{busybox_httpd, listening};
 use monitor_tests::{spawn_in_cgroup, Agent, ChildGuard};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,17 +35,8 @@ impl Sent {
     }
 }
 
-/// True when something listens on 127.0.0.1:`port` (from /proc/net/tcp, so no connection is made that the
+/// Waits until something listens on 127.0.0.1:`port` (read from /proc/net/tcp, so no connection is made that the
 /// probes would count).
-fn listening(port: u16) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let want = format!("0100007F:{port:04X}");
-    table.lines().skip(1).any(|l| {
-        let cols: Vec<&str> = l.split_whitespace().collect();
-        cols.get(1) == Some(&want.as_str()) && cols.get(3) == Some(&"0A")
-    })
-}
-
 fn wait_listening(port: u16, server: &mut ChildGuard) {
     let deadline = Instant::now() + TIMEOUT;
     while !listening(port) {
@@ -237,8 +230,8 @@ pub fn busybox_httpd_counts() {
     std::fs::create_dir_all(&www).unwrap_or_else(|e| panic!("mkdir {}: {e}", www.display()));
     std::fs::write(www.join("index.html"), "hello from busybox\n").unwrap_or_else(|e| panic!("write index: {e}"));
     let port = free_port();
-    let mut cmd = Command::new("busybox");
-    cmd.args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"]).arg(&www).stdin(Stdio::null());
+    let mut cmd = busybox_httpd(&www, port);
+    cmd.stdin(Stdio::null());
     let mut httpd = spawn_in_cgroup(&mut cmd, cg.path());
     wait_listening(port, &mut httpd);
     let agent = agent_tracing(&cg, &[httpd.pid()]);
@@ -317,10 +310,9 @@ pub fn fixture_backend_counts_exactly() {
 pub fn configured_hooks_have_no_fallback() {
     let cg = CgroupV2::create("hooks", None);
     for (hooks, runs) in [("sock", kernel_at_least(6, 3)), ("raw_sys_exit", true)] {
-        let config = std::env::temp_dir().join(format!("vm-suite-hooks-{hooks}.toml"));
-        if let Err(e) = std::fs::write(&config, format!("[probes]\nhooks = {hooks:?}\n")) {
-            panic!("write {}: {e}", config.display());
-        }
+        let config = Config::new()
+            .set("probes", "hooks", hooks)
+            .write(std::env::temp_dir().join(format!("vm-suite-hooks-{hooks}.toml")));
         let agent = Agent::start(&cg.path().display().to_string(), &["--config", &config.display().to_string()]);
         let s = agent.status();
         let _ = std::fs::remove_file(&config);

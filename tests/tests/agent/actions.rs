@@ -1,0 +1,262 @@
+//! `[actions]`: `monitor agent` signals each process of a real v1 group when its action changes. A python process
+//! that records the signals it gets and an `alloc-hog` share a 256 MiB group: the hog grows to 86% (every process
+//! refuses: the recorder gets `refuse_signal`), then to 96% (the hog, the largest, gets `abort_signal`, SIGUSR2,
+//! which ends it), and the group is back to normal (the recorder gets `serve_signal`). A twin recorder outside the
+//! group gets nothing. Every change is also POSTed to `post_url` (python's `http.server` with a handler that
+//! writes down each body). Shadow mode sends and posts nothing. With `[actions] admin_path`, each process that
+//! listens is POSTed its own changes on its own port.
+
+use monitor_tests::agent::process;
+use monitor_tests::config::Config;
+use monitor_tests::{require_v1, spawn_in_cgroup, temp_dir, Agent, CgroupV1, ChildGuard, Hog, MIB};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// Appends the name of each of the three signals it gets to the file `argv[1]`, after a first line `ready`.
+const RECORDER: &str = r#"
+import signal, sys, time
+out = open(sys.argv[1], "a", buffering=1)
+for s in (signal.SIGWINCH, signal.SIGUSR2, signal.SIGCONT):
+    signal.signal(s, lambda n, f: out.write(signal.Signals(n).name + "\n"))
+out.write("ready\n")
+while True:
+    time.sleep(1)
+"#;
+
+/// Writes down the body of every POST, one per line, in the file `argv[2]`; answers 204.
+const POST_RECORDER: &str = r#"
+import http.server, sys
+out = open(sys.argv[2], "a", buffering=1)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        out.write(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode() + "\n")
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"#;
+
+/// The POST recorder on a free port, writing to `dir/posts.log`: (server, port, file).
+fn post_recorder(dir: &Path) -> (ChildGuard, u16, PathBuf) {
+    let (port, posts) = (monitor_tests::agent::free_port(), dir.join("posts.log"));
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", POST_RECORDER, &port.to_string()]).arg(&posts).stdout(Stdio::null()).stderr(Stdio::null());
+    let server = ChildGuard::spawn(&mut cmd);
+    monitor_tests::http::wait_port(port);
+    (server, port, posts)
+}
+
+/// The actions posted so far for `pid`, in the order they were posted.
+fn posted_for(file: &Path, pid: u32) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let j: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("posted {l:?}: {e}"));
+            (j["pid"].as_u64() == Some(u64::from(pid))).then(|| j["action"].as_str().unwrap_or("").to_string())
+        })
+        .collect()
+}
+
+/// The (pid, action) of every change posted so far, sorted.
+fn posted(file: &Path) -> Vec<(u64, String)> {
+    let mut v: Vec<(u64, String)> = std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let j: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("posted {l:?}: {e}"));
+            (j["pid"].as_u64().unwrap_or(0), j["action"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn recorder(file: &Path, cgroup: Option<&Path>) -> ChildGuard {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", RECORDER]).arg(file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let child = match cgroup {
+        Some(cg) => spawn_in_cgroup(&mut cmd, cg),
+        None => ChildGuard::spawn(&mut cmd),
+    };
+    let deadline = Instant::now() + SETTLE;
+    while !std::fs::read_to_string(file).unwrap_or_default().starts_with("ready") {
+        assert!(Instant::now() < deadline, "the recorder did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// The signals a recorder got so far.
+fn got(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file).unwrap_or_default().lines().skip(1).map(str::to_string).collect()
+}
+
+fn wait_got(file: &Path, want: &[&str]) {
+    let deadline = Instant::now() + SETTLE;
+    while got(file) != want {
+        assert!(Instant::now() < deadline, "the recorder got {:?}, want {want:?}", got(file));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn state(s: &Value) -> Option<&str> {
+    s.pointer("/policy/state").and_then(Value::as_str)
+}
+
+#[test]
+fn processes_get_the_configured_signal_when_their_action_changes() {
+    let test = "processes_get_the_configured_signal_when_their_action_changes";
+    if !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("actions");
+    let cg = CgroupV1::create("actions", Some(256 * MIB));
+    let (inside, outside) = (dir.join("inside.log"), dir.join("outside.log"));
+    let rec = recorder(&inside, Some(cg.path()));
+    let _twin = recorder(&outside, None);
+    let mut hog = Hog::spawn(HOG, cg.path(), 64, false);
+    let (_post_server, port, posts) = post_recorder(&dir);
+    let config = Config::new()
+        .set("actions", "refuse_signal", "SIGWINCH")
+        .set("actions", "abort_signal", "SIGUSR2")
+        .set("actions", "serve_signal", "SIGCONT")
+        .set("actions", "post_url", format!("http://127.0.0.1:{port}/actions"));
+    let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
+    let listed = |s: &Value, pid: u32| process(s, pid).is_some();
+    agent.wait_for(|s| state(s) == Some("normal") && listed(s, rec.pid()) && listed(s, hog.pid()), SETTLE);
+    assert_eq!(got(&inside), Vec::<String>::new(), "nothing is sent while every process serves");
+
+    // 86% of the limit: everyone refuses; the recorder is told once.
+    hog.set_mib(215);
+    agent.wait_for(|s| state(s) == Some("refusing"), SETTLE);
+    wait_got(&inside, &["SIGWINCH"]);
+    // 96%: the hog is the largest and aborts (SIGUSR2 ends it); the recorder keeps refusing, with no new signal.
+    // Then the group is back to normal and the recorder may serve again.
+    // (The hog may get SIGUSR2 before it has finished growing: its acknowledgement is not waited for.)
+    hog.ask_mib(240);
+    agent.wait_for(|s| state(s) == Some("normal") && !listed(s, hog.pid()), SETTLE);
+    wait_got(&inside, &["SIGWINCH", "SIGCONT"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(got(&inside), ["SIGWINCH", "SIGCONT"], "one signal per change of action");
+    assert_eq!(got(&outside), Vec::<String>::new(), "a process outside the group was signalled");
+    // Every change, posted: both refuse, the hog aborts, the recorder serves again. The kernel wake-ups sample the
+    // group while the hog's memory is torn down after SIGUSR2: it may be sampled again on the way down, then told to
+    // refuse (the group back in refusing) and to serve (back to normal) before it leaves the group.
+    let deadline = Instant::now() + SETTLE;
+    let hog_ok = |v: &[String]| {
+        v.len() >= 2 && v[..2] == ["refuse", "abort"] && v[2..].iter().all(|a| a == "refuse" || a == "serve")
+    };
+    while (posted_for(&posts, rec.pid()) != ["refuse", "serve"] || !hog_ok(&posted_for(&posts, hog.pid())))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(posted_for(&posts, rec.pid()), ["refuse", "serve"], "the recorder's posted changes");
+    let hog_posted = posted_for(&posts, hog.pid());
+    assert!(hog_ok(&hog_posted), "the hog's posted changes: refuse, abort, then only its teardown: {hog_posted:?}");
+    assert_eq!(posted(&posts).len(), 2 + hog_posted.len(), "only the group's processes: {:?}", posted(&posts));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn shadow_mode_sends_no_signal() {
+    let test = "shadow_mode_sends_no_signal";
+    if !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("actions-shadow");
+    let cg = CgroupV1::create("actions-shadow", Some(256 * MIB));
+    let log = dir.join("inside.log");
+    let _rec = recorder(&log, Some(cg.path()));
+    let mut hog = Hog::spawn(HOG, cg.path(), 215, false);
+    let (_post_server, port, posts) = post_recorder(&dir);
+    let config = Config::new()
+        .set("policy", "shadow", true)
+        .set("actions", "refuse_signal", "SIGWINCH")
+        .set("actions", "abort_signal", "SIGUSR2")
+        .set("actions", "post_url", format!("http://127.0.0.1:{port}/actions"));
+    let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
+    agent.wait_for(|s| state(s) == Some("refusing"), SETTLE);
+    hog.set_mib(240);
+    let s = agent.wait_for(|s| state(s) == Some("aborting"), SETTLE);
+    assert_eq!(s.pointer("/policy/shadow"), Some(&Value::Bool(true)), "{s:#}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(got(&log), Vec::<String>::new(), "shadow mode sent a signal");
+    assert_eq!(posted(&posts), Vec::<(u64, String)>::new(), "shadow mode posted a change");
+    // The hog, the victim, is still there: SIGUSR2 would have ended it.
+    let s = agent.status();
+    let hog_listed = process(&s, hog.pid()).is_some();
+    assert!(hog_listed, "the victim was signalled in shadow mode: {s:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The action changes a `fixture-backend` on `port` was POSTed on its admin endpoint.
+fn told(port: u16) -> Vec<String> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let r = monitor_tests::http::get(addr, "/stats", Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("GET /stats on {port}: {e}"));
+    let v: Value = serde_json::from_str(&r.text()).unwrap_or_else(|e| panic!("/stats on {port}: {e}"));
+    v["admin"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+fn wait_told(port: u16, want: &[&str]) {
+    let deadline = Instant::now() + SETTLE;
+    while told(port) != want {
+        assert!(Instant::now() < deadline, "the process on {port} was told {:?}, want {want:?}", told(port));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn each_listening_process_is_told_on_its_own_port() {
+    let test = "each_listening_process_is_told_on_its_own_port";
+    if !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("actions-admin");
+    let cg = CgroupV1::create("actions-admin", Some(256 * MIB));
+    let fixture = |name: &str, port: u16, cgroup: Option<&Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixture-backend"));
+        cmd.args(["--name", name, "--port", &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null());
+        let child = match cgroup {
+            Some(cg) => spawn_in_cgroup(&mut cmd, cg),
+            None => ChildGuard::spawn(&mut cmd),
+        };
+        monitor_tests::http::wait_port(port);
+        child
+    };
+    let ports: Vec<u16> = (0..3).map(|_| monitor_tests::agent::free_port()).collect();
+    let m0 = fixture("m0", ports[0], Some(cg.path()));
+    let tx1 = fixture("tx1", ports[1], Some(cg.path()));
+    let _twin = fixture("twin", ports[2], None);
+    let mut hog = Hog::spawn(HOG, cg.path(), 64, false);
+    let config = Config::new().set("actions", "admin_path", "/admin/memory");
+    let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
+    let listed = |s: &Value, pid: u32| process(s, pid).is_some();
+    agent.wait_for(|s| state(s) == Some("normal") && listed(s, m0.pid()) && listed(s, tx1.pid()), SETTLE);
+
+    // Over 85%: every process refuses; each one that listens is told on its own port (the hog listens on nothing).
+    hog.set_mib(222);
+    agent.wait_for(|s| state(s) == Some("refusing"), SETTLE);
+    wait_told(ports[0], &["refuse"]);
+    wait_told(ports[1], &["refuse"]);
+    hog.set_mib(40);
+    agent.wait_for(|s| state(s) == Some("normal"), SETTLE);
+    wait_told(ports[0], &["refuse", "serve"]);
+    wait_told(ports[1], &["refuse", "serve"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        (told(ports[0]), told(ports[1])),
+        (vec!["refuse".to_string(), "serve".into()], vec!["refuse".to_string(), "serve".into()]),
+        "one POST per change"
+    );
+    assert_eq!(told(ports[2]), Vec::<String>::new(), "a process outside the group was told");
+    let _ = std::fs::remove_dir_all(&dir);
+}

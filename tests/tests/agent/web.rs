@@ -1,0 +1,236 @@
+//! The dashboard, stats database and /metrics of a real `monitor agent` on its own cgroup: the history survives a
+//! restart, /metrics passes `promtool check metrics` and a real Prometheus scrapes it, headless Chromium renders
+//! the home page. Tests that need promtool, prometheus or chromium skip locally and fail in CI.
+
+use monitor_tests::agent::free_port;
+use monitor_tests::config::Config;
+use monitor_tests::{require, run_monitor, Agent};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A fresh temp folder, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("monitor-web-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An agent on its own cgroup with the stats database at `db`, probes off.
+fn agent(dir: &Path, db: &Path) -> Agent {
+    Agent::with_config("auto", &Config::new().stats(db).probes(false), dir)
+}
+
+/// SIGTERM and wait until the agent has exited (a zombie, reaped by the guard).
+fn stop(a: &Agent) {
+    // SAFETY: kill has no memory effects; the pid is our child's, still unreaped.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", a.pid())).unwrap_or_default();
+        if stat.is_empty() || stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the agent did not stop on SIGTERM; stderr:\n{}", a.stderr());
+}
+
+fn json(a: &Agent, path: &str) -> Value {
+    let (code, body) = a.get(path);
+    assert_eq!(code, 200, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: bad JSON ({e}): {body}"))
+}
+
+fn finite(v: &Value) -> usize {
+    v.as_array().map(|a| a.iter().filter(|x| x.as_f64().is_some()).count()).unwrap_or(0)
+}
+
+#[test]
+fn history_survives_a_restart_and_report_reads_it() {
+    let dir = TempDir::new("restart");
+    let db = dir.0.join("stats.db");
+    let first = agent(&dir.0, &db);
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = json(&first, "/api/v1/dashboard?range=5m");
+    assert!(finite(&before["series"]["usage_bytes"]) >= 2, "seconds recorded: {before}");
+    let names: Vec<String> = before["series"]["procs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["name"].as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    assert!(names.iter().any(|n| n.starts_with("monitor")), "the agent's own process is a series: {names:?}");
+    stop(&first);
+    drop(first);
+    assert!(db.is_file(), "the database exists");
+
+    let second = agent(&dir.0, &db);
+    let after = json(&second, "/api/v1/dashboard?range=24h");
+    assert!(finite(&after["series"]["usage_bytes"]) >= 1, "the minute written before the restart is back: {after}");
+    drop(second);
+
+    let out = run_monitor(&["report", "--db", &db.display().to_string(), "--json"], Duration::from_secs(20));
+    assert!(out.status.success(), "report failed: {}", out.stderr);
+    let r: Value = serde_json::from_str(&out.stdout).expect("report JSON");
+    assert!(r["minutes"].as_u64().unwrap_or(0) >= 1, "{r}");
+    assert!(r["peak_usage_bytes"].as_u64().unwrap_or(0) > 0, "{r}");
+    assert!(r["processes"].as_array().is_some_and(|p| !p.is_empty()), "{r}");
+}
+
+#[test]
+fn a_corrupt_database_is_reported_and_the_agent_runs_on() {
+    let dir = TempDir::new("corrupt");
+    let db = dir.0.join("stats.db");
+    std::fs::write(&db, vec![0x42u8; 16384]).expect("garbage");
+    let a = agent(&dir.0, &db);
+    let (code, html) = a.get("/");
+    assert_eq!(code, 200);
+    assert!(html.contains("history is not persisted"), "the page says so");
+    let (_, metrics) = a.get("/metrics");
+    assert!(metrics.contains("monitor_history_persisted 0"), "{metrics}");
+    assert_eq!(a.status()["policy"]["state"], "normal");
+}
+
+fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn metrics_pass_promtool() {
+    if !require(have("promtool"), "metrics_pass_promtool", "promtool not installed (apt-get install prometheus)") {
+        return;
+    }
+    let dir = TempDir::new("promtool");
+    let a = agent(&dir.0, &dir.0.join("stats.db"));
+    let (code, text) = a.get("/metrics");
+    assert_eq!(code, 200);
+    for family in [
+        "monitor_group_memory_usage_bytes",
+        "monitor_group_memory_limit_bytes",
+        "monitor_policy_state",
+        "monitor_process_resident_memory_bytes{process=",
+        "monitor_http_requests_total{",
+        "monitor_http_request_duration_seconds_bucket{",
+        "monitor_process_restarts_total{",
+        "monitor_shed_requests_total",
+    ] {
+        assert!(text.contains(family), "{family} missing:\n{text}");
+    }
+    let file = dir.0.join("metrics.txt");
+    std::fs::write(&file, &text).expect("write");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("promtool check metrics < {}", file.display()))
+        .output()
+        .expect("promtool");
+    let msg = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && msg.trim().is_empty(), "promtool check metrics: {msg}\n{text}");
+}
+
+#[test]
+fn prometheus_scrapes_the_agent() {
+    if !require(
+        have("prometheus"),
+        "prometheus_scrapes_the_agent",
+        "prometheus not installed (apt-get install prometheus)",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("prometheus");
+    let a = agent(&dir.0, &dir.0.join("stats.db"));
+    let cfg = dir.0.join("prometheus.yml");
+    let scrape = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: monitor\n    static_configs:\n      - targets: ['{}']\n",
+        a.addr()
+    );
+    std::fs::write(&cfg, scrape).expect("prometheus.yml");
+    let port = free_port();
+    let mut cmd = Command::new("prometheus");
+    cmd.arg(format!("--config.file={}", cfg.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.0.join("tsdb").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _prom = monitor_tests::ChildGuard::spawn(&mut cmd);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let q = "/api/v1/query?query=monitor_process_resident_memory_bytes";
+        if let Ok(r) = monitor_tests::http::get(addr, q, Duration::from_secs(5)) {
+            last = r.text();
+            let v: Value = serde_json::from_str(&last).unwrap_or(Value::Null);
+            if v["data"]["result"].as_array().is_some_and(|r| !r.is_empty()) {
+                let up = monitor_tests::http::get(
+                    addr,
+                    "/api/v1/query?query=monitor_group_memory_usage_bytes",
+                    Duration::from_secs(5),
+                )
+                .map(|r| r.text())
+                .unwrap_or_default();
+                assert!(up.contains("\"job\":\"monitor\""), "{up}");
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("Prometheus never saw monitor_process_resident_memory_bytes; last answer: {last}");
+}
+
+#[test]
+fn chromium_renders_the_home_page() {
+    let bin = ["chromium", "chromium-browser"].into_iter().find(|b| have(b));
+    let Some(bin) = bin else {
+        require(false, "chromium_renders_the_home_page", "chromium not installed (apt-get install chromium)");
+        return;
+    };
+    let dir = TempDir::new("chromium");
+    let a = agent(&dir.0, &dir.0.join("stats.db"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let url = format!("{}/?range=5m", a.url());
+    let chrome = |extra: &[String]| {
+        let profile = dir.0.join(format!("profile-{}", extra.len()));
+        let mut cmd = Command::new(bin);
+        cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            .args([
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--enable-logging=stderr",
+                "--v=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .arg(&url);
+        cmd.output().unwrap_or_else(|e| panic!("running {bin}: {e}"))
+    };
+    let dom = chrome(&["--dump-dom".to_string()]);
+    let html = String::from_utf8_lossy(&dom.stdout);
+    assert!(html.matches("<svg").count() >= 5, "the five charts are in the DOM:\n{html}");
+    assert!(html.contains("id=\"processes\""), "the status strip is in the DOM");
+    let stderr = String::from_utf8_lossy(&dom.stderr);
+    let console: Vec<&str> =
+        stderr.lines().filter(|l| l.contains("CONSOLE") && (l.contains("ERROR") || l.contains("Uncaught"))).collect();
+    assert!(console.is_empty(), "console errors: {console:?}");
+    let shot = monitor_tests::workspace_root().join("target/web-home.png");
+    let out = chrome(&[format!("--screenshot={}", shot.display()), "--window-size=1100,1900".into()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 10_000, "screenshot {} is {size} bytes", shot.display());
+}

@@ -1,0 +1,118 @@
+//! The fleet docs against a real agent: `docs/prometheus-alerts.yml` passes `promtool check rules`, and both it
+//! and `docs/grafana-dashboard.json` (which must parse) name only `monitor_*` series that a running agent's
+//! `/metrics` exports. promtool missing: skipped locally, a failure in CI.
+
+use monitor_tests::config::Config;
+use monitor_tests::{require, workspace_root, Agent};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+
+fn doc(name: &str) -> String {
+    let p = workspace_root().join("docs").join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Every `monitor_…` identifier in `text`.
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("monitor_") {
+        let before = rest[..i].chars().next_back();
+        let tail = &rest[i..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            out.insert(tail[..end].to_string());
+        }
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// The sample names in a Prometheus text exposition.
+fn exported(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next().map(String::from))
+        .collect()
+}
+
+/// Every `expr` string anywhere in the dashboard.
+fn exprs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("expr", Value::String(s)) => out.push(s.clone()),
+                    _ => exprs(x, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| exprs(x, out)),
+        _ => {}
+    }
+}
+
+fn agent_metrics() -> BTreeSet<String> {
+    let dir = std::env::temp_dir().join(format!("monitor-docs-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let a = Agent::with_config("auto", &Config::new().probes(false), &dir);
+    let (code, text) = a.get("/metrics");
+    drop(a);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 200, "{text}");
+    exported(&text)
+}
+
+#[test]
+fn names_are_found_in_expressions() {
+    let n = metric_names("rate(monitor_http_requests_total{x=\"y\"}[5m]) / xmonitor_no + monitor_a_bucket");
+    assert_eq!(n.into_iter().collect::<Vec<_>>(), vec!["monitor_a_bucket", "monitor_http_requests_total"]);
+    let e = exported("# HELP a b\nmonitor_x{p=\"1\"} 3\nmonitor_y 4\n");
+    assert_eq!(e.into_iter().collect::<Vec<_>>(), vec!["monitor_x", "monitor_y"]);
+}
+
+#[test]
+fn dashboard_and_alerts_name_only_exported_series() {
+    let dashboard: Value = serde_json::from_str(&doc("grafana-dashboard.json")).expect("the dashboard is JSON");
+    let mut list = Vec::new();
+    exprs(&dashboard, &mut list);
+    assert!(list.len() >= 8, "the dashboard has its panels' queries: {list:?}");
+    let from_dashboard = metric_names(&list.join("\n"));
+    let from_alerts = metric_names(&doc("prometheus-alerts.yml"));
+    let mut have = agent_metrics();
+    // Exported only under `monitor run` (its launcher's processes); tests/tests/run/counts.rs checks it there.
+    have.insert("monitor_process_state".to_string());
+    for (doc, names) in [("grafana-dashboard.json", &from_dashboard), ("prometheus-alerts.yml", &from_alerts)] {
+        let missing: Vec<&String> = names.iter().filter(|n| !have.contains(*n)).collect();
+        assert!(
+            missing.is_empty(),
+            "docs/{doc} names series the agent does not export: {missing:?}\nexported: {have:?}"
+        );
+    }
+    for family in [
+        "monitor_group_memory_usage_bytes",
+        "monitor_group_memory_limit_bytes",
+        "monitor_policy_state",
+        "monitor_process_resident_memory_bytes",
+        "monitor_http_requests_total",
+        "monitor_http_request_duration_seconds_bucket",
+        "monitor_process_restarts_total",
+        "monitor_shed_requests_total",
+    ] {
+        assert!(from_dashboard.contains(family), "the dashboard shows {family}");
+    }
+}
+
+#[test]
+fn alert_rules_pass_promtool() {
+    let have = Command::new("promtool").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if !require(have.is_ok(), "alert_rules_pass_promtool", "promtool not installed (apt-get install prometheus)") {
+        return;
+    }
+    let file = workspace_root().join("docs/prometheus-alerts.yml");
+    let out = Command::new("promtool").args(["check", "rules"]).arg(&file).output().expect("promtool");
+    let msg = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool check rules {}:\n{msg}", file.display());
+    assert!(msg.contains("SUCCESS"), "{msg}");
+}

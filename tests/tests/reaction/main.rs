@@ -1,0 +1,14 @@
+//! How fast the guard reacts to memory growing faster than its sampling interval: the agent signalling a grower
+//! (`agent`) and the front door cancelling a growing request (`run`), both before the kernel's OOM killer acts.
+//! The tests take turns (`TURNS`): each measures time and wants the machine to itself.
+
+mod agent;
+mod run;
+
+/// Held by each test for its whole run.
+static TURNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for this test's turn.
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURNS.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,171 @@
+//! `monitor run` reacts in time: a worker grows inside a request as fast as it can (the fixture backend's
+//! `?grow_mib`, 4 MiB chunks) in a 512 MiB v1 group. The front door cancels that request before the kernel's OOM
+//! killer has to act (the group's own OOM count stays 0), the worker frees what it grew and stays up, and the other
+//! worker's requests that were let in keep succeeding (>= 99%; the ones shed with the memory guard's 503 while the
+//! group refused were never let in).
+
+use monitor_tests::http;
+use monitor_tests::require_v1;
+use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A cache id issued by the worker named `name` (asked until that worker answers).
+fn cache_id_of(run: &Run, name: &str) -> String {
+    for _ in 0..40 {
+        let r = run.get("/r4/x?cache=start", &[]);
+        if served_by(&r) == name {
+            return r.header("x-cache-id").unwrap_or_else(|| panic!("no cache id from {name}")).to_string();
+        }
+    }
+    panic!("{name} never issued a cache id");
+}
+
+/// What the other worker's clients saw: answers by kind.
+#[derive(Debug, Default)]
+struct Seen {
+    ok: u64,
+    shed: u64,
+    failed: Vec<String>,
+}
+
+#[test]
+fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer() {
+    if !require_v1("the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer") {
+        return;
+    }
+    let _turn = crate::turn();
+    let spec = Spec {
+        workers: 2,
+        limit_mib: 512,
+        proxy: "master_serves_tx = false".into(),
+        policy: "interval_ms = 100".into(),
+        ..Spec::default()
+    };
+    let run = Run::start("run-reaction", &spec);
+    let tx1 = cache_id_of(&run, "tx1");
+    let tx2 = cache_id_of(&run, "tx2");
+    let kills = run.cg.oom_kills();
+
+    // Two clients keep tx2 busy with 100 ms requests for the whole episode, and a little after.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (proxy, id, stop) = (run.proxy, tx2.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seen = Seen::default();
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    match http::request(proxy, "GET", "/r4/x?sleep_ms=100", &[("X-Cache-Id", &id)], TIMEOUT) {
+                        Ok(r) if r.status == 200 && served_by(&r) == "tx2" => seen.ok += 1,
+                        Ok(r)
+                            if r.status == 503
+                                && r.text().starts_with("memory guard:")
+                                && r.text().contains("refuses") =>
+                        {
+                            seen.shed += 1;
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Ok(r) => seen.failed.push(format!("{} from {}: {}", r.status, served_by(&r), r.text())),
+                        Err(e) => seen.failed.push(e),
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+
+    // tx1 grows to 700 MiB inside one request, past the 512 MiB limit if nobody stops it.
+    let t0 = Instant::now();
+    let grow = run.get("/r4/x?grow_mib=700", &[("X-Cache-Id", &tx1)]);
+    let took = t0.elapsed();
+    assert_eq!(grow.status, 503, "the growing request is cancelled: {} {}", grow.status, grow.text());
+    assert!(grow.text().starts_with("memory guard:"), "{}", grow.text());
+    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+
+    // The group goes back to normal once tx1 has let go of what it grew; tx1 is the same process, still serving.
+    run.wait_for("normal again", |s| s.pointer("/policy/state").and_then(Value::as_str) == Some("normal"), TIMEOUT);
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let mut seen = Seen::default();
+    for c in clients {
+        let s = c.join().unwrap_or_else(|_| panic!("a client thread panicked"));
+        seen.ok += s.ok;
+        seen.shed += s.shed;
+        seen.failed.extend(s.failed);
+    }
+    let status = run.status();
+    let tx1_state = member(&status, "tx1");
+    assert_eq!(tx1_state["restarts"], 0, "tx1 was not restarted:\n{status:#}");
+    assert_eq!(tx1_state["state"], "ready", "{status:#}");
+    let stats = run.stats(1);
+    assert_eq!(stats["abandoned"], 1, "tx1 abandoned the cancelled request and freed it: {stats}");
+    let r = run.get("/r4/x", &[("X-Cache-Id", &tx1)]);
+    assert_eq!((r.status, served_by(&r)), (200, "tx1".to_string()), "{}", r.text());
+
+    let let_in = seen.ok + seen.failed.len() as u64;
+    eprintln!(
+        "grow request cancelled after {took:?}; tx2's clients: {} ok, {} shed while refusing, {} failed",
+        seen.ok,
+        seen.shed,
+        seen.failed.len()
+    );
+    assert!(seen.ok >= 10, "tx2's clients got too few answers to judge: {seen:?}");
+    assert!(seen.ok as f64 >= 0.99 * let_in as f64, "tx2's requests let in must succeed: {seen:?}");
+    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+}
+
+/// A burst faster than the sampling interval: ten requests of 200 MiB each, 20 ms apart, against a 2 GiB group
+/// that they fill to the brim together with the processes themselves. The group refuses within a chunk of crossing
+/// 85% and the largest worker's requests are cancelled at 92%: each answer is a 200 or the memory guard's 503, no
+/// worker is restarted, and the kernel's OOM killer never acts. (Twelve such requests, admitted before the group
+/// reaches 85% and each allocating its 200 MiB at once, can overrun the limit whatever the guard does on cgroup v1:
+/// an allocation under way cannot be cancelled. cgroup v2's brake throttles them instead.)
+#[test]
+fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
+    if !require_v1("a_burst_faster_than_the_interval_is_refused_before_the_limit") {
+        return;
+    }
+    let _turn = crate::turn();
+    let spec = Spec {
+        workers: 2,
+        limit_mib: 2048,
+        proxy: "master_serves_tx = false".into(),
+        policy: "interval_ms = 100".into(),
+        ..Spec::default()
+    };
+    let run = Run::start("run-burst", &spec);
+    let kills = run.cg.oom_kills();
+    let clients: Vec<_> = (0..10)
+        .map(|i| {
+            let proxy = run.proxy;
+            std::thread::sleep(Duration::from_millis(if i == 0 { 0 } else { 20 }));
+            std::thread::spawn(move || {
+                http::request(proxy, "GET", "/r4/x?alloc_mib=200&sleep_ms=3000", &[], Duration::from_secs(30))
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for c in clients {
+        match c.join().unwrap_or_else(|_| panic!("a client thread panicked")) {
+            Ok(r) => answers.push((r.status, served_by(&r), r.text().chars().take(80).collect::<String>())),
+            Err(e) => answers.push((0, String::new(), e)),
+        }
+    }
+    let guarded = |a: &(u16, String, String)| a.0 == 503 && a.2.starts_with("memory guard:");
+    assert!(answers.iter().all(|a| a.0 == 200 || guarded(a)), "each a 200 or the guard's 503: {answers:#?}");
+    assert!(answers.iter().any(guarded), "the burst overruns the limit together: some must be turned away");
+    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted: {answers:#?}\n{}", run.stderr());
+    let status = run.status();
+    for name in ["tx1", "tx2"] {
+        assert_eq!(member(&status, name)["restarts"], 0, "{name} was not restarted:\n{status:#}");
+    }
+    eprintln!(
+        "burst: {} served, {} turned away by the memory guard, OOM kills 0",
+        answers.iter().filter(|a| a.0 == 200).count(),
+        answers.iter().filter(|a| guarded(a)).count()
+    );
+}

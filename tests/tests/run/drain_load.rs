@@ -1,0 +1,145 @@
+//! A drain under keep-alive load: SIGTERM while `wrk -t2 -c16` runs through the front door of `monitor run`. Every
+//! request received is answered (no socket error, no status but 2xx), each answer of the drain says
+//! `Connection: close`, and `monitor run` exits 0 with every in-flight request finished. The same with slow answers,
+//! so that every connection has a request in flight at the SIGTERM (one connection per wrk thread there, so that
+//! each connection's last answer is counted).
+//!
+//! wrk reconnects at once after a `Connection: close`, and once the front door has closed its listening socket
+//! those reconnections are refused: wrk counts them as socket errors, whatever the server (nginx's graceful quit
+//! gives thousands). So wrk runs a script that stops a thread at its first `Connection: close`: a client told the
+//! server is going away goes elsewhere, as a load balancer would. What is left to count are the errors on the
+//! kept-alive connections themselves: a request cut, or a connection closed under a request sent on it.
+
+use monitor_tests::require::{on_path, require};
+use monitor_tests::require_v1;
+use monitor_tests::run::{Run, Spec};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SCRIPT: &str = r#"
+threads = {}
+setup = function(thread)
+  table.insert(threads, thread)
+end
+closes = 0
+response = function(status, headers, body)
+  local c = headers["Connection"] or headers["connection"]
+  if c ~= nil and string.lower(c) == "close" then
+    closes = closes + 1
+    wrk.thread:stop()
+  end
+end
+done = function(summary, latency, requests)
+  local n = 0
+  for _, t in ipairs(threads) do
+    n = n + (t:get("closes") or 0)
+  end
+  io.write(string.format("Connection: close answers: %d\n", n))
+end
+"#;
+
+/// What wrk reported.
+#[derive(Debug)]
+struct Report {
+    requests: u64,
+    /// connect, read, write, timeout.
+    socket_errors: [u64; 4],
+    non_2xx: u64,
+    /// Answers that said `Connection: close` (the script's count).
+    closes: u64,
+    text: String,
+}
+
+/// Parses wrk's summary: "N requests in …", "Socket errors: connect A, read B, write C, timeout D" (only when there
+/// were any), "Non-2xx or 3xx responses: N" (likewise).
+fn parse(text: &str) -> Report {
+    let mut r = Report { requests: 0, socket_errors: [0; 4], non_2xx: 0, closes: 0, text: text.to_string() };
+    for line in text.lines().map(str::trim) {
+        if let Some(n) = line.split_once(" requests in ").and_then(|(n, _)| n.trim().parse().ok()) {
+            r.requests = n;
+        } else if let Some(rest) = line.strip_prefix("Socket errors:") {
+            for (i, part) in rest.split(',').enumerate().take(4) {
+                r.socket_errors[i] = part.split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or(u64::MAX);
+            }
+        } else if let Some(n) = line.strip_prefix("Non-2xx or 3xx responses:") {
+            r.non_2xx = n.trim().parse().unwrap_or(u64::MAX);
+        } else if let Some(n) = line.strip_prefix("Connection: close answers:") {
+            r.closes = n.trim().parse().unwrap_or(u64::MAX);
+        }
+    }
+    r
+}
+
+/// Runs wrk (16 connections on `threads` threads) for `seconds` against `path` through the front door, SIGTERMs
+/// `monitor run` after `term_after`, and returns wrk's report once both ended.
+fn sigterm_under_wrk(name: &str, threads: u32, path: &str, seconds: u64, term_after: Duration) -> Report {
+    let mut run = Run::start(name, &Spec::default());
+    let script = std::env::temp_dir().join(format!("{name}-{}.lua", std::process::id()));
+    std::fs::write(&script, SCRIPT).expect("writing the wrk script");
+    let url = format!("http://{}{path}", run.proxy);
+    let wrk = Command::new("wrk")
+        .args([&format!("-t{threads}"), "-c16", &format!("-d{seconds}s"), "--timeout", "10s", "-s"])
+        .arg(&script)
+        .arg(&url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting wrk");
+    let started = Instant::now();
+    std::thread::sleep(term_after);
+    run.sigterm();
+    let status = run.wait_exit(Duration::from_secs(40));
+    let out = wrk.wait_with_output().expect("wrk's output");
+    let _ = std::fs::remove_file(&script);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "wrk failed: {text}");
+    assert!(status.success(), "monitor run exited {status}; stderr:\n{}", run.stderr());
+    let err = run.stderr();
+    assert!(err.contains("every in-flight request finished"), "{err}");
+    assert!(started.elapsed() >= term_after, "wrk ended early: {text}");
+    parse(&text)
+}
+
+fn check(r: &Report, at_least: u64, closes: std::ops::RangeInclusive<u64>) {
+    eprintln!("{}", r.text);
+    assert!(closes.contains(&r.closes), "answers with Connection: close:\n{}", r.text);
+    assert_eq!(r.socket_errors, [0; 4], "socket errors (connect, read, write, timeout):\n{}", r.text);
+    assert_eq!(r.non_2xx, 0, "non-2xx answers:\n{}", r.text);
+    assert!(r.requests >= at_least, "only {} requests before the drain:\n{}", r.requests, r.text);
+}
+
+#[test]
+fn sigterm_during_wrk_loses_no_request_on_fast_answers() {
+    let name = "sigterm_during_wrk_loses_no_request_on_fast_answers";
+    if !require_v1(name) || !require(on_path("wrk"), name, "needs wrk (apt-get install wrk)") {
+        return;
+    }
+    // Each of wrk's two threads stops after the event-loop round that brought its first `Connection: close` (which
+    // may have brought others).
+    let r = sigterm_under_wrk("drainfast", 2, "/r4/x", 4, Duration::from_millis(1500));
+    check(&r, 200, 2..=16);
+}
+
+#[test]
+fn sigterm_during_wrk_loses_no_request_in_flight() {
+    let name = "sigterm_during_wrk_loses_no_request_in_flight";
+    if !require_v1(name) || !require(on_path("wrk"), name, "needs wrk (apt-get install wrk)") {
+        return;
+    }
+    // Every connection has a request in flight at the SIGTERM most of the time. One connection per wrk thread, so
+    // each thread stops at its own connection's last answer and every one of the 16 is counted: each connection
+    // ends with an answer that says `Connection: close`, none with an error.
+    let r = sigterm_under_wrk("drainslow", 16, "/r4/slow?sleep_ms=300", 4, Duration::from_millis(1500));
+    check(&r, 48, 16..=16);
+}
+
+#[test]
+fn wrk_summaries_are_parsed() {
+    let text = "  62 requests in 4.10s, 9.79MB read\n  Socket errors: connect 0, read 16, write 45464, timeout 2\n  \
+                Non-2xx or 3xx responses: 3\nRequests/sec: 15.1\n";
+    let r = parse(text);
+    assert_eq!((r.requests, r.socket_errors, r.non_2xx), (62, [0, 16, 45464, 2], 3));
+    assert_eq!(parse("Connection: close answers: 16\n").closes, 16);
+    let r = parse("  68461 requests in 3.05s, 9.79MB read\nRequests/sec:  22419.08\n");
+    assert_eq!((r.requests, r.socket_errors, r.non_2xx), (68461, [0; 4], 0));
+}

@@ -1,0 +1,150 @@
+//! Shedding and aborting driven by a real v1 memory cgroup (256 MiB) whose usage is pushed over the lines: an
+//! `alloc-hog` in the group takes it past refuse_at (85%): new requests get 503 + Retry-After naming the memory
+//! guard, health paths still pass; a worker holding memory for a slow request plus the hog take it past abort_at
+//! (92%): the worker, now the largest, has its in-flight request cancelled (503 naming the memory guard), abandons
+//! it and frees the memory, and the group goes back to normal. Each process is told of its own action changes on its
+//! admin endpoint (`[[process]] admin_path`). In shadow mode nothing is enforced and nobody is told.
+
+use monitor_tests::require_v1;
+use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
+use monitor_tests::Hog;
+use serde_json::Value;
+use std::time::Duration;
+
+const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
+
+fn state(s: &Value) -> &str {
+    s.pointer("/policy/state").and_then(Value::as_str).unwrap_or("?")
+}
+
+fn spec(shadow: bool) -> Spec {
+    Spec {
+        workers: 1,
+        limit_mib: 256,
+        proxy: "master_serves_tx = false\nretry_after_s = 7\nadmin_paths = [\"^/stats$\"]".into(),
+        policy: format!("shadow = {shadow}\nabort_repeat_ms = 60000"),
+        // Each process is also told of its own action changes on its admin endpoint.
+        process: "admin_path = \"/admin/memory\"\n".into(),
+        ..Spec::default()
+    }
+}
+
+/// The action changes process `i` was POSTed on its admin endpoint, in order.
+fn admin(run: &Run, i: usize) -> Vec<String> {
+    let s = run.stats(i);
+    s["admin"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// Waits until process `i` was told exactly `want`.
+fn wait_admin(run: &Run, i: usize, want: &[&str]) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while admin(run, i) != want {
+        assert!(std::time::Instant::now() < deadline, "process {i} was told {:?}, want {want:?}", admin(run, i));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// True when `want` appears in `got` in order (other entries may come between).
+fn in_order(got: &[String], want: &[&str]) -> bool {
+    let mut it = got.iter();
+    want.iter().all(|w| it.any(|g| g == w))
+}
+
+#[test]
+fn shedding_at_85_and_cancelling_at_92() {
+    if !require_v1("shedding_at_85_and_cancelling_at_92") {
+        return;
+    }
+    let run = Run::start("memory", &spec(false));
+    assert_eq!(run.get("/r4/x", &[]).status, 200);
+
+    // 88% of 256 MiB: refusing.
+    let mut hog = Hog::spawn(HOG, run.cg.path(), 224, false);
+    run.wait_for("refusing", |s| state(s) == "refusing", TIMEOUT);
+    let r = run.get("/r4/x", &[]);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("7"));
+    assert!(r.text().starts_with("memory guard:") && r.text().contains("refuses new requests"), "{}", r.text());
+    let r = run.get("/health", &[]);
+    assert_eq!(r.status, 200, "health paths are exempt: {}", r.text());
+    // So are admin paths: `[proxy] admin_paths` and each process's own admin_path.
+    let r = run.get("/stats", &[]);
+    assert_eq!(r.status, 200, "[proxy] admin_paths are exempt: {}", r.text());
+    let r = run.get("/admin/memory", &[]);
+    assert_ne!(r.status, 503, "[[process]] admin_path is exempt: {}", r.text());
+    assert!(!r.text().starts_with("memory guard:"), "{}", r.text());
+    wait_admin(&run, 1, &["refuse"]);
+    hog.set_mib(40);
+    run.wait_for("normal", |s| state(s) == "normal", TIMEOUT);
+    wait_admin(&run, 1, &["refuse", "serve"]);
+    assert_eq!(run.get("/r4/x", &[]).status, 200);
+
+    // A slow request that makes tx1 hold 150 MiB: tx1 becomes the largest process.
+    let addr = run.proxy;
+    let slow = std::thread::spawn(move || {
+        monitor_tests::http::get(addr, "/r4/big?alloc_mib=150&sleep_ms=20000", Duration::from_secs(30))
+    });
+    let tx1_pid = member(&run.status(), "tx1")["pid"].as_u64().expect("tx1 pid");
+    run.wait_for(
+        "tx1 holding its memory",
+        |s| {
+            s["processes"].as_array().is_some_and(|ps| {
+                ps.iter().any(|p| p["pid"].as_u64() == Some(tx1_pid) && p["rss_bytes"].as_u64() > Some(140 << 20))
+            })
+        },
+        TIMEOUT,
+    );
+    // 40 + 150 + the processes, then the hog grows to ~93%.
+    hog.set_mib(85);
+    // The abort can be over within one sample (tx1 frees its memory at once): the status may never show it, the
+    // cancelled request (503 naming tx1, below) and tx1's admin POSTs do.
+    let s = run.wait_for(
+        "aborting tx1, or its request answered",
+        |s| state(s) == "aborting" || slow.is_finished(),
+        TIMEOUT,
+    );
+    if state(&s) == "aborting" {
+        assert_eq!(s.pointer("/policy/victim_pid").and_then(Value::as_u64), Some(tx1_pid), "{s:#}");
+    }
+    let r = slow.join().expect("client thread").expect("the slow request gets an answer");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().starts_with("memory guard:") && r.text().contains("tx1"), "{}", r.text());
+    // tx1 saw its client go away and freed the memory: the group goes back to normal and tx1 serves again.
+    let stats = run.stats(1);
+    assert_eq!(stats["abandoned"].as_u64(), Some(1), "{stats}");
+    run.wait_for("normal again", |s| state(s) == "normal", TIMEOUT);
+    let r = run.get("/r4/x", &[]);
+    assert_eq!((r.status, served_by(&r).as_str()), (200, "tx1"), "{}", r.text());
+    // Each process was told of every change of its own action on its admin endpoint ([[process]] admin_path): one
+    // POST per change (never the same action twice in a row), tx1 aborted once, m0 never.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while admin(&run, 1).last().map(String::as_str) != Some("serve") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (m0, tx1) = (admin(&run, 0), admin(&run, 1));
+    assert!(in_order(&tx1, &["refuse", "serve", "abort", "serve"]), "tx1 was told {tx1:?}");
+    assert!(
+        in_order(&m0, &["refuse", "serve", "refuse", "serve"]) && !m0.iter().any(|a| a == "abort"),
+        "m0 was told {m0:?}"
+    );
+    for told in [&m0, &tx1] {
+        assert!(told.windows(2).all(|w| w[0] != w[1]), "a POST without a change: {told:?}");
+    }
+    drop(hog);
+}
+
+#[test]
+fn shadow_mode_enforces_nothing() {
+    if !require_v1("shadow_mode_enforces_nothing") {
+        return;
+    }
+    let run = Run::start("shadow", &spec(true));
+    let hog = Hog::spawn(HOG, run.cg.path(), 240, false);
+    let s = run.wait_for("aborting (decided only)", |s| state(s) == "aborting", TIMEOUT);
+    assert_eq!(s.pointer("/policy/shadow"), Some(&Value::Bool(true)));
+    let r = run.get("/r4/x", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!((admin(&run, 0), admin(&run, 1)), (vec![], vec![]), "shadow mode told the processes");
+    drop(hog);
+}

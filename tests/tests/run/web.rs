@@ -1,0 +1,50 @@
+//! The web API under `monitor run` is served as `monitor agent`'s is (`monitor::api::serve`): a connection that
+//! sends no complete request head within 10 s is closed, so idle or half-sent clients cannot hold it open, and the
+//! API answers others meanwhile.
+
+use monitor_tests::require_v1;
+use monitor_tests::run::{Run, Spec};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// True when the peer closes `s` within `limit` (a read returns 0 or fails other than by the time-out).
+fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        if s.set_read_timeout(Some(left.max(Duration::from_millis(10)))).is_err() {
+            return true;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn idle_and_half_sent_web_connections_are_closed() {
+    if !require_v1("idle_and_half_sent_web_connections_are_closed") {
+        return;
+    }
+    let run = Run::start("web-idle", &Spec { workers: 1, ..Spec::default() });
+    let connect = || TcpStream::connect_timeout(&run.web, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}"));
+    let mut idle = connect();
+    let mut half = connect();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    let s = run.status();
+    assert!(s["policy"]["state"].is_string(), "the API answers meanwhile: {s}");
+    for (name, c) in [("idle", &mut idle), ("half-sent", &mut half)] {
+        let left = Duration::from_secs(20).saturating_sub(started.elapsed());
+        assert!(closed_within(c, left), "the {name} connection is still open after {:?}", started.elapsed());
+    }
+    // Not before the head time-out: the API does not close a connection that is merely slow.
+    assert!(started.elapsed() >= Duration::from_secs(8), "closed after {:?}", started.elapsed());
+    let s = run.status();
+    assert!(s["policy"]["state"].is_string(), "the API answers after: {s}");
+}
