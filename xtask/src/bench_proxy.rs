@@ -14,7 +14,8 @@
 //! `/proc/<pid>/stat` around each run: on a machine whose two cores are shared by wrk, the proxies and the backends,
 //! that is what throughput is made of, and it moves less with other load than req/s does. The wake-up interrupts
 //! of the whole machine per request (`RES` + `CAL` in /proc/interrupts: a task woken on another core) are counted
-//! around each run too: at c=1 they decide the throughput here (docs/benchmarks-proxy.md, session 7).
+//! around each run too: at c=1 a request is a chain of four wake-ups, and those that cross to the other core decide
+//! the throughput (docs/benchmarks.md, "Front door").
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
