@@ -2,7 +2,8 @@
 //! baseline measured in the same run.
 //!
 //! - `all`: every benchmark below, one after the other, and docs/benchmarks.md written from what they printed
-//!   (bench_all.rs; `--quick` for fewer rounds and no VM, `--skip a,b` to leave some out).
+//!   (bench_all.rs; `--quick` for fewer rounds and no VM, `--skip a,b` to leave some out, `--rewrite` to write the
+//!   page again from the last run's figures).
 //! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion), then the
 //!   cost of one pread of each file a sample reads.
 //! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
@@ -53,11 +54,14 @@ pub struct Args {
     /// all: benchmarks to leave out, comma-separated.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
+    /// all: write docs/benchmarks.md again from the last run's figures (target/bench-all/run.json), running nothing.
+    #[arg(long)]
+    rewrite: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
     match args.name.as_str() {
-        "all" => bench_all::run(args.quick, &args.skip),
+        "all" => bench_all::run(args.quick, &args.skip, args.rewrite),
         "sampler" => sampler(),
         "agent-cpu" => agent_cpu(args.seconds),
         "probes" => bench_probes::run(),

@@ -1,12 +1,14 @@
 //! `cargo xtask bench all [--quick] [--skip a,b]`: runs every benchmark as `cargo xtask bench <name>` (a child
 //! process each, its printed summary captured) and writes docs/benchmarks.md from what they printed: for each, the
 //! command, when it ran, how long it took and the load around it, and its figures beside the baselines it measured
-//! in the same run. The page is rewritten after each benchmark, so a run that stops keeps what it finished.
-//! What the page says about each benchmark besides its figures lives in bench_all_text.rs.
+//! in the same run. The page is rewritten after each benchmark, so a run that stops keeps what it finished, and
+//! what each printed is kept in target/bench-all/run.json: `--rewrite` writes the page again from it without
+//! running anything (after a change to the page's text, which lives in bench_all_text.rs).
 
 use super::bench_all_text::{ABOUT_PAGE, TESTS_HOLD};
 use crate::util::root;
 use anyhow::{Context, Result};
+use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -32,36 +34,138 @@ pub(super) struct Bench {
 enum Outcome {
     Pending,
     NotRun(String),
-    Ran { started: String, secs: f64, load: (String, String), output: String },
-    Failed { started: String, secs: f64, load: (String, String), status: String, tail: String, output: String },
+    /// It ran: `status` None when it succeeded, else how it ended and the last lines of its stderr.
+    Done {
+        started: String,
+        secs: f64,
+        load: (String, String),
+        status: Option<(String, String)>,
+        output: String,
+    },
+}
+
+/// A whole run: what the page is written from, kept in target/bench-all/run.json.
+struct Run {
+    head: Head,
+    quick: bool,
+    outcomes: Vec<Outcome>,
+    took_secs: f64,
+    end_load: String,
+    done: bool,
 }
 
 /// The longest a benchmark may take before it is stopped (the VM part of `reaction` is the longest).
 const TIMEOUT: Duration = Duration::from_secs(90 * 60);
 
-pub fn run(quick: bool, skip: &[String]) -> Result<()> {
+pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
     let benches = super::bench_all_text::BENCHES;
+    let page = root().join("docs/benchmarks.md");
+    let saved = root().join("target/bench-all/run.json");
+    if rewrite {
+        let text = std::fs::read_to_string(&saved).with_context(|| format!("reading {}", saved.display()))?;
+        let run = Run::from_json(&serde_json::from_str(&text)?, benches.len())?;
+        return write_page(&page, benches, &run);
+    }
     for s in skip {
         if !benches.iter().any(|b| b.name == s) {
             anyhow::bail!("--skip {s}: not a benchmark ({})", names(benches));
         }
     }
-    let page = root().join("docs/benchmarks.md");
-    let head = Head::now(quick, skip);
     let t0 = Instant::now();
-    let mut outcomes: Vec<Outcome> = benches.iter().map(|_| Outcome::Pending).collect();
+    let mut run = Run {
+        head: Head::now(quick, skip),
+        quick,
+        outcomes: benches.iter().map(|_| Outcome::Pending).collect(),
+        took_secs: 0.0,
+        end_load: loadavg(),
+        done: false,
+    };
     for (i, b) in benches.iter().enumerate() {
-        outcomes[i] = if skip.iter().any(|s| s == b.name) {
+        run.outcomes[i] = if skip.iter().any(|s| s == b.name) {
             Outcome::NotRun("left out of this run (`--skip`)".into())
         } else if let Some(reason) = missing(b) {
             Outcome::NotRun(reason)
         } else {
             run_one(b, quick)?
         };
-        write_page(&page, &head, benches, &outcomes, quick, t0.elapsed(), i + 1 == benches.len())?;
+        (run.took_secs, run.end_load, run.done) = (t0.elapsed().as_secs_f64(), loadavg(), i + 1 == benches.len());
+        if let Some(dir) = saved.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&saved, run.to_json().to_string()).with_context(|| format!("writing {}", saved.display()))?;
+        write_page(&page, benches, &run)?;
     }
     eprintln!("bench all: {} written in {:.0} s", page.display(), t0.elapsed().as_secs_f64());
     Ok(())
+}
+
+impl Run {
+    fn to_json(&self) -> Value {
+        let outcomes: Vec<Value> = self
+            .outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::Pending => json!({"kind": "pending"}),
+                Outcome::NotRun(reason) => json!({"kind": "not_run", "reason": reason}),
+                Outcome::Done { started, secs, load, status, output } => json!({
+                    "kind": "done", "started": started, "secs": secs, "load": [load.0, load.1],
+                    "status": status.as_ref().map(|(s, tail)| json!([s, tail])), "output": output,
+                }),
+            })
+            .collect();
+        let h = &self.head;
+        json!({
+            "head": {"started": h.started, "build": h.build, "machine": h.machine, "load": h.load, "options": h.options},
+            "quick": self.quick, "outcomes": outcomes, "took_secs": self.took_secs, "end_load": self.end_load,
+            "done": self.done,
+        })
+    }
+
+    fn from_json(v: &Value, benches: usize) -> Result<Run> {
+        let text =
+            |v: &Value, k: &str| v[k].as_str().map(str::to_string).with_context(|| format!("no {k} in run.json"));
+        let h = &v["head"];
+        let head = Head {
+            started: text(h, "started")?,
+            build: text(h, "build")?,
+            machine: text(h, "machine")?,
+            load: text(h, "load")?,
+            options: text(h, "options")?,
+        };
+        let mut outcomes = Vec::new();
+        for o in v["outcomes"].as_array().context("no outcomes in run.json")? {
+            outcomes.push(match o["kind"].as_str() {
+                Some("not_run") => Outcome::NotRun(text(o, "reason")?),
+                Some("done") => Outcome::Done {
+                    started: text(o, "started")?,
+                    secs: o["secs"].as_f64().unwrap_or(0.0),
+                    load: (
+                        o["load"][0].as_str().unwrap_or("").to_string(),
+                        o["load"][1].as_str().unwrap_or("").to_string(),
+                    ),
+                    status: o["status"]
+                        .as_array()
+                        .map(|a| (a[0].as_str().unwrap_or("").to_string(), a[1].as_str().unwrap_or("").to_string())),
+                    output: text(o, "output")?,
+                },
+                _ => Outcome::Pending,
+            });
+        }
+        if outcomes.len() != benches {
+            anyhow::bail!(
+                "run.json holds {} benchmarks, the list has {benches}: run `bench all` again",
+                outcomes.len()
+            );
+        }
+        Ok(Run {
+            head,
+            quick: v["quick"].as_bool().unwrap_or(false),
+            outcomes,
+            took_secs: v["took_secs"].as_f64().unwrap_or(0.0),
+            end_load: text(v, "end_load")?,
+            done: v["done"].as_bool().unwrap_or(false),
+        })
+    }
 }
 
 fn names(benches: &[Bench]) -> String {
@@ -121,16 +225,16 @@ fn run_one(b: &Bench, quick: bool) -> Result<Outcome> {
     let secs = t.elapsed().as_secs_f64();
     let (output, errors) = (join(out), join(err));
     let load = (load0, loadavg());
-    Ok(match status {
-        Some(s) if s.success() => Outcome::Ran { started, secs, load, output },
+    let status = match status {
+        Some(s) if s.success() => None,
         other => {
             let status =
                 other.map_or_else(|| format!("stopped after {} min", TIMEOUT.as_secs() / 60), |s| s.to_string());
             let lines: Vec<&str> = errors.lines().filter(|l| !l.trim().is_empty()).collect();
-            let tail = lines[lines.len().saturating_sub(12)..].join("\n");
-            Outcome::Failed { started, secs, load, status, tail, output }
+            Some((status, lines[lines.len().saturating_sub(12)..].join("\n")))
         }
-    })
+    };
+    Ok(Outcome::Done { started, secs, load, status, output })
 }
 
 /// Copies a child's stream to this process's stderr as it comes (prefixed with the benchmark), and keeps it.
@@ -231,15 +335,8 @@ impl Head {
     }
 }
 
-fn write_page(
-    page: &Path,
-    head: &Head,
-    benches: &[Bench],
-    outcomes: &[Outcome],
-    quick: bool,
-    took: Duration,
-    done: bool,
-) -> Result<()> {
+fn write_page(page: &Path, benches: &[Bench], run: &Run) -> Result<()> {
+    let (head, quick) = (&run.head, run.quick);
     let mut s = String::from("# Benchmarks\n\n");
     s.push_str(ABOUT_PAGE);
     s.push_str(&format!(
@@ -248,19 +345,21 @@ fn write_page(
         head.started,
         head.build,
         head.options,
-        if done { "Finished" } else { "Still running, or stopped," },
-        took.as_secs_f64() / 60.0,
+        if run.done { "Finished" } else { "Stopped, or still running," },
+        run.took_secs / 60.0,
         head.load,
-        loadavg(),
+        run.end_load,
         head.machine
     ));
     s.push_str("| benchmark | command | result | took |\n| --- | --- | --- | ---: |\n");
-    for (b, o) in benches.iter().zip(outcomes) {
+    for (b, o) in benches.iter().zip(&run.outcomes) {
         let (result, secs) = match o {
             Outcome::Pending => ("not reached".to_string(), String::new()),
             Outcome::NotRun(_) => ("not run (below)".to_string(), String::new()),
-            Outcome::Ran { secs, .. } => ("ran".to_string(), format!("{secs:.0} s")),
-            Outcome::Failed { secs, status, .. } => (format!("failed ({status})"), format!("{secs:.0} s")),
+            Outcome::Done { secs, status: None, .. } => ("ran".to_string(), format!("{secs:.0} s")),
+            Outcome::Done { secs, status: Some((status, _)), .. } => {
+                (format!("failed ({status})"), format!("{secs:.0} s"))
+            }
         };
         s.push_str(&format!(
             "| [{}](#{}) | `{}` | {result} | {secs} |\n",
@@ -269,20 +368,20 @@ fn write_page(
             command_line(b, quick)
         ));
     }
-    for (b, o) in benches.iter().zip(outcomes) {
+    for (b, o) in benches.iter().zip(&run.outcomes) {
         s.push_str(&format!("\n## {}\n\n{}\n", b.title, b.about.trim_end()));
         s.push_str(&format!("\nCommand (as root): `{}`.\n\n", command_line(b, quick)));
         match o {
             Outcome::Pending => s.push_str("Not reached in this run.\n"),
             Outcome::NotRun(reason) => s.push_str(&format!("**Not run**: {reason}.\n")),
-            Outcome::Ran { started, secs, load, output } => {
+            Outcome::Done { started, secs, load, status: None, output } => {
                 s.push_str(&format!(
                     "Ran {started}, {secs:.0} s, load average {} before and {} after. What it printed:\n\n",
                     load.0, load.1
                 ));
                 s.push_str(&markdown(output));
             }
-            Outcome::Failed { started, secs, load, status, tail, output } => {
+            Outcome::Done { started, secs, load, status: Some((status, tail)), output } => {
                 s.push_str(&format!(
                     "**Failed** ({status}), started {started}, after {secs:.0} s, load average {} before and {} \
                      after. The last lines it wrote to stderr:\n\n```text\n{tail}\n```\n",
@@ -303,36 +402,42 @@ fn write_page(
 /// A benchmark's printed summary as Markdown: table rows stay rows, other lines become list items, and the
 /// harness lines of `cargo test` are left out.
 fn markdown(output: &str) -> String {
-    let harness = |l: &str| {
-        l.starts_with("running ")
-            || l.starts_with("test result:")
-            || (l.starts_with("test ") && (l.ends_with(" ... ok") || l.ends_with(" ... ignored")))
-            || l == "successes:"
-            || l.starts_with("---- ")
-    };
     let mut s = String::new();
     let mut in_table = false;
-    for line in output.lines().map(str::trim_end).filter(|l| !harness(l.trim())) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row = line.trim_start().starts_with('|');
+    for line in output.lines().filter_map(summary_line) {
+        let row = line.starts_with('|');
         if row != in_table && !s.is_empty() {
             s.push('\n');
         }
         in_table = row;
-        if row {
-            s.push_str(line.trim_start());
-        } else {
+        if !row {
             s.push_str("- ");
-            s.push_str(line.trim());
         }
+        s.push_str(line);
         s.push('\n');
     }
     if s.is_empty() {
         s.push_str("(nothing)\n");
     }
     s
+}
+
+/// A printed line as the page keeps it: trimmed; None for blank lines, the harness lines of `cargo test` (its
+/// `test name ... ` prefix taken off what follows it) and log lines of the programs a benchmark started.
+fn summary_line(line: &str) -> Option<&str> {
+    let mut l = line.trim();
+    if let Some(rest) = l.strip_prefix("test ").and_then(|r| r.split_once(" ... ")).map(|(_, rest)| rest) {
+        l = rest.trim();
+    }
+    let harness = l.starts_with("running ")
+        || l.starts_with("test result:")
+        || matches!(l, "ok" | "ignored" | "FAILED" | "successes:" | "failures:");
+    // A `tracing` line: `2026-12-01T14:25:05.599825Z  WARN target: …`.
+    let log = l.len() > 20
+        && l.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+        && l.as_bytes()[10] == b'T'
+        && [" TRACE ", " DEBUG ", " INFO ", " WARN ", " ERROR "].iter().any(|k| l.contains(k));
+    (!l.is_empty() && !harness && !log).then_some(l)
 }
 
 /// GitHub's anchor for a heading: lower case, spaces to dashes, other punctuation dropped.
@@ -383,7 +488,9 @@ mod tests {
 
     #[test]
     fn output_becomes_markdown() {
-        let out = "running 1 test\nfirst line\n| a | b |\n| --- | --- |\n| 1 | 2 |\nafter\ntest x ... ok\n";
+        let out = "running 1 test\ntest x ... first line\n| a | b |\n| --- | --- |\n| 1 | 2 |\nafter\nok\n\
+                   2026-12-01T14:25:05.599825Z  WARN monitor::sampler: request counting is off\n\
+                   test result: ok. 1 passed\n";
         assert_eq!(markdown(out), "- first line\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n- after\n");
     }
 

@@ -12,9 +12,11 @@ same run, beside the figure: the machines it runs on are shared with builds, so 
 run, and only the ratios against a same-run baseline compare. Most benchmarks need root (they create v1 memory
 cgroups, load eBPF programs or start nginx); one that cannot run here says why in its section.
 
-`cargo xtask bench all --quick` runs each with fewer rounds and shorter runs and leaves out the test VM (about half
-an hour on two cores); without `--quick` the VM's cgroup v2 cells of `reaction` alone take about twenty minutes.
-`--skip name,name` leaves benchmarks out.
+`cargo xtask bench all --quick` runs each with fewer rounds and shorter runs and leaves out the test VM; without
+`--quick` the test VM's cgroup v2 cells of `reaction` (a static build of the binaries, then each kernel booted
+under emulation) add most of an hour. Each section's command says what it ran with. `--skip name,name` leaves
+benchmarks out; `--rewrite` writes this page again from the last run's figures (kept in target/bench-all/)
+without running anything.
 ";
 
 pub(super) const BENCHES: &[Bench] = &[
@@ -39,7 +41,7 @@ MM_ANONPAGES, the `RssAnon` of `status`), and reads `stat` once per process, whe
         name: "agent-cpu",
         title: "Agent CPU",
         full: &[("--seconds", "60")],
-        quick: &[("--seconds", "20")],
+        quick: &[("--seconds", "30")],
         tools: &[],
         v1: true,
         about: "\
@@ -52,7 +54,7 @@ figure is ±1 tick.
         name: "probes",
         title: "eBPF probes",
         full: &[("PROBES_BENCH_ROUNDS", "6")],
-        quick: &[("PROBES_BENCH_ROUNDS", "2")],
+        quick: &[("PROBES_BENCH_ROUNDS", "4")],
         tools: &["nginx", "wrk"],
         v1: false,
         about: "\
@@ -75,7 +77,7 @@ Knobs: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` 
         name: "proxy",
         title: "Front door",
         full: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "5")],
-        quick: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "1")],
+        quick: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "3")],
         tools: &["nginx", "wrk"],
         v1: true,
         about: "\
@@ -96,7 +98,7 @@ same rounds.
         name: "proxy-instructions",
         title: "Front door: instructions per request",
         full: &[("BENCH_REQUESTS", "2000")],
-        quick: &[("BENCH_REQUESTS", "500")],
+        quick: &[("BENCH_REQUESTS", "1000")],
         tools: &["nginx", "curl", "valgrind", "callgrind_control"],
         v1: true,
         about: "\
@@ -144,7 +146,7 @@ file of more than 65,535 processes must), named at its line. Linear validation t
         name: "reaction",
         title: "Reaction to a fast grower",
         full: &[("BENCH_REACTION_RUNS", "20"), ("BENCH_REACTION_VM", "all")],
-        quick: &[("BENCH_REACTION_RUNS", "5"), ("BENCH_REACTION_VM", "none")],
+        quick: &[("BENCH_REACTION_RUNS", "10"), ("BENCH_REACTION_VM", "none")],
         tools: &[],
         v1: true,
         about: "\
