@@ -370,7 +370,7 @@ fn write_page(page: &Path, benches: &[Bench], run: &Run) -> Result<()> {
     }
     for (b, o) in benches.iter().zip(&run.outcomes) {
         s.push_str(&format!("\n## {}\n\n{}\n", b.title, b.about.trim_end()));
-        s.push_str(&format!("\nCommand (as root): `{}`.\n\n", command_line(b, quick)));
+        s.push_str(&format!("\nCommand: `{}`.\n\n", command_line(b, quick)));
         match o {
             Outcome::Pending => s.push_str("Not reached in this run.\n"),
             Outcome::NotRun(reason) => s.push_str(&format!("**Not run**: {reason}.\n")),
