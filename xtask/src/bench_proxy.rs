@@ -302,9 +302,9 @@ pub fn run() -> Result<()> {
     let (i_hop, i_relay, i_nginx) = (at("bare hyper hop"), at("byte relay"), at("nginx"));
     println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)");
     println!(
-        "CPU: µs of the proxy's own processes per request (user + system); IPIs: wake-up interrupts between cores"
+        "CPU: µs of the proxy's own processes per request (user + system); IPIs: wake-up interrupts between cores \
+         per request, the whole machine; one row per target and round, rounds in order\n"
     );
-    println!("per request, the whole machine\n");
     println!(
         "| c | target | req/s | p50 µs | p99 µs | CPU µs/req | IPIs/req |\n| --- | --- | --- | --- | --- | --- | --- |"
     );
