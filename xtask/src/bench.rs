@@ -1,7 +1,11 @@
 //! `cargo xtask bench <name>`: benchmarks whose figures go to docs/benchmarks.md. Each reports a ratio against a
 //! baseline measured in the same run.
 //!
-//! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion).
+//! - `all`: every benchmark below, one after the other, and docs/benchmarks.md written from what they printed
+//!   (bench_all.rs; `--quick` for fewer rounds and no VM, `--skip a,b` to leave some out, `--rewrite` to write the
+//!   page again from the last run's figures).
+//! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion), then the
+//!   cost of one pread of each file a sample reads.
 //! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
 //! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench_probes.rs).
 //! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench_proxy.rs).
@@ -12,6 +16,10 @@
 //! - `config`: `monitor check-config` on 100,000 `[[process]]` against 10,000 (bench_config.rs).
 
 // The benchmarks of other subsystems live beside this file; they are dispatched from here.
+#[path = "bench_all.rs"]
+mod bench_all;
+#[path = "bench_all_text.rs"]
+mod bench_all_text;
 #[path = "bench_config.rs"]
 mod bench_config;
 #[path = "bench_probes.rs"]
@@ -28,20 +36,32 @@ mod bench_web;
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
 use monitor_tests::{spawn_in_cgroup, CgroupV1, ChildGuard};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which benchmark: sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config.
+    /// Which benchmark: all, sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
+    /// all: fewer rounds and shorter runs, no test VM (each benchmark's knobs are written on the page).
+    #[arg(long)]
+    quick: bool,
+    /// all: benchmarks to leave out, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    skip: Vec<String>,
+    /// all: write docs/benchmarks.md again from the last run's figures (target/bench-all/run.json), running nothing.
+    #[arg(long)]
+    rewrite: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
     match args.name.as_str() {
+        "all" => bench_all::run(args.quick, &args.skip, args.rewrite),
         "sampler" => sampler(),
         "agent-cpu" => agent_cpu(args.seconds),
         "probes" => bench_probes::run(),
@@ -51,7 +71,7 @@ pub fn run(args: Args) -> Result<()> {
         "web" => bench_web::run(),
         "config" => bench_config::run(),
         other => bail!(
-            "unknown benchmark {other:?} (sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config)"
+            "unknown benchmark {other:?} (all, sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config)"
         ),
     }
 }
@@ -67,12 +87,58 @@ fn sampler() -> Result<()> {
     if let Some(reason) = CgroupV1::unavailable_reason() {
         bail!("the sampler benchmark creates a v1 memory cgroup: {reason}");
     }
-    sh(Command::new("cargo").current_dir(root()).args(["bench", "-p", "monitor", "--bench", "sampler"]))?;
+    // criterion's report goes to stderr: this process's stdout carries the summary alone (what `bench all` keeps).
+    sh(Command::new("cargo")
+        .current_dir(root())
+        .args(["bench", "-p", "monitor", "--bench", "sampler"])
+        .stdout(std::io::stderr()))?;
     let raw = estimate_ns("sampler-16/raw-pread")?;
     let full = estimate_ns("sampler-16/full-sample")?;
     println!("16 processes: raw pread of the same files {:.1} µs, full sample {:.1} µs", raw / 1e3, full / 1e3);
     println!("ratio full/raw = {:.2} (goal <= 1.5)", full / raw);
     println!("at a 100 ms interval that is {:.3}% of one core spent sampling", full / 100e6 * 100.0);
+    file_costs()
+}
+
+/// Mean ns of one `pread` from offset 0 of each of `files`, over `rounds` passes.
+fn pread_ns(files: &[File], rounds: u32) -> Result<f64> {
+    let mut buf = vec![0u8; 16 << 10];
+    let t0 = Instant::now();
+    for _ in 0..rounds {
+        for f in files {
+            std::hint::black_box(f.read_at(&mut buf, 0)?);
+        }
+    }
+    Ok(t0.elapsed().as_nanos() as f64 / (f64::from(rounds) * files.len() as f64))
+}
+
+/// The cost of one pread of each file a sample reads, and of the two it does not (`status`, `stat`), on a v1 group
+/// of 16 `sleep` processes: the figures docs/design.md and monitor/src/procs.rs cite.
+fn file_costs() -> Result<()> {
+    const ROUNDS: u32 = 2000;
+    let cg = CgroupV1::create("bench-sampler-files", Some(1 << 30));
+    let children: Vec<ChildGuard> =
+        (0..16).map(|_| spawn_in_cgroup(Command::new("sleep").arg("600"), cg.path())).collect();
+    let open = |p: std::path::PathBuf| File::open(&p).with_context(|| format!("opening {}", p.display()));
+    let per_process = |name: &str| -> Result<Vec<File>> {
+        children.iter().map(|c| open(std::path::Path::new("/proc").join(c.pid().to_string()).join(name))).collect()
+    };
+    let stat = pread_ns(&[open(cg.path().join("memory.stat"))?], ROUNDS)?;
+    let procs = pread_ns(&[open(cg.path().join("cgroup.procs"))?], ROUNDS)?;
+    let statm = pread_ns(&per_process("statm")?, ROUNDS)?;
+    let status = pread_ns(&per_process("status")?, ROUNDS)?;
+    let pstat = pread_ns(&per_process("stat")?, ROUNDS)?;
+    println!("one pread from offset 0 of an open file, mean of {ROUNDS} rounds over 16 sleep processes:");
+    println!("| file | µs per read | / statm |\n| --- | ---: | ---: |");
+    for (name, ns) in [
+        ("group `memory.stat` (v1, each sample)", stat),
+        ("group `cgroup.procs` (v1, each sample)", procs),
+        ("`/proc/<pid>/statm` (each process, each sample: RSS and RssAnon)", statm),
+        ("`/proc/<pid>/status` (not read: the same RssAnon)", status),
+        ("`/proc/<pid>/stat` (once per process)", pstat),
+    ] {
+        println!("| {name} | {:.2} | {:.1} |", ns / 1e3, ns / statm);
+    }
     Ok(())
 }
 

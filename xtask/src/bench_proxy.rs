@@ -14,7 +14,8 @@
 //! `/proc/<pid>/stat` around each run: on a machine whose two cores are shared by wrk, the proxies and the backends,
 //! that is what throughput is made of, and it moves less with other load than req/s does. The wake-up interrupts
 //! of the whole machine per request (`RES` + `CAL` in /proc/interrupts: a task woken on another core) are counted
-//! around each run too: at c=1 they decide the throughput here (docs/benchmarks-proxy.md, session 7).
+//! around each run too: at c=1 a request is a chain of four wake-ups, and those that cross to the other core decide
+//! the throughput (docs/benchmarks.md, "Front door").
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -301,9 +302,9 @@ pub fn run() -> Result<()> {
     let (i_hop, i_relay, i_nginx) = (at("bare hyper hop"), at("byte relay"), at("nginx"));
     println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)");
     println!(
-        "CPU: µs of the proxy's own processes per request (user + system); IPIs: wake-up interrupts between cores"
+        "CPU: µs of the proxy's own processes per request (user + system); IPIs: wake-up interrupts between cores \
+         per request, the whole machine; one row per target and round, rounds in order\n"
     );
-    println!("per request, the whole machine\n");
     println!(
         "| c | target | req/s | p50 µs | p99 µs | CPU µs/req | IPIs/req |\n| --- | --- | --- | --- | --- | --- | --- |"
     );

@@ -13,8 +13,8 @@
 //! sampler, API and launcher threads do their own work on their own clocks); for the others every thread.
 //! `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second `monitor run` from that binary (an older build): a change
 //! to the request path is then measured against what it replaces. Two instances of one build differ by up to 0.3%
-//! (run as both targets: 32 137-32 145 and 32 166-32 243), so only a larger difference is the build's. Needs root
-//! (a v1 test cgroup), valgrind, curl and nginx.
+//! (`BENCH_PROXY_BASELINE` naming the same binary shows it), so only a larger difference is the build's. Needs
+//! root (a v1 test cgroup), valgrind, curl and nginx.
 
 use super::bench_proxy::{monitor_config, nginx_conf, release_bins, wait_port_for, PATH};
 use anyhow::{bail, Context, Result};

@@ -8,7 +8,7 @@
 //!    minutes at start), each serves the 24 h page a few times, and its VmRSS is read. Goal: <= 40 MB.
 //!
 //! The group is a v1 test cgroup with 16 sleeping processes when cgroups can be created (root), else the
-//! agent's own cgroup (`--cgroup auto`). Figures go to docs/benchmarks-web.md.
+//! agent's own cgroup (`--cgroup auto`). Figures go to docs/benchmarks.md (`cargo xtask bench all`).
 
 use super::estimate_ns;
 use crate::util::{root, run as sh};
@@ -26,7 +26,11 @@ pub fn run() -> Result<()> {
 }
 
 fn render() -> Result<()> {
-    sh(Command::new("cargo").current_dir(root()).args(["bench", "-p", "monitor", "--bench", "web_page"]))?;
+    // criterion's report goes to stderr: stdout carries the summary alone (what `bench all` keeps).
+    sh(Command::new("cargo")
+        .current_dir(root())
+        .args(["bench", "-p", "monitor", "--bench", "web_page"])
+        .stdout(std::io::stderr()))?;
     let page = estimate_ns("web-24h-16/page")?;
     let json = estimate_ns("web-24h-16/json")?;
     let short = estimate_ns("web-24h-16/page-5m")?;

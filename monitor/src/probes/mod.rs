@@ -1,4 +1,4 @@
-//! eBPF request counting (issue 3): loads the embedded object, keeps the tgid filter equal to the group,
+//! eBPF request counting: loads the embedded object, keeps the tgid filter equal to the group,
 //! reads per-process counters.
 //!
 //! Kernel side: `monitor-ebpf` (socket-layer raw tracepoints; the raw `sys_exit` tracepoint or per-syscall

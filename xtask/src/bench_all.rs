@@ -1,0 +1,502 @@
+//! `cargo xtask bench all [--quick] [--skip a,b]`: runs every benchmark as `cargo xtask bench <name>` (a child
+//! process each, its printed summary captured) and writes docs/benchmarks.md from what they printed: for each, the
+//! command, when it ran, how long it took and the load around it, and its figures beside the baselines it measured
+//! in the same run. The page is rewritten after each benchmark, so a run that stops keeps what it finished, and
+//! what each printed is kept in target/bench-all/run.json: `--rewrite` writes the page again from it without
+//! running anything (after a change to the page's text, which lives in bench_all_text.rs).
+
+use super::bench_all_text::{ABOUT_PAGE, TESTS_HOLD};
+use crate::util::root;
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// One benchmark as `bench all` runs it.
+pub(super) struct Bench {
+    pub name: &'static str,
+    pub title: &'static str,
+    /// Extra arguments and environment of a full run, then of a `--quick` one.
+    pub full: &'static [(&'static str, &'static str)],
+    pub quick: &'static [(&'static str, &'static str)],
+    /// Programs it needs on PATH.
+    pub tools: &'static [&'static str],
+    /// Needs a v1 memory cgroup it can create (root).
+    pub v1: bool,
+    /// What it measures, against what, and its goal (Markdown).
+    pub about: &'static str,
+}
+
+/// What came of one benchmark.
+enum Outcome {
+    Pending,
+    NotRun(String),
+    /// It ran: `status` None when it succeeded, else how it ended and the last lines of its stderr.
+    Done {
+        started: String,
+        secs: f64,
+        load: (String, String),
+        status: Option<(String, String)>,
+        output: String,
+    },
+}
+
+/// A whole run: what the page is written from, kept in target/bench-all/run.json.
+struct Run {
+    head: Head,
+    quick: bool,
+    outcomes: Vec<Outcome>,
+    took_secs: f64,
+    end_load: String,
+    done: bool,
+}
+
+/// The longest a benchmark may take before it is stopped (the VM part of `reaction` is the longest).
+const TIMEOUT: Duration = Duration::from_secs(90 * 60);
+
+pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
+    let benches = super::bench_all_text::BENCHES;
+    let page = root().join("docs/benchmarks.md");
+    let saved = root().join("target/bench-all/run.json");
+    if rewrite {
+        let text = std::fs::read_to_string(&saved).with_context(|| format!("reading {}", saved.display()))?;
+        let run = Run::from_json(&serde_json::from_str(&text)?, benches.len())?;
+        return write_page(&page, benches, &run);
+    }
+    for s in skip {
+        if !benches.iter().any(|b| b.name == s) {
+            anyhow::bail!("--skip {s}: not a benchmark ({})", names(benches));
+        }
+    }
+    let t0 = Instant::now();
+    let mut run = Run {
+        head: Head::now(quick, skip),
+        quick,
+        outcomes: benches.iter().map(|_| Outcome::Pending).collect(),
+        took_secs: 0.0,
+        end_load: loadavg(),
+        done: false,
+    };
+    for (i, b) in benches.iter().enumerate() {
+        run.outcomes[i] = if skip.iter().any(|s| s == b.name) {
+            Outcome::NotRun("left out of this run (`--skip`)".into())
+        } else if let Some(reason) = missing(b) {
+            Outcome::NotRun(reason)
+        } else {
+            run_one(b, quick)?
+        };
+        (run.took_secs, run.end_load, run.done) = (t0.elapsed().as_secs_f64(), loadavg(), i + 1 == benches.len());
+        if let Some(dir) = saved.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&saved, run.to_json().to_string()).with_context(|| format!("writing {}", saved.display()))?;
+        write_page(&page, benches, &run)?;
+    }
+    eprintln!("bench all: {} written in {:.0} s", page.display(), t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+impl Run {
+    fn to_json(&self) -> Value {
+        let outcomes: Vec<Value> = self
+            .outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::Pending => json!({"kind": "pending"}),
+                Outcome::NotRun(reason) => json!({"kind": "not_run", "reason": reason}),
+                Outcome::Done { started, secs, load, status, output } => json!({
+                    "kind": "done", "started": started, "secs": secs, "load": [load.0, load.1],
+                    "status": status.as_ref().map(|(s, tail)| json!([s, tail])), "output": output,
+                }),
+            })
+            .collect();
+        let h = &self.head;
+        json!({
+            "head": {"started": h.started, "build": h.build, "machine": h.machine, "load": h.load, "options": h.options},
+            "quick": self.quick, "outcomes": outcomes, "took_secs": self.took_secs, "end_load": self.end_load,
+            "done": self.done,
+        })
+    }
+
+    fn from_json(v: &Value, benches: usize) -> Result<Run> {
+        let text =
+            |v: &Value, k: &str| v[k].as_str().map(str::to_string).with_context(|| format!("no {k} in run.json"));
+        let h = &v["head"];
+        let head = Head {
+            started: text(h, "started")?,
+            build: text(h, "build")?,
+            machine: text(h, "machine")?,
+            load: text(h, "load")?,
+            options: text(h, "options")?,
+        };
+        let mut outcomes = Vec::new();
+        for o in v["outcomes"].as_array().context("no outcomes in run.json")? {
+            outcomes.push(match o["kind"].as_str() {
+                Some("not_run") => Outcome::NotRun(text(o, "reason")?),
+                Some("done") => Outcome::Done {
+                    started: text(o, "started")?,
+                    secs: o["secs"].as_f64().unwrap_or(0.0),
+                    load: (
+                        o["load"][0].as_str().unwrap_or("").to_string(),
+                        o["load"][1].as_str().unwrap_or("").to_string(),
+                    ),
+                    status: o["status"]
+                        .as_array()
+                        .map(|a| (a[0].as_str().unwrap_or("").to_string(), a[1].as_str().unwrap_or("").to_string())),
+                    output: text(o, "output")?,
+                },
+                _ => Outcome::Pending,
+            });
+        }
+        if outcomes.len() != benches {
+            anyhow::bail!(
+                "run.json holds {} benchmarks, the list has {benches}: run `bench all` again",
+                outcomes.len()
+            );
+        }
+        Ok(Run {
+            head,
+            quick: v["quick"].as_bool().unwrap_or(false),
+            outcomes,
+            took_secs: v["took_secs"].as_f64().unwrap_or(0.0),
+            end_load: text(v, "end_load")?,
+            done: v["done"].as_bool().unwrap_or(false),
+        })
+    }
+}
+
+fn names(benches: &[Bench]) -> String {
+    benches.iter().map(|b| b.name).collect::<Vec<_>>().join(", ")
+}
+
+/// Why this machine cannot run `b`, if it cannot.
+fn missing(b: &Bench) -> Option<String> {
+    if b.v1 {
+        if let Some(reason) = monitor_tests::CgroupV1::unavailable_reason() {
+            return Some(format!("needs a v1 memory cgroup it can create: {reason}"));
+        }
+    }
+    let absent: Vec<&str> = b.tools.iter().copied().filter(|t| !monitor_tests::on_path(t)).collect();
+    (!absent.is_empty()).then(|| format!("needs {}, not found on this machine", absent.join(", ")))
+}
+
+/// The command line a reader types for `b` (its environment first).
+fn command_line(b: &Bench, quick: bool) -> String {
+    let knobs = if quick { b.quick } else { b.full };
+    let env: Vec<String> = knobs.iter().filter(|k| !k.0.starts_with("--")).map(|(k, v)| format!("{k}={v}")).collect();
+    let args: Vec<String> = knobs.iter().filter(|k| k.0.starts_with("--")).map(|(k, v)| format!("{k} {v}")).collect();
+    let mut s = env.join(" ");
+    if !s.is_empty() {
+        s.push(' ');
+    }
+    s.push_str("cargo xtask bench ");
+    s.push_str(b.name);
+    for a in args {
+        s.push(' ');
+        s.push_str(&a);
+    }
+    s
+}
+
+fn run_one(b: &Bench, quick: bool) -> Result<Outcome> {
+    let knobs = if quick { b.quick } else { b.full };
+    let exe = std::env::current_exe().context("the xtask binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.current_dir(root()).args(["bench", b.name]);
+    for (k, v) in knobs {
+        if k.starts_with("--") {
+            cmd.args([k, v]);
+        } else {
+            cmd.env(k, v);
+        }
+    }
+    // Its own process group, so a benchmark past its time is stopped with everything it started.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    eprintln!("bench all: {}", command_line(b, quick));
+    let (started, load0, t) = (utc_now(), loadavg(), Instant::now());
+    let mut child = cmd.spawn().context("starting the xtask binary")?;
+    let out = relay(child.stdout.take(), b.name);
+    let err = relay(child.stderr.take(), b.name);
+    let status = wait(&mut child, TIMEOUT);
+    let secs = t.elapsed().as_secs_f64();
+    let (output, errors) = (join(out), join(err));
+    let load = (load0, loadavg());
+    let status = match status {
+        Some(s) if s.success() => None,
+        other => {
+            let status =
+                other.map_or_else(|| format!("stopped after {} min", TIMEOUT.as_secs() / 60), |s| s.to_string());
+            let lines: Vec<&str> = errors.lines().filter(|l| !l.trim().is_empty()).collect();
+            Some((status, lines[lines.len().saturating_sub(12)..].join("\n")))
+        }
+    };
+    Ok(Outcome::Done { started, secs, load, status, output })
+}
+
+/// Copies a child's stream to this process's stderr as it comes (prefixed with the benchmark), and keeps it.
+fn relay<R: Read + Send + 'static>(
+    stream: Option<R>,
+    name: &'static str,
+) -> Option<(std::thread::JoinHandle<()>, Arc<Mutex<String>>)> {
+    let stream = stream?;
+    let kept = Arc::new(Mutex::new(String::new()));
+    let sink = kept.clone();
+    let handle = std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            eprintln!("[{name}] {line}");
+            let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    Some((handle, kept))
+}
+
+fn join(r: Option<(std::thread::JoinHandle<()>, Arc<Mutex<String>>)>) -> String {
+    let Some((handle, kept)) = r else { return String::new() };
+    let _ = handle.join();
+    let s = kept.lock().unwrap_or_else(|e| e.into_inner());
+    s.clone()
+}
+
+/// Waits for `child`; past `limit` its process group is sent SIGTERM, then SIGKILL. None when it was stopped.
+fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(500)),
+            _ => break,
+        }
+    }
+    let group = -(child.id() as i32);
+    // SAFETY: kill(2) on the process group this function's caller created for the child.
+    unsafe { libc::kill(group, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_secs(10));
+    // SAFETY: as above.
+    unsafe { libc::kill(group, libc::SIGKILL) };
+    let _ = child.wait();
+    None
+}
+
+/// The machine and the run, said once at the top of the page.
+struct Head {
+    started: String,
+    build: String,
+    machine: String,
+    load: String,
+    options: String,
+}
+
+impl Head {
+    fn now(quick: bool, skip: &[String]) -> Head {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_string()))
+            })
+            .unwrap_or_else(|| "an unknown CPU".into());
+        let mem_gib = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| l.strip_prefix("MemTotal:")?.split_whitespace().next()?.parse::<f64>().ok())
+            })
+            .map_or_else(String::new, |kib| format!(", {:.0} GiB", kib / 1024.0 / 1024.0));
+        let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+        let cgroup = if monitor_tests::CgroupV1::unavailable_reason().is_none() {
+            "the memory controller on cgroup v1"
+        } else if monitor_tests::cgroup2::CgroupV2::unavailable_reason().is_none() {
+            "the memory controller on cgroup v2"
+        } else {
+            "no memory cgroup it can create"
+        };
+        let mut options = if quick {
+            "`cargo xtask bench all --quick`: fewer rounds and shorter runs than the defaults, and no VM (each \
+             benchmark's command below says what it ran with)"
+                .to_string()
+        } else {
+            "`cargo xtask bench all`: each benchmark as its command below says".to_string()
+        };
+        if !skip.is_empty() {
+            options.push_str(&format!(", with `--skip {}`", skip.join(",")));
+        }
+        Head {
+            started: utc_now(),
+            build: build_id(),
+            machine: format!("{cpu}, nproc {nproc}{mem_gib}, Linux {kernel}, {cgroup}"),
+            load: loadavg(),
+            options,
+        }
+    }
+}
+
+fn write_page(page: &Path, benches: &[Bench], run: &Run) -> Result<()> {
+    let (head, quick) = (&run.head, run.quick);
+    let mut s = String::from("# Benchmarks\n\n");
+    s.push_str(ABOUT_PAGE);
+    s.push_str(&format!(
+        "\n**This run**: started {}, build {}; {}. {} after {:.0} min; load average (1, 5, 15 min) {} at the \
+         start, {} at the end.\n\n**Machine**: {}.\n\n",
+        head.started,
+        head.build,
+        head.options,
+        if run.done { "Finished" } else { "Stopped, or still running," },
+        run.took_secs / 60.0,
+        head.load,
+        run.end_load,
+        head.machine
+    ));
+    s.push_str("| benchmark | command | result | took |\n| --- | --- | --- | ---: |\n");
+    for (b, o) in benches.iter().zip(&run.outcomes) {
+        let (result, secs) = match o {
+            Outcome::Pending => ("not reached".to_string(), String::new()),
+            Outcome::NotRun(_) => ("not run (below)".to_string(), String::new()),
+            Outcome::Done { secs, status: None, .. } => ("ran".to_string(), format!("{secs:.0} s")),
+            Outcome::Done { secs, status: Some((status, _)), .. } => {
+                (format!("failed ({status})"), format!("{secs:.0} s"))
+            }
+        };
+        s.push_str(&format!(
+            "| [{}](#{}) | `{}` | {result} | {secs} |\n",
+            b.title,
+            anchor(b.title),
+            command_line(b, quick)
+        ));
+    }
+    for (b, o) in benches.iter().zip(&run.outcomes) {
+        s.push_str(&format!("\n## {}\n\n{}\n", b.title, b.about.trim_end()));
+        s.push_str(&format!("\nCommand: `{}`.\n\n", command_line(b, quick)));
+        match o {
+            Outcome::Pending => s.push_str("Not reached in this run.\n"),
+            Outcome::NotRun(reason) => s.push_str(&format!("**Not run**: {reason}.\n")),
+            Outcome::Done { started, secs, load, status: None, output } => {
+                s.push_str(&format!(
+                    "Ran {started}, {secs:.0} s, load average {} before and {} after. What it printed:\n\n",
+                    load.0, load.1
+                ));
+                s.push_str(&markdown(output));
+            }
+            Outcome::Done { started, secs, load, status: Some((status, tail)), output } => {
+                s.push_str(&format!(
+                    "**Failed** ({status}), started {started}, after {secs:.0} s, load average {} before and {} \
+                     after. The last lines it wrote to stderr:\n\n```text\n{tail}\n```\n",
+                    load.0, load.1
+                ));
+                if !output.trim().is_empty() {
+                    s.push_str("\nWhat it printed before:\n\n");
+                    s.push_str(&markdown(output));
+                }
+            }
+        }
+    }
+    s.push('\n');
+    s.push_str(TESTS_HOLD);
+    std::fs::write(page, s).with_context(|| format!("writing {}", page.display()))
+}
+
+/// A benchmark's printed summary as Markdown: table rows stay rows, other lines become list items, and the
+/// harness lines of `cargo test` are left out.
+fn markdown(output: &str) -> String {
+    let mut s = String::new();
+    let mut in_table = false;
+    for line in output.lines().filter_map(summary_line) {
+        let row = line.starts_with('|');
+        if row != in_table && !s.is_empty() {
+            s.push('\n');
+        }
+        in_table = row;
+        if !row {
+            s.push_str("- ");
+        }
+        s.push_str(line);
+        s.push('\n');
+    }
+    if s.is_empty() {
+        s.push_str("(nothing)\n");
+    }
+    s
+}
+
+/// A printed line as the page keeps it: trimmed; None for blank lines, the harness lines of `cargo test` (its
+/// `test name ... ` prefix taken off what follows it) and log lines of the programs a benchmark started.
+fn summary_line(line: &str) -> Option<&str> {
+    let mut l = line.trim();
+    if let Some(rest) = l.strip_prefix("test ").and_then(|r| r.split_once(" ... ")).map(|(_, rest)| rest) {
+        l = rest.trim();
+    }
+    let harness = l.starts_with("running ")
+        || l.starts_with("test result:")
+        || matches!(l, "ok" | "ignored" | "FAILED" | "successes:" | "failures:");
+    // A `tracing` line: `2026-12-01T14:25:05.599825Z  WARN target: …`.
+    let log = l.len() > 20
+        && l.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+        && l.as_bytes()[10] == b'T'
+        && [" TRACE ", " DEBUG ", " INFO ", " WARN ", " ERROR "].iter().any(|k| l.contains(k));
+    (!l.is_empty() && !harness && !log).then_some(l)
+}
+
+/// GitHub's anchor for a heading: lower case, spaces to dashes, other punctuation dropped.
+fn anchor(title: &str) -> String {
+    title
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn loadavg() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+fn build_id() -> String {
+    let out = Command::new("git").current_dir(root()).args(["describe", "--always", "--dirty=+uncommitted"]).output();
+    match out {
+        Ok(o) if o.status.success() => format!("`{}`", String::from_utf8_lossy(&o.stdout).trim()),
+        _ => "of an unknown commit".into(),
+    }
+}
+
+/// `2026-12-01 14:05 UTC`, from the system clock (no time zone database needed).
+fn utc_now() -> String {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y}-{m:02}-{d:02} {:02}:{:02} UTC", rem / 3600, rem % 3600 / 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_becomes_markdown() {
+        let out = "running 1 test\ntest x ... first line\n| a | b |\n| --- | --- |\n| 1 | 2 |\nafter\nok\n\
+                   2026-12-01T14:25:05.599825Z  WARN monitor::sampler: request counting is off\n\
+                   test result: ok. 1 passed\n";
+        assert_eq!(markdown(out), "- first line\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n- after\n");
+    }
+
+    #[test]
+    fn anchors_follow_headings() {
+        assert_eq!(anchor("Front door: instructions per request"), "front-door-instructions-per-request");
+        assert_eq!(anchor("eBPF probes"), "ebpf-probes");
+    }
+}

@@ -1,0 +1,213 @@
+//! What docs/benchmarks.md says besides the figures: the page's opening, each benchmark's description (what it
+//! measures, against which baseline of the same run, its goal) with the knobs `bench all` runs it with, and the
+//! bounds that tests hold. `cargo xtask bench all` (bench_all.rs) writes the page from these and the figures.
+
+use super::bench_all::Bench;
+
+pub(super) const ABOUT_PAGE: &str = "\
+This page is written by `cargo xtask bench all` (xtask/src/bench_all.rs; its text in xtask/src/bench_all_text.rs):
+it runs each benchmark below as `cargo xtask bench <name>`, a process of its own, and puts here what it printed.
+Change the text there and run it again rather than editing the page. Every benchmark measures its baseline in the
+same run, beside the figure: the machines it runs on are shared with builds, so absolute figures move from run to
+run, and only the ratios against a same-run baseline compare. Most benchmarks need root (they create v1 memory
+cgroups, load eBPF programs or start nginx); one that cannot run here says why in its section.
+
+`cargo xtask bench all --quick` runs each with fewer rounds and shorter runs and leaves out the test VM; without
+`--quick` the test VM's cgroup v2 cells of `reaction` (a static build of the binaries, then each kernel booted
+under emulation) add most of an hour. Each section's command says what it ran with. `--skip name,name` leaves
+benchmarks out; `--rewrite` writes this page again from the last run's figures (kept in target/bench-all/)
+without running anything.
+";
+
+pub(super) const BENCHES: &[Bench] = &[
+    Bench {
+        name: "sampler",
+        title: "Sampler",
+        full: &[],
+        quick: &[],
+        tools: &[],
+        v1: true,
+        about: "\
+**One full sample of a 16-process group against the raw `pread` of the same files** (criterion,
+monitor/benches/sampler.rs). The baseline opens the files a sample reads (the group's `memory.stat` and
+`cgroup.procs`, each process's `/proc/<pid>/statm`) once and `pread`s them in a loop: the floor a sample cannot go
+under. Goal: full / raw <= 1.5. Then the cost of one `pread` of each file, one kind at a time, over the same 16
+`sleep` processes (xtask/src/bench.rs): the figures docs/design.md and monitor/src/procs.rs cite. `status` and
+`stat` are there to compare: a sample takes RSS and RssAnon from `statm` (resident − shared is the kernel's
+MM_ANONPAGES, the `RssAnon` of `status`), and reads `stat` once per process, when it joins.
+",
+    },
+    Bench {
+        name: "agent-cpu",
+        title: "Agent CPU",
+        full: &[("--seconds", "60")],
+        quick: &[("--seconds", "30")],
+        tools: &[],
+        v1: true,
+        about: "\
+**The release agent at a 100 ms interval on a 16-process group, its CPU time from `/proc/<pid>/stat`.** Baseline:
+the benchmarking process itself, sleeping for the same time. Goal: < 0.5% of one core. Ticks are 10 ms, so each
+figure is ±1 tick.
+",
+    },
+    Bench {
+        name: "probes",
+        title: "eBPF probes",
+        full: &[("PROBES_BENCH_ROUNDS", "6")],
+        quick: &[("PROBES_BENCH_ROUNDS", "4")],
+        tools: &["nginx", "wrk"],
+        v1: false,
+        about: "\
+**wrk against nginx, the eBPF probes detached against each set of hooks, interleaved rounds in one run**
+(monitor/tests/probes_bench.rs, through `cargo test … --ignored`; needs root, the built eBPF object and nginx).
+nginx (master and one worker, `return 200`, access log off) runs in a cgroup2 group of its own; `wrk -t1 -c32
+-d5s`. Each round runs, in rotating order: detached (the baseline); the per-syscall tracepoints (the last
+fallback); the raw `sys_exit` program (the fallback before Linux 6.3); the socket programs (the default); the
+socket programs with nginx untraced (the floor of those hooks: every run stops at the filter bit and counts
+nothing); and two empty `cgroup_skb` programs on nginx's group (the floor of that hook; left out without a cgroup2
+hierarchy). Each attached run is compared with the detached run of its round: throughput ratio and CPU per request
+(nginx from /proc, wrk from `RUSAGE_CHILDREN`), with their medians over the rounds. One more run per set with the
+kernel's BPF statistics on gives the time inside each program. Before the rounds, what everyone else pays: ns per
+untraced `getppid` and 1-byte `write` of another process in each mode. Goal: >= 0.97 of detached throughput and
+<= 300 ns per request; where the floor modes are already below it, no program on those hooks can meet it.
+Knobs: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32).
+",
+    },
+    Bench {
+        name: "proxy",
+        title: "Front door",
+        full: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "5")],
+        quick: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "3")],
+        tools: &["nginx", "wrk"],
+        v1: true,
+        about: "\
+**The same two release fixture backends behind `monitor run`, nginx (`least_conn`, `keepalive 64`, 2 workers), a
+bare hyper hop and a byte relay, wrk at c = 1, 16, 64, interleaved, a direct connection as the latency baseline**
+(xtask/src/bench_proxy.rs). The bare hop (tests/src/bin/bare-hop.rs: the same accept loop, no routing, pool,
+retry, header rewriting or shedding) is the floor of the library the front door is built on; the byte relay
+(tests/src/bin/byte-relay.rs: blocking threads copying bytes, no HTTP) the floor of any proxy on this machine.
+Goal: throughput >= nginx's at every c, and added p50 over direct <= 25 µs at c = 1. Columns: CPU µs per request
+of the proxy's own processes (user + system, from /proc), and the machine's wake-up interrupts between cores per
+request (`RES` + `CAL` in /proc/interrupts): at c = 1 a request is a chain of four wake-ups, and where the kernel
+wakes a task on the other (halted) core, the request waits for it. The summary gives the means over rounds and the
+median of the per-round monitor / nginx ratios. `BENCH_PROXY_BASELINE=/path/to/monitor` adds an older build to the
+same rounds.
+",
+    },
+    Bench {
+        name: "proxy-instructions",
+        title: "Front door: instructions per request",
+        full: &[("BENCH_REQUESTS", "2000")],
+        quick: &[("BENCH_REQUESTS", "1000")],
+        tools: &["nginx", "curl", "valgrind", "callgrind_control"],
+        v1: true,
+        about: "\
+**User-space instructions per request, counted by valgrind's callgrind** (xtask/src/bench_proxy_instr.rs): the
+proxy figure other load on the machine cannot move. Each proxy runs under callgrind in front of two release
+fixture backends: `monitor run` (its front door on one thread, only that thread counted), the bare hyper hop, the
+byte relay and nginx (one process). curl sends a warm-up, the counters are zeroed, curl sends `BENCH_REQUESTS` GETs
+on one keep-alive connection, and the counters are dumped. Ratios against nginx and the bare hop of the same run;
+two instances of one build differ by up to 0.3%.
+",
+    },
+    Bench {
+        name: "web",
+        title: "Home page and history",
+        full: &[],
+        quick: &[],
+        tools: &[],
+        v1: false,
+        about: "\
+**The home page with 24 h of per-second data for 16 processes, and the agent's memory holding it**
+(xtask/src/bench_web.rs, monitor/benches/web_page.rs). Render (criterion): 86,400 samples go through the real
+history; the 24 h page (query, downsampling, five SVG charts, HTML) against the same run's baseline, the same 24 h
+data as JSON (what `/api/v1/dashboard?range=24h` sends); the 5 min page tells the query's share from the charts'.
+Goal: page <= 50 ms. Memory: the bench binary fills a stats database through the real history (1440 minutes × 16
+processes) and reports its own VmRSS before and after; then the release agent runs twice on a group of 16 `sleep`
+processes (its own cgroup without root), with an empty database (the baseline) and with the filled one, serves
+five 24 h pages, and its VmRSS is read. Goal: <= 40 MB.
+",
+    },
+    Bench {
+        name: "config",
+        title: "Config validation",
+        full: &[],
+        quick: &[],
+        tools: &[],
+        v1: false,
+        about: "\
+**`monitor check-config` (release) on 100,000 `[[process]]` tables against 10,000 in the same run, fastest of 3**
+(xtask/src/bench_config.rs). Both files end in the same error (the last process reuses the first's port, as any
+file of more than 65,535 processes must), named at its line. Linear validation takes about 10 times as long for
+10 times the processes, a pairwise one about 100 times. Goal: < 2 s for 100,000.
+",
+    },
+    Bench {
+        name: "reaction",
+        title: "Reaction to a fast grower",
+        full: &[("BENCH_REACTION_RUNS", "20"), ("BENCH_REACTION_VM", "all")],
+        quick: &[("BENCH_REACTION_RUNS", "10"), ("BENCH_REACTION_VM", "none")],
+        tools: &[],
+        v1: true,
+        about: "\
+**Does the agent abort a fast grower before the kernel's OOM killer acts, and how soon after the group crosses
+92%?** (xtask/src/bench_reaction.rs, tests/src/reaction.rs). The cells run on this host (cgroup v1), then, unless
+`BENCH_REACTION_VM=none`, in the test VM once per kernel (cgroup v2, Debian 6.1 and 6.12, qemu with software
+emulation: every instruction emulated, so the grower reaches about 280 MB/s there and CPU times are inflated).
+Each run starts from nothing: a new 512 MiB group, two 40 MiB `alloc-hog` bystanders, one `grower`
+(tests/src/bin/grower.rs: 4 MiB chunks up to 700 MiB, each stamped with `CLOCK_MONOTONIC`, everything freed on
+SIGUSR2) and a new release `monitor agent` with `[actions] abort_signal = \"SIGUSR2\"`. Speeds 200 MB/s, 1 GB/s
+and full speed (the grower's own speed in brackets). Modes: timer only (`interval_ms = 100`, `wakeups = []`,
+`pacing = false`: the baseline), events + pacing (the defaults) and, on v2, the defaults with `brake_at = 0.96`.
+Runs are interleaved (run 1 of every cell, then run 2, …).
+
+- **agent acted first**: the grower got the signal and the group's own OOM kill count did not move.
+- **kernel OOM kills**: read from the group (v1 `memory.oom_control`, v2 `memory.events`), not from the agent.
+- **crossing -> signal**: from the grower's stamps: the crossing is the first chunk at which base + the grower's
+  bytes reach 92% of the limit, the signal is stamped in its handler; a chunk is stamped once touched, so the true
+  crossing is up to a chunk earlier, and a signal before the stamp counts 0 ms (\"before the line\"). p99 is
+  nearest-rank.
+- **overshoot**: base + the grower's bytes at its last chunk before the signal, minus the 92% line.
+- **idle CPU**: the agent's utime + stime over the idle seconds before the mode's first run, and its threads' run
+  time from schedstat; in brackets the baseline, the bench's own sleeping process.
+
+Goals: the agent acts first in every run, crossing -> signal p99 <= 20 ms, idle CPU < 0.5% of a core.
+Knobs: `BENCH_REACTION_RUNS` (20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION_MODES`, `BENCH_REACTION_SPEEDS`,
+`BENCH_REACTION_VM` (`all`, `6.1`, `6.12`, `none`).
+",
+    },
+];
+
+pub(super) const TESTS_HOLD: &str = "\
+## Bounds the tests hold
+
+These are not benchmarks but limits that tests assert on every run (as root, in CI); each names the test that
+holds it and reproduces it.
+
+### Agent under load
+
+The agent is a memory guard: it must never become the process that uses the memory. **With a 500-process group
+and a day of history, while 64 clients ask for the home page for 10 s, its peak (VmHWM) stays under 64 MB and
+every `/healthz` probe meanwhile answers within 100 ms**; 300 idle connections lock no probe out; a removed group
+makes `/healthz` 503 with the reason, and 200 again within an interval of its return.
+`cargo test -p monitor-tests --test agent_bounds -- --nocapture` (it prints its figures). What bounds it: renders
+two at a time on threads of their own at nice 10, one render per range and sample shared by every request that
+wants it, 503 with `Retry-After` past 16 requests in progress; a range past 20 processes draws the largest and sums
+the rest; `/api/v1/status` and `/metrics` built on a thread of their own each, 16 requests waiting at most; at
+most 256 API connections, 64 per client address, the longest-idle closed to admit a new one. Not covered: the
+history held in memory grows with the group and the days it keeps, whatever the requests.
+
+### Front door drain
+
+**A SIGTERM under keep-alive load loses no request**: `wrk -c16` through `monitor run` across a SIGTERM sees 0
+socket errors and 0 non-2xx answers, with fast and with slow answers.
+`cargo test -p monitor-tests --test run_drain_load -- --nocapture`.
+
+### Readiness checks and file descriptors
+
+- **Every process sampled past the fd limit**: 1,101 processes under a limit of 1,024 descriptors, the rest read
+  by open-read-close. `cargo test -p monitor-tests --test agent_fds`. The cost per process of each way:
+  `cargo test --release -p monitor --lib -- --ignored --nocapture procs::tests::cost_per_process`.
+- **Who holds a port**: the kernel's socket diagnostics against `/proc/self/net/tcp`, per read:
+  `cargo test --release -p monitor --lib -- --ignored --nocapture sockets::diag::tests::cost`.
+";
