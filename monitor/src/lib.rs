@@ -1,7 +1,10 @@
 //! monitor: guards the memory of a group of server processes that share one cgroup.
 //!
-//! Data flows one way: cgroup files, /proc and eBPF maps -> [`sampler`] -> [`snapshot::Snapshot`] ->
-//! [`policy::decide`] -> consumers (api, proxy, alerts, history).
+//! Data flows one way: cgroup files, /proc and eBPF maps -> [`sampler`] -> [`snapshot::Snapshot`] and
+//! [`policy::decide`] -> [`feed::Published`] on the [`feed::Feed`] -> consumers (actions, alerts, history, api,
+//! metrics, proxy). [`agent::Agent`] builds and stops them all, for `monitor agent` and `monitor run` alike;
+//! [`config`] holds the typed values every part reads. No module imports a consumer of its own output (a test,
+//! `layering`, reads the imports and fails on a cycle).
 
 pub mod actions;
 pub mod agent;

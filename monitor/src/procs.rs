@@ -502,33 +502,6 @@ mod tests {
         assert_eq!(keep_budget(None), usize::MAX);
     }
 
-    /// The cost per process of a sample with `statm` kept open against open-read-close (docs/benchmarks.md):
-    /// `cargo test --release -p monitor --lib -- --ignored --nocapture procs::tests::cost_per_process`.
-    #[test]
-    #[ignore = "a measurement, run by hand"]
-    fn cost_per_process() {
-        let mut kids: Vec<std::process::Child> =
-            (0..200).filter_map(|_| std::process::Command::new("sleep").arg("60").spawn().ok()).collect();
-        let mut pids: Vec<u32> = kids.iter().map(|c| c.id()).collect();
-        pids.sort_unstable();
-        for budget in [usize::MAX, 0] {
-            let mut t = ProcTable::new();
-            t.set_keep_budget(budget);
-            let mut out = Vec::new();
-            t.sample(&pids, &mut out);
-            let start = std::time::Instant::now();
-            for _ in 0..50 {
-                t.sample(&pids, &mut out);
-            }
-            let per = start.elapsed() / (50 * pids.len() as u32);
-            eprintln!("keep {} of {}: {per:?} per process ({} sampled)", t.kept_open(), pids.len(), out.len());
-        }
-        for k in &mut kids {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
-    }
-
     #[test]
     fn descendants_follow_parent_links() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn");

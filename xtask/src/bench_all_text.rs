@@ -59,7 +59,7 @@ figure is ±1 tick.
         v1: false,
         about: "\
 **wrk against nginx, the eBPF probes detached against each set of hooks, interleaved rounds in one run**
-(monitor/tests/probes_bench.rs, through `cargo test … --ignored`; needs root, the built eBPF object and nginx).
+(monitor/benches/probes_overhead.rs, through `cargo bench -p monitor --bench probes_overhead`; needs root, the built eBPF object and nginx).
 nginx (master and one worker, `return 200`, access log off) runs in a cgroup2 group of its own; `wrk -t1 -c32
 -d5s`. Each round runs, in rotating order: detached (the baseline); the per-syscall tracepoints (the last
 fallback); the raw `sys_exit` program (the fallback before Linux 6.3); the socket programs (the default); the
@@ -190,7 +190,7 @@ The agent is a memory guard: it must never become the process that uses the memo
 and a day of history, while 64 clients ask for the home page for 10 s, its peak (VmHWM) stays under 64 MB and
 every `/healthz` probe meanwhile answers within 100 ms**; 300 idle connections lock no probe out; a removed group
 makes `/healthz` 503 with the reason, and 200 again within an interval of its return.
-`cargo test -p monitor-tests --test agent_bounds -- --nocapture` (it prints its figures). What bounds it: renders
+`cargo test -p monitor-tests --test bounds -- --nocapture` (it prints its figures). What bounds it: renders
 two at a time on threads of their own at nice 10, one render per range and sample shared by every request that
 wants it, 503 with `Retry-After` past 16 requests in progress; a range past 20 processes draws the largest and sums
 the rest; `/api/v1/status` and `/metrics` built on a thread of their own each, 16 requests waiting at most; at
@@ -201,13 +201,13 @@ history held in memory grows with the group and the days it keeps, whatever the 
 
 **A SIGTERM under keep-alive load loses no request**: `wrk -c16` through `monitor run` across a SIGTERM sees 0
 socket errors and 0 non-2xx answers, with fast and with slow answers.
-`cargo test -p monitor-tests --test run_drain_load -- --nocapture`.
+`cargo test -p monitor-tests --test run drain_load -- --nocapture`.
 
 ### Readiness checks and file descriptors
 
 - **Every process sampled past the fd limit**: 1,101 processes under a limit of 1,024 descriptors, the rest read
-  by open-read-close. `cargo test -p monitor-tests --test agent_fds`. The cost per process of each way:
-  `cargo test --release -p monitor --lib -- --ignored --nocapture procs::tests::cost_per_process`.
+  by open-read-close. `cargo test -p monitor-tests --test agent fds`. The cost per process of each way, 200
+  processes: `cargo bench -p monitor --bench host_reads -- procs` (2.5 µs kept open against 30 µs open-read-close here).
 - **Who holds a port**: the kernel's socket diagnostics against `/proc/self/net/tcp`, per read:
-  `cargo test --release -p monitor --lib -- --ignored --nocapture sockets::diag::tests::cost`.
+  `cargo bench -p monitor --bench host_reads -- listeners` (52 µs against 11.6 ms on this busy machine).
 ";

@@ -1,7 +1,7 @@
 //! `cargo xtask bench probes`: wrk against nginx detached, on each set of hooks (per-syscall tracepoints, raw
 //! `sys_exit`, socket tracepoints), on the socket set with nginx untraced, and with two empty `cgroup_skb` programs
 //! on nginx's cgroup2 group, interleaved rounds in one run (monitor/benches/probes_overhead.rs, run as root). Prints
-//! the throughput ratios and the probe cost per request of each mode; the figures go to docs/benchmarks-probes.md.
+//! the throughput ratios and the probe cost per request of each mode; the figures go to docs/benchmarks.md (`cargo xtask bench all`).
 //!
 //! Knobs passed through: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` (32).
 
