@@ -361,6 +361,9 @@ pub struct AlertsConfig {
     pub bearer_token_file: Option<PathBuf>,
     /// HTTP basic auth for the webhook and the Alertmanagers: `{ username = "…", password_file = "…" }`.
     pub basic_auth: Option<BasicAuth>,
+    /// The page of runbooks (docs/alerts.md): each alert's `runbook_url` annotation is this with `#<alertname in
+    /// lower case>` after it. Default the page the package installs, `file:///usr/share/doc/monitor/alerts.md`.
+    pub runbook_url: String,
     /// Labels added to every alert, as Prometheus' `external_labels` (`{ team = "storage", env = "prod" }`).
     /// `instance` defaults to the host's name, so the same group on two hosts makes two alerts.
     pub labels: std::collections::BTreeMap<String, String>,
@@ -422,6 +425,7 @@ impl Default for AlertsConfig {
             ca_file: None,
             bearer_token_file: None,
             basic_auth: None,
+            runbook_url: "file:///usr/share/doc/monitor/alerts.md".into(),
             labels: std::collections::BTreeMap::new(),
             quiet_s: 30,
             resend_s: 30,

@@ -135,6 +135,7 @@ pub fn spawn(
         return None;
     }
     let labels = fleet_labels(&cfg.labels, &hostname());
+    let runbook = cfg.runbook_url.clone();
     let (tx, mut ext_rx) = mpsc::unbounded_channel::<(String, Option<Condition>)>();
     let quiet = Duration::from_secs(cfg.quiet_s);
     let resend = Duration::from_secs(cfg.resend_s);
@@ -166,6 +167,8 @@ pub fn spawn(
                 for (k, v) in &labels {
                     c.labels.entry(k.clone()).or_insert_with(|| v.clone());
                 }
+                let runbook = format!("{}#{}", runbook, c.name.to_lowercase());
+                c.annotations.entry("runbook_url".into()).or_insert(runbook);
             }
             let out = book.observe(SystemTime::now(), &conds);
             if out.is_empty() {

@@ -1,11 +1,14 @@
 //! Alerts end to end: a v1 test group pushed over 85% and 92% and back, `monitor agent` with all three sinks:
-//! a command hook (python writing what it got to a file), a webhook that never answers, and a real Alertmanager
-//! (Debian's prometheus-alertmanager) on loopback. The hook gets each transition once, with an untrusted process
-//! name intact; Alertmanager lists the alert while it fires and not after; the hung webhook delays neither.
+//! a command hook (python writing what it got to a file), a webhook that never answers, and an HA pair of real
+//! Alertmanagers (Debian's prometheus-alertmanager) on loopback. The hook gets each transition once, with an
+//! untrusted process name intact; both Alertmanagers list the alert while it fires and not after, under the
+//! fingerprint the agent computed; the hung webhook delays neither. A second agent on the same group with another
+//! `instance` label makes a second alert, not a merged one.
 
 use monitor_tests::config::Config;
 use monitor_tests::{json_lines, require, require_root, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog};
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -25,18 +28,42 @@ with open(sys.argv[1], "a") as f:
     f.write(json.dumps({"alert": alert, "env": env}) + "\n")
 "#;
 
-fn am_alert_names(port: u16) -> Vec<String> {
+/// The alerts an Alertmanager lists now.
+fn am_alerts(port: u16) -> Vec<Value> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     match monitor_tests::http::get(addr, "/api/v2/alerts", Duration::from_secs(5)) {
-        Ok(r) if r.status == 200 => serde_json::from_str::<Value>(&r.text())
-            .ok()
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|a| a["labels"]["alertname"].as_str().map(String::from))
-            .collect(),
+        Ok(r) if r.status == 200 => {
+            serde_json::from_str::<Value>(&r.text()).ok().and_then(|v| v.as_array().cloned()).unwrap_or_default()
+        }
         _ => Vec::new(),
     }
+}
+
+fn am_alert_names(port: u16) -> Vec<String> {
+    am_alerts(port).iter().filter_map(|a| a["labels"]["alertname"].as_str().map(String::from)).collect()
+}
+
+/// A real Alertmanager on loopback, clustering off, a receiver that sends nowhere; its port.
+fn alertmanager(am_bin: &Path, dir: &Path, name: &str) -> (ChildGuard, u16) {
+    let port = monitor_tests::agent::free_port();
+    let cfg = dir.join(format!("{name}.yml"));
+    std::fs::write(&cfg, "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let child = ChildGuard::spawn(
+        Command::new(am_bin)
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.path={}", dir.join(format!("{name}-data")).display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_until("alertmanager to answer", Duration::from_secs(20), || {
+        monitor_tests::http::get(([127, 0, 0, 1], port).into(), "/-/ready", Duration::from_secs(2))
+            .ok()
+            .filter(|r| r.status == 200)
+    });
+    (child, port)
 }
 
 #[test]
@@ -50,25 +77,8 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
         return;
     }
     let dir = temp_dir("alerts");
-    // A real Alertmanager on loopback, clustering off, a receiver that sends nowhere.
-    let am_port = monitor_tests::agent::free_port();
-    let am_cfg = dir.join("alertmanager.yml");
-    std::fs::write(&am_cfg, "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n")
-        .unwrap_or_else(|e| panic!("{e}"));
-    let _am = ChildGuard::spawn(
-        Command::new(am_bin)
-            .arg(format!("--config.file={}", am_cfg.display()))
-            .arg(format!("--storage.path={}", dir.join("am-data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{am_port}"))
-            .arg("--cluster.listen-address=")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    wait_until("alertmanager to answer", Duration::from_secs(20), || {
-        monitor_tests::http::get(([127, 0, 0, 1], am_port).into(), "/-/ready", Duration::from_secs(2))
-            .ok()
-            .filter(|r| r.status == 200)
-    });
+    let (_am, am_port) = alertmanager(am_bin, &dir, "am1");
+    let (_am2, am2_port) = alertmanager(am_bin, &dir, "am2");
     // A webhook that accepts connections and never answers (each POST times out, is retried, and backs off).
     let hung = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
     let hung_port = hung.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -78,6 +88,7 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
         .alert_command(["python3", "-c", HOOK, &out.display().to_string()])
         .set("alerts", "webhook", format!("http://127.0.0.1:{hung_port}/hook"))
         .set("alerts", "alertmanager", format!("http://127.0.0.1:{am_port}"))
+        .set("alerts", "alertmanagers", monitor_tests::config::strings([format!("http://127.0.0.1:{am2_port}")]))
         .set("alerts", "quiet_s", 1)
         .set("alerts", "resend_s", 2)
         .probes(false);
@@ -104,9 +115,34 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
     assert!(t_refusing.elapsed() < Duration::from_secs(4), "hook took {:?}", t_refusing.elapsed());
     assert_eq!(firing["alert"]["status"], "firing");
     assert_eq!(firing["env"]["MONITOR_ALERT_STATUS"], "firing");
-    wait_until("Alertmanager to list MonitorGroupRefusing", Duration::from_secs(10), || {
-        am_alert_names(am_port).contains(&"MonitorGroupRefusing".to_string()).then_some(())
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    assert_eq!(firing["alert"]["labels"]["instance"], host.trim(), "{firing}");
+    let runbook = firing["alert"]["annotations"]["runbook_url"].as_str().unwrap_or_default();
+    assert!(runbook.ends_with("alerts.md#monitorgrouprefusing"), "{firing}");
+    // Both of the HA pair list it, under the fingerprint the agent sent.
+    for port in [am_port, am2_port] {
+        let listed = wait_until("Alertmanager to list MonitorGroupRefusing", Duration::from_secs(10), || {
+            am_alerts(port).into_iter().find(|a| a["labels"]["alertname"] == "MonitorGroupRefusing")
+        });
+        assert_eq!(listed["fingerprint"], firing["alert"]["fingerprint"], "Alertmanager's fingerprint: {listed}");
+    }
+    // A second agent on the same group, another instance: a second alert in Alertmanager, not the same one.
+    let peer_config = Config::new()
+        .set("alerts", "alertmanager", format!("http://127.0.0.1:{am_port}"))
+        .lines("alerts", "labels = { instance = \"peer\" }")
+        .set("alerts", "quiet_s", 1)
+        .set("alerts", "resend_s", 2)
+        .probes(false);
+    let peer_dir = dir.join("peer");
+    std::fs::create_dir_all(&peer_dir).unwrap_or_else(|e| panic!("{e}"));
+    let peer = Agent::with_config(&cg.path().display().to_string(), &peer_config, &peer_dir);
+    let both = wait_until("Alertmanager to list both instances", Duration::from_secs(10), || {
+        let found: Vec<Value> =
+            am_alerts(am_port).into_iter().filter(|a| a["labels"]["alertname"] == "MonitorGroupRefusing").collect();
+        (found.len() == 2).then_some(found)
     });
+    let instances: BTreeSet<&str> = both.iter().filter_map(|a| a["labels"]["instance"].as_str()).collect();
+    assert_eq!(instances, BTreeSet::from([host.trim(), "peer"]), "{both:?}");
 
     // Over 92%: aborting (~94%); the victim is the nasty-named process.
     big.set_mib(140);
@@ -143,6 +179,7 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
         let names = am_alert_names(am_port);
         (!names.iter().any(|n| n.starts_with("MonitorGroup"))).then_some(())
     });
+    drop(peer);
     drop(hung);
     let _ = std::fs::remove_dir_all(&dir);
 }

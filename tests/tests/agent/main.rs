@@ -6,6 +6,7 @@
 
 mod actions;
 mod alerts;
+mod alerts_tls;
 mod failures;
 mod fds;
 mod fork;

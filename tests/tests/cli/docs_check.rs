@@ -116,3 +116,60 @@ fn alert_rules_pass_promtool() {
     assert!(out.status.success(), "promtool check rules {}:\n{msg}", file.display());
     assert!(msg.contains("SUCCESS"), "{msg}");
 }
+
+/// The alert names in `docs/alerts.md`'s table, with who raises each (`agent`, `rules`).
+fn runbook_table() -> Vec<(String, String)> {
+    doc("alerts.md")
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells.len() >= 4 && cells[1].starts_with("Monitor")).then(|| (cells[1].to_string(), cells[2].to_string()))
+        })
+        .collect()
+}
+
+/// Every `Monitor…` name in `text` after `prefix` (`Condition::new("`, `alert: `).
+fn names_after(text: &str, prefix: &str) -> BTreeSet<String> {
+    text.match_indices(prefix)
+        .filter_map(|(i, p)| {
+            let rest = &text[i + p.len()..];
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+            name.starts_with("Monitor").then_some(name)
+        })
+        .collect()
+}
+
+/// The agent's own alert names, from its sources.
+fn agent_alert_names() -> BTreeSet<String> {
+    let dir = workspace_root().join("monitor/src/alerts");
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        // Outside the tests: what the agent really sends.
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        out.extend(names_after(code, "Condition::new(\""));
+    }
+    out
+}
+
+#[test]
+fn every_alert_has_one_name_and_a_runbook() {
+    let table = runbook_table();
+    let by = |who: &str| -> BTreeSet<String> {
+        table.iter().filter(|(_, w)| w.contains(who)).map(|(n, _)| n.clone()).collect()
+    };
+    let agent = agent_alert_names();
+    let rules = names_after(&doc("prometheus-alerts.yml"), "alert: ");
+    assert!(agent.len() >= 8 && rules.len() >= 10, "read too few names: {agent:?} {rules:?}");
+    assert_eq!(agent, by("agent"), "the agent's alerts against docs/alerts.md's table");
+    assert_eq!(rules, by("rules"), "the rules' alerts against docs/alerts.md's table");
+    let page = doc("alerts.md");
+    for (name, _) in &table {
+        assert!(page.contains(&format!("\n## {name}\n")), "docs/alerts.md has no section for {name}");
+    }
+    // Each rule links to its section.
+    let yml = doc("prometheus-alerts.yml");
+    for name in &rules {
+        assert!(yml.contains(&format!("alerts.md#{}\"", name.to_lowercase())), "{name} has no runbook_url");
+    }
+}
