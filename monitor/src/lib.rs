@@ -4,7 +4,7 @@
 //! [`policy::decide`] -> [`feed::Published`] on the [`feed::Feed`] -> consumers (actions, alerts, history, api,
 //! metrics, proxy). [`agent::Agent`] builds and stops them all, for `monitor agent` and `monitor run` alike;
 //! [`config`] holds the typed values every part reads. No module imports a consumer of its own output (a test,
-//! `layering`, reads the imports and fails on a cycle).
+//! tests/tests/cli/layering.rs, reads the imports and fails on a cycle).
 
 pub mod actions;
 pub mod agent;
@@ -37,6 +37,3 @@ pub mod sockets;
 pub mod table;
 pub mod token;
 pub mod wakeup;
-
-#[cfg(test)]
-mod layering;

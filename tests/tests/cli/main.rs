@@ -1,7 +1,9 @@
 //! The `monitor` command line and the files shipped beside it: one-line errors for bad input, `check-config` on
-//! the fixtures and the README's examples, the deploy units, and the docs' metric names against what is exported.
+//! the fixtures and the README's examples, the deploy units, the docs' metric names against what is exported, and
+//! the monitor crate's module graph (no cycle).
 
 mod deploy_units;
 mod docs_check;
 mod errors;
+mod layering;
 mod readme_configs;

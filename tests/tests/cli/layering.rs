@@ -1,4 +1,4 @@
-//! The module graph of this crate, read from its sources: every `crate::<module>` path outside comments is an edge
+//! The module graph of the monitor crate, read from its sources (monitor/src): every `crate::<module>` path outside comments is an edge
 //! from the top-level module that holds it to the one it names. The graph must have no cycle, so that data flows
 //! one way (cgroup files and /proc -> sampler -> feed -> consumers -> agent), and the feed, which every consumer
 //! reads, must depend on nothing but the snapshot, the policy and the config's typed values.
@@ -102,7 +102,7 @@ fn cycle(g: &Graph) -> Option<Vec<String>> {
 }
 
 fn src() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    monitor_tests::workspace_root().join("monitor/src")
 }
 
 #[test]
