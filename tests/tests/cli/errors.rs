@@ -236,3 +236,46 @@ fn check_config_mode_run_needs_a_process_and_agent_names_what_it_ignores() {
     let out = run_monitor(&["check-config", "--mode", "both", &with_processes], LIMIT);
     assert!(!out.status.success(), "{out:?}");
 }
+
+/// Runs `monitor <args…>`, which must fail with one line on stderr (no panic), and returns that line.
+fn fails_with_one_line(args: &[&str]) -> String {
+    let out = run_monitor(args, LIMIT);
+    assert!(!out.status.success(), "monitor {args:?} succeeded: {out:?}");
+    assert_one_line_no_panic(&out.stderr, &format!("monitor {args:?}"));
+    out.stderr.trim().to_string()
+}
+
+#[test]
+fn each_error_is_said_once_with_a_hint() {
+    // A missing file: the OS's reason once, not once per layer.
+    let e = fails_with_one_line(&["check-config", "/nonexistent/monitor.toml"]);
+    assert_eq!(e.matches("No such file or directory").count(), 1, "{e}");
+    // A file that is not a stats database.
+    let e = fails_with_one_line(&["report", "--db", "/etc/passwd"]);
+    assert_eq!(e, "monitor: /etc/passwd is not a monitor stats database (SQLite could not read it as a database)");
+    // No agent where status looks: the URL, and what to do.
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let e = fails_with_one_line(&["status", "--url", &url]);
+    assert!(e.contains(&format!("no monitor agent answers at {url}")) && e.contains("monitor agent"), "{e}");
+    // A bad flag is named as the flag, not as the config key it sets.
+    let e = fails_with_one_line(&["agent", "--cgroup", "/does/not/exist", "--interval-ms", "5"]);
+    assert!(e.starts_with("monitor: --interval-ms: 5 is not in"), "{e}");
+    // An unknown key names the nearest known one.
+    let dir = monitor_tests::temp_dir("cli-hints");
+    let typo = dir.join("typo.toml");
+    std::fs::write(&typo, "[polcy]\nrefuse_at = 0.8\n").unwrap_or_else(|e| panic!("{e}"));
+    let e = fails_with_one_line(&["check-config", "-c", &typo.display().to_string()]);
+    assert!(e.contains("unknown field `polcy`") && e.ends_with("did you mean `policy`?"), "{e}");
+    let e = fails_with_one_line(&["report", "--db", "/nonexistent.db", "--date", "tomorrow"]);
+    assert!(e.contains("use today, yesterday or YYYY-MM-DD"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn version_names_the_commit_and_the_ebpf_object() {
+    let out = run_monitor(&["--version"], LIMIT);
+    assert!(out.status.success(), "{out:?}");
+    let v = out.stdout.trim();
+    assert!(v.starts_with("monitor ") && v.contains("(revision "), "{v}");
+    assert!(v.contains("eBPF object built in") || v.contains("eBPF object not built in: "), "{v}");
+}

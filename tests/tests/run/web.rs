@@ -48,3 +48,23 @@ fn idle_and_half_sent_web_connections_are_closed() {
     let s = run.status();
     assert!(s["policy"]["state"].is_string(), "the API answers after: {s}");
 }
+
+#[test]
+fn status_names_each_process_as_configured_and_keeps_its_command_name() {
+    if !require_v1("status_names_each_process_as_configured_and_keeps_its_command_name") {
+        return;
+    }
+    let run = Run::start("web-names", &Spec { workers: 2, ..Spec::default() });
+    let s = run.status();
+    let procs = s["processes"].as_array().cloned().unwrap_or_default();
+    let names: std::collections::BTreeSet<&str> = procs.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert!(names.is_superset(&["m0", "tx1", "tx2"].into()), "processes[].name: {names:?}\n{s}");
+    assert!(procs.iter().all(|p| p["comm"].as_str().is_some_and(|c| !c.is_empty() && c != p["name"])), "{s}");
+    // `monitor status` prints the same names.
+    let url = format!("http://{}", run.web);
+    let out = monitor_tests::run_monitor(&["status", "--url", &url], Duration::from_secs(20));
+    assert!(out.status.success(), "{out:?}");
+    for name in ["m0", "tx1", "tx2"] {
+        assert!(out.stdout.lines().any(|l| l.split_whitespace().any(|w| w == name)), "{name} in:\n{}", out.stdout);
+    }
+}
