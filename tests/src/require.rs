@@ -25,10 +25,18 @@ pub fn require(cond: bool, test: &str, reason: &str) -> bool {
 }
 
 /// Prints `skipping <test>: <reason>` straight to stderr, past the test harness's output capture, so skips show
-/// in a plain `cargo test` run.
+/// in a plain `cargo test` run; and adds `<test>: <reason>` to the file `MONITOR_TEST_SKIPS` names, when set, for
+/// `cargo xtask test`'s summary. Every skip goes through here.
 pub fn skip(test: &str, reason: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "skipping {test}: {reason}");
+    if let Some(file) = std::env::var_os("MONITOR_TEST_SKIPS") {
+        let line = format!("{test}: {reason}\n");
+        // One write per line in append mode: lines of tests running at once do not interleave.
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
 }
 
 /// True when running as root; otherwise prints `skipping <test>: needs root` (or panics in CI).

@@ -45,7 +45,17 @@ pub fn run(args: Args) -> Result<()> {
     }
     let began = Instant::now();
     let root = root();
-    sh(Command::new("cargo").current_dir(&root).args(["build", "-p", "monitor", "-p", "monitor-tests", "--bins"]))?;
+    // The whole product, the kernel's request counts included: the eBPF toolchain first, and a build that fails
+    // rather than leave the object out.
+    crate::setup::run().map_err(|e| e.context("the demo counts requests with eBPF: installing its toolchain"))?;
+    sh(Command::new("cargo").current_dir(&root).env("MONITOR_EBPF_REQUIRED", "1").args([
+        "build",
+        "-p",
+        "monitor",
+        "-p",
+        "monitor-tests",
+        "--bins",
+    ]))?;
     system::catch_signals();
     let mut sys = System::start(&root.join("target/debug"), parent, args.limit_mib)?;
     banner(&sys, version);

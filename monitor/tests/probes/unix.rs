@@ -89,7 +89,10 @@ fn the_socket_hooks_do_not_count_a_unix_socket() {
     if !Path::new("/sys/kernel/tracing/events/sock/sock_recv_length").exists()
         && !Path::new("/sys/kernel/debug/tracing/events/sock/sock_recv_length").exists()
     {
-        eprintln!("skipping {name}: this kernel has no sock_recv_length tracepoint (the socket hooks need 6.3+)");
+        monitor_tests::require::skip(
+            name,
+            "this kernel has no sock_recv_length tracepoint (the socket hooks need 6.3+)",
+        );
         return;
     }
     let dir = TempDir::new("unix-sock");

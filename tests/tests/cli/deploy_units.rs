@@ -39,7 +39,7 @@ fn the_units_verify_and_name_the_configs() {
     let test = "the_units_verify_and_name_the_configs";
     if Command::new("systemd-analyze").arg("--version").output().is_err() {
         assert!(!in_ci(), "{test}: systemd-analyze must be installed in CI (the systemd package)");
-        eprintln!("skipping {test}: no systemd-analyze");
+        monitor_tests::require::skip(test, "no systemd-analyze");
         return;
     }
     let dir = std::env::temp_dir().join(format!("monitor-deploy-units-{}", std::process::id()));

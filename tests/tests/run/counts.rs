@@ -19,8 +19,7 @@ fn every_request_a_process_got_is_counted_from_its_start() {
     if !require_v1(name) {
         return;
     }
-    if !is_root() && !in_ci() {
-        eprintln!("skipping {name}: needs root for the probes");
+    if !monitor_tests::require(is_root(), name, "needs root for the probes") {
         return;
     }
     // Samples a second apart: without the launcher's request, a new process would only be traced at the next one,
