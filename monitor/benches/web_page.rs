@@ -92,6 +92,7 @@ impl Feed {
                 oom_kills: None,
                 processes_listed: processes.len(),
                 processes_sampled: processes.len(),
+                pressure: None,
             },
             processes,
             agent_pid: 0,

@@ -218,6 +218,7 @@ impl Published {
                     oom_kills: None,
                     processes_listed: 0,
                     processes_sampled: 0,
+                    pressure: None,
                 },
                 processes: Vec::new(),
                 agent_pid: 0,

@@ -148,6 +148,16 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
         family(&mut o, "monitor_probes_info", "gauge", "1, labelled with the kernel hooks the probes count from.");
         let _ = writeln!(o, "monitor_probes_info{{hooks=\"{hooks}\"}} 1");
     }
+    if let Some(pr) = g.pressure {
+        family(
+            &mut o,
+            "monitor_memory_pressure_seconds_total",
+            "counter",
+            "Time the group's tasks stalled on memory (PSI): some = at least one, full = all at once.",
+        );
+        let _ = writeln!(o, "monitor_memory_pressure_seconds_total{{kind=\"some\"}} {}", pr.some_us as f64 / 1e6);
+        let _ = writeln!(o, "monitor_memory_pressure_seconds_total{{kind=\"full\"}} {}", pr.full_us as f64 / 1e6);
+    }
     family(&mut o, "monitor_sample_ok", "gauge", "1 when the latest sample of the group succeeded.");
     let _ = writeln!(o, "monitor_sample_ok {}", u8::from(p.error.is_none()));
     if extra.now_unix_ms > 0 {
@@ -446,6 +456,16 @@ mod tests {
         );
         assert_eq!(lines_of(&text, "monitor_policy_victims_total "), ["monitor_policy_victims_total 0"]);
         assert_eq!(lines_of(&text, "monitor_sample_age_seconds "), ["monitor_sample_age_seconds 2.5"]);
+        assert!(lines_of(&text, "monitor_memory_pressure").is_empty(), "no PSI, no family");
+        p.snapshot.group.pressure = Some(crate::snapshot::Pressure { some_us: 2_500_000, full_us: 1_000 });
+        let text = render(&p, &[], &extra);
+        assert_eq!(
+            lines_of(&text, "monitor_memory_pressure_seconds_total{"),
+            [
+                "monitor_memory_pressure_seconds_total{kind=\"some\"} 2.5",
+                "monitor_memory_pressure_seconds_total{kind=\"full\"} 0.001"
+            ]
+        );
     }
 
     #[test]

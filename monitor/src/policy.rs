@@ -247,6 +247,7 @@ mod tests {
                 oom_kills: None,
                 processes_listed: procs.len(),
                 processes_sampled: procs.len(),
+                pressure: None,
             },
             processes: procs,
             agent_pid: 0,

@@ -410,6 +410,7 @@ impl Sampler {
                 limit_bytes,
                 limit_source,
                 oom_kills: mem.oom_kills,
+                pressure: mem.pressure,
                 processes_listed: self.pids.len(),
                 processes_sampled: self.samples.len(),
             },

@@ -73,6 +73,18 @@ pub struct GroupSample {
     /// How many of them were sampled: fewer only when a process exited during the sample or could not be read
     /// (said in the log).
     pub processes_sampled: usize,
+    /// The time the group's tasks stalled on memory (v2 `memory.pressure`); None where the kernel does not say
+    /// (cgroup v1, a kernel without PSI).
+    pub pressure: Option<Pressure>,
+}
+
+/// Memory pressure stall totals (PSI), in microseconds since the group was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pressure {
+    /// Time at least one task stalled on memory.
+    pub some_us: u64,
+    /// Time every task stalled on memory at once.
+    pub full_us: u64,
 }
 
 impl GroupSample {

@@ -148,6 +148,8 @@ pub struct Memory {
     pub limit_bytes: Option<u64>,
     /// The kernel's count of OOM kills in the group (None where the kernel has no such count).
     pub oom_kills: Option<u64>,
+    /// The group's memory stall totals (v2 with PSI; None otherwise).
+    pub pressure: Option<crate::snapshot::Pressure>,
 }
 
 struct OpenFile {
@@ -193,6 +195,8 @@ pub struct GroupReader {
     /// Where the kernel counts the group's OOM kills: v2 `memory.events`, v1 `memory.oom_control` (None when the
     /// file is missing).
     oom_file: Option<OpenFile>,
+    /// v2 `memory.pressure` (None on v1, or when the kernel has no PSI).
+    pressure_file: Option<OpenFile>,
     buf: Vec<u8>,
 }
 
@@ -217,8 +221,19 @@ impl GroupReader {
             CgroupVersion::V2 => "memory.events",
         };
         let oom_file = OpenFile::open(group.dir.join(oom_name)).ok();
-        let mut reader =
-            GroupReader { group, stat, max_files, procs_files: Vec::new(), oom_file, buf: Vec::with_capacity(8192) };
+        let pressure_file = match group.version {
+            CgroupVersion::V2 => OpenFile::open(group.dir.join("memory.pressure")).ok(),
+            CgroupVersion::V1 => None,
+        };
+        let mut reader = GroupReader {
+            group,
+            stat,
+            max_files,
+            procs_files: Vec::new(),
+            oom_file,
+            pressure_file,
+            buf: Vec::with_capacity(8192),
+        };
         reader.rescan()?;
         Ok(reader)
     }
@@ -257,11 +272,17 @@ impl GroupReader {
     /// Usage, limit and OOM kills of the group.
     pub fn memory(&mut self) -> Result<Memory, CgroupError> {
         let oom_kills = self.oom_kills()?;
+        // A kernel booted with psi=0 keeps the file but refuses to read it: no pressure, not an error.
+        let pressure = self
+            .pressure_file
+            .as_ref()
+            .and_then(|f| f.read(&mut self.buf).ok())
+            .and_then(|text| v2::parse_pressure(text).ok());
         let text = self.stat.read(&mut self.buf)?;
         match self.group.version {
             CgroupVersion::V1 => {
                 let stat = v1::parse_memory_stat(text).map_err(|msg| self.parse_err(msg))?;
-                Ok(Memory { usage_bytes: stat.total_rss, limit_bytes: stat.limit_bytes, oom_kills })
+                Ok(Memory { usage_bytes: stat.total_rss, limit_bytes: stat.limit_bytes, oom_kills, pressure })
             }
             CgroupVersion::V2 => {
                 let usage_bytes = v2::parse_anon(text).map_err(|msg| self.parse_err(msg))?;
@@ -272,7 +293,7 @@ impl GroupReader {
                         v2::parse_memory_max(text).map_err(|msg| CgroupError::Parse { path: f.path.clone(), msg })?;
                     limit = v2::min_limit(limit, max);
                 }
-                Ok(Memory { usage_bytes, limit_bytes: limit, oom_kills })
+                Ok(Memory { usage_bytes, limit_bytes: limit, oom_kills, pressure })
             }
         }
     }
@@ -401,7 +422,10 @@ mod tests {
         };
         let mut r = GroupReader::open(group).expect("open");
         let m = r.memory().expect("memory");
-        assert_eq!(m, Memory { usage_bytes: 41996288, limit_bytes: Some(402653184), oom_kills: Some(2) });
+        assert_eq!(
+            m,
+            Memory { usage_bytes: 41996288, limit_bytes: Some(402653184), oom_kills: Some(2), pressure: None }
+        );
         let mut pids = Vec::new();
         r.pids(&mut pids).expect("pids");
         assert_eq!(pids, vec![4301, 4302, 4303]);

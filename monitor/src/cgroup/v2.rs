@@ -16,6 +16,19 @@ pub fn keyed(text: &str, key: &str) -> Result<Option<u64>, String> {
     Ok(None)
 }
 
+/// The `total=` of the `some` and `full` lines of a PSI file (`memory.pressure`):
+/// `some avg10=0.00 avg60=0.00 avg300=0.00 total=1234`.
+pub fn parse_pressure(text: &str) -> Result<crate::snapshot::Pressure, String> {
+    let total = |kind: &str| -> Result<u64, String> {
+        let line = text.lines().find(|l| l.split_ascii_whitespace().next() == Some(kind));
+        let line = line.ok_or_else(|| format!("no {kind} line"))?;
+        let v = line.split_ascii_whitespace().find_map(|w| w.strip_prefix("total="));
+        let v = v.ok_or_else(|| format!("{kind} has no total"))?;
+        v.parse().map_err(|_| format!("{kind} total is not a number: {v:?}"))
+    };
+    Ok(crate::snapshot::Pressure { some_us: total("some")?, full_us: total("full")? })
+}
+
 /// The `anon` value of a v2 `memory.stat`.
 pub fn parse_anon(text: &str) -> Result<u64, String> {
     keyed(text, "anon")?.ok_or_else(|| "no anon line".to_string())
@@ -55,6 +68,16 @@ pub fn dirs_up_to(dir: &Path, mount: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pressure_totals_from_a_psi_file() {
+        // The format of a cgroup v2 memory.pressure file (the kernel's Documentation/accounting/psi.rst).
+        let text = "some avg10=1.25 avg60=0.40 avg300=0.09 total=5234712\nfull avg10=0.00 avg60=0.02 avg300=0.00 total=81230\n";
+        let p = parse_pressure(text).expect("a PSI file");
+        assert_eq!((p.some_us, p.full_us), (5_234_712, 81_230));
+        assert!(parse_pressure("some avg10=0.00 total=1\n").is_err(), "no full line");
+        assert!(parse_pressure("some total=x\nfull total=1\n").is_err());
+    }
 
     #[test]
     fn anon_from_fixture() {
