@@ -36,4 +36,5 @@ pub mod snapshot;
 pub mod sockets;
 pub mod table;
 pub mod token;
+pub mod units;
 pub mod wakeup;

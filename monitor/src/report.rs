@@ -194,14 +194,14 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
 pub fn text(r: &DayReport) -> String {
     let mut o = String::new();
     let _ =
-        writeln!(o, "monitor report for {} (UTC), {} of data", r.date, crate::table::count(r.minutes as u64, "minute"));
+        writeln!(o, "monitor report for {} (UTC), {} of data", r.date, crate::units::count(r.minutes as u64, "minute"));
     let _ = writeln!(
         o,
         "group: peak {} mean {} of {}; requests {}; refusals {} ({} s refusing); aborts {} ({} s aborting); \
          shed {}; restarts {}",
-        crate::table::size(r.peak_usage_bytes),
-        crate::table::size(r.mean_usage_bytes),
-        crate::table::size(r.limit_bytes),
+        crate::units::size(r.peak_usage_bytes),
+        crate::units::size(r.mean_usage_bytes),
+        crate::units::size(r.limit_bytes),
         r.requests_total,
         r.refusals,
         r.refusing_seconds,
@@ -221,8 +221,8 @@ pub fn text(r: &DayReport) -> String {
             "{:<20} {:<8} {:>12} {:>12} {:>10} {:>8} {:>8}",
             p.process,
             p.role,
-            crate::table::size(p.peak_rss_bytes),
-            crate::table::size(p.mean_rss_bytes),
+            crate::units::size(p.peak_rss_bytes),
+            crate::units::size(p.mean_rss_bytes),
             p.requests,
             p.errors_5xx,
             p.restarts

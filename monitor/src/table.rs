@@ -1,17 +1,8 @@
 //! `monitor status` as text: the group line and a table of its processes.
 
 use crate::api::StatusView;
+use crate::units::size;
 use std::fmt::Write;
-
-/// Bytes as MiB with one decimal, or GiB with two from 1024 MiB on.
-pub fn size(b: u64) -> String {
-    let mib = b as f64 / (1024.0 * 1024.0);
-    if mib >= 1024.0 {
-        format!("{:.2} GiB", mib / 1024.0)
-    } else {
-        format!("{mib:.1} MiB")
-    }
-}
 
 /// The kernel's OOM kills, the wake-ups with the paced interval, and the brake when it is on.
 fn kernel_lines(s: &mut String, v: &StatusView) {
@@ -41,14 +32,6 @@ fn kernel_lines(s: &mut String, v: &StatusView) {
 }
 
 /// Renders a status document as a text table.
-/// `1 minute`, `2 minutes`.
-pub fn count(n: u64, unit: &str) -> String {
-    match n {
-        1 => format!("1 {unit}"),
-        n => format!("{n} {unit}s"),
-    }
-}
-
 pub fn render(v: &StatusView) -> String {
     let g = &v.group;
     let mut s = String::new();
@@ -125,6 +108,7 @@ mod tests {
     use super::*;
     use crate::feed::Published;
     use crate::policy::{State, Thresholds};
+    use crate::units::count;
 
     fn line<'a>(text: &'a str, head: &str) -> Option<&'a str> {
         text.lines().find_map(|l| l.strip_prefix(head)).map(str::trim)

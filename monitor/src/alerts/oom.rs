@@ -140,7 +140,7 @@ fn condition(k: &Kill) -> Condition {
                 let all: Vec<String> = k
                     .victims
                     .iter()
-                    .map(|v| format!("{} (pid {}, {})", v.name, v.pid, crate::table::size(v.rss_bytes)))
+                    .map(|v| format!("{} (pid {}, {})", v.name, v.pid, crate::units::size(v.rss_bytes)))
                     .collect();
                 c = c.annotate("vanished", all.join(", "));
             }
@@ -149,7 +149,7 @@ fn condition(k: &Kill) -> Condition {
                  the group so far",
                 v.name,
                 v.pid,
-                crate::table::size(v.rss_bytes),
+                crate::units::size(v.rss_bytes),
                 k.cgroup,
                 k.count
             )
