@@ -1,5 +1,5 @@
 //! The home page's HTML: a header with the group's state, the range links, a status strip per process and the
-//! charts inline as SVG. No external resources; readable without JavaScript (a few lines reload it).
+//! charts inline as SVG. No external resources; readable without JavaScript (a few lines refresh it in place).
 
 use crate::chart;
 use crate::view::{Dashboard, GroupNow, Range};
@@ -34,8 +34,11 @@ th{background:#f4f4f4}td.l{text-align:left}.state-normal{color:#080}.state-refus
 svg{max-width:100%;height:auto;display:block}.note{background:#fff3cd;padding:4px 8px;margin:4px 0}\
 .err{color:#c00}.oom{background:#c00;color:#fff;font-weight:bold;padding:6px 10px;margin:6px 0}";
 
-/// Auto-refresh: reload the page every 5 s unless the tab is hidden. The page is complete without it.
-const SCRIPT: &str = "setInterval(function(){if(!document.hidden){location.reload();}},5000);";
+/// Auto-refresh: every 5 s, unless the tab is hidden, the page is fetched again and its body swapped in place (no
+/// reload: no flash, the scroll position kept). The page is complete without it.
+const SCRIPT: &str = "setInterval(function(){if(document.hidden){return;}\
+fetch(location.href,{cache:'no-store'}).then(function(r){return r.ok?r.text():null;}).then(function(t){\
+if(t){var d=new DOMParser().parseFromString(t,'text/html');document.body.replaceWith(d.body);}}).catch(function(){});},5000);";
 
 type DrawFn = fn(&Dashboard) -> Result<String, chart::ChartError>;
 

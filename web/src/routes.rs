@@ -91,10 +91,10 @@ pub fn router(source: Arc<dyn Source>) -> Router {
         .with_state(dash)
 }
 
-/// The requested range, or the text of a 400 answer.
-fn range(q: &RangeQuery) -> Result<Range, String> {
+/// The requested range, or the text of a 400 answer; with none, the smallest that holds the source's data.
+fn range(q: &RangeQuery, source: &dyn Source) -> Result<Range, String> {
     match q.range.as_deref() {
-        None | Some("") => Ok(Range::default()),
+        None | Some("") => Ok(source.held_seconds().map_or(Range::default(), Range::fitting)),
         Some(r) => Range::parse(r).ok_or_else(|| format!("unknown range {r:?}: use 5m, 1h, 24h or 7d\n")),
     }
 }
@@ -131,7 +131,7 @@ async fn render(dash: &Dash, kind: Kind, r: Range, permit: OwnedSemaphorePermit)
 }
 
 async fn answer(State(dash): State<Arc<Dash>>, Query(q): Query<RangeQuery>, kind: Kind) -> Response {
-    let r = match range(&q) {
+    let r = match range(&q, dash.source.as_ref()) {
         Ok(r) => r,
         Err(msg) => return (StatusCode::BAD_REQUEST, msg).into_response(),
     };

@@ -36,6 +36,11 @@ impl Range {
         Range::ALL.into_iter().find(|r| r.as_str() == s)
     }
 
+    /// The smallest range that holds `held` seconds of data (the week for more).
+    pub fn fitting(held: u64) -> Range {
+        Range::ALL.into_iter().find(|r| r.seconds() >= held).unwrap_or(Range::Week)
+    }
+
     /// The span in seconds.
     pub fn seconds(self) -> u64 {
         match self {
@@ -175,6 +180,12 @@ pub struct Dashboard {
 pub trait Source: Send + Sync + 'static {
     /// The dashboard over `range`, downsampled to at most `buckets` buckets.
     fn dashboard(&self, range: Range, buckets: usize) -> Dashboard;
+
+    /// How many seconds back the data goes (the page opens on the smallest range that holds it); None (the
+    /// default) opens on the hour.
+    fn held_seconds(&self) -> Option<u64> {
+        None
+    }
 
     /// A number that grows whenever what [`Source::dashboard`] returns may change (the agent: with each sample it
     /// publishes). A render made at revision `r` answers every request that arrives while the revision is still

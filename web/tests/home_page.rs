@@ -11,9 +11,14 @@ struct Fake {
     names: Vec<String>,
     oom_kills: Option<u64>,
     brake: Option<BrakeNow>,
+    held: Option<u64>,
 }
 
 impl Source for Fake {
+    fn held_seconds(&self) -> Option<u64> {
+        self.held
+    }
+
     fn dashboard(&self, range: Range, buckets: usize) -> Dashboard {
         let n = buckets.min(range.seconds() as usize);
         let now_ms = 1_700_000_000_000;
@@ -105,7 +110,7 @@ fn app(names: &[&str]) -> axum::Router {
 }
 
 fn app_with(names: &[&str], oom_kills: Option<u64>, brake: Option<BrakeNow>) -> axum::Router {
-    web::router(Arc::new(Fake { names: names.iter().map(|s| s.to_string()).collect(), oom_kills, brake }))
+    web::router(Arc::new(Fake { names: names.iter().map(|s| s.to_string()).collect(), oom_kills, brake, held: None }))
 }
 
 /// The memory chart's SVG.
@@ -185,6 +190,21 @@ async fn oom_kills_wakeups_and_the_brake_are_shown() {
     assert!(html.contains("OOM kills <b>not counted by this kernel</b>"));
     assert!(html.contains("not set: memory.high: &lt;denied&gt;"), "{html}");
     assert!(!memory_chart(&html).contains("#8000A0"));
+}
+
+#[tokio::test]
+async fn the_page_opens_on_the_smallest_range_that_holds_the_data_and_refreshes_in_place() {
+    let opened = |held: Option<u64>| async move {
+        let fake = Fake { names: vec!["a".into()], oom_kills: None, brake: None, held };
+        let (_, html) = get(web::router(Arc::new(fake)), "/").await;
+        Range::ALL.into_iter().find(|r| html.contains(&format!("<a class=\"on\" href=\"/?range={}\">", r.as_str())))
+    };
+    assert_eq!(opened(Some(40)).await, Some(Range::FiveMinutes), "a fresh agent");
+    assert_eq!(opened(Some(2 * 3600)).await, Some(Range::Day));
+    assert_eq!(opened(Some(30 * 86_400)).await, Some(Range::Week));
+    assert_eq!(opened(None).await, Some(Range::Hour), "a source that does not say");
+    let (_, html) = get(app(&["a"]), "/").await;
+    assert!(!html.contains("location.reload") && html.contains("replaceWith"), "refreshed in place");
 }
 
 #[tokio::test]

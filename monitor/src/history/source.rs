@@ -12,6 +12,14 @@ fn now_ms() -> u64 {
 }
 
 impl Source for History {
+    /// Back to the oldest minute kept (from the stats database too) or second, whichever is older.
+    fn held_seconds(&self) -> Option<u64> {
+        let inner = self.lock();
+        let oldest =
+            [inner.minutes.front().map(|m| m.t), inner.seconds.front().map(|s| s.t)].into_iter().flatten().min()?;
+        Some((now_ms() / 1000).saturating_sub(oldest))
+    }
+
     /// The latest sample's wake-up, in nanoseconds since the first call: it moves with every sample published,
     /// failed ones too (whose snapshot, and so whose `seq`, is the last good one).
     fn revision(&self) -> Option<u64> {
