@@ -3,7 +3,7 @@
 //! thread of its own, a bounded number of scrapes at a time.
 
 use crate::feed::Published;
-use crate::history::{names, History};
+use crate::history::History;
 use crate::policy::{Decisions, Thresholds};
 use crate::reaction::{Counts, Kind, BOUNDS_NS};
 use axum::extract::State;
@@ -65,7 +65,7 @@ fn text(h: &History) -> String {
             extra.restarts.push((m.name.clone(), m.restarts as u64));
         }
     }
-    let names = names(&p, &launched);
+    let names = h.names(&p);
     render(&p, &names, &extra)
 }
 

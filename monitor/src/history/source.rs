@@ -1,7 +1,7 @@
 //! The home page's data: the latest sample (header, status strip) and the history's series, as `web`'s plain
 //! view types. Its revision is the latest sample's: one render answers every request until the next sample.
 
-use super::{names, query, History};
+use super::{query, History};
 use crate::policy::ProcId;
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -34,7 +34,7 @@ impl Source for History {
         let s = &p.snapshot;
         let d = &p.decision;
         let launched = self.launched();
-        let named = names(&p, &launched);
+        let named = self.names(&p);
         let restarts: std::collections::HashMap<String, u64> = self.restarts().into_iter().collect();
         let mut processes: Vec<ProcessStatus> = s
             .processes
