@@ -568,6 +568,24 @@ mod tests {
     }
 
     #[test]
+    fn credentials_are_read_from_their_files() {
+        let dir = std::env::temp_dir().join(format!("monitor-cred-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let secret = dir.join("secret");
+        let _ = std::fs::write(&secret, "pa:ss\n");
+        let mut a = AlertsConfig { bearer_token_file: Some(secret.clone()), ..AlertsConfig::default() };
+        assert_eq!(a.authorization(), Ok(Some("Bearer pa:ss".to_string())));
+        a.bearer_token_file = None;
+        a.basic_auth = Some(BasicAuth { username: "monitor".into(), password_file: secret.clone() });
+        // base64("monitor:pa:ss")
+        assert_eq!(a.authorization(), Ok(Some("Basic bW9uaXRvcjpwYTpzcw==".to_string())));
+        a.basic_auth = Some(BasicAuth { username: "m".into(), password_file: dir.join("missing") });
+        assert!(a.authorization().is_err_and(|e| e.contains("missing")));
+        assert_eq!(AlertsConfig::default().authorization(), Ok(None));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn fleet_labels_external_url_and_several_alertmanagers() {
         let c = Config::from_toml(
             "[web]\nexternal_url = \"https://mon.example/app\"\n[alerts]\nalertmanager = \"http://127.0.0.1:9093\"\n\
