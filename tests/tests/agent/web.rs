@@ -154,8 +154,12 @@ fn prometheus_scrapes_the_agent() {
     let dir = TempDir::new("prometheus");
     let a = agent(&dir.0, &dir.0.join("stats.db"));
     let cfg = dir.0.join("prometheus.yml");
+    // The fleet's rules too (docs/prometheus-alerts.yml): evaluated on the scraped series, they raise the alert
+    // under the name the agent itself uses for the same fault.
+    let rules = monitor_tests::workspace_root().join("docs/prometheus-alerts.yml");
     let scrape = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: monitor\n    static_configs:\n      - targets: ['{}']\n",
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: monitor\n    static_configs:\n      - targets: ['{}']\n",
+        rules.display(),
         a.addr()
     );
     std::fs::write(&cfg, scrape).expect("prometheus.yml");
@@ -185,6 +189,20 @@ fn prometheus_scrapes_the_agent() {
                 .map(|r| r.text())
                 .unwrap_or_default();
                 assert!(up.contains("\"job\":\"monitor\""), "{up}");
+                // The agent runs with its probes off: the rule of that fault is pending (for: 10m), named as the
+                // agent names it.
+                let alerts =
+                    monitor_tests::wait_until("the rules to see the probes off", Duration::from_secs(30), || {
+                        let r = monitor_tests::http::get(addr, "/api/v1/alerts", Duration::from_secs(5)).ok()?;
+                        let v: Value = serde_json::from_str(&r.text()).ok()?;
+                        let names: Vec<String> = v["data"]["alerts"]
+                            .as_array()?
+                            .iter()
+                            .filter_map(|a| a["labels"]["alertname"].as_str().map(String::from))
+                            .collect();
+                        names.contains(&"MonitorProbesDisabled".to_string()).then_some(v)
+                    });
+                assert!(alerts.to_string().contains("alerts.md#monitorprobesdisabled"), "its runbook: {alerts}");
                 return;
             }
         }
