@@ -109,15 +109,22 @@ fn revision(workspace: &Path) -> String {
             .map(|s| s.trim().to_string())
     };
     let Some(rev) = git(&["rev-parse", "--short=12", "HEAD"]) else { return "unknown".into() };
+    // Only files that exist: cargo takes a missing one for changed, and would run this script (and rebuild the
+    // crate) at every build.
+    let watch = |p: PathBuf| {
+        if p.exists() {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    };
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        println!("cargo:rerun-if-changed={dir}/HEAD");
+        watch(PathBuf::from(dir).join("HEAD"));
     }
     if let (Some(common), Some(branch)) =
         (git(&["rev-parse", "--git-common-dir"]), git(&["symbolic-ref", "-q", "HEAD"]))
     {
         let common = workspace.join(common);
-        println!("cargo:rerun-if-changed={}", common.join(&branch).display());
-        println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
+        watch(common.join(&branch));
+        watch(common.join("packed-refs"));
     }
     rev
 }
