@@ -21,6 +21,7 @@ pub mod kernfile;
 pub mod launcher;
 pub mod logs;
 pub mod metrics;
+pub mod notify;
 pub mod pacing;
 pub mod pidfd;
 pub mod policy;

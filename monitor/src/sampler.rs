@@ -462,8 +462,13 @@ pub fn spawn(
     std::thread::Builder::new().name("sampler".into()).spawn(move || {
         let mut next = Instant::now() + interval;
         let mut failing = false;
+        // systemd's watchdog is fed from this loop: a sampler that hangs stops feeding it.
+        let mut watchdog = crate::notify::Watchdog::from_env();
         while !stop.load(Ordering::Relaxed) {
-            let wake = sampler.wait(next);
+            let until = watchdog.period().map_or(next, |p| next.min(Instant::now() + p));
+            let wake = sampler.wait(until);
+            watchdog.tick(Instant::now());
+            let failing_was = failing;
             match sampler.sample() {
                 Ok(snap) => {
                     if failing {
@@ -473,6 +478,9 @@ pub fn spawn(
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
                     log_decision(&decision, &snap, &wake);
+                    if decision.changed || failing_was {
+                        crate::notify::status(&status_line(&snap, &decision));
+                    }
                     let paced = sampler.paced(&snap);
                     next = sampler.last_sample + paced;
                     let probes = sampler.probe_status().clone();
@@ -490,6 +498,7 @@ pub fn spawn(
                 Err(e) => {
                     if !failing {
                         tracing::error!("sample failed: {e}");
+                        crate::notify::status(&format!("the group cannot be read: {e}"));
                         failing = true;
                     }
                     next = Instant::now() + interval;
@@ -502,6 +511,17 @@ pub fn spawn(
         }
         sampler.release_brake();
     })
+}
+
+/// The group's state in a line, for `systemctl status`: `normal at 45% of 512.0 MiB`.
+pub fn status_line(snap: &Snapshot, d: &Decision) -> String {
+    let state = match d.state {
+        crate::policy::State::Normal => "normal",
+        crate::policy::State::Refusing => "refusing new requests",
+        crate::policy::State::Aborting => "aborting the largest",
+    };
+    let shadow = if d.shadow { " (shadow)" } else { "" };
+    format!("{state}{shadow} at {:.0}% of {}", d.ratio * 100.0, crate::units::size(snap.group.limit_bytes))
 }
 
 /// Takes the first sample synchronously (so start-up fails fast on an unreadable group) and decides on it.

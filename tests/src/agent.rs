@@ -97,8 +97,17 @@ impl Agent {
     /// Like [`Agent::start_args`], the agent placed in `cgroup` (a v1 memory cgroup directory) from its first
     /// instruction, as a service manager would start it in its unit's group.
     pub fn start_args_in(args: Vec<String>, port: u16, cgroup: Option<&std::path::Path>) -> Agent {
+        Self::launch(args, port, cgroup, &[])
+    }
+
+    /// Like [`Agent::start_args`], with `env` set for the agent (systemd's `NOTIFY_SOCKET`, `WATCHDOG_USEC`…).
+    pub fn start_args_env(args: Vec<String>, port: u16, env: &[(&str, &str)]) -> Agent {
+        Self::launch(args, port, None, env)
+    }
+
+    fn launch(args: Vec<String>, port: u16, cgroup: Option<&std::path::Path>, env: &[(&str, &str)]) -> Agent {
         let mut cmd = Command::new(monitor_bin());
-        cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        cmd.args(&args).envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = match cgroup {
             Some(cg) => crate::spawn_in_cgroup(&mut cmd, cg),
             None => ChildGuard::spawn(&mut cmd),

@@ -15,6 +15,10 @@ use tokio::process::{Child, Command};
 /// Starts `p` inside the cgroup directory `cgroup` (None: stays in the launcher's own cgroup).
 pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
     let mut cmd = Command::new(&p.command[0]);
+    // The service manager's sockets are the agent's: a child must not notify (or feed the watchdog) for it.
+    for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
+        cmd.env_remove(var);
+    }
     cmd.args(&p.command[1..]).envs(&p.env).kill_on_drop(true).process_group(0).stdin(std::process::Stdio::null());
     let procs = match cgroup {
         Some(dir) => Some(

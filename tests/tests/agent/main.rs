@@ -13,5 +13,6 @@ mod fork;
 mod oom_kills;
 mod own_group;
 mod probes;
+mod systemd;
 mod v1;
 mod web;
