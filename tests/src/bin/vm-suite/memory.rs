@@ -61,6 +61,17 @@ pub fn nested_limit_changed_at_run_time() {
     }
     let s = agent.wait_for(|s| s.pointer("/group/limit_source").and_then(|v| v.as_str()) == Some("host"), SETTLE);
     assert_eq!(u64_at(&s, "/group/limit_bytes"), mem_total());
+    // cgroup v2 with PSI: the group's memory stall totals are exported, both kinds, as counters.
+    let leaf_pressure = std::fs::read_to_string(leaf.path().join("memory.pressure")).unwrap_or_default();
+    let (code, metrics) = agent.get("/metrics");
+    assert_eq!(code, 200, "{metrics}");
+    for kind in ["some", "full"] {
+        let line = format!("monitor_memory_pressure_seconds_total{{kind=\"{kind}\"}} ");
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&line)),
+            "no {line}in /metrics (memory.pressure: {leaf_pressure:?})"
+        );
+    }
 }
 
 /// `memory.high` is a throttle, not a limit: the kernel reclaims and slows allocators above it but never
