@@ -468,17 +468,16 @@ pub fn spawn(
             let until = watchdog.period().map_or(next, |p| next.min(Instant::now() + p));
             let wake = sampler.wait(until);
             watchdog.tick(Instant::now());
-            let failing_was = failing;
             match sampler.sample() {
                 Ok(snap) => {
-                    if failing {
+                    let recovered = std::mem::replace(&mut failing, false);
+                    if recovered {
                         tracing::info!(cgroup = %sampler.group().dir.display(), "group readable again");
-                        failing = false;
                     }
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
                     log_decision(&decision, &snap, &wake);
-                    if decision.changed || failing_was {
+                    if decision.changed || recovered {
                         crate::notify::status(&status_line(&snap, &decision));
                     }
                     let paced = sampler.paced(&snap);

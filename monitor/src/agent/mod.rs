@@ -232,7 +232,10 @@ impl Parts<'_> {
             }
             None => None,
         };
-        let rx_status = rx.clone();
+        let ready = {
+            let now = rx.borrow();
+            sampler::status_line(&now.snapshot, &now.decision)
+        };
         let state = api::ApiState { latest: rx, thresholds, launcher: door.as_ref().map(|d| d.view.clone()), interval };
         let app = api::router(state)
             .merge(sampling.history.router())
@@ -240,8 +243,7 @@ impl Parts<'_> {
             .method_not_allowed_fallback(reply::method_not_allowed);
         let api = tokio::spawn(api::serve(web, app, drained.clone().started()));
         // Ready for systemd: the API answers, and under `monitor run` the master and the workers are healthy.
-        let now = rx_status.borrow().clone();
-        crate::notify::ready(&sampler::status_line(&now.snapshot, &now.decision));
+        crate::notify::ready(&ready);
         match (door, front, launcher) {
             (Some(d), Some(front), Some(launcher)) => {
                 tracing::info!(proxy = %cfg.proxy.listen, web = %cfg.web.listen, "serving");
