@@ -79,15 +79,10 @@ impl Client {
     }
 
     /// The client of the requests that name no CA or credentials (the host's CA store), built once.
-    pub fn plain() -> &'static Client {
-        static PLAIN: OnceLock<Client> = OnceLock::new();
-        PLAIN.get_or_init(|| {
-            Client::new(None, None).unwrap_or_else(|e| {
-                // Only a bad CA file or header can fail, and neither is given here.
-                tracing::error!("TLS client: {e}");
-                Client { tls: Arc::new(empty_tls()), authorization: None }
-            })
-        })
+    pub fn plain() -> Result<&'static Client, ClientError> {
+        static PLAIN: OnceLock<Result<Client, String>> = OnceLock::new();
+        let built = PLAIN.get_or_init(|| Client::new(None, None).map_err(|e| e.to_string()));
+        built.as_ref().map_err(|e| ClientError::Setup(e.clone()))
     }
 
     /// Sends `req` to `url` and returns the answer.
@@ -165,18 +160,6 @@ impl Client {
     }
 }
 
-/// A TLS configuration that trusts nothing (only if the ring provider could not be set up).
-fn empty_tls() -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth())
-        .unwrap_or_else(|_| {
-            rustls::ClientConfig::builder_with_protocol_versions(&[])
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        })
-}
-
 /// One request on a new connection over `io`.
 async fn exchange<I>(
     io: I,
@@ -197,12 +180,12 @@ where
 
 /// GETs `url` with the plain client (see [`Client::get`]).
 pub async fn get(url: &str) -> Result<String, ClientError> {
-    Client::plain().get(url).await
+    Client::plain()?.get(url).await
 }
 
 /// POSTs a JSON body with the plain client (see [`Client::post_json`]).
 pub async fn post_json(url: &HttpUrl, body: &str) -> Result<(), ClientError> {
-    Client::plain().post_json(url, body).await
+    Client::plain()?.post_json(url, body).await
 }
 
 /// A `Retry-After` value (RFC 9110 §10.2.3): seconds, or an HTTP date (the wait until then from `now`).

@@ -545,7 +545,13 @@ http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
         monitor_tests::http::wait_port(port);
         let posts = || std::fs::read_to_string(&log).unwrap_or_default();
         let url: HttpUrl = format!("http://127.0.0.1:{port}/hook").parse().expect("a webhook URL");
-        let sink = http("webhook", url, crate::client::Client::plain().clone(), "http://x/".into(), webhook_json);
+        let sink = http(
+            "webhook",
+            url,
+            crate::client::Client::plain().expect("the plain client").clone(),
+            "http://x/".into(),
+            webhook_json,
+        );
         let started = std::time::Instant::now();
         sink.push(vec![n(Status::Firing)]);
         while posts().lines().count() < 3 && started.elapsed() < Duration::from_secs(10) {
