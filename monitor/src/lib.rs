@@ -15,6 +15,7 @@ pub mod build;
 pub mod cgroup;
 pub mod client;
 pub mod config;
+pub mod docs;
 pub mod feed;
 pub mod history;
 pub mod kernfile;

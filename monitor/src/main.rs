@@ -2,7 +2,7 @@
 //! [`Agent`]; `status`, `check-config` and `report` read what an agent wrote).
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use monitor::agent::Agent;
 use monitor::api::StatusView;
 use monitor::config::Config;
@@ -10,11 +10,21 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The environment the commands read, shown under `--help` and in the man page.
+const ENVIRONMENT: &str = "Environment:
+  MONITOR_LOG  What the agent logs, as tracing directives: a level (`debug`) or per module
+               (`info,monitor::sampler=debug`). Default: info. An invalid value stops start-up.";
+
 /// `--version`: the version, the commit and whether the eBPF object is built in.
 static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(monitor::build::long_version);
 
 #[derive(Parser)]
-#[command(name = "monitor", version = LONG_VERSION.as_str(), about = "Guards the memory of a group of server processes sharing one cgroup")]
+#[command(
+    name = "monitor",
+    version = LONG_VERSION.as_str(),
+    about = "Guards the memory of a group of server processes sharing one cgroup",
+    after_help = ENVIRONMENT
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -57,6 +67,12 @@ enum Cmd {
         /// TOML config file.
         #[arg(short, long)]
         config: PathBuf,
+    },
+    /// Writes the man pages (DIR/man) and shell completions (DIR/completions) of this command line.
+    #[command(hide = true)]
+    GenerateDocs {
+        /// The folder to write into (created when missing).
+        dir: PathBuf,
     },
 }
 
@@ -112,6 +128,7 @@ fn main() -> ExitCode {
             Config::load(&config).map_err(Into::into).and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?))
         }
         Cmd::CheckConfig { file, config, mode } => check_config(file.or(config).unwrap_or_default(), mode),
+        Cmd::GenerateDocs { dir } => generate_docs(&dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -136,6 +153,13 @@ fn describe(e: &anyhow::Error) -> String {
         }
     }
     out
+}
+
+fn generate_docs(dir: &std::path::Path) -> Result<()> {
+    for file in monitor::docs::write(Cli::command(), dir)? {
+        println!("{}", file.display());
+    }
+    Ok(())
 }
 
 /// The config the agent and the report read when no `-c` is given, when it exists.
