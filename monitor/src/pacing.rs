@@ -43,6 +43,12 @@ impl Pacer {
         Pacer { pacing, last: None, rate: 0.0, assume: true }
     }
 
+    /// A reloaded `[policy]`: the interval far from the lines, the shortest one and the growth assumed; whether
+    /// pacing is on stays as started, and so does the growth seen so far.
+    pub fn set_bounds(&mut self, max: Duration, min: Duration, assumed_rate: f64) {
+        self.pacing = Pacing { max, min, assumed_rate, ..self.pacing };
+    }
+
     /// The shortest interval it chooses.
     pub fn min(&self) -> Duration {
         self.pacing.min

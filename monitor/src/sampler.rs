@@ -6,6 +6,7 @@
 use crate::brake::Brake;
 use crate::cgroup::{CgroupError, Group, GroupReader};
 use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeupStatus};
+use crate::live::Live;
 use crate::pacing::{Pacer, Pacing};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
 use crate::probes::Probes;
@@ -356,6 +357,35 @@ impl Sampler {
         self.pacer.next(snap.mono_ms, g.usage_bytes, g.limit_bytes, &self.lines)
     }
 
+    /// A reloaded `[policy]`: the lines pacing and the kernel thresholds follow, the configured limit, and pacing's
+    /// bounds. The kernel wake-ups, pacing on or off and the brake stay as started.
+    pub fn set_policy(&mut self, policy: &crate::config::PolicyConfig) {
+        self.lines = [policy.refuse_at, policy.abort_at];
+        self.limit_override = policy.limit_bytes;
+        self.pacer.set_bounds(
+            Duration::from_millis(policy.interval_ms),
+            Duration::from_millis(policy.min_interval_ms),
+            (policy.fill_rate_mib_s << 20) as f64,
+        );
+    }
+
+    /// A reloaded `[probes]`: the programs are detached, then attached again as it now says (or left off).
+    pub fn set_probes(&mut self, cfg: &crate::config::ProbesConfig) {
+        // Dropped first: the hooks are free again before the new programs attach to them.
+        self.probes = None;
+        self.synced_pids.clear();
+        let (probes, status) = match load_probes(cfg) {
+            Ok(p) => {
+                let hooks = Some(p.hooks());
+                tracing::info!(hooks = ?p.hooks(), "request counting is on");
+                (Some(p), ProbeStatus { enabled: true, reason: None, hooks })
+            }
+            Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason), hooks: None }),
+        };
+        self.probes = probes;
+        self.probe_status = status;
+    }
+
     pub fn probe_status(&self) -> &ProbeStatus {
         &self.probe_status
     }
@@ -449,17 +479,20 @@ impl Sampler {
     }
 }
 
-/// Runs the sampler every `interval` until `stop` is set, publishing on `feed`. The first sample must already be
-/// published (see [`first`] and [`Feed::new`]), so consumers always have a value.
+/// Runs the sampler until `stop` is set, publishing on `feed`, with the policy and probes `config` holds (a new
+/// config applies from the next sample). The first sample must already be published (see [`first`] and
+/// [`Feed::new`]), so consumers always have a value.
 pub fn spawn(
     mut sampler: Sampler,
-    thresholds: Thresholds,
-    interval: Duration,
+    mut config: Live,
     mut state: PolicyState,
     feed: Feed,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("sampler".into()).spawn(move || {
+        let mut applied = config.now();
+        let mut thresholds = applied.policy.thresholds();
+        let mut interval = Duration::from_millis(applied.policy.interval_ms);
         let mut next = Instant::now() + interval;
         let mut failing = false;
         // systemd's watchdog is fed from this loop: a sampler that hangs stops feeding it.
@@ -468,6 +501,17 @@ pub fn spawn(
             let until = watchdog.period().map_or(next, |p| next.min(Instant::now() + p));
             let wake = sampler.wait(until);
             watchdog.tick(Instant::now());
+            if let Some(cfg) = config.changed() {
+                if cfg.policy != applied.policy {
+                    sampler.set_policy(&cfg.policy);
+                    thresholds = cfg.policy.thresholds();
+                    interval = Duration::from_millis(cfg.policy.interval_ms);
+                }
+                if cfg.probes != applied.probes {
+                    sampler.set_probes(&cfg.probes);
+                }
+                applied = cfg;
+            }
             match sampler.sample() {
                 Ok(snap) => {
                     let recovered = std::mem::replace(&mut failing, false);

@@ -11,9 +11,9 @@ pub mod ring;
 mod source;
 pub mod store;
 
-use crate::config::StatsConfig;
 use crate::feed::{Published, Samples};
 use crate::launcher::LauncherInfo;
+use crate::live::Live;
 use crate::policy::{Decisions, ProcId, Thresholds};
 use crate::snapshot::infer_roles;
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
@@ -60,6 +60,8 @@ pub struct Inputs {
     pub shed_total: Option<ShedFn>,
     /// The agent's reaction times, for `/metrics`.
     pub reactions: Option<Arc<crate::reaction::Reactions>>,
+    /// The config's reloads, for `/metrics`.
+    pub reloads: Option<Arc<crate::live::Reloads>>,
 }
 
 #[derive(Default)]
@@ -82,7 +84,8 @@ struct Inner {
 pub struct History {
     inner: Mutex<Inner>,
     latest: watch::Receiver<Arc<Published>>,
-    thresholds: Thresholds,
+    /// The applied config: the policy's lines drawn on the page, the retention.
+    config: Live,
     inputs: Inputs,
 }
 
@@ -194,8 +197,8 @@ fn named(p: &Published, launched: &[LauncherInfo], slots: &mut Slots) -> Vec<(St
 }
 
 impl History {
-    fn new(latest: watch::Receiver<Arc<Published>>, thresholds: Thresholds, inputs: Inputs) -> History {
-        History { inner: Mutex::new(Inner::default()), latest, thresholds, inputs }
+    fn new(latest: watch::Receiver<Arc<Published>>, config: Live, inputs: Inputs) -> History {
+        History { inner: Mutex::new(Inner::default()), latest, config, inputs }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -282,8 +285,14 @@ impl History {
         self.latest.borrow().clone()
     }
 
-    pub fn thresholds(&self) -> &Thresholds {
-        &self.thresholds
+    /// The policy's lines as applied now.
+    pub fn thresholds(&self) -> Thresholds {
+        self.config.thresholds()
+    }
+
+    /// The config's reloads, when they are counted.
+    pub fn reloads(&self) -> Option<&crate::live::Reloads> {
+        self.inputs.reloads.as_deref()
     }
 
     /// Launched processes (empty under `monitor agent`).
@@ -318,14 +327,9 @@ pub struct HistoryHandle {
 
 /// Opens the database (if configured), loads the last week from it and starts the consumer. Call inside the
 /// runtime. Never fails: a database problem is logged, shown on the home page, and the history stays in memory.
-pub fn spawn(
-    rx: watch::Receiver<Arc<Published>>,
-    samples: Samples,
-    cfg: &StatsConfig,
-    thresholds: Thresholds,
-    inputs: Inputs,
-) -> HistoryHandle {
-    let history = Arc::new(History::new(rx.clone(), thresholds, inputs));
+pub fn spawn(rx: watch::Receiver<Arc<Published>>, samples: Samples, config: Live, inputs: Inputs) -> HistoryHandle {
+    let cfg = config.now().stats.clone();
+    let history = Arc::new(History::new(rx.clone(), config.clone(), inputs));
     let (tx, writes) = mpsc::channel::<(Minute, Labels)>();
     let writer = cfg.path.clone().map(|path| {
         // Opened here, so that a database that cannot be opened is said before the API serves; the writer tries
@@ -338,10 +342,10 @@ pub fn spawn(
                 None
             }
         };
-        let (h, days) = (history.clone(), cfg.retention_days);
+        let h = history.clone();
         std::thread::Builder::new()
             .name("history-db".into())
-            .spawn(move || Writer::new(store, path, h, days).run(writes))
+            .spawn(move || Writer::new(store, path, h, config).run(writes))
     });
     let writer = match writer {
         Some(Ok(t)) => Some(t),
@@ -403,7 +407,8 @@ struct Writer {
     store: Option<Store>,
     path: PathBuf,
     h: Arc<History>,
-    days: u32,
+    /// `[stats] retention_days` as applied now (a reload changes it).
+    config: Live,
     /// Minutes not written yet, oldest first.
     pending: VecDeque<Minute>,
     /// The latest labels (they only grow, so they name every pending minute's processes).
@@ -413,8 +418,8 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(store: Option<Store>, path: PathBuf, h: Arc<History>, days: u32) -> Writer {
-        Writer { store, path, h, days, pending: VecDeque::new(), labels: Labels::default(), retry: REOPEN_EVERY }
+    fn new(store: Option<Store>, path: PathBuf, h: Arc<History>, config: Live) -> Writer {
+        Writer { store, path, h, config, pending: VecDeque::new(), labels: Labels::default(), retry: REOPEN_EVERY }
     }
 
     fn run(mut self, rows: mpsc::Receiver<(Minute, Labels)>) {
@@ -441,20 +446,25 @@ impl Writer {
             if done {
                 return;
             }
+            let days = self.days();
             if let Some(s) = self.store.as_mut().filter(|_| last_retain.elapsed() >= RETAIN_EVERY) {
                 last_retain = std::time::Instant::now();
-                if let Err(e) = s.retain(self.days, now_s()) {
+                if let Err(e) = s.retain(days, now_s()) {
                     tracing::warn!("deleting old history rows: {e}");
                 }
             }
         }
     }
 
+    fn days(&self) -> u32 {
+        self.config.now().stats.retention_days
+    }
+
     /// Opens the database if it is not open, and writes the pending minutes, oldest first.
     fn flush(&mut self) {
         let failing = self.h.note().is_some();
         if self.store.is_none() {
-            match open_and_load(&self.path, self.days, &self.h) {
+            match open_and_load(&self.path, self.days(), &self.h) {
                 Ok(s) => self.store = Some(s),
                 Err(e) => {
                     tracing::debug!("stats database still cannot be opened: {e}");
@@ -542,9 +552,9 @@ mod tests {
             .execute_batch("PRAGMA journal_mode=DELETE; CREATE TABLE x(y); BEGIN EXCLUSIVE; INSERT INTO x VALUES (1);")
             .expect("lock");
         let (_tx, latest) = watch::channel(Arc::new(Published::test(State::Normal)));
-        let h = Arc::new(History::new(latest, Thresholds::default(), Inputs::default()));
+        let h = Arc::new(History::new(latest, Live::fixed(Default::default()), Inputs::default()));
         h.set_note(Some("history is not persisted: database is locked".into()));
-        let mut w = Writer::new(None, path.clone(), h.clone(), 30);
+        let mut w = Writer::new(None, path.clone(), h.clone(), Live::fixed(Default::default()));
         w.retry = Duration::from_millis(100);
         let (rows, writes) = mpsc::channel();
         let writer = std::thread::spawn(move || w.run(writes));
