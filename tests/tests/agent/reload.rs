@@ -5,7 +5,9 @@
 //! history goes on being written after them, and an agent started without a file keeps running on SIGHUP.
 
 use monitor_tests::config::Config;
-use monitor_tests::{agent::free_port, require_v1, temp_dir, Agent, CgroupV1, Hog};
+use monitor_tests::{
+    agent::free_port, json_lines, require_root, require_v1, temp_dir, wait_until, Agent, CgroupV1, Hog,
+};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
@@ -14,6 +16,14 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
+
+/// An alert hook: appends the alert it gets on stdin to the file it is given, one JSON line per run.
+const HOOK: &str = r#"
+import json, sys
+alert = json.load(sys.stdin)
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps(alert) + "\n")
+"#;
 
 /// How long a reload may take to show in the status.
 const RELOADED: Duration = Duration::from_secs(5);
@@ -118,7 +128,10 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
     assert_eq!(reloads(&agent, "ok"), Some(0));
     receive_until(&sock, Duration::from_secs(5), |g| g.iter().any(|m| m.contains("READY=1")));
 
-    // A good file: applied live, and the sampler decides with it.
+    // A good file: applied live, and the sampler decides with it; the alert hook it adds hears of it.
+    let alerted = dir.join("alerts.jsonl");
+    let hook = ["python3", "-c", HOOK, &alerted.display().to_string()];
+    let base = base.alert_command(hook);
     base.clone().set("policy", "refuse_at", 0.7).write(&file);
     sighup(pid);
     let s = agent.wait_for(|s| s["config"]["last_reload"] == "ok", RELOADED);
@@ -126,6 +139,9 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
     assert_eq!(s["config"]["restart_needed"], Value::Array(vec![]), "{s}");
     agent.wait_for(|s| s["policy"]["state"] == "refusing", RELOADED);
     assert_eq!(reloads(&agent, "ok"), Some(1));
+    wait_until("the alert hook the reload added", RELOADED, || {
+        json_lines(&alerted).into_iter().find(|a| a["labels"]["alertname"] == "MonitorGroupRefusing")
+    });
     let got = receive_until(&sock, RELOADED, |g| g.iter().any(|m| m.contains("READY=1")));
     let reloading = got.iter().position(|m| m.split(' ').any(|w| w == "RELOADING=1"));
     let ready = got.iter().rposition(|m| m.split(' ').any(|w| w == "READY=1"));
@@ -200,4 +216,54 @@ fn sighup_without_a_config_file_keeps_the_agent_running_as_it_is() {
     let s = agent.status();
     assert!(s["config"]["file"].is_null() && s["config"]["last_reload"].is_null(), "nothing was reloaded: {s}");
     assert_eq!(s["policy"]["refuse_at"].as_f64(), Some(0.85), "{s}");
+}
+
+#[test]
+fn sighup_detaches_and_attaches_the_probes() {
+    let test = "sighup_detaches_and_attaches_the_probes";
+    if !require_root(test) || !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("reload-probes");
+    let cg = CgroupV1::create("reload-probes", Some(512 << 20));
+    let server_port = free_port();
+    let mut cmd = monitor_tests::servers::python_http(&dir, "127.0.0.1", server_port);
+    let server = monitor_tests::spawn_in_cgroup(&mut cmd, cg.path());
+    monitor_tests::http::wait_port(server_port);
+    let port = free_port();
+    let base =
+        Config::new().cgroup(cg.path()).web(SocketAddr::from(([127, 0, 0, 1], port))).set("policy", "interval_ms", 50);
+    let file = base.clone().probes(true).write(dir.join("monitor.toml"));
+    let agent = Agent::start_args(vec!["agent".into(), "--config".into(), file.display().to_string()], port);
+    let requests = |s: &Value| {
+        monitor_tests::agent::process(s, server.pid()).and_then(|p| p["requests_total"].as_u64()).unwrap_or(0)
+    };
+    let serve = || {
+        let r = monitor_tests::http::get(SocketAddr::from(([127, 0, 0, 1], server_port)), "/", RELOADED);
+        assert!(r.is_ok_and(|r| r.status == 200), "the server in the group answers");
+    };
+    let s = agent.status();
+    assert_eq!(s["probes"]["enabled"], true, "probes must load as root: {}", s["probes"]);
+    // Let the sampler put the server in the kernel's filter, then count one request.
+    std::thread::sleep(Duration::from_millis(300));
+    serve();
+    agent.wait_for(|s| requests(s) >= 1, RELOADED);
+
+    base.clone().probes(false).write(&file);
+    sighup(agent.pid());
+    let s = agent.wait_for(|s| s["probes"]["enabled"] == false, RELOADED);
+    assert!(s["probes"]["reason"].as_str().is_some_and(|r| r.contains("disabled in the config")), "{s}");
+    assert_eq!(s["config"]["restart_needed"], Value::Array(vec![]), "{s}");
+
+    base.clone().probes(true).write(&file);
+    sighup(agent.pid());
+    let s = agent.wait_for(|s| s["probes"]["enabled"] == true, RELOADED);
+    let counted = requests(&s);
+    std::thread::sleep(Duration::from_millis(300));
+    serve();
+    agent.wait_for(|s| requests(s) > counted, RELOADED);
+    assert_eq!(reloads(&agent, "ok"), Some(2));
+    drop(agent);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
