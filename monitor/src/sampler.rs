@@ -37,6 +37,15 @@ fn brake_start(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f
             Err(e) => tracing::warn!("memory brake: looking for a brake left behind: {e}"),
         }
     }
+    if policy.brake_at.is_some() && group.version != crate::snapshot::CgroupVersion::V2 {
+        tracing::warn!("[policy] brake_at is set, but the brake needs cgroup v2 (memory.high): off");
+    }
+    brake_place(group, policy)
+}
+
+/// Where the brake may be set for `policy` on `group` (None when it is not configured, or with the status that
+/// says why not).
+fn brake_place(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f64>, Option<BrakeStatus>) {
     let Some(at) = policy.brake_at else { return (None, None) };
     let off = |why: &str| BrakeStatus {
         at,
@@ -47,7 +56,6 @@ fn brake_start(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f
         warning: None,
     };
     if group.version != crate::snapshot::CgroupVersion::V2 {
-        tracing::warn!("[policy] brake_at is set, but the brake needs cgroup v2 (memory.high): off");
         return (None, Some(off("cgroup v2 only (memory.high): this group is on cgroup v1")));
     }
     if policy.shadow {
@@ -357,9 +365,18 @@ impl Sampler {
         self.pacer.next(snap.mono_ms, g.usage_bytes, g.limit_bytes, &self.lines)
     }
 
-    /// A reloaded `[policy]`: the lines pacing and the kernel thresholds follow, the configured limit, and pacing's
-    /// bounds. The kernel wake-ups, pacing on or off and the brake stay as started.
+    /// A reloaded `[policy]`: the lines pacing and the kernel thresholds follow, the configured limit, pacing's
+    /// bounds, and the brake in or out of shadow mode (released in it, set again out of it). The kernel wake-ups,
+    /// pacing on or off and `brake_at` stay as started.
     pub fn set_policy(&mut self, policy: &crate::config::PolicyConfig) {
+        let (at, status) = brake_place(self.reader.group(), policy);
+        if at != self.brake_at {
+            self.release_brake();
+            self.brake_at = at;
+            self.brake_status = status;
+            self.brake_limit = 0;
+            self.brake_failed_at = None;
+        }
         self.lines = [policy.refuse_at, policy.abort_at];
         self.limit_override = policy.limit_bytes;
         self.pacer.set_bounds(
