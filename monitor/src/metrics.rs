@@ -442,6 +442,19 @@ mod tests {
     }
 
     #[test]
+    fn config_reloads_are_counted_by_result_where_they_are_kept() {
+        let p = Published::test(State::Normal);
+        let text = render(&p, &[], &Extra { reloads: Some((3, 1)), ..Extra::default() });
+        assert_eq!(
+            lines_of(&text, "monitor_config_reloads_total{"),
+            ["monitor_config_reloads_total{result=\"ok\"} 3", "monitor_config_reloads_total{result=\"failed\"} 1"]
+        );
+        assert!(text.contains("# TYPE monitor_config_reloads_total counter\n"), "{text}");
+        let text = render(&p, &[], &Extra::default());
+        assert!(!text.contains("monitor_config_reloads_total"), "left out where no reload is counted: {text}");
+    }
+
+    #[test]
     fn build_lines_decisions_and_sample_age() {
         let mut p = Published::test(State::Refusing);
         p.snapshot.unix_ms = 1_000_000;
