@@ -1,8 +1,9 @@
-//! SIGHUP reloads the agent's config, with the test in systemd's place (`NOTIFY_SOCKET`): a good file is applied
-//! live (the status shows the new `refuse_at`, and the group, held between the old and the new line, changes
-//! state), a bad one is refused with its file, line and key while the agent serves on with the config it had, and a
-//! key only a restart applies (`[web] listen`) is named as such and kept. The reloads are counted in `/metrics`, the
-//! history goes on being written after them, and an agent started without a file keeps running on SIGHUP.
+//! SIGHUP reloads the agent's config, with the test in systemd's place (`NOTIFY_SOCKET`). A good file is applied
+//! live: the status shows the new `refuse_at`, the group, held between the old and the new line, changes state, and
+//! the alert hook and the refuse signal the file adds are heard from. A bad one is refused with its file, line and
+//! key while the agent serves on with the config it had. A key only a restart applies (`[web] listen`) is named as
+//! such and kept. The reloads are counted in `/metrics`, and the history goes on being written after them. The
+//! probes are detached and attached again, and an agent started without a file keeps running on SIGHUP.
 
 use monitor_tests::config::Config;
 use monitor_tests::{
@@ -23,6 +24,16 @@ import json, sys
 alert = json.load(sys.stdin)
 with open(sys.argv[1], "a") as f:
     f.write(json.dumps(alert) + "\n")
+"#;
+
+/// Writes `ready`, then the name of each SIGWINCH it gets, one a line, to the file `argv[1]`.
+const RECORDER: &str = r#"
+import signal, sys, time
+out = open(sys.argv[1], "a", buffering=1)
+signal.signal(signal.SIGWINCH, lambda n, f: out.write("SIGWINCH\n"))
+out.write("ready\n")
+while True:
+    time.sleep(1)
 "#;
 
 /// How long a reload may take to show in the status.
@@ -108,6 +119,12 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
     // 190 MiB of 256: 74%, between the new refuse line (0.7) and the old one (0.85, less the hysteresis).
     let mut hog = Hog::spawn(HOG, cg.path(), 20, false);
     hog.set_mib(190);
+    // A process of the group that writes down the signals it gets.
+    let signals = dir.join("signals");
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", RECORDER]).arg(&signals);
+    let _recorder = monitor_tests::spawn_in_cgroup(&mut cmd, cg.path());
+    wait_until("the recorder", RELOADED, || std::fs::read_to_string(&signals).ok().filter(|t| t.contains("ready")));
     let port = free_port();
     let db = dir.join("stats.db");
     let base = Config::new()
@@ -128,10 +145,10 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
     assert_eq!(reloads(&agent, "ok"), Some(0));
     receive_until(&sock, Duration::from_secs(5), |g| g.iter().any(|m| m.contains("READY=1")));
 
-    // A good file: applied live, and the sampler decides with it; the alert hook it adds hears of it.
+    // A good file: applied live, and the sampler decides with it; the alert hook and the signal it adds are heard.
     let alerted = dir.join("alerts.jsonl");
     let hook = ["python3", "-c", HOOK, &alerted.display().to_string()];
-    let base = base.alert_command(hook);
+    let base = base.alert_command(hook).set("actions", "refuse_signal", "SIGWINCH");
     base.clone().set("policy", "refuse_at", 0.7).write(&file);
     sighup(pid);
     let s = agent.wait_for(|s| s["config"]["last_reload"] == "ok", RELOADED);
@@ -141,6 +158,9 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
     assert_eq!(reloads(&agent, "ok"), Some(1));
     wait_until("the alert hook the reload added", RELOADED, || {
         json_lines(&alerted).into_iter().find(|a| a["labels"]["alertname"] == "MonitorGroupRefusing")
+    });
+    wait_until("the refuse signal the reload added", RELOADED, || {
+        std::fs::read_to_string(&signals).ok().filter(|t| t.contains("SIGWINCH"))
     });
     let got = receive_until(&sock, RELOADED, |g| g.iter().any(|m| m.contains("READY=1")));
     let reloading = got.iter().position(|m| m.split(' ').any(|w| w == "RELOADING=1"));
