@@ -99,7 +99,6 @@ impl Agent {
         end.group.clone_from(&children_cgroup);
         let launched = end.launched.clone();
         let group_dir = group.dir.clone();
-        let started = sampler::start(group, &cfg)?;
         // Two workers: a probe is answered by one while the other is busy with a crowd of clients (the renders run
         // on threads of their own).
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -107,8 +106,15 @@ impl Agent {
             .enable_all()
             .build()
             .map_err(AgentError::io("starting the runtime"))?;
+        // Caught before the slow part of the start (the probes load, the first sample): from here on a reload
+        // signal never stops the agent.
+        let hangups = {
+            let _on = rt.enter();
+            reload::catch()
+        };
+        let started = sampler::start(group, &cfg)?;
         let parts = Parts { cfg: &cfg, launching, children_cgroup, launched, group_dir, source };
-        let result = rt.block_on(parts.serve(started));
+        let result = rt.block_on(parts.serve(started, hangups));
         rt.shutdown_timeout(Duration::from_secs(1));
         drop(end);
         result
@@ -143,10 +149,12 @@ impl Sampling {
 }
 
 impl Parts<'_> {
-    async fn serve(self, started: sampler::Started) -> Result<(), AgentError> {
+    async fn serve(
+        self,
+        started: sampler::Started,
+        hangups: Option<tokio::signal::unix::Signal>,
+    ) -> Result<(), AgentError> {
         let cfg = self.cfg;
-        // Caught first: from here on a reload signal never stops the agent.
-        let hangups = reload::catch();
         // The config as applied: this one until a reload applies another.
         let (publisher, live) = Live::new(cfg.clone());
         let reloads = Arc::new(Reloads::new(self.source.file.clone()));
