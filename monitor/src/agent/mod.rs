@@ -227,8 +227,14 @@ impl Parts<'_> {
         let sampling = Sampling { stop, thread, history };
         let (drain, drained) = Drain::new();
         drain.on_signals();
-        let reloader =
-            reload::Reloader { source: self.source.clone(), publisher, reloads: reloads.clone(), latest: rx.clone() };
+        let mode = if self.launching { crate::config::Mode::Run } else { crate::config::Mode::Agent };
+        let reloader = reload::Reloader {
+            source: self.source.clone(),
+            publisher,
+            reloads: reloads.clone(),
+            mode,
+            latest: rx.clone(),
+        };
         reloader.spawn(hangups, drained.clone());
         let launcher = match &door {
             Some(d) => {

@@ -31,6 +31,8 @@ pub struct Reloader {
     pub source: Source,
     pub publisher: Publisher,
     pub reloads: Arc<Reloads>,
+    /// The command running: `monitor agent` does not read `[proxy]` and `[[process]]`.
+    pub mode: config::Mode,
     /// The latest sample, for the status line systemd shows after a reload.
     pub latest: watch::Receiver<Arc<Published>>,
 }
@@ -79,7 +81,7 @@ impl Reloader {
             Some(Ok(new)) => new,
         };
         let running = self.publisher.current();
-        let r = config::reload(&running, &new);
+        let r = config::reload(&running, &new, self.mode);
         let restart: Vec<String> = r.restart().into_iter().map(String::from).collect();
         // A live value checked against one kept until a restart (abort_at against brake_at).
         if let Some(p) = r.config.validate().into_iter().next() {

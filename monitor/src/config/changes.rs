@@ -2,7 +2,7 @@
 //! either applied live or kept as running until a restart (a listening socket, the guarded cgroup, the launched
 //! processes, the stats file). Pure: no I/O; the agent publishes [`Reload::config`] and logs the rest.
 
-use super::Config;
+use super::{Config, Mode};
 
 /// How a changed key takes effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,6 +11,9 @@ pub enum Apply {
     Live,
     /// Only at the next start: the running value is kept meanwhile.
     Restart,
+    /// Not read by the command running (`[proxy]` and `[[process]]` under `monitor agent`): kept, and not worth a
+    /// warning.
+    Ignored,
 }
 
 /// One key whose value differs (`policy.refuse_at`, `web.listen`, `process` for the `[[process]]` set).
@@ -57,9 +60,15 @@ macro_rules! compare {
     };
 }
 
-/// The config to apply after reading `new` while `running` runs, and what changed. The result may still need
-/// [`Config::validate`]: a live value checked against a kept one (`policy.abort_at` against `policy.brake_at`).
-pub fn reload(running: &Config, new: &Config) -> Reload {
+/// Keys only `monitor run` reads (as `monitor check-config --mode agent` names them).
+fn run_only(key: &str) -> bool {
+    key.starts_with("proxy.") || matches!(key, "process" | "group.create" | "group.limit_bytes")
+}
+
+/// The config to apply after reading `new` while `running` runs under `mode`, and what changed. The result may
+/// still need [`Config::validate`]: a live value checked against a kept one (`policy.abort_at` against
+/// `policy.brake_at`).
+pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
     let mut merged = new.clone();
     let mut changes = Vec::new();
     compare! { running, new, merged, changes;
@@ -119,6 +128,11 @@ pub fn reload(running: &Config, new: &Config) -> Reload {
         "actions.post_url" => Live actions.post_url;
         "actions.admin_path" => Restart actions.admin_path;
     }
+    if mode == Mode::Agent {
+        for c in changes.iter_mut().filter(|c| run_only(c.key)) {
+            c.apply = Apply::Ignored;
+        }
+    }
     Reload { config: merged, changes }
 }
 
@@ -137,7 +151,7 @@ mod tests {
     #[test]
     fn each_key_is_live_or_kept_until_a_restart() {
         // (running, new, keys applied live, keys kept until a restart)
-        let cases: [(&str, &str, &[&str], &[&str]); 9] = [
+        let cases: [(&str, &str, &[&str], &[&str]); 10] = [
             ("", "", &[], &[]),
             ("[policy]\nrefuse_at = 0.85\n", "[policy]\nrefuse_at = 0.7\n", &["policy.refuse_at"], &[]),
             (
@@ -163,24 +177,37 @@ mod tests {
                 &["process"],
             ),
             ("[actions]\nadmin_path = \"/a\"\n", "[web]\nexternal_url = \"http://h/\"\n", &["web.external_url"], &["actions.admin_path"]),
+            ("", "[group]\ncreate = true\nlimit_bytes = 1000\n", &[], &["group.create", "group.limit_bytes"]),
         ];
         for (running, new, live, restart) in cases {
-            let r = reload(&cfg(running), &cfg(new));
+            let r = reload(&cfg(running), &cfg(new), Mode::Run);
             assert_eq!(r.live(), live, "{running:?} -> {new:?}");
             assert_eq!(r.restart(), restart, "{running:?} -> {new:?}");
         }
     }
 
     #[test]
+    fn the_agent_names_no_restart_for_what_only_monitor_run_reads() {
+        let running = cfg("");
+        let new = cfg("[proxy]\nlisten = \"127.0.0.1:1\"\n[group]\ncreate = true\n[policy]\nrefuse_at = 0.6\n\
+             [[process]]\nname = \"m0\"\nrole = \"master\"\ncommand = [\"x\"]\nport = 1\n");
+        let r = reload(&running, &new, Mode::Agent);
+        assert_eq!((r.live(), r.restart()), (vec!["policy.refuse_at"], vec![]));
+        assert_eq!(r.changes.iter().filter(|c| c.apply == Apply::Ignored).count(), 3, "{:?}", r.changes);
+        let r = reload(&running, &new, Mode::Run);
+        assert_eq!(r.restart(), ["group.create", "proxy.listen", "process"]);
+    }
+
+    #[test]
     fn live_values_are_taken_and_restart_only_ones_kept() {
         let running = cfg("[web]\nlisten = \"127.0.0.1:9464\"\n[policy]\nrefuse_at = 0.85\n");
         let new = cfg("[web]\nlisten = \"127.0.0.1:9999\"\n[policy]\nrefuse_at = 0.7\n[stats]\nretention_days = 2\n");
-        let r = reload(&running, &new);
+        let r = reload(&running, &new, Mode::Run);
         assert_eq!(r.config.policy.refuse_at, 0.7);
         assert_eq!(r.config.stats.retention_days, 2);
         assert_eq!(r.config.web.listen, "127.0.0.1:9464", "the socket is the running one until a restart");
         // Applying the same file again changes nothing.
-        let again = reload(&r.config, &new);
+        let again = reload(&r.config, &new, Mode::Run);
         assert_eq!(again.live(), Vec::<&str>::new());
         assert_eq!(again.restart(), ["web.listen"], "still differs from the file: still named");
         assert_eq!(again.config, r.config);
@@ -190,7 +217,7 @@ mod tests {
     fn a_live_value_can_clash_with_a_kept_one() {
         let running = cfg("[policy]\nabort_at = 0.9\nbrake_at = 0.95\n");
         let new = cfg("[policy]\nabort_at = 0.97\nbrake_at = 0.98\n");
-        let r = reload(&running, &new);
+        let r = reload(&running, &new, Mode::Run);
         assert_eq!(r.config.policy.brake_at, Some(0.95));
         assert!(!r.config.validate().is_empty(), "abort_at 0.97 above the brake kept at 0.95 is refused");
     }
