@@ -109,6 +109,19 @@ mod tests {
     }
 
     #[test]
+    fn reloaded_bounds_apply_from_the_next_sample() {
+        let mut p = pacer(0);
+        assert_eq!(p.next(0, 300 * MIB, LIMIT, &LINES), Duration::from_millis(100));
+        p.set_bounds(Duration::from_millis(250), Duration::from_millis(20), (2048 * MIB) as f64);
+        assert_eq!(p.min(), Duration::from_millis(20));
+        // Far from the lines at the assumed 2 GiB/s: the headroom to 85% (135 MiB) takes 66 ms.
+        let next = p.next(100, 300 * MIB, LIMIT, &LINES);
+        assert!(next > Duration::from_millis(20) && next < Duration::from_millis(250), "{next:?}");
+        p.set_assumed(false);
+        assert_eq!(p.next(200, 300 * MIB, LIMIT, &LINES), Duration::from_millis(250), "the new interval");
+    }
+
+    #[test]
     fn a_quiet_group_is_sampled_at_the_interval() {
         let mut p = pacer(0);
         for i in 0..20 {
