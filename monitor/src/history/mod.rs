@@ -409,6 +409,8 @@ struct Writer {
     h: Arc<History>,
     /// `[stats] retention_days` as applied now (a reload changes it).
     config: Live,
+    /// The retention the rows were last deleted for (at the start, the one the database was opened with).
+    retained_for: u32,
     /// Minutes not written yet, oldest first.
     pending: VecDeque<Minute>,
     /// The latest labels (they only grow, so they name every pending minute's processes).
@@ -419,7 +421,17 @@ struct Writer {
 
 impl Writer {
     fn new(store: Option<Store>, path: PathBuf, h: Arc<History>, config: Live) -> Writer {
-        Writer { store, path, h, config, pending: VecDeque::new(), labels: Labels::default(), retry: REOPEN_EVERY }
+        let retained_for = config.now().stats.retention_days;
+        Writer {
+            store,
+            path,
+            h,
+            config,
+            retained_for,
+            pending: VecDeque::new(),
+            labels: Labels::default(),
+            retry: REOPEN_EVERY,
+        }
     }
 
     fn run(mut self, rows: mpsc::Receiver<(Minute, Labels)>) {
@@ -446,9 +458,12 @@ impl Writer {
             if done {
                 return;
             }
+            // A reload that changes the retention applies with the next minute written, not the next hour.
             let days = self.days();
-            if let Some(s) = self.store.as_mut().filter(|_| last_retain.elapsed() >= RETAIN_EVERY) {
+            let due = last_retain.elapsed() >= RETAIN_EVERY || days != self.retained_for;
+            if let Some(s) = self.store.as_mut().filter(|_| due) {
                 last_retain = std::time::Instant::now();
+                self.retained_for = days;
                 if let Err(e) = s.retain(days, now_s()) {
                     tracing::warn!("deleting old history rows: {e}");
                 }
@@ -581,6 +596,34 @@ mod tests {
         let written = store.minutes(0, u64::MAX / 2, &mut fresh).expect("minutes");
         assert_eq!(written.iter().map(|m| m.t).collect::<Vec<_>>(), [now - 120, now - 60]);
         assert_eq!(fresh.get(written[1].procs[0].label).0, "tx1");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_reloaded_retention_deletes_old_rows_with_the_next_minute() {
+        let dir = monitor_tests::temp_dir("history-retention");
+        let path = dir.join("stats.db");
+        let now = now_s() / 60 * 60;
+        let mut labels = Labels::default();
+        let mut store = Store::open(&path).expect("open");
+        for t in [now - 10 * 86_400, now - 3 * 86_400] {
+            store.insert(&Minute { t, ..Minute::default() }, &labels).expect("insert");
+        }
+        let (publisher, live) = Live::new(crate::config::Config::default());
+        let (_tx, latest) = watch::channel(Arc::new(Published::test(State::Normal)));
+        let h = Arc::new(History::new(latest, live.clone(), Inputs::default()));
+        let w = Writer::new(Some(store), path.clone(), h, live);
+        let (rows, writes) = mpsc::channel();
+        let writer = std::thread::spawn(move || w.run(writes));
+        let mut cfg = crate::config::Config::default();
+        cfg.stats.retention_days = 7;
+        publisher.publish(cfg);
+        rows.send((Minute { t: now, ..Minute::default() }, labels.clone())).expect("send");
+        drop(rows);
+        writer.join().expect("the writer ends with the samples");
+        let read = Store::open_read_only(&path).expect("read back");
+        let left = read.minutes(0, u64::MAX / 2, &mut labels).expect("minutes");
+        assert_eq!(left.iter().map(|m| m.t).collect::<Vec<_>>(), [now - 3 * 86_400, now], "30 days, then 7");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
