@@ -69,40 +69,36 @@ impl Reloader {
 
     /// Reads, checks and applies the config; says how it went in a few words.
     fn apply(&self) -> String {
-        let file = self.source.file.as_ref().map(|f| f.display().to_string());
-        let new = match self.source.load() {
-            None => {
-                tracing::info!(
-                    "SIGHUP: no config file to read again (started without one): the running config is kept"
-                );
-                return "no config file to reload".into();
-            }
-            Some(Err(e)) => return self.refuse(e.to_string()),
-            Some(Ok(new)) => new,
+        let (Some(path), Some(loaded)) = (self.source.file.as_deref(), self.source.load()) else {
+            tracing::info!("SIGHUP: no config file to read again (started without one): the running config is kept");
+            return "no config file to reload".into();
+        };
+        let file = path.display().to_string();
+        let new = match loaded {
+            Err(e) => return self.refuse(e.to_string()),
+            Ok(new) => new,
         };
         let running = self.publisher.current();
         let r = config::reload(&running, &new, self.mode);
         let restart: Vec<String> = r.restart().into_iter().map(String::from).collect();
-        // A live value checked against one kept until a restart (abort_at against brake_at).
-        if let Some(p) = r.config.validate().into_iter().next() {
-            let kept = restart.join(", ");
-            return self.refuse(format!(
-                "{}: {}: {} (with the running values of {kept}, which need a restart)",
-                file.as_deref().unwrap_or_default(),
-                config::key_name(&p.key),
-                p.msg
-            ));
+        // A live value checked against one kept until a restart (abort_at against brake_at), placed at its line.
+        if !r.config.validate().is_empty() {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if let Some(e) = r.config.problems(&text, path).into_iter().next() {
+                let kept = restart.join(", ");
+                return self.refuse(format!("{e} (kept as running until a restart: {kept})"));
+            }
         }
         for key in &restart {
             tracing::warn!(
                 key = %key,
-                file = file.as_deref().unwrap_or_default(),
+                file = %file,
                 "config reload: {key} changed in the file but needs a restart: the running value is kept"
             );
         }
         let live = r.live();
         tracing::info!(
-            file = file.as_deref().unwrap_or_default(),
+            file = %file,
             applied = %live.join(", "),
             restart_needed = %restart.join(", "),
             "config reloaded"
@@ -121,5 +117,69 @@ impl Reloader {
         tracing::error!("config reload failed, the running config is kept: {error}");
         self.reloads.failed(error);
         "config reload failed, the running config is kept".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Mode};
+    use crate::live::{Live, ReloadResult};
+    use crate::policy::State;
+
+    /// A reloader of the file `text` is written to, running `running`.
+    fn reloader(name: &str, running: &str) -> (Reloader, Live, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("monitor-reload-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("m.toml");
+        std::fs::write(&path, running).expect("write");
+        let cfg = match Config::load(&path) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
+        let (publisher, live) = Live::new(cfg);
+        let (_tx, latest) = watch::channel(Arc::new(Published::test(State::Normal)));
+        let reloads = Arc::new(Reloads::new(Some(path.clone())));
+        let r = Reloader { source: Source::file(&path), publisher, reloads, mode: Mode::Run, latest };
+        (r, live, path)
+    }
+
+    #[test]
+    fn a_good_file_is_applied_and_a_bad_one_kept_out() {
+        let (r, live, path) = reloader("good-bad", "[policy]\nrefuse_at = 0.85\n");
+        std::fs::write(&path, "[policy]\nrefuse_at = 0.7\n[web]\nlisten = \"127.0.0.1:1\"\n").expect("write");
+        assert_eq!(r.apply(), "config reloaded, 1 changes applied, 1 need a restart");
+        assert_eq!(live.thresholds().refuse_at, 0.7);
+        assert_eq!(live.now().web.listen, "127.0.0.1:9464", "kept until a restart");
+        std::fs::write(&path, "[policy]\nrefuse_at = 0.6\n\nrefuse_att = 0.5\n").expect("write");
+        assert_eq!(r.apply(), "config reload failed, the running config is kept");
+        assert_eq!(live.thresholds().refuse_at, 0.7);
+        let s = r.reloads.status();
+        assert_eq!((s.last_reload, s.reloads_ok, s.reloads_failed), (Some(ReloadResult::Failed), 1, 1));
+        let e = s.error.unwrap_or_default();
+        assert!(e.starts_with(&format!("{}:4:", path.display())) && e.contains("refuse_att"), "{e}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap_or(&path));
+    }
+
+    #[test]
+    fn a_live_value_against_a_kept_one_is_refused_at_its_line() {
+        let (r, live, path) = reloader("clash", "[policy]\nabort_at = 0.9\nbrake_at = 0.95\n");
+        std::fs::write(&path, "[policy]\nabort_at = 0.97\nbrake_at = 0.98\n").expect("write");
+        assert_eq!(r.apply(), "config reload failed, the running config is kept");
+        let e = r.reloads.status().error.unwrap_or_default();
+        let want = format!("{}:3: policy.brake_at: 0.95 must be above abort_at (0.97) and below 1", path.display());
+        assert!(e.starts_with(&want), "{e}");
+        assert!(e.ends_with("(kept as running until a restart: policy.brake_at)"), "{e}");
+        assert_eq!(live.now().policy.abort_at, 0.9);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap_or(&path));
+    }
+
+    #[test]
+    fn without_a_file_nothing_is_read_or_counted() {
+        let (mut r, live, path) = reloader("none", "");
+        r.source = Source::default();
+        assert_eq!(r.apply(), "no config file to reload");
+        assert_eq!((r.reloads.counts(), live.now().as_ref()), ((0, 0), &Config::default()));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap_or(&path));
     }
 }
