@@ -5,7 +5,7 @@
 
 use crate::brake::Brake;
 use crate::cgroup::{CgroupError, Group, GroupReader};
-use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeupStatus};
+use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeSource, WakeupStatus};
 use crate::live::Live;
 use crate::pacing::{Pacer, Pacing};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
@@ -21,6 +21,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
+
+/// The sampler looks for a reloaded config at least this often, whatever its interval (the next sample then comes
+/// at once, with the new config).
+const CONFIG_POLL: Duration = Duration::from_secs(1);
 
 /// A brake that could not be set is tried again this often (and whenever the limit changes).
 const BRAKE_RETRY: Duration = Duration::from_secs(10);
@@ -515,10 +519,17 @@ pub fn spawn(
         // systemd's watchdog is fed from this loop: a sampler that hangs stops feeding it.
         let mut watchdog = crate::notify::Watchdog::from_env();
         while !stop.load(Ordering::Relaxed) {
-            let until = watchdog.period().map_or(next, |p| next.min(Instant::now() + p));
-            let wake = sampler.wait(until);
+            let due = watchdog.period().map_or(next, |p| next.min(Instant::now() + p));
+            // A reloaded config is looked for at least every CONFIG_POLL, so a long interval does not delay it.
+            let poll = Instant::now() + CONFIG_POLL;
+            let wake = sampler.wait(due.min(poll));
             watchdog.tick(Instant::now());
-            if let Some(cfg) = config.changed() {
+            let reloaded = config.changed();
+            if reloaded.is_none() && wake.source == WakeSource::Timer && Instant::now() < due {
+                // Woken only to look for a new config, and there is none: no sample yet.
+                continue;
+            }
+            if let Some(cfg) = reloaded {
                 if cfg.policy != applied.policy {
                     sampler.set_policy(&cfg.policy);
                     thresholds = cfg.policy.thresholds();
