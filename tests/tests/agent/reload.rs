@@ -290,3 +290,37 @@ fn sighup_detaches_and_attaches_the_probes() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_reload_applies_within_a_second_whatever_the_interval() {
+    let test = "a_reload_applies_within_a_second_whatever_the_interval";
+    if !require_v1(test) {
+        return;
+    }
+    let dir = temp_dir("reload-slow");
+    let cg = CgroupV1::create("reload-slow", Some(256 << 20));
+    let mut hog = Hog::spawn(HOG, cg.path(), 20, false);
+    hog.set_mib(190);
+    let port = free_port();
+    // A sample every 20 s, not paced: without a look for the new config between samples it would wait that long.
+    let base = Config::new()
+        .cgroup(cg.path())
+        .probes(false)
+        .web(SocketAddr::from(([127, 0, 0, 1], port)))
+        .set("policy", "interval_ms", 20_000)
+        .set("policy", "abort_repeat_ms", 20_000)
+        .set("policy", "pacing", false);
+    let file = base.clone().set("policy", "refuse_at", 0.85).write(dir.join("monitor.toml"));
+    let agent = Agent::start_args(vec!["agent".into(), "--config".into(), file.display().to_string()], port);
+    let s = agent.wait_for(|s| s["group"]["ratio"].as_f64().is_some_and(|r| r > 0.72), Duration::from_secs(5));
+    assert_eq!(s["policy"]["state"], "normal", "{s}");
+    let seq = s["sample"]["seq"].as_u64().unwrap_or(0);
+    base.clone().set("policy", "refuse_at", 0.7).write(&file);
+    sighup(agent.pid());
+    let s = agent.wait_for(|s| s["policy"]["state"] == "refusing", Duration::from_secs(3));
+    // Looking for a new config is no sample: one came for the reload, none for the looks.
+    std::thread::sleep(Duration::from_millis(2500));
+    let after = agent.status()["sample"]["seq"].as_u64().unwrap_or(0);
+    assert!(after <= seq + 2, "samples {seq} -> {after} in a few seconds of a 20 s interval: {s}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
