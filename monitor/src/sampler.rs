@@ -501,7 +501,7 @@ impl Sampler {
 }
 
 /// Runs the sampler until `stop` is set, publishing on `feed`, with the policy and probes `config` holds (a new
-/// config is looked for at least every [`CONFIG_POLL`], and sampled with at once). The first sample must already be
+/// config is looked for at least every second, and sampled with at once). The first sample must already be
 /// published (see [`first`] and [`Feed::new`]), so consumers always have a value.
 pub fn spawn(
     mut sampler: Sampler,
