@@ -8,6 +8,7 @@
 
 mod changes;
 mod check;
+mod cluster;
 mod hooks;
 mod position;
 mod role;
@@ -17,6 +18,7 @@ mod validate;
 
 pub use changes::{reload, Apply, Change, Reload};
 pub use check::{check, Checked, Mode};
+pub use cluster::{ClusterConfig, Fallback};
 pub use hooks::{Hooks, HooksChoice};
 pub use role::Role;
 pub use signal::Signal;
@@ -449,6 +451,8 @@ pub struct Config {
     pub processes: Vec<ProcessConfig>,
     pub alerts: AlertsConfig,
     pub actions: ActionsConfig,
+    /// `monitor run` on several hosts (docs/cluster.md). Default: none, the node is alone.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// `[actions]`: a signal to each process of the group when its action changes (for processes not behind the

@@ -62,7 +62,7 @@ macro_rules! compare {
 
 /// Keys only `monitor run` reads (as `monitor check-config --mode agent` names them).
 fn run_only(key: &str) -> bool {
-    key.starts_with("proxy.") || matches!(key, "process" | "group.create" | "group.limit_bytes")
+    key.starts_with("proxy.") || matches!(key, "process" | "cluster" | "group.create" | "group.limit_bytes")
 }
 
 /// The config to apply after reading `new` while `running` runs under `mode`, and what changed. The result may
@@ -127,6 +127,7 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "actions.serve_signal" => Live actions.serve_signal;
         "actions.post_url" => Live actions.post_url;
         "actions.admin_path" => Restart actions.admin_path;
+        "cluster" => Restart cluster;
     }
     if mode == Mode::Agent {
         for c in changes.iter_mut().filter(|c| run_only(c.key)) {

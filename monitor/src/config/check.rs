@@ -73,6 +73,7 @@ pub fn check(path: &Path, mode: Option<Mode>) -> Result<Checked, Vec<ConfigError
             let ignored = [
                 (&[Key("process"), Index(0)][..], "process", "[[process]] is started only by monitor run"),
                 (&[Key("proxy")][..], "proxy", "the front door is monitor run's"),
+                (&[Key("cluster")][..], "cluster", "a cluster is of monitor run's front doors"),
                 (&[Key("group"), Key("create")][..], "group.create", "only monitor run creates the group"),
                 (&[Key("group"), Key("limit_bytes")][..], "group.limit_bytes", "only monitor run sets the limit"),
             ];

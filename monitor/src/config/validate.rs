@@ -3,7 +3,8 @@
 //! per section; [`Config::validate`] returns every problem, in file order of sections.
 
 use super::{
-    ActionsConfig, AlertsConfig, Config, GroupConfig, PolicyConfig, ProcessConfig, ProxyConfig, StatsConfig, WebConfig,
+    ActionsConfig, AlertsConfig, ClusterConfig, Config, GroupConfig, PolicyConfig, ProcessConfig, ProxyConfig,
+    StatsConfig, WebConfig,
 };
 use std::net::SocketAddr;
 
@@ -47,6 +48,9 @@ impl Config {
         processes(&self.processes, &mut out);
         alerts(&self.alerts, &mut out);
         actions(&self.actions, &mut out);
+        if let Some(c) = &self.cluster {
+            cluster(c, &self.proxy, &mut out);
+        }
         out
     }
 }
@@ -259,6 +263,59 @@ fn alerts(a: &AlertsConfig, out: &mut Vec<Problem>) {
 fn actions(a: &ActionsConfig, out: &mut Vec<Problem>) {
     if a.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
         out.push(problem(&[Key("actions"), Key("admin_path")], "must start with /"));
+    }
+}
+
+fn cluster(c: &ClusterConfig, px: &ProxyConfig, out: &mut Vec<Problem>) {
+    use super::cluster::{is_host_port, is_node_name, MIN_SECRET_BYTES};
+    let at = |k: &'static str| [Key("cluster"), Key(k)];
+    if let Some(n) = c.node.as_deref().filter(|n| !is_node_name(n)) {
+        out.push(problem(&at("node"), format!("{n:?} must be 1 to 64 letters, digits, - or _")));
+    }
+    let gossip = c.gossip_addr();
+    if gossip.ip().is_unspecified() || gossip.port() == 0 {
+        let key = if c.advertise.is_some() { "advertise" } else { "listen" };
+        out.push(problem(
+            &at(key),
+            format!("{gossip} is not an address peers can reach: set advertise to this node's IP and gossip port"),
+        ));
+    } else if let Ok(front) = px.listen.parse::<std::net::SocketAddr>() {
+        // Peers forward to the advertised IP on the front door's port: the front door must listen there.
+        if !front.ip().is_unspecified() && front.ip() != gossip.ip() {
+            out.push(problem_with(
+                &[Key("proxy"), Key("listen")],
+                &at(if c.advertise.is_some() { "advertise" } else { "listen" }),
+                format!("peers forward to {}, but the front door listens on {front}", c.front_addr(front)),
+            ));
+        }
+    }
+    if let Some(s) = c.seeds.iter().find(|s| !is_host_port(s)) {
+        out.push(problem(&at("seeds"), format!("{s:?} is not host:port")));
+    }
+    match (&c.secret, &c.secret_file) {
+        (None, None) => out.push(problem(&[Key("cluster")], "needs secret or secret_file")),
+        (Some(_), Some(_)) => out.push(problem(&at("secret_file"), "give secret or secret_file, not both")),
+        (Some(_), None) | (None, Some(_)) => match c.secret_bytes() {
+            Ok(b) if b.len() < MIN_SECRET_BYTES => {
+                let key = if c.secret.is_some() { "secret" } else { "secret_file" };
+                out.push(problem(&at(key), format!("is {} bytes, must be at least {MIN_SECRET_BYTES}", b.len())));
+            }
+            Ok(_) => {}
+            Err(e) => out.push(problem(&at("secret_file"), e)),
+        },
+    }
+    if c.token_secret.as_ref().is_some_and(|s| s.len() < MIN_SECRET_BYTES) {
+        out.push(problem(&at("token_secret"), format!("must be at least {MIN_SECRET_BYTES} bytes")));
+    }
+    if c.suspect_timeout_ms < 100 {
+        out.push(problem(&at("suspect_timeout_ms"), format!("{} is below 100", c.suspect_timeout_ms)));
+    }
+    if c.dead_timeout_ms < c.suspect_timeout_ms {
+        out.push(problem_with(
+            &at("dead_timeout_ms"),
+            &at("suspect_timeout_ms"),
+            format!("{} is below suspect_timeout_ms ({})", c.dead_timeout_ms, c.suspect_timeout_ms),
+        ));
     }
 }
 
