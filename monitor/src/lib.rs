@@ -14,6 +14,7 @@ pub mod brake;
 pub mod build;
 pub mod cgroup;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod docs;
 pub mod feed;

@@ -20,9 +20,17 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// `GET /metrics` over the history (which holds the latest sample too).
 pub fn router(history: Arc<History>) -> Router {
+    router_with(history, None)
+}
+
+/// More families, written after the history's (the cluster's under `[cluster]`).
+pub type MoreFn = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// `GET /metrics` over the history, with `more` families after its own.
+pub fn router_with(history: Arc<History>, more: Option<MoreFn>) -> Router {
     let gate = Arc::new(Gate::new(THREADS, QUEUED));
     Router::new()
-        .route("/metrics", get(move |State(h): State<Arc<History>>| metrics(h, gate.clone())))
+        .route("/metrics", get(move |State(h): State<Arc<History>>| metrics(h, gate.clone(), more.clone())))
         .with_state(history)
 }
 
@@ -32,8 +40,15 @@ pub const THREADS: usize = 1;
 pub const QUEUED: usize = 16;
 
 /// Written on the gate's thread, off the runtime that answers the probes.
-async fn metrics(h: Arc<History>, gate: Arc<Gate>) -> Response {
-    match gate.run(move || text(&h)).await {
+async fn metrics(h: Arc<History>, gate: Arc<Gate>, more: Option<MoreFn>) -> Response {
+    let all = move || {
+        let mut t = text(&h);
+        if let Some(more) = &more {
+            t.push_str(&more());
+        }
+        t
+    };
+    match gate.run(all).await {
         Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
         Err(e @ PoolError::Busy(_)) => crate::reply::busy(&e),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),

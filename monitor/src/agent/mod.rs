@@ -51,6 +51,8 @@ pub enum AgentError {
     Io { what: String, source: std::io::Error },
     #[error("{0}")]
     Alerts(String),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 impl AgentError {
@@ -121,6 +123,32 @@ impl Agent {
     }
 }
 
+/// Joins the cluster `[cluster]` describes, with this node's front door and process names.
+async fn cluster_join(
+    c: &crate::config::ClusterConfig,
+    cfg: &Config,
+) -> Result<crate::cluster::Membership, AgentError> {
+    let listen: SocketAddr = cfg.proxy.listen.parse().map_err(|e| AgentError::Io {
+        what: "proxy.listen".into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+    })?;
+    let names = cfg.processes.iter().map(|p| p.name.clone()).collect();
+    let settings = crate::cluster::Settings::new(c, listen, names)?;
+    Ok(crate::cluster::Membership::start(settings).await?)
+}
+
+/// The front door's drain under `[cluster]`: it starts once the node has left the cluster, so peers stop forwarding
+/// to it before it stops accepting.
+fn leave_then_drain(m: Arc<crate::cluster::Membership>, drained: DrainWatch) -> DrainWatch {
+    let (door, door_drained) = Drain::new();
+    tokio::spawn(async move {
+        drained.started().await;
+        m.leave().await;
+        door.start();
+    });
+    door_drained
+}
+
 /// What [`Agent::run`] hands to the runtime.
 struct Parts<'a> {
     cfg: &'a Config,
@@ -180,6 +208,11 @@ impl Parts<'_> {
                 Some(l)
             }
             false => None,
+        };
+        // Joined before the processes start: a node whose names clash with a member's stops here.
+        let cluster = match (&cfg.cluster, self.launching) {
+            (Some(c), true) => Some(Arc::new(cluster_join(c, cfg).await?)),
+            _ => None,
         };
         let (feed, rx) = Feed::new(first);
         // Everything that follows the group knows its processes, and reads the samples, from before the first of
@@ -262,17 +295,28 @@ impl Parts<'_> {
         };
         let view = door.as_ref().map(|d| d.view.clone());
         let state = api::ApiState { latest: rx, config: live, reloads: Some(reloads), launcher: view };
-        let app = api::router(state)
+        let more = cluster.clone().map(|m| {
+            let f: metrics::MoreFn = Arc::new(move || crate::cluster::api::metrics_text(&m.members(), m.rejected()));
+            f
+        });
+        let mut app = api::router(state)
             .merge(sampling.history.router())
-            .merge(metrics::router(sampling.history.history.clone()))
-            .method_not_allowed_fallback(reply::method_not_allowed);
+            .merge(metrics::router_with(sampling.history.history.clone(), more));
+        if let Some(m) = &cluster {
+            app = app.merge(crate::cluster::api::router(m.clone()));
+        }
+        let app = app.method_not_allowed_fallback(reply::method_not_allowed);
         let api = tokio::spawn(api::serve(web, app, drained.clone().started()));
         // Ready for systemd: the API answers, and under `monitor run` the master and the workers are healthy.
         crate::notify::ready(&ready);
         match (door, front, launcher) {
             (Some(d), Some(front), Some(launcher)) => {
                 tracing::info!(proxy = %cfg.proxy.listen, web = %cfg.web.listen, "serving");
-                self.front_door(d, front, launcher, drained).await;
+                let door_drain = match cluster {
+                    Some(m) => leave_then_drain(m, drained),
+                    None => drained,
+                };
+                self.front_door(d, front, launcher, door_drain).await;
             }
             _ => {
                 tracing::info!(listen = %web_addr, "serving the API");

@@ -1,0 +1,141 @@
+//! `GET /api/v1/cluster` (this node and every member it knows) and the cluster's lines of `/metrics`, both from the
+//! [`Members`] view.
+
+use super::members::{Members, State};
+use super::Membership;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The JSON of `/api/v1/cluster`. Fields may be added, never renamed.
+#[derive(Debug, Serialize)]
+pub struct ClusterView {
+    /// This node's name.
+    pub node: String,
+    pub members: Vec<MemberView>,
+}
+
+/// One member.
+#[derive(Debug, Serialize)]
+pub struct MemberView {
+    pub node: String,
+    pub state: State,
+    /// Where gossip reaches it.
+    pub gossip: SocketAddr,
+    /// Its front door, where requests for its caches are forwarded.
+    pub front: SocketAddr,
+    /// Its process names (the cache-id prefixes it owns).
+    pub processes: Vec<String>,
+    /// Seconds since an authentic datagram came from it (null: never heard from directly; 0 for this node).
+    pub last_heard_s: Option<f64>,
+    /// This node itself.
+    #[serde(rename = "self")]
+    pub this: bool,
+    /// When this run of the node started, ms since the Unix epoch.
+    pub started_ms: u64,
+}
+
+/// The view at `now`.
+pub fn view(m: &Members, now: Instant) -> ClusterView {
+    let members = m
+        .iter()
+        .map(|x| MemberView {
+            node: x.id.name.clone(),
+            state: x.state,
+            gossip: x.id.gossip,
+            front: x.id.front,
+            processes: x.id.processes.clone(),
+            last_heard_s: match x.this {
+                true => Some(0.0),
+                false => x.last_heard.map(|t| now.saturating_duration_since(t).as_secs_f64()),
+            },
+            this: x.this,
+            started_ms: x.id.started_ms,
+        })
+        .collect();
+    ClusterView { node: m.this().name.clone(), members }
+}
+
+/// `GET /api/v1/cluster`.
+pub fn router(m: Arc<Membership>) -> Router {
+    Router::new().route("/api/v1/cluster", get(move || async move { Json(view(&m.members(), Instant::now())) }))
+}
+
+/// The cluster's families in the Prometheus text format.
+pub fn metrics_text(m: &Members, rejected: u64) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# HELP monitor_cluster_members Members this node knows, by state (this node included, alive).\n\
+         # TYPE monitor_cluster_members gauge"
+    );
+    for (state, n) in m.counts() {
+        let _ = writeln!(o, "monitor_cluster_members{{state=\"{}\"}} {n}", state.as_str());
+    }
+    let _ = writeln!(
+        o,
+        "# HELP monitor_cluster_datagrams_rejected_total Gossip datagrams dropped: their mac did not match the \
+         cluster secret, or they were malformed.\n# TYPE monitor_cluster_datagrams_rejected_total counter\n\
+         monitor_cluster_datagrams_rejected_total {rejected}"
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::NodeId;
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    fn node(name: &str, ip: u8, procs: &[&str]) -> NodeId {
+        NodeId {
+            name: name.into(),
+            gossip: SocketAddr::from(([127, 0, 0, ip], 7946)),
+            front: SocketAddr::from(([127, 0, 0, ip], 8080)),
+            processes: procs.iter().map(|p| p.to_string()).collect(),
+            started_ms: 7,
+            generation: 0,
+        }
+    }
+
+    #[test]
+    fn the_view_and_the_metrics_list_every_member() {
+        let mut m = Members::new(node("a", 2, &["a0"]));
+        let b = node("b", 3, &["b0", "b1"]);
+        let c = node("c", 4, &["c0"]);
+        m.update([(&b, State::Alive), (&c, State::Dead)], &HashSet::new());
+        let t0 = Instant::now();
+        m.heard(b.gossip, t0);
+        let v = view(&m, t0 + Duration::from_millis(1500));
+        let json = serde_json::to_value(&v).expect("json");
+        assert_eq!(json["node"], "a");
+        let members = json["members"].as_array().expect("members");
+        assert_eq!(members.len(), 3);
+        assert_eq!(members[0]["self"], true);
+        assert_eq!(members[0]["last_heard_s"], 0.0);
+        assert_eq!(members[1]["node"], "b");
+        assert_eq!(members[1]["state"], "alive");
+        assert_eq!(members[1]["front"], "127.0.0.3:8080");
+        assert_eq!(members[1]["gossip"], "127.0.0.3:7946");
+        assert_eq!(members[1]["processes"], serde_json::json!(["b0", "b1"]));
+        assert_eq!(members[1]["last_heard_s"], 1.5);
+        assert_eq!(members[2]["state"], "dead");
+        assert!(members[2]["last_heard_s"].is_null());
+        let text = metrics_text(&m, 3);
+        for line in [
+            "monitor_cluster_members{state=\"alive\"} 2",
+            "monitor_cluster_members{state=\"suspect\"} 0",
+            "monitor_cluster_members{state=\"dead\"} 1",
+            "monitor_cluster_members{state=\"left\"} 0",
+            "monitor_cluster_datagrams_rejected_total 3",
+            "# TYPE monitor_cluster_members gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
+        }
+    }
+}

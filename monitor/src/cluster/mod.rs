@@ -1,0 +1,32 @@
+//! Several `monitor run` nodes as one cluster (docs/cluster.md): identical nodes, no leader, membership by SWIM
+//! gossip over UDP authenticated with the cluster secret, each node gossiping the names of its processes so any
+//! front door knows which node owns a cache id.
+//!
+//! - [`wire`]: the sealed datagram (pure);
+//! - [`identity`]: what a member is to the gossip crate;
+//! - [`members`]: the membership view, its changes and clashes (pure);
+//! - [`membership`]: the driver over a tokio socket;
+//! - [`api`]: `GET /api/v1/cluster` and the metrics' lines.
+
+pub mod api;
+pub mod identity;
+pub mod members;
+pub mod membership;
+pub mod wire;
+
+pub use identity::NodeId;
+pub use members::{Member, Members, State};
+pub use membership::{Membership, Settings};
+
+use std::net::SocketAddr;
+
+/// Why the cluster membership could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cluster gossip: cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cluster secret: {0}")]
+    Secret(String),
+    #[error("refused by the cluster: member {member} ({gossip}) already has {}", names.join(", "))]
+    NameClash { names: Vec<String>, member: String, gossip: SocketAddr },
+}
