@@ -2,6 +2,12 @@
 //! `<prefix>.<id>~<expiry>.<hmac>`, where hmac = HMAC-SHA256(secret, `<prefix>.<id>~<expiry>`) in hex, and checks
 //! it in constant time on the way back. Tampered or malformed: 401; expired: 410; the owner unavailable: 503 (the
 //! proxy's part). A forged prefix is never routed to the process it names.
+//!
+//! Under `[cluster]` a token also names the node that owns the cache ([`NodeTokens`]):
+//! `<node>.<process>.<id>.<expiry>.<mac>`, where `<process>.<id>` is the process's own cache id, `<expiry>` is in
+//! seconds since the Unix epoch and mac = HMAC-SHA256(secret, everything before it) in hex. A single host is the
+//! one-node case of it: the same form with the host's own node name. A front door without `[cluster]` keeps the
+//! form above, so that ids already handed to clients stay valid.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -93,6 +99,109 @@ impl Tokens {
     }
 }
 
+/// Why a node-bound token was not accepted, and the status it is answered with ([`NodeTokenError::status`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeTokenError {
+    /// Not of the form `<node>.<process>.<id>.<expiry>.<mac>`: 400.
+    #[error("cache id is not a signed token")]
+    Malformed,
+    /// The mac does not match (tampered, forged, another cluster's): 401.
+    #[error("cache id signature does not match")]
+    BadSignature,
+    /// Past its expiry: 410.
+    #[error("cache id expired")]
+    Expired,
+}
+
+impl NodeTokenError {
+    /// The HTTP status a request with this token gets.
+    pub fn status(&self) -> u16 {
+        match self {
+            NodeTokenError::Malformed => 400,
+            NodeTokenError::BadSignature => 401,
+            NodeTokenError::Expired => 410,
+        }
+    }
+}
+
+/// The owner a valid node-bound token names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub node: String,
+    pub process: String,
+    /// The process's own cache id, `<process>.<id>`, as it issued it.
+    pub cache_id: String,
+    /// Seconds since the Unix epoch.
+    pub expiry: u64,
+}
+
+/// Signs cache ids for one node and verifies any node's, with the cluster's `token_secret`.
+#[derive(Clone)]
+pub struct NodeTokens {
+    mac: HmacSha256,
+    node: String,
+    ttl_s: u64,
+}
+
+impl NodeTokens {
+    /// `node` has no dot (a config's node name).
+    pub fn new(secret: &[u8], node: &str, ttl_s: u64) -> NodeTokens {
+        let mac = match HmacSha256::new_from_slice(secret) {
+            Ok(m) => m,
+            Err(_) => unreachable!("HMAC accepts keys of any length"),
+        };
+        NodeTokens { mac, node: node.to_string(), ttl_s }
+    }
+
+    fn mac_hex(&self, body: &str) -> String {
+        let mut mac = self.mac.clone();
+        mac.update(body.as_bytes());
+        hex(&mac.finalize().into_bytes())
+    }
+
+    /// The token for a process's cache id `<process>.<id>`, valid for the configured lifetime; None for an id
+    /// without a process prefix and an id, which is passed on as it is.
+    pub fn sign(&self, cache_id: &str) -> Option<String> {
+        self.sign_at(cache_id, now_s())
+    }
+
+    pub fn sign_at(&self, cache_id: &str, now_s: u64) -> Option<String> {
+        let (process, id) = cache_id.split_once('.')?;
+        if process.is_empty() || id.is_empty() {
+            return None;
+        }
+        let body = format!("{}.{cache_id}.{}", self.node, now_s.saturating_add(self.ttl_s));
+        let sig = self.mac_hex(&body);
+        Some(format!("{body}.{sig}"))
+    }
+
+    /// The owner named by a valid token.
+    pub fn verify(&self, token: &str) -> Result<Owner, NodeTokenError> {
+        self.verify_at(token, now_s())
+    }
+
+    pub fn verify_at(&self, token: &str, now_s: u64) -> Result<Owner, NodeTokenError> {
+        use NodeTokenError::{BadSignature, Expired, Malformed};
+        let (body, sig) = token.rsplit_once('.').ok_or(Malformed)?;
+        let (node, rest) = body.split_once('.').ok_or(Malformed)?;
+        let (cache_id, expiry) = rest.rsplit_once('.').ok_or(Malformed)?;
+        let (process, id) = cache_id.split_once('.').ok_or(Malformed)?;
+        if node.is_empty() || process.is_empty() || id.is_empty() || expiry.is_empty() || sig.len() != 64 {
+            return Err(Malformed);
+        }
+        let sig = unhex(sig).ok_or(Malformed)?;
+        let mut mac = self.mac.clone();
+        mac.update(body.as_bytes());
+        // verify_slice compares in constant time.
+        mac.verify_slice(&sig).map_err(|_| BadSignature)?;
+        let expiry: u64 = expiry.parse().map_err(|_| Malformed)?;
+        if now_s > expiry {
+            return Err(Expired);
+        }
+        Ok(Owner { node: node.into(), process: process.into(), cache_id: cache_id.into(), expiry })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +233,56 @@ mod tests {
         assert_eq!(unhex(&hex(&[0, 1, 0xab, 0xff])), Some(vec![0, 1, 0xab, 0xff]));
         assert_eq!(unhex("0g"), None);
         assert_eq!(unhex("abc"), None);
+    }
+
+    const NODE_SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn node_tokens_name_node_and_process_and_refuse_what_is_not_theirs() {
+        let a = NodeTokens::new(NODE_SECRET, "a", 60);
+        let b = NodeTokens::new(NODE_SECRET, "b", 60);
+        let tok = a.sign_at("tx1.6f1c.9", 1000).expect("signed");
+        let sig = tok.rsplit_once('.').map(|(_, s)| s.to_string()).expect("a mac");
+        assert_eq!(tok, format!("a.tx1.6f1c.9.1060.{sig}"));
+        assert_eq!(sig.len(), 64);
+        let owner = Owner { node: "a".into(), process: "tx1".into(), cache_id: "tx1.6f1c.9".into(), expiry: 1060 };
+        // Any node of the cluster verifies any node's tokens.
+        assert_eq!(b.verify_at(&tok, 1000), Ok(owner.clone()));
+        use NodeTokenError::{BadSignature, Expired, Malformed};
+        let other = NodeTokens::new(b"another secret of thirty-two byt", "a", 60);
+        let forged_mac = format!("a.tx1.6f1c.9.1060.{}", "0".repeat(64));
+        let cases: Vec<(String, u64, Result<Owner, NodeTokenError>)> = vec![
+            (tok.clone(), 1060, Ok(owner)),
+            (tok.clone(), 1061, Err(Expired)),
+            (tok.replacen("a.", "b.", 1), 1000, Err(BadSignature)),
+            (tok.replacen("tx1", "tx2", 1), 1000, Err(BadSignature)),
+            (tok.replacen(".1060.", ".9999.", 1), 1000, Err(BadSignature)),
+            (tok.replacen("6f1c", "6f1d", 1), 1000, Err(BadSignature)),
+            (other.sign_at("tx1.6f1c.9", 1000).expect("signed"), 1000, Err(BadSignature)),
+            (forged_mac, 1000, Err(BadSignature)),
+            // An expired token whose mac does not match is tampered first.
+            (tok.replacen(".1060.", ".1.", 1), 1000, Err(BadSignature)),
+            (format!("{tok}0"), 1000, Err(Malformed)),
+            (tok[..tok.len() - 2].to_string(), 1000, Err(Malformed)),
+            (tok.replacen(&sig, &"z".repeat(64), 1), 1000, Err(Malformed)),
+            ("tx1.6f1c".into(), 1000, Err(Malformed)),
+            ("".into(), 1000, Err(Malformed)),
+            ("....".into(), 1000, Err(Malformed)),
+            (format!("a.tx1.1060.{sig}"), 1000, Err(Malformed)),
+            (format!(".tx1.x.1060.{sig}"), 1000, Err(Malformed)),
+        ];
+        for (token, now, want) in cases {
+            assert_eq!(a.verify_at(&token, now), want, "{token:?} at {now}");
+        }
+        // A mac over a non-numeric expiry is well signed but not a token.
+        let mut m = a.mac.clone();
+        m.update(b"a.tx1.x.soon");
+        let odd = format!("a.tx1.x.soon.{}", hex(&m.finalize().into_bytes()));
+        assert_eq!(a.verify_at(&odd, 0), Err(Malformed));
+        assert_eq!((Malformed.status(), BadSignature.status(), Expired.status()), (400, 401, 410));
+        // Only `<process>.<id>` is signed; anything else is passed on as it is.
+        for unsigned in ["tx1", "tx1.", ".x", ""] {
+            assert_eq!(a.sign_at(unsigned, 1000), None, "{unsigned:?}");
+        }
     }
 }
