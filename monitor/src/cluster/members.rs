@@ -172,6 +172,17 @@ impl Members {
         self.by_addr.values().find(|m| m.state.is_live() && m.id.processes.iter().any(|p| p == process))
     }
 
+    /// The member named `node` (of two runs by that name, the later).
+    pub fn node(&self, node: &str) -> Option<&Member> {
+        self.by_addr.values().filter(|m| m.id.name == node).max_by_key(|m| (m.id.started_ms, m.id.generation))
+    }
+
+    /// The member that has process `name`, in whatever state: a live one first, else the latest run.
+    pub fn having(&self, process: &str) -> Option<&Member> {
+        let with = self.by_addr.values().filter(|m| m.id.processes.iter().any(|p| p == process));
+        with.clone().find(|m| m.state.is_live()).or_else(|| with.max_by_key(|m| (m.id.started_ms, m.id.generation)))
+    }
+
     /// The first live member whose node name or process names this node also has.
     pub fn clash(&self) -> Option<Clash> {
         self.by_addr.values().filter(|m| !m.this && m.state.is_live()).find_map(|m| {

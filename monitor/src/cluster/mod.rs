@@ -6,12 +6,14 @@
 //! - [`identity`]: what a member is to the gossip crate;
 //! - [`members`]: the membership view, its changes and clashes (pure);
 //! - [`membership`]: the driver over a tokio socket;
+//! - [`route`]: where a request for a cache goes: here, to its owner node, or a 503 (pure);
 //! - [`api`]: `GET /api/v1/cluster` and the metrics' lines.
 
 pub mod api;
 pub mod identity;
 pub mod members;
 pub mod membership;
+pub mod route;
 pub mod wire;
 
 pub use identity::NodeId;
