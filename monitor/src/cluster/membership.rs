@@ -406,6 +406,9 @@ mod tests {
         let on_b = seen.iter().find(|x| x.id.name == "a").expect("a on b");
         assert_eq!(on_b.id.processes, ["a0"]);
         assert!(on_b.last_heard.is_some(), "b heard from a");
+        let seen = a.members();
+        let on_a = seen.iter().find(|x| x.id.name == "b").expect("b on a");
+        assert!(on_a.last_heard.is_some(), "a heard from b: {on_a:?}");
         assert_eq!(a.members().owner("b1").map(|o| o.id.name.clone()), Some("b".into()));
 
         // A node without the secret: its datagrams are dropped and counted, and it never becomes a member.
