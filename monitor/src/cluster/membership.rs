@@ -246,7 +246,12 @@ impl Driver {
     fn datagram(&mut self, data: &[u8], from: SocketAddr) {
         match self.wire.open(data) {
             Ok((Kind::Gossip, payload)) => {
-                self.heard.push((from, Instant::now().into_std()));
+                // Heard from the member the datagram says it is from (its source address may differ from the one
+                // it advertises, behind NAT or with a wildcard listen).
+                match foca::Codec::<NodeId>::decode_header(&mut PostcardCodec, payload) {
+                    Ok(h) => self.heard.push((h.src.gossip, Instant::now().into_std())),
+                    Err(_) => tracing::debug!(%from, "cluster gossip datagram without a header"),
+                }
                 let r = self.gossip.handle_data(payload, &mut self.runtime);
                 self.note(r);
             }

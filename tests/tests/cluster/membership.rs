@@ -14,6 +14,13 @@ use std::time::{Duration, Instant};
 
 const SECRET: &str = "cluster-test-secret-0123456789abcdef";
 
+/// One test of this file at a time: each starts two nodes and four servers on ports found free a moment before.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A UDP port free on `ip` now.
 fn free_udp(ip: [u8; 4]) -> u16 {
     match UdpSocket::bind(SocketAddr::from((ip, 0))).and_then(|s| s.local_addr()) {
@@ -103,6 +110,7 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     if !require_program("two_nodes_join_list_each_other_and_a_sigterm_shows_as_left", "python3") {
         return;
     }
+    let _serial = one_at_a_time();
     let dir = monitor_tests::temp_dir("cluster-two");
     let (a, b) = (Node::new("a", 2), Node::new("b", 3));
     let node_a = a.start(&[], &dir);
@@ -140,5 +148,57 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     for line in ["monitor_cluster_members{state=\"left\"} 1", "monitor_cluster_members{state=\"alive\"} 1"] {
         assert!(text.lines().any(|l| l == line), "{line} not in /metrics:\n{text}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The children of `pid` (its direct ones, from every thread).
+fn children(pid: u32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect::<Vec<_>>());
+    tasks
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<i32>>())
+        .collect()
+}
+
+fn signal(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions; the pids are ours (monitor and the servers it started).
+    unsafe { libc::kill(pid, sig) };
+}
+
+#[test]
+fn a_killed_node_is_suspect_then_dead_after_the_dead_timeout() {
+    if !require_program("a_killed_node_is_suspect_then_dead_after_the_dead_timeout", "python3") {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let dir = monitor_tests::temp_dir("cluster-kill");
+    let (a, b) = (Node::new("a", 4), Node::new("b", 5));
+    let node_a = a.start(&[], &dir);
+    wait_member(&node_a, "a", |m| m["self"] == true, Duration::from_secs(20));
+    let node_b = b.start(&[a.gossip_addr()], &dir);
+    wait_member(&node_a, "b", |m| m["state"] == "alive", Duration::from_secs(20));
+    wait_member(&node_b, "a", |m| m["state"] == "alive", Duration::from_secs(20));
+    // kill -9: no leave is told. Its servers are ended too, so that nothing of b answers.
+    let servers = children(node_b.pid());
+    assert_eq!(servers.len(), 2, "b's master and worker: {servers:?}");
+    let pid = i32::try_from(node_b.pid()).expect("a pid");
+    signal(pid, libc::SIGKILL);
+    for s in &servers {
+        signal(*s, libc::SIGKILL);
+    }
+    let killed = Instant::now();
+    // Suspect after a missed probe (a probe period is 500 ms), dead once the 2000 ms suspicion runs out.
+    let (_, to_suspect) = wait_member(&node_a, "b", |m| m["state"] != "alive", Duration::from_secs(5));
+    let (_, _) = wait_member(&node_a, "b", |m| m["state"] == "dead", Duration::from_secs(6));
+    let to_dead = killed.elapsed();
+    assert!(to_suspect < Duration::from_millis(1500), "suspect after {to_suspect:?}");
+    assert!(
+        to_dead >= Duration::from_millis(2000) && to_dead < Duration::from_millis(4000),
+        "dead after {to_dead:?}: the suspicion lasts the 2000 ms dead timeout, after a probe period or two"
+    );
+    assert!(node_a.stderr().contains("cluster member suspect"), "{}", node_a.stderr());
+    assert!(node_a.stderr().contains("cluster member dead"), "{}", node_a.stderr());
     let _ = std::fs::remove_dir_all(&dir);
 }
