@@ -137,6 +137,23 @@ async fn cluster_join(
     Ok(crate::cluster::Membership::start(settings).await?)
 }
 
+/// Hands every sample's memory ratio and policy state to the membership, which gossips them.
+async fn gossip_load(
+    m: Arc<crate::cluster::Membership>,
+    mut rx: tokio::sync::watch::Receiver<Arc<crate::feed::Published>>,
+) {
+    loop {
+        let load = {
+            let p = rx.borrow_and_update();
+            crate::cluster::Load { memory_ratio: p.decision.ratio, policy: p.decision.state.as_str().to_string() }
+        };
+        m.set_load(load);
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// The front door's drain under `[cluster]`: it starts once the node has left the cluster, so peers stop forwarding
 /// to it before it stops accepting.
 fn leave_then_drain(m: Arc<crate::cluster::Membership>, drained: DrainWatch) -> DrainWatch {
@@ -215,6 +232,9 @@ impl Parts<'_> {
             _ => None,
         };
         let (feed, rx) = Feed::new(first);
+        if let Some(m) = &cluster {
+            tokio::spawn(gossip_load(m.clone(), rx.clone()));
+        }
         // Everything that follows the group knows its processes, and reads the samples, from before the first of
         // them starts: a decision taken while they start is alerted, told and kept like any other.
         let reactions = Arc::new(reaction::Reactions::new());

@@ -37,6 +37,8 @@ pub struct MemberView {
     pub this: bool,
     /// When this run of the node started, ms since the Unix epoch.
     pub started_ms: u64,
+    /// Its group's memory ratio and policy state, as it last gossiped them (null: not heard yet).
+    pub load: Option<super::Load>,
 }
 
 /// The view at `now`.
@@ -55,6 +57,7 @@ pub fn view(m: &Members, now: Instant) -> ClusterView {
             },
             this: x.this,
             started_ms: x.id.started_ms,
+            load: x.load.clone(),
         })
         .collect();
     ClusterView { node: m.this().name.clone(), members }
@@ -111,6 +114,9 @@ mod tests {
         m.update([(&b, State::Alive), (&c, State::Dead)], &HashSet::new());
         let t0 = Instant::now();
         m.heard(b.gossip, t0);
+        let load = crate::cluster::Load { memory_ratio: 0.25, policy: "refusing".into() };
+        let a_note = crate::cluster::load::Note { gossip: m.this().gossip, started_ms: 7, seq: 1, load };
+        m.set_loads([&a_note]);
         let v = view(&m, t0 + Duration::from_millis(1500));
         let json = serde_json::to_value(&v).expect("json");
         assert_eq!(json["node"], "a");
@@ -118,6 +124,7 @@ mod tests {
         assert_eq!(members.len(), 3);
         assert_eq!(members[0]["self"], true);
         assert_eq!(members[0]["last_heard_s"], 0.0);
+        assert_eq!(members[0]["load"], serde_json::json!({"memory_ratio": 0.25, "policy": "refusing"}));
         assert_eq!(members[1]["node"], "b");
         assert_eq!(members[1]["state"], "alive");
         assert_eq!(members[1]["front"], "127.0.0.3:8080");
@@ -125,6 +132,7 @@ mod tests {
         assert_eq!(members[1]["processes"], serde_json::json!(["b0", "b1"]));
         assert_eq!(members[1]["last_heard_s"], 1.5);
         assert_eq!(members[2]["state"], "dead");
+        assert!(members[1]["load"].is_null(), "no load heard yet");
         assert!(members[2]["last_heard_s"].is_null());
         let text = metrics_text(&m, 3);
         for line in [

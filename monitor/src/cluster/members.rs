@@ -3,6 +3,7 @@
 //! knows and the leave notices received, and reads back the changes to log and the clashes to refuse.
 
 use super::identity::NodeId;
+use super::load::{Load, Note};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -49,6 +50,8 @@ pub struct Member {
     pub last_heard: Option<Instant>,
     /// This node itself.
     pub this: bool,
+    /// Its latest load note (None: none heard yet from this run of it).
+    pub load: Option<Load>,
 }
 
 /// A change of a member's state, to log and count.
@@ -98,7 +101,7 @@ pub type Leave = (String, u64);
 
 impl Members {
     pub fn new(this: NodeId) -> Members {
-        let me = Member { id: this.clone(), state: State::Alive, last_heard: None, this: true };
+        let me = Member { id: this.clone(), state: State::Alive, last_heard: None, this: true, load: None };
         Members { by_addr: BTreeMap::from([(this.gossip, me)]), this }
     }
 
@@ -133,7 +136,8 @@ impl Members {
                 changes.push(Change { node: id.name.clone(), gossip: id.gossip, from, to: state });
             }
             let last_heard = before.and_then(|b| b.last_heard);
-            self.by_addr.insert(id.gossip, Member { id: id.clone(), state, last_heard, this: false });
+            let load = before.filter(|b| b.id.started_ms == id.started_ms).and_then(|b| b.load.clone());
+            self.by_addr.insert(id.gossip, Member { id: id.clone(), state, last_heard, this: false, load });
         }
         // A leave notice that came before the crate knew the member as gone.
         for m in self.by_addr.values_mut().filter(|m| !m.this && m.state != State::Left) {
@@ -155,6 +159,19 @@ impl Members {
         if let Some(m) = self.by_addr.get_mut(&from) {
             m.last_heard = Some(at);
         }
+    }
+
+    /// Takes each member's latest load note, of the run it is now; true when a load changed.
+    pub fn set_loads<'a>(&mut self, notes: impl IntoIterator<Item = &'a Note>) -> bool {
+        let mut changed = false;
+        for n in notes {
+            let m = self.by_addr.get_mut(&n.gossip).filter(|m| m.id.started_ms == n.started_ms);
+            if let Some(m) = m.filter(|m| m.load.as_ref() != Some(&n.load)) {
+                m.load = Some(n.load.clone());
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Every member, this node included, by gossip address.
@@ -255,6 +272,13 @@ mod tests {
         assert_eq!(m.owner("c0").map(|o| o.id.started_ms), Some(40));
         assert_eq!(m.owner("a1").map(|o| o.this), Some(true));
         assert_eq!(m.owner("b0"), None, "a dead member owns nothing");
+        // Loads are taken for the run a member is now, and only a change counts.
+        let load = |r: f64| crate::cluster::Load { memory_ratio: r, policy: "normal".into() };
+        let note = |id: &NodeId, r: f64| Note { gossip: id.gossip, started_ms: id.started_ms, seq: 0, load: load(r) };
+        assert!(m.set_loads([&note(&c2, 0.5), &note(&c, 0.9)]));
+        assert!(!m.set_loads([&note(&c2, 0.5)]), "the same load again is no change");
+        assert_eq!(m.node("c").and_then(|x| x.load.clone()), Some(load(0.5)));
+        assert_eq!(m.node("b").and_then(|x| x.load.clone()), None);
         assert_eq!(m.owner("zz"), None);
         // This node is never replaced by what the crate says of its address.
         m.update([(&NodeId { name: "x".into(), ..a.clone() }, State::Dead)], &none);

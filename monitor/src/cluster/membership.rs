@@ -4,6 +4,7 @@
 //! and published. Joins through the seeds at start; [`Membership::leave`] tells every live member, then the crate.
 
 use super::identity::NodeId;
+use super::load::{self, Load, Loads, Note};
 use super::members::{Leave, Members, State};
 use super::wire::{Kind, Wire};
 use super::ClusterError;
@@ -20,7 +21,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-type Gossip = Foca<NodeId, PostcardCodec, SmallRng, foca::NoCustomBroadcast>;
+type Gossip = Foca<NodeId, PostcardCodec, SmallRng, load::Handler>;
 
 /// What the driver needs, resolved from `[cluster]` once.
 #[derive(Debug, Clone)]
@@ -80,6 +81,7 @@ impl Settings {
 /// A running membership.
 pub struct Membership {
     view: watch::Receiver<Arc<Members>>,
+    load: watch::Sender<Option<Load>>,
     commands: mpsc::Sender<Command>,
     rejected: Arc<AtomicU64>,
 }
@@ -111,9 +113,10 @@ impl Membership {
         let (commands, rx) = mpsc::channel(4);
         let rejected = Arc::new(AtomicU64::new(0));
         let window = join_window(&s);
+        let (load, load_rx) = watch::channel(None);
         let driver = Driver::new(&s, socket, seeds.clone(), tx, rejected.clone());
-        tokio::spawn(driver.run(rx));
-        let membership = Membership { view: view.clone(), commands, rejected };
+        tokio::spawn(driver.run(rx, load_rx));
+        let membership = Membership { view: view.clone(), load, commands, rejected };
         if !seeds.is_empty() {
             let joined = view.wait_for(|m| m.iter().any(|x| !x.this && x.state.is_live()));
             match tokio::time::timeout(window, joined).await {
@@ -137,6 +140,12 @@ impl Membership {
         self.view.borrow().clone()
     }
 
+    /// This node's load now: gossiped within [`LOAD_EVERY`] when it changed, and at least every
+    /// [`LOAD_REFRESH`] (so members that join later learn it).
+    pub fn set_load(&self, load: Load) {
+        self.load.send_replace(Some(load));
+    }
+
     /// A receiver of every new view.
     pub fn watch(&self) -> watch::Receiver<Arc<Members>> {
         self.view.clone()
@@ -157,6 +166,11 @@ impl Membership {
     }
 }
 
+/// How often this node's load is looked at, and gossiped if it changed.
+pub const LOAD_EVERY: Duration = Duration::from_secs(2);
+/// A load is gossiped at least this often, changed or not.
+pub const LOAD_REFRESH: Duration = Duration::from_secs(10);
+
 /// The task that owns the socket and the crate.
 struct Driver {
     gossip: Gossip,
@@ -170,6 +184,10 @@ struct Driver {
     /// Authentic datagrams since the last publish, by sender: noted once the crate has applied them (the first
     /// datagram of a member is what makes it one).
     heard: Vec<(SocketAddr, std::time::Instant)>,
+    /// The latest load note of each node (this one's too), kept by the crate's handler.
+    loads: Loads,
+    /// This node's last note sent, and when.
+    sent: Option<(Note, Instant)>,
     view: watch::Sender<Arc<Members>>,
     rejected: Arc<AtomicU64>,
 }
@@ -183,8 +201,10 @@ impl Driver {
         rejected: Arc<AtomicU64>,
     ) -> Driver {
         let rng: SmallRng = rand::make_rng();
+        let loads = Loads::default();
+        let handler = load::Handler { loads: loads.clone() };
         Driver {
-            gossip: Foca::new(s.this.clone(), s.foca(), rng, PostcardCodec),
+            gossip: Foca::with_custom_broadcast(s.this.clone(), s.foca(), rng, PostcardCodec, handler),
             runtime: AccumulatingRuntime::new(),
             socket,
             wire: Wire::new(&s.secret),
@@ -193,12 +213,15 @@ impl Driver {
             members: Members::new(s.this.clone()),
             left: HashSet::new(),
             heard: Vec::new(),
+            loads,
+            sent: None,
             view,
             rejected,
         }
     }
 
-    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>, load: watch::Receiver<Option<Load>>) {
+        let mut loads = tokio::time::interval(LOAD_EVERY);
         let mut buf = vec![0u8; 65_536];
         // Announced to the seeds until a member answers (the seeds may start after this node).
         let mut announce = tokio::time::interval(Duration::from_secs(1));
@@ -222,6 +245,12 @@ impl Driver {
                         }
                     }
                 }
+                _ = loads.tick() => {
+                    let now = load.borrow().clone();
+                    if let Some(now) = now {
+                        self.gossip_load(now);
+                    }
+                }
                 c = commands.recv() => {
                     match c {
                         Some(Command::Leave(done)) => {
@@ -235,6 +264,21 @@ impl Driver {
             }
             self.flush().await;
         }
+    }
+
+    /// Hands this node's load to the crate when it changed or the last note is old.
+    fn gossip_load(&mut self, load: Load) {
+        let fresh = self.sent.as_ref().is_some_and(|(n, at)| n.load == load && at.elapsed() < LOAD_REFRESH);
+        if fresh {
+            return;
+        }
+        let this = self.members.this();
+        let seq = self.sent.as_ref().map_or(0, |(n, _)| n.seq + 1);
+        let note = Note { gossip: this.gossip, started_ms: this.started_ms, seq, load };
+        if let Err(e) = self.gossip.add_broadcast(note.encode().as_bytes()) {
+            tracing::debug!("cluster load note: {e}");
+        }
+        self.sent = Some((note, Instant::now()));
     }
 
     fn note(&self, r: Result<(), foca::Error>) {
@@ -330,7 +374,11 @@ impl Driver {
         for (from, at) in self.heard.drain(..) {
             self.members.heard(from, at);
         }
-        if !changes.is_empty() || heard {
+        let loaded = {
+            let loads = self.loads.lock().unwrap_or_else(|p| p.into_inner());
+            self.members.set_loads(loads.values())
+        };
+        if !changes.is_empty() || heard || loaded {
             self.view.send_replace(Arc::new(self.members.clone()));
         }
     }
@@ -403,6 +451,8 @@ mod tests {
     #[tokio::test]
     async fn two_nodes_join_a_stranger_is_refused_a_clash_stops_and_a_leave_is_seen_at_once() {
         let a = Membership::start(settings("a", &["a0"], &[], SECRET)).await.expect("a starts");
+        let load = Load { memory_ratio: 0.5, policy: "normal".into() };
+        a.set_load(load.clone());
         let a_addr = a.members().this().gossip;
         let b = Membership::start(settings("b", &["b0", "b1"], &[a_addr], SECRET)).await.expect("b joins");
         until(&a, "b", State::Alive).await;
@@ -415,6 +465,10 @@ mod tests {
         let on_a = seen.iter().find(|x| x.id.name == "b").expect("b on a");
         assert!(on_a.last_heard.is_some(), "a heard from b: {on_a:?}");
         assert_eq!(a.members().owner("b1").map(|o| o.id.name.clone()), Some("b".into()));
+        // a's load reaches b with the gossip, within a look at it and a few gossip rounds.
+        let mut w = b.watch();
+        let loaded = w.wait_for(|v| v.iter().any(|x| x.id.name == "a" && x.load.as_ref() == Some(&load)));
+        assert!(tokio::time::timeout(LOAD_EVERY * 2, loaded).await.is_ok(), "a's load not on b: {:?}", b.members());
 
         // A node without the secret: its datagrams are dropped and counted, and it never becomes a member.
         let before = a.rejected();

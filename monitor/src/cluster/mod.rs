@@ -4,6 +4,7 @@
 //!
 //! - [`wire`]: the sealed datagram (pure);
 //! - [`identity`]: what a member is to the gossip crate;
+//! - [`load`]: each node's load, gossiped as the crate's custom broadcasts;
 //! - [`members`]: the membership view, its changes and clashes (pure);
 //! - [`membership`]: the driver over a tokio socket;
 //! - [`route`]: where a request for a cache goes: here, to its owner node, or a 503 (pure);
@@ -11,12 +12,14 @@
 
 pub mod api;
 pub mod identity;
+pub mod load;
 pub mod members;
 pub mod membership;
 pub mod route;
 pub mod wire;
 
 pub use identity::NodeId;
+pub use load::Load;
 pub use members::{Member, Members, State};
 pub use membership::{Membership, Settings};
 

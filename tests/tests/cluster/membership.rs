@@ -129,6 +129,10 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     let heard = |m: &Value| m["last_heard_s"].as_f64().is_some_and(|s| s < 5.0);
     wait_member(&node_a, "b", heard, Duration::from_secs(5));
     wait_member(&node_b, "a", heard, Duration::from_secs(5));
+    // Each node's load (its group's memory ratio and policy state) reaches the other.
+    let loaded = |m: &Value| m["load"]["policy"] == "normal" && m["load"]["memory_ratio"].as_f64().is_some();
+    wait_member(&node_a, "b", loaded, Duration::from_secs(10));
+    wait_member(&node_b, "a", loaded, Duration::from_secs(10));
     // Both front doors serve, on their nodes' addresses.
     for front in [a.front_addr(), b.front_addr()] {
         let r = http::get(front, "/", Duration::from_secs(10));
