@@ -3,6 +3,7 @@
 //! front door knows which node owns a cache id.
 //!
 //! - [`wire`]: the sealed datagram (pure);
+//! - [`hop`]: the signed header of a forwarded request (pure);
 //! - [`identity`]: what a member is to the gossip crate;
 //! - [`load`]: each node's load, gossiped as the crate's custom broadcasts;
 //! - [`members`]: the membership view, its changes and clashes (pure);
@@ -11,6 +12,7 @@
 //! - [`api`]: `GET /api/v1/cluster` and the metrics' lines.
 
 pub mod api;
+pub mod hop;
 pub mod identity;
 pub mod load;
 pub mod members;
