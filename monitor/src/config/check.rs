@@ -186,6 +186,21 @@ mod tests {
     }
 
     #[test]
+    fn agent_warns_that_it_ignores_the_cluster_and_run_checks_it() {
+        let cluster = "[proxy]\nlisten = \"127.0.0.2:8080\"\n[cluster]\nlisten = \"127.0.0.2:7946\"\n\
+                       secret = \"0123456789abcdef0123456789abcdef\"\n";
+        let f = File::new("agent-ignores-cluster", cluster);
+        let c = check(&f.0, Some(Mode::Agent)).expect("accepted with warnings");
+        let w: Vec<String> = c.warnings.iter().map(|w| w.replace(&f.0.display().to_string(), "m.toml")).collect();
+        assert_eq!(w.len(), 2, "{w:#?}");
+        assert!(w[1].starts_with("m.toml:3: cluster: ignored by monitor agent"), "{w:?}");
+        let text = format!("{RUN}{}", cluster.replace("0123456789abcdef0123456789abcdef", "short"));
+        let got = problems("run-cluster-short", &text, Some(Mode::Run));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with("m.toml:10: cluster.secret: is 5 bytes"), "{got:?}");
+    }
+
+    #[test]
     fn agent_warns_about_what_it_ignores() {
         let text = format!("[group]\ncreate = true\n[proxy]\nlisten = \"127.0.0.1:8080\"\n{RUN}");
         let f = File::new("agent-ignores", &text);
