@@ -322,8 +322,8 @@ impl Parts<'_> {
         let mut app = api::router(state)
             .merge(sampling.history.router())
             .merge(metrics::router_with(sampling.history.history.clone(), more));
-        if let Some(m) = &cluster {
-            app = app.merge(crate::cluster::api::router(m.clone()));
+        if let (Some(m), Some(d)) = (&cluster, &door) {
+            app = app.merge(crate::cluster::api::router(m.clone(), d.view.clone()));
         }
         let app = app.method_not_allowed_fallback(reply::method_not_allowed);
         let api = tokio::spawn(api::serve(web, app, drained.clone().started()));

@@ -1,8 +1,10 @@
-//! `GET /api/v1/cluster` (this node and every member it knows) and the cluster's lines of `/metrics`, both from the
-//! [`Members`] view.
+//! `GET /api/v1/cluster` (this node and every member it knows), `GET /readyz` (this node is a member and its
+//! processes are healthy) and the cluster's lines of `/metrics`, from the [`Members`] view and the launcher's.
 
 use super::members::{Members, State};
 use super::Membership;
+use crate::launcher::{LauncherInfo, Phase};
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
@@ -63,9 +65,37 @@ pub fn view(m: &Members, now: Instant) -> ClusterView {
     ClusterView { node: m.this().name.clone(), members }
 }
 
-/// `GET /api/v1/cluster`.
-pub fn router(m: Arc<Membership>) -> Router {
-    Router::new().route("/api/v1/cluster", get(move || async move { Json(view(&m.members(), Instant::now())) }))
+/// The launched processes now.
+pub type ProcessesFn = Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>;
+
+/// `GET /api/v1/cluster` and `GET /readyz`.
+pub fn router(m: Arc<Membership>, processes: ProcessesFn) -> Router {
+    let ready_m = m.clone();
+    Router::new().route("/api/v1/cluster", get(move || async move { Json(view(&m.members(), Instant::now())) })).route(
+        "/readyz",
+        get(move || async move {
+            let procs: Vec<(String, Phase)> = processes().into_iter().map(|p| (p.name, p.state)).collect();
+            match readiness(ready_m.has_left(), &procs) {
+                Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+                Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+            }
+        }),
+    )
+}
+
+/// Ready for a load balancer's traffic: a member of the cluster (joined, or alone once no seed answered) that has
+/// not left, with every launched process healthy. Otherwise, why not.
+pub fn readiness(left: bool, processes: &[(String, Phase)]) -> Result<(), String> {
+    if left {
+        return Err("this node has left the cluster".into());
+    }
+    let waiting: Vec<String> =
+        processes.iter().filter(|(_, p)| *p != Phase::Ready).map(|(n, p)| format!("{n} {}", p.as_str())).collect();
+    match (processes.is_empty(), waiting.is_empty()) {
+        (true, _) => Err("no process started yet".into()),
+        (false, true) => Ok(()),
+        (false, false) => Err(waiting.join(", ")),
+    }
 }
 
 /// The cluster's families in the Prometheus text format.
@@ -144,6 +174,28 @@ mod tests {
             "# TYPE monitor_cluster_members gauge",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
+        }
+    }
+
+    #[test]
+    fn ready_once_a_member_with_every_process_healthy() {
+        let p = |n: &str, ph: Phase| (n.to_string(), ph);
+        let ok: Result<(), String> = Ok(());
+        // (left, processes, result)
+        let cases = [
+            (false, vec![p("m0", Phase::Ready), p("tx1", Phase::Ready)], ok.clone()),
+            (false, vec![p("m0", Phase::Ready), p("tx1", Phase::Starting)], Err("tx1 starting".to_string())),
+            (
+                false,
+                vec![p("m0", Phase::Unhealthy), p("tx1", Phase::BackingOff)],
+                Err("m0 unhealthy, tx1 backing-off".to_string()),
+            ),
+            (false, vec![], Err("no process started yet".to_string())),
+            (true, vec![p("m0", Phase::Ready)], Err("this node has left the cluster".to_string())),
+            (false, vec![p("m0", Phase::Stopped)], Err("m0 stopped".to_string())),
+        ];
+        for (left, procs, want) in cases {
+            assert_eq!(readiness(left, &procs), want, "left={left} {procs:?}");
         }
     }
 }

@@ -84,6 +84,7 @@ pub struct Membership {
     load: watch::Sender<Option<Load>>,
     commands: mpsc::Sender<Command>,
     rejected: Arc<AtomicU64>,
+    left: std::sync::atomic::AtomicBool,
 }
 
 enum Command {
@@ -116,7 +117,7 @@ impl Membership {
         let (load, load_rx) = watch::channel(None);
         let driver = Driver::new(&s, socket, seeds.clone(), tx, rejected.clone());
         tokio::spawn(driver.run(rx, load_rx));
-        let membership = Membership { view: view.clone(), load, commands, rejected };
+        let membership = Membership { view: view.clone(), load, commands, rejected, left: Default::default() };
         if !seeds.is_empty() {
             let joined = view.wait_for(|m| m.iter().any(|x| !x.this && x.state.is_live()));
             match tokio::time::timeout(window, joined).await {
@@ -151,6 +152,11 @@ impl Membership {
         self.view.clone()
     }
 
+    /// [`Membership::leave`] was called.
+    pub fn has_left(&self) -> bool {
+        self.left.load(Ordering::Relaxed)
+    }
+
     /// Datagrams dropped because their mac did not match the cluster secret (or they were malformed).
     pub fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
@@ -159,6 +165,7 @@ impl Membership {
     /// Leaves the cluster: every live member is told at once, then the crate spreads the leave. Returns once the
     /// notices are sent (at most a second); the driver stops.
     pub async fn leave(&self) {
+        self.left.store(true, Ordering::Relaxed);
         let (done, sent) = oneshot::channel();
         if self.commands.send(Command::Leave(done)).await.is_ok() {
             let _ = tokio::time::timeout(Duration::from_secs(1), sent).await;

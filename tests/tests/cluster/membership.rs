@@ -133,6 +133,18 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     let loaded = |m: &Value| m["load"]["policy"] == "normal" && m["load"]["memory_ratio"].as_f64().is_some();
     wait_member(&node_a, "b", loaded, Duration::from_secs(10));
     wait_member(&node_b, "a", loaded, Duration::from_secs(10));
+    // Both are ready for a load balancer: members, with their processes healthy.
+    for n in [&node_a, &node_b] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = http::get(n.web, "/readyz", Duration::from_secs(2));
+            if r.as_ref().is_ok_and(|r| r.status == 200 && r.body.starts_with(b"ready")) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "/readyz not 200 within 20 s: {:?}", r.map(|r| r.status));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     // Both front doors serve, on their nodes' addresses.
     for front in [a.front_addr(), b.front_addr()] {
         let r = http::get(front, "/", Duration::from_secs(10));
