@@ -245,6 +245,11 @@ impl Parts<'_> {
         if let Some(d) = &door {
             tokio::spawn(proxy::shed::follow(d.proxy.clone(), rx.clone()));
         }
+        if let (Some(m), Some(d), Some(c)) = (&cluster, &door, &cfg.cluster) {
+            let routes =
+                crate::cluster::door::Door::new(c, m.clone(), &cfg.proxy.cache_id_header, cfg.proxy.token_ttl_s)?;
+            d.proxy.join_cluster(Arc::new(routes));
+        }
         let history = history::spawn(
             rx.clone(),
             feed.subscribe("history"),
@@ -315,8 +320,12 @@ impl Parts<'_> {
         };
         let view = door.as_ref().map(|d| d.view.clone());
         let state = api::ApiState { latest: rx, config: live, reloads: Some(reloads), launcher: view };
+        let forwarded = door.as_ref().map(|d| d.proxy.clone());
         let more = cluster.clone().map(|m| {
-            let f: metrics::MoreFn = Arc::new(move || crate::cluster::api::metrics_text(&m.members(), m.rejected()));
+            let f: metrics::MoreFn = Arc::new(move || {
+                let forwarded = forwarded.as_ref().map_or(0, |p| p.forwarded_total());
+                crate::cluster::api::metrics_text(&m.members(), m.rejected(), forwarded)
+            });
             f
         });
         let mut app = api::router(state)

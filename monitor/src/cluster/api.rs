@@ -99,7 +99,7 @@ pub fn readiness(left: bool, processes: &[(String, Phase)]) -> Result<(), String
 }
 
 /// The cluster's families in the Prometheus text format.
-pub fn metrics_text(m: &Members, rejected: u64) -> String {
+pub fn metrics_text(m: &Members, rejected: u64, forwarded: u64) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -114,6 +114,11 @@ pub fn metrics_text(m: &Members, rejected: u64) -> String {
         "# HELP monitor_cluster_datagrams_rejected_total Gossip datagrams dropped: their mac did not match the \
          cluster secret, or they were malformed.\n# TYPE monitor_cluster_datagrams_rejected_total counter\n\
          monitor_cluster_datagrams_rejected_total {rejected}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP monitor_cluster_forwarded_total Requests sent on to the front door of the node that owns their cache.\n\
+         # TYPE monitor_cluster_forwarded_total counter\nmonitor_cluster_forwarded_total {forwarded}"
     );
     o
 }
@@ -164,13 +169,14 @@ mod tests {
         assert_eq!(members[2]["state"], "dead");
         assert!(members[1]["load"].is_null(), "no load heard yet");
         assert!(members[2]["last_heard_s"].is_null());
-        let text = metrics_text(&m, 3);
+        let text = metrics_text(&m, 3, 5);
         for line in [
             "monitor_cluster_members{state=\"alive\"} 2",
             "monitor_cluster_members{state=\"suspect\"} 0",
             "monitor_cluster_members{state=\"dead\"} 1",
             "monitor_cluster_members{state=\"left\"} 0",
             "monitor_cluster_datagrams_rejected_total 3",
+            "monitor_cluster_forwarded_total 5",
             "# TYPE monitor_cluster_members gauge",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");

@@ -9,9 +9,11 @@
 //! - [`members`]: the membership view, its changes and clashes (pure);
 //! - [`membership`]: the driver over a tokio socket;
 //! - [`route`]: where a request for a cache goes: here, to its owner node, or a 503 (pure);
+//! - [`door`]: what the front door asks of the cluster for a request, and the forward to its owner;
 //! - [`api`]: `GET /api/v1/cluster` and the metrics' lines.
 
 pub mod api;
+pub mod door;
 pub mod hop;
 pub mod identity;
 pub mod load;

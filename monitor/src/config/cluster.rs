@@ -225,6 +225,14 @@ mod tests {
                 "m.toml:6: cluster.suspect_timeout_ms: with cluster.dead_timeout_ms at its default, 5000 is below",
             ),
             (format!("{base}{SECRET}fallback = \"some\"\n"), "m.toml:6: cluster.fallback:"),
+            (
+                format!(
+                    "[proxy]\nlisten = \"127.0.0.2:8080\"\ntoken_secret = \"0123456789abcdef\"\n[cluster]\n\
+                     listen = \"127.0.0.2:7946\"\n{SECRET}token_secret = \"{}\"\n",
+                    "t".repeat(32)
+                ),
+                "m.toml:3: proxy.token_secret: with [cluster] token_secret",
+            ),
             (format!("{base}{SECRET}seed = []\n"), "m.toml:6: unknown field `seed`"),
             (format!("{base}{SECRET}listen = 5\n"), "m.toml:"),
             (

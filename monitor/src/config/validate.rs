@@ -304,6 +304,12 @@ fn cluster(c: &ClusterConfig, px: &ProxyConfig, out: &mut Vec<Problem>) {
             Err(e) => out.push(problem(&at("secret_file"), e)),
         },
     }
+    if c.token_secret.is_some() && px.token_secret.is_some() {
+        out.push(problem(
+            &[Key("proxy"), Key("token_secret")],
+            "with [cluster] token_secret, node-bound tokens sign the cache ids: remove proxy.token_secret",
+        ));
+    }
     if c.token_secret.as_ref().is_some_and(|s| s.len() < MIN_SECRET_BYTES) {
         out.push(problem(&at("token_secret"), format!("must be at least {MIN_SECRET_BYTES} bytes")));
     }

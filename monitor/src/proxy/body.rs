@@ -134,6 +134,8 @@ impl Drop for Streamed {
 pub enum ProxyBody {
     Upstream(Streamed),
     Full(Full<Bytes>),
+    /// Under `[cluster]`: the answer of the owner node's front door, streamed.
+    Peer(crate::cluster::door::PeerBody),
 }
 
 impl ProxyBody {
@@ -193,6 +195,7 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Upstream(s) => poll_streamed(s, cx),
             ProxyBody::Full(f) => Pin::new(f).poll_frame(cx).map_err(|never| match never {}),
+            ProxyBody::Peer(b) => Pin::new(b).poll_frame(cx),
         }
     }
 
@@ -200,6 +203,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream(s) => s.inner.is_end_stream(),
             ProxyBody::Full(f) => f.is_end_stream(),
+            ProxyBody::Peer(b) => b.is_end_stream(),
         }
     }
 
@@ -207,6 +211,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream(s) => s.inner.size_hint(),
             ProxyBody::Full(f) => f.size_hint(),
+            ProxyBody::Peer(b) => b.size_hint(),
         }
     }
 }

@@ -19,6 +19,7 @@
 pub mod body;
 pub mod client_io;
 pub mod headers;
+pub mod peer;
 pub mod request_body;
 pub mod server;
 pub mod shed;
@@ -166,6 +167,10 @@ pub struct Proxy {
     bad_bodies: AtomicU64,
     bad_body_logged: AtomicU64,
     started: std::time::Instant,
+    /// Under `[cluster]`: where requests with a cache id are routed across nodes ([`peer`]).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::door::Door>>,
+    /// Requests sent on to another node's front door.
+    forwarded: AtomicU64,
 }
 
 static X_ROUTE_FALLBACK: HeaderName = HeaderName::from_static("x-route-fallback");
@@ -249,6 +254,8 @@ impl Proxy {
             bad_bodies: AtomicU64::new(0),
             bad_body_logged: AtomicU64::new(0),
             started: std::time::Instant::now(),
+            cluster: std::sync::OnceLock::new(),
+            forwarded: AtomicU64::new(0),
         })
     }
 
@@ -314,7 +321,7 @@ impl Proxy {
 
     /// Answers one request from a client at `peer` ([`headers::client_value`]), with this thread's table and
     /// upstream connections.
-    pub async fn handle(&self, local: &Local, mut req: Request<Incoming>, peer: &HeaderValue) -> Response<ProxyBody> {
+    pub async fn handle(&self, local: &Local, req: Request<Incoming>, peer: &HeaderValue) -> Response<ProxyBody> {
         if req.method() == Method::CONNECT {
             return refuse_connect();
         }
@@ -322,9 +329,16 @@ impl Proxy {
         if health && self.draining.load(Ordering::Acquire) {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
         }
+        let (mut req, here) = match self.cluster.get() {
+            Some(door) => match self.through_cluster(door, req, peer).await {
+                Ok(routed) => routed,
+                Err(answer) => return answer,
+            },
+            None => (req, peer::Here::default()),
+        };
         // Health and admin paths are never refused by the memory guard.
         let exempt = health || local.table.is_admin(req.uri().path());
-        let mut signed = false;
+        let mut signed = here.signed;
         let mut cache_owner: Option<String> = None;
         if let Some(v) = req.headers().get(&self.cache_header) {
             let Ok(id) = v.to_str() else { return status(StatusCode::BAD_REQUEST, "bad cache id\n".into()) };
@@ -357,7 +371,10 @@ impl Proxy {
             Route::Unavailable(Unavailable::NoneReady) => return self.unavailable("no process is ready"),
         };
         let signed_owner = signed && rule == Rule::CacheOwner && fallback.is_none();
-        let fallback = fallback.map(|f| HeaderValue::from_static(f.as_str()));
+        let fallback = match here.fallback {
+            true => Some(HeaderValue::from_static(crate::cluster::route::OWNER_NODE_DOWN)),
+            false => fallback.map(|f| HeaderValue::from_static(f.as_str())),
+        };
         let to = Target { index, rule, exempt, rotor, signed_owner };
         let mut resp = self.forward(local, to, req, peer, fallback.clone()).await;
         if let Some(f) = fallback {
@@ -507,6 +524,11 @@ impl Proxy {
                         if let Ok(signed) = HeaderValue::from_str(&t.sign(v)) {
                             parts.headers.insert(&self.cache_header, signed);
                         }
+                    }
+                } else if let Some(door) = self.cluster.get() {
+                    let id = parts.headers.get(&self.cache_header).and_then(|v| v.to_str().ok());
+                    if let Some(signed) = id.and_then(|v| door.sign(v)).and_then(|t| HeaderValue::from_str(&t).ok()) {
+                        parts.headers.insert(&self.cache_header, signed);
                     }
                 }
                 let lease = Lease { pool: local.pool.clone(), index, tx };

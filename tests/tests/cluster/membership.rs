@@ -3,107 +3,11 @@
 //! it `left` well within the suspect plus dead timeouts (the leave is told, not detected), and counts it in
 //! `/metrics`.
 
-use monitor_tests::agent::free_port;
-use monitor_tests::config::{Config, Process};
+use super::*;
 use monitor_tests::http;
 use monitor_tests::require_program;
-use monitor_tests::run::Launched;
 use serde_json::Value;
-use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
-
-const SECRET: &str = "cluster-test-secret-0123456789abcdef";
-
-/// One test of this file at a time: each starts two nodes and four servers on ports found free a moment before.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A UDP port free on `ip` now.
-fn free_udp(ip: [u8; 4]) -> u16 {
-    match UdpSocket::bind(SocketAddr::from((ip, 0))).and_then(|s| s.local_addr()) {
-        Ok(a) => a.port(),
-        Err(e) => panic!("no free UDP port on {ip:?}: {e}"),
-    }
-}
-
-/// One node: its name, loopback IP, gossip and front-door ports.
-struct Node {
-    name: &'static str,
-    ip: [u8; 4],
-    gossip: u16,
-    front: u16,
-}
-
-impl Node {
-    fn new(name: &'static str, last: u8) -> Node {
-        let ip = [127, 0, 0, last];
-        Node { name, ip, gossip: free_udp(ip), front: free_port() }
-    }
-
-    fn gossip_addr(&self) -> SocketAddr {
-        SocketAddr::from((self.ip, self.gossip))
-    }
-
-    fn front_addr(&self) -> SocketAddr {
-        SocketAddr::from((self.ip, self.front))
-    }
-
-    /// `monitor run` over a python3 http.server master (`<name>m0`) and worker (`<name>tx1`), its front door on
-    /// this node's IP, joining through `seeds`.
-    fn start(&self, seeds: &[SocketAddr], dir: &std::path::Path) -> Launched {
-        let server = |port: u16| {
-            ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory"]
-                .into_iter()
-                .map(String::from)
-                .chain([dir.display().to_string(), port.to_string()])
-                .collect::<Vec<_>>()
-        };
-        let (m, w) = (free_port(), free_port());
-        let seeds: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
-        let config = Config::new()
-            .probes(false)
-            .proxy(self.front_addr())
-            .process(Process::new(&format!("{}m0", self.name), "master", server(m), m).set("health", "/"))
-            .process(Process::new(&format!("{}tx1", self.name), "worker", server(w), w).set("health", "/"))
-            .set("cluster", "node", self.name)
-            .set("cluster", "listen", self.gossip_addr().to_string())
-            .set("cluster", "secret", SECRET)
-            .set("cluster", "seeds", monitor_tests::config::strings(&seeds))
-            .set("cluster", "suspect_timeout_ms", 500)
-            .set("cluster", "dead_timeout_ms", 2000);
-        Launched::start(&format!("cluster-{}", self.name), config, None, &[])
-    }
-}
-
-/// `/api/v1/cluster` of a node, when it answers 200 with JSON.
-fn cluster(n: &Launched) -> Option<Value> {
-    let r = http::get(n.web, "/api/v1/cluster", Duration::from_secs(2)).ok()?;
-    (r.status == 200).then(|| serde_json::from_slice(&r.body).ok()).flatten()
-}
-
-/// The member `node` as `n` lists it.
-fn member(view: &Value, node: &str) -> Option<Value> {
-    view["members"].as_array()?.iter().find(|m| m["node"] == node).cloned()
-}
-
-/// Polls `n`'s cluster view every 50 ms until `pred` holds for its member `node`; panics after `timeout`.
-fn wait_member(n: &Launched, node: &str, pred: impl Fn(&Value) -> bool, timeout: Duration) -> (Value, Duration) {
-    let start = Instant::now();
-    let mut last = None;
-    while start.elapsed() < timeout {
-        if let Some(v) = cluster(n) {
-            if let Some(m) = member(&v, node).filter(|m| pred(m)) {
-                return (m, start.elapsed());
-            }
-            last = Some(v);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{node} not as wanted within {timeout:?}; view: {last:#?}\nstderr:\n{}", n.stderr())
-}
 
 #[test]
 fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
@@ -134,17 +38,8 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     wait_member(&node_a, "b", loaded, Duration::from_secs(10));
     wait_member(&node_b, "a", loaded, Duration::from_secs(10));
     // Both are ready for a load balancer: members, with their processes healthy.
-    for n in [&node_a, &node_b] {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let r = http::get(n.web, "/readyz", Duration::from_secs(2));
-            if r.as_ref().is_ok_and(|r| r.status == 200 && r.body.starts_with(b"ready")) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "/readyz not 200 within 20 s: {:?}", r.map(|r| r.status));
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    wait_ready(&node_a);
+    wait_ready(&node_b);
     // Both front doors serve, on their nodes' addresses.
     for front in [a.front_addr(), b.front_addr()] {
         let r = http::get(front, "/", Duration::from_secs(10));

@@ -1,0 +1,179 @@
+//! What the front door asks of the cluster for each request with a cache id: check the hop header of a request a
+//! member forwarded, verify a node-bound token, and decide ([`super::route::decide`]) whether the request is served
+//! here, forwarded to its owner's front door, or answered at once (400, 401, 403, 410, 503); then, for a forward,
+//! sign the hop and carry the request to the owner. Names no type of the front door's: it reads and writes plain
+//! HTTP parts, and the front door turns the outcome into its answer.
+
+use super::hop::{Hop, Hops, HEADER as HOP_HEADER};
+use super::route::{decide, Decision, Owner};
+use super::{ClusterError, Membership};
+use crate::config::{ClusterConfig, Fallback};
+use crate::token::NodeTokens;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long connecting to a peer's front door may take before the owner counts as unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The cluster's side of the front door.
+pub struct Door {
+    membership: Arc<Membership>,
+    tokens: Option<NodeTokens>,
+    hops: Hops,
+    fallback: Fallback,
+    this: String,
+    cache_header: HeaderName,
+    hop_header: HeaderName,
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Served here by the front door's own rules. `signed`: its owner was proven by a token, so it is never served
+    /// by another process; `fallback`: another node owns its cache (`X-Route-Fallback: owner-node-down`).
+    Here { signed: bool, fallback: bool },
+    /// Forwarded to the owner node's front door.
+    Forward { node: String, front: SocketAddr },
+    /// 503 `owner-node-unavailable` with `Retry-After`.
+    Unavailable { node: String },
+    /// Answered at once with this status and reason: a bad token (400, 401, 410) or a forged hop (403).
+    Refuse { status: u16, reason: String },
+}
+
+/// Why a forward did not get an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("connecting to {front}: {source}")]
+    Connect { front: SocketAddr, source: std::io::Error },
+    #[error("connecting to {front}: no connection within {} s", CONNECT_TIMEOUT.as_secs())]
+    Timeout { front: SocketAddr },
+    #[error("forwarding to {front}: {source}")]
+    Http { front: SocketAddr, source: hyper::Error },
+}
+
+/// A response body from a peer, as the front door streams it.
+pub type PeerBody = http_body_util::combinators::BoxBody<hyper::body::Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Door {
+    /// `cache_header`: `[proxy] cache_id_header`; `token_ttl_s`: `[proxy] token_ttl_s`.
+    pub fn new(
+        c: &ClusterConfig,
+        membership: Arc<Membership>,
+        cache_header: &str,
+        token_ttl_s: u64,
+    ) -> Result<Door, ClusterError> {
+        let secret = c.secret_bytes().map_err(ClusterError::Secret)?;
+        let this = membership.members().this().name.clone();
+        let cache_header = HeaderName::from_bytes(cache_header.as_bytes())
+            .map_err(|e| ClusterError::Secret(format!("cache id header: {e}")))?;
+        Ok(Door {
+            tokens: c.token_secret.as_deref().map(|s| NodeTokens::new(s.as_bytes(), &this, token_ttl_s)),
+            hops: Hops::new(&secret),
+            fallback: c.fallback,
+            this,
+            cache_header,
+            hop_header: HeaderName::from_static(HOP_HEADER),
+            membership,
+        })
+    }
+
+    /// Decides where a request goes, from its method, target (path and query) and headers. The hop header is
+    /// removed (the processes never see it); a valid token of this node is replaced by the process's own cache id.
+    pub fn route(&self, method: &str, target: &str, headers: &mut HeaderMap) -> Route {
+        let id = headers.get(&self.cache_header).map(|v| v.to_str().map(str::to_string));
+        let hop = match headers.remove(&self.hop_header) {
+            None => false,
+            Some(v) => {
+                let cache_id = match &id {
+                    Some(Ok(s)) => s.as_str(),
+                    _ => "",
+                };
+                let value = v.to_str().unwrap_or_default();
+                match self.hops.verify(value, now_ms(), &Hop { method, target, cache_id }) {
+                    Ok(_) => true,
+                    Err(e) => return Route::Refuse { status: 403, reason: e.to_string() },
+                }
+            }
+        };
+        let id = match id {
+            None => return Route::Here { signed: false, fallback: false },
+            Some(Ok(id)) => id,
+            Some(Err(_)) => return Route::Refuse { status: 400, reason: "bad cache id".into() },
+        };
+        let members = self.membership.members();
+        let (decision, inner) = match &self.tokens {
+            Some(t) => match t.verify(&id) {
+                Ok(o) => {
+                    let owner = Owner::Token { node: &o.node, process: &o.process };
+                    (decide(owner, &members, hop, self.fallback), Some(o.cache_id.clone()))
+                }
+                Err(e) => return Route::Refuse { status: e.status(), reason: e.to_string() },
+            },
+            None => {
+                let prefix = id.split('.').next().unwrap_or_default();
+                (decide(Owner::Prefix(prefix), &members, hop, self.fallback), None)
+            }
+        };
+        // Served here: the process gets its own cache id back.
+        let unwrap = |headers: &mut HeaderMap| {
+            if let Some(v) = inner.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
+                headers.insert(&self.cache_header, v);
+            }
+        };
+        match decision {
+            Decision::Local => {
+                unwrap(headers);
+                Route::Here { signed: inner.is_some(), fallback: false }
+            }
+            Decision::Fallback { .. } => {
+                unwrap(headers);
+                Route::Here { signed: false, fallback: true }
+            }
+            Decision::Forward { node, front } => Route::Forward { node, front },
+            Decision::Unavailable { node } => Route::Unavailable { node },
+        }
+    }
+
+    /// The token a process's cache id is handed to clients as (None: no `token_secret`, or not `<process>.<id>`).
+    pub fn sign(&self, cache_id: &str) -> Option<String> {
+        self.tokens.as_ref()?.sign(cache_id)
+    }
+
+    /// Adds the signed hop header to a request about to be forwarded (its target and cache id as they are sent).
+    pub fn sign_hop(&self, method: &str, target: &str, headers: &mut HeaderMap) {
+        let cache_id = headers.get(&self.cache_header).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        let value = self.hops.sign(&self.this, now_ms(), &Hop { method, target, cache_id: &cache_id });
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(&self.hop_header, v);
+        }
+    }
+
+    /// Sends `req` (origin form, hop-by-hop fields already removed, the hop header signed) to the front door at
+    /// `front` on a connection of its own, and returns its response head with the body streaming.
+    pub async fn send(&self, front: SocketAddr, req: Request<Incoming>) -> Result<Response<PeerBody>, ForwardError> {
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(front)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(source)) => return Err(ForwardError::Connect { front, source }),
+            Err(_) => return Err(ForwardError::Timeout { front }),
+        };
+        let _ = stream.set_nodelay(true);
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|source| ForwardError::Http { front, source })?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let resp = tx.send_request(req).await.map_err(|source| ForwardError::Http { front, source })?;
+        Ok(resp.map(|b| b.map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { Box::new(e) }).boxed()))
+    }
+}

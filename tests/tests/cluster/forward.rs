@@ -1,0 +1,75 @@
+//! Two nodes a and b, each a real `monitor run` over fixture-backend processes, signing cache ids with a shared
+//! token secret. A cache id minted on a, used through b, reaches a's process that issued it (b counts the forward);
+//! a tampered token is refused with 401 and an unsigned id with 400; a hop header that no member signed is refused
+//! with 403; and once a has left, b answers a's ids with 503 `owner-node-unavailable` and `Retry-After`, never with
+//! one of its own processes.
+
+use super::*;
+use monitor_tests::http;
+use std::time::Duration;
+
+const TOKENS: &str = "token-secret-of-the-test-cluster-0123";
+
+fn get(front: SocketAddr, path: &str, headers: &[(&str, &str)]) -> http::Response {
+    match http::request(front, "GET", path, headers, Duration::from_secs(10)) {
+        Ok(r) => r,
+        Err(e) => panic!("GET {path} via {front}: {e}"),
+    }
+}
+
+#[test]
+fn a_cache_id_minted_on_a_and_used_through_b_reaches_its_process_on_a() {
+    let _serial = one_at_a_time();
+    let (a, b) = (Node::new("a", 6), Node::new("b", 7));
+    let mut node_a = a.start_fixtures(&[], TOKENS);
+    wait_member(&node_a, "a", |m| m["self"] == true, Duration::from_secs(20));
+    let node_b = b.start_fixtures(&[a.gossip_addr()], TOKENS);
+    wait_member(&node_a, "b", |m| m["state"] == "alive", Duration::from_secs(20));
+    wait_member(&node_b, "a", |m| m["state"] == "alive", Duration::from_secs(20));
+    wait_ready(&node_a);
+    wait_ready(&node_b);
+
+    // A cache started on a: its id comes back signed for node a and the process that issued it.
+    let started = get(a.front_addr(), "/fhir/start?cache=start", &[]);
+    assert_eq!(started.status, 200, "{}", started.text());
+    let owner = started.header("x-served-by").expect("X-Served-By").to_string();
+    let token = started.header("x-cache-id").expect("a signed X-Cache-Id").to_string();
+    assert!(token.starts_with(&format!("a.{owner}.")), "{token}");
+    assert_eq!(token.split('.').count(), 5, "<node>.<process>.<id>.<expiry>.<mac>: {token}");
+
+    // Used through b, again and again: each reaches the owner on a, which knows the cache.
+    for _ in 0..5 {
+        let r = get(b.front_addr(), "/fhir/use", &[("X-Cache-Id", &token)]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-served-by"), Some(owner.as_str()), "{}", r.text());
+        let echo: Value = serde_json::from_slice(&r.body).expect("the fixture's JSON echo");
+        let inner = token.split('.').take(3).skip(1).collect::<Vec<_>>().join(".");
+        assert_eq!(echo["cache_id"], inner, "the process got its own id back");
+        assert!(echo["xff"].as_str().is_some_and(|x| x.contains("127.0.0.1")), "{echo}");
+    }
+    let metrics = http::get(node_b.web, "/metrics", Duration::from_secs(5)).expect("b's metrics");
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(text.lines().any(|l| l == "monitor_cluster_forwarded_total 5"), "b counts its forwards:\n{text}");
+
+    // Refused where they arrive: a tampered token (401), an unsigned id (400), a hop no member signed (403).
+    let mut tampered = token.clone().into_bytes();
+    let last = tampered.len() - 1;
+    tampered[last] = if tampered[last] == b'0' { b'1' } else { b'0' };
+    let tampered = String::from_utf8(tampered).expect("ascii");
+    assert_eq!(get(b.front_addr(), "/fhir/use", &[("X-Cache-Id", &tampered)]).status, 401);
+    assert_eq!(get(a.front_addr(), "/fhir/use", &[("X-Cache-Id", &tampered)]).status, 401);
+    assert_eq!(get(b.front_addr(), "/fhir/use", &[("X-Cache-Id", &format!("{owner}.1"))]).status, 400);
+    let forged = format!("b.1.{}", "0".repeat(64));
+    let r = get(a.front_addr(), "/fhir/use", &[("X-Cache-Id", &token), ("X-Monitor-Hop", &forged)]);
+    assert_eq!(r.status, 403, "{}", r.text());
+
+    // a leaves: b answers a's ids with 503 owner-node-unavailable and Retry-After, and serves nothing of them.
+    let status = node_a.terminate(Duration::from_secs(30));
+    assert!(status.success(), "a exited with {status}");
+    wait_member(&node_b, "a", |m| m["state"] == "left", Duration::from_secs(5));
+    let r = get(b.front_addr(), "/fhir/use", &[("X-Cache-Id", &token)]);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("owner-node-unavailable"), "{}", r.text());
+    assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+    assert_eq!(r.header("x-served-by"), None, "no process of b served it");
+}
