@@ -246,8 +246,7 @@ impl Parts<'_> {
             tokio::spawn(proxy::shed::follow(d.proxy.clone(), rx.clone()));
         }
         if let (Some(m), Some(d), Some(c)) = (&cluster, &door, &cfg.cluster) {
-            let routes =
-                crate::cluster::door::Door::new(c, m.clone(), &cfg.proxy.cache_id_header, cfg.proxy.token_ttl_s)?;
+            let routes = crate::cluster::door::Door::new(c, m.clone(), &cfg.proxy)?;
             d.proxy.join_cluster(Arc::new(routes));
         }
         let history = history::spawn(

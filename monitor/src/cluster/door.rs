@@ -7,7 +7,7 @@
 use super::hop::{Hop, Hops, HEADER as HOP_HEADER};
 use super::route::{decide, Decision, Owner};
 use super::{ClusterError, Membership};
-use crate::config::{ClusterConfig, Fallback};
+use crate::config::{ClusterConfig, Fallback, ProxyConfig};
 use crate::token::NodeTokens;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -30,6 +30,8 @@ pub struct Door {
     this: String,
     cache_header: HeaderName,
     hop_header: HeaderName,
+    /// How long the owner's front door may take to send its response head (`[proxy] upstream_timeout_s`).
+    head_timeout: Duration,
 }
 
 /// Where a request goes.
@@ -55,6 +57,8 @@ pub enum ForwardError {
     Timeout { front: SocketAddr },
     #[error("forwarding to {front}: {source}")]
     Http { front: SocketAddr, source: hyper::Error },
+    #[error("forwarding to {front}: no response within {} s", .after.as_secs())]
+    NoAnswer { front: SocketAddr, after: Duration },
 }
 
 /// A response body from a peer, as the front door streams it.
@@ -65,13 +69,9 @@ fn now_ms() -> u64 {
 }
 
 impl Door {
-    /// `cache_header`: `[proxy] cache_id_header`; `token_ttl_s`: `[proxy] token_ttl_s`.
-    pub fn new(
-        c: &ClusterConfig,
-        membership: Arc<Membership>,
-        cache_header: &str,
-        token_ttl_s: u64,
-    ) -> Result<Door, ClusterError> {
+    /// With `[proxy]`'s cache id header, token lifetime and upstream timeout.
+    pub fn new(c: &ClusterConfig, membership: Arc<Membership>, px: &ProxyConfig) -> Result<Door, ClusterError> {
+        let (cache_header, token_ttl_s) = (px.cache_id_header.as_str(), px.token_ttl_s);
         let secret = c.secret_bytes().map_err(ClusterError::Secret)?;
         let this = membership.members().this().name.clone();
         let cache_header = HeaderName::from_bytes(cache_header.as_bytes())
@@ -83,6 +83,7 @@ impl Door {
             this,
             cache_header,
             hop_header: HeaderName::from_static(HOP_HEADER),
+            head_timeout: Duration::from_secs(px.upstream_timeout_s),
             membership,
         })
     }
@@ -159,7 +160,8 @@ impl Door {
     }
 
     /// Sends `req` (origin form, hop-by-hop fields already removed, the hop header signed) to the front door at
-    /// `front` on a connection of its own, and returns its response head with the body streaming.
+    /// `front` on a connection of its own, and returns its response head (within the upstream timeout) with the
+    /// body streaming.
     pub async fn send(&self, front: SocketAddr, req: Request<Incoming>) -> Result<Response<PeerBody>, ForwardError> {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(front)).await {
             Ok(Ok(s)) => s,
@@ -173,7 +175,141 @@ impl Door {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let resp = tx.send_request(req).await.map_err(|source| ForwardError::Http { front, source })?;
+        let resp = match tokio::time::timeout(self.head_timeout, tx.send_request(req)).await {
+            Ok(r) => r.map_err(|source| ForwardError::Http { front, source })?,
+            Err(_) => return Err(ForwardError::NoAnswer { front, after: self.head_timeout }),
+        };
         Ok(resp.map(|b| b.map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { Box::new(e) }).boxed()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::membership::Settings;
+    use crate::cluster::{NodeId, State};
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+    const TOKENS: &str = "fedcba9876543210fedcba9876543210";
+
+    fn settings(name: &str, procs: &[&str], seeds: &[SocketAddr]) -> Settings {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("a free port").port();
+        let gossip = SocketAddr::from(([127, 0, 0, 1], port));
+        Settings {
+            this: NodeId {
+                name: name.into(),
+                gossip,
+                front: SocketAddr::from(([127, 0, 0, 1], port)),
+                processes: procs.iter().map(|p| p.to_string()).collect(),
+                started_ms: now_ms(),
+                generation: 0,
+            },
+            listen: gossip,
+            seeds: seeds.iter().map(|s| s.to_string()).collect(),
+            secret: SECRET.as_bytes().to_vec(),
+            suspect: Duration::from_millis(200),
+            dead: Duration::from_millis(600),
+        }
+    }
+
+    fn config(fallback: Fallback) -> ClusterConfig {
+        let text = format!(
+            "[proxy]\nlisten = \"127.0.0.1:8080\"\n[cluster]\nlisten = \"127.0.0.1:7946\"\nsecret = \"{SECRET}\"\n\
+             token_secret = \"{TOKENS}\"\nfallback = \"{}\"\n",
+            if fallback == Fallback::Any { "any" } else { "none" }
+        );
+        match crate::config::Config::from_toml(&text, std::path::Path::new("m.toml")) {
+            Ok(c) => c.cluster.expect("a [cluster]"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(HeaderName::from_bytes(k.as_bytes()).expect("name"), HeaderValue::from_str(v).expect("value"));
+        }
+        h
+    }
+
+    #[tokio::test]
+    async fn requests_are_served_here_forwarded_or_refused() {
+        let a = Arc::new(Membership::start(settings("a", &["am0"], &[])).await.expect("a"));
+        let a_addr = a.members().this().gossip;
+        let b = Membership::start(settings("b", &["bm0"], &[a_addr])).await.expect("b");
+        let b_front = b.members().this().front;
+        let mut w = a.watch();
+        let joined = w.wait_for(|v| v.iter().any(|x| x.id.name == "b" && x.state == State::Alive));
+        assert!(tokio::time::timeout(Duration::from_secs(5), joined).await.is_ok(), "b never joined a");
+        let px = crate::config::ProxyConfig::default();
+        let door = Door::new(&config(Fallback::None), a.clone(), &px).expect("a door");
+        let any = Door::new(&config(Fallback::Any), a.clone(), &px).expect("a door");
+        let tokens = |node| NodeTokens::new(TOKENS.as_bytes(), node, 60);
+        let mine = tokens("a").sign("am0.1").expect("a token");
+        let theirs = tokens("b").sign("bm0.7").expect("a token");
+        let gone = tokens("zz").sign("zm0.1").expect("a token");
+        let hops = Hops::new(SECRET.as_bytes());
+        let hop = |id: &str| hops.sign("b", now_ms(), &Hop { method: "GET", target: "/x", cache_id: id });
+        let flipped = if theirs.ends_with('0') { '1' } else { '0' };
+        let tampered = format!("{}{flipped}", &theirs[..theirs.len() - 1]);
+        let here = |signed, fallback| Route::Here { signed, fallback };
+        // (door, headers, route, the cache id header after)
+        let cases: Vec<(&Door, HeaderMap, Route, Option<&str>)> = vec![
+            (&door, headers(&[]), here(false, false), None),
+            (&door, headers(&[("x-cache-id", &mine)]), here(true, false), Some("am0.1")),
+            (
+                &door,
+                headers(&[("x-cache-id", &theirs)]),
+                Route::Forward { node: "b".into(), front: b_front },
+                Some(&theirs),
+            ),
+            (
+                &door,
+                headers(&[("x-cache-id", &theirs), ("x-monitor-hop", &hop(&theirs))]),
+                Route::Unavailable { node: "b".into() },
+                Some(&theirs),
+            ),
+            (
+                &door,
+                headers(&[("x-cache-id", &mine), ("x-monitor-hop", &hop(&mine))]),
+                here(true, false),
+                Some("am0.1"),
+            ),
+            (
+                &door,
+                headers(&[("x-cache-id", &mine), ("x-monitor-hop", &hop("another id"))]),
+                Route::Refuse { status: 403, reason: "hop header signature does not match".into() },
+                Some(&mine),
+            ),
+            (
+                &door,
+                headers(&[("x-cache-id", "am0.1")]),
+                Route::Refuse { status: 400, reason: "cache id is not a signed token".into() },
+                Some("am0.1"),
+            ),
+            (
+                &door,
+                headers(&[("x-cache-id", &tampered)]),
+                Route::Refuse { status: 401, reason: "cache id signature does not match".into() },
+                Some(&tampered),
+            ),
+            (&door, headers(&[("x-cache-id", &gone)]), Route::Unavailable { node: "zz".into() }, Some(&gone)),
+            (&any, headers(&[("x-cache-id", &gone)]), here(false, true), Some("zm0.1")),
+        ];
+        for (d, mut h, want, after) in cases {
+            let before = format!("{h:?}");
+            assert_eq!(d.route("GET", "/x", &mut h), want, "{before}");
+            assert!(h.get(HOP_HEADER).is_none(), "the hop header never reaches a process");
+            assert_eq!(h.get("x-cache-id").and_then(|v| v.to_str().ok()), after, "{before}");
+        }
+        // A signed hop verifies on the owner's side for exactly the request it was made for.
+        let mut h = headers(&[("x-cache-id", &theirs)]);
+        door.sign_hop("GET", "/x", &mut h);
+        let value = h.get(HOP_HEADER).and_then(|v| v.to_str().ok()).expect("a hop header").to_string();
+        assert_eq!(
+            hops.verify(&value, now_ms(), &Hop { method: "GET", target: "/x", cache_id: &theirs }),
+            Ok("a".into())
+        );
+        assert_eq!(door.sign("am0.1").map(|t| t.starts_with("a.am0.1.")), Some(true));
     }
 }
