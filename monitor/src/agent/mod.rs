@@ -272,6 +272,9 @@ impl Parts<'_> {
             tokio::spawn(alerts::watch::launcher(d.view.clone(), raiser.clone()));
         }
         let h = history.history.clone();
+        if let Some(m) = &cluster {
+            tokio::spawn(alerts::watch::cluster(m.watch(), raiser.clone()));
+        }
         tokio::spawn(alerts::watch::stats(Arc::new(move || h.note()), raiser));
         let admin_url = match &door {
             Some(d) => d.admin_url(),

@@ -1,6 +1,7 @@
 //! Conditions raised from outside the sampler, by polling once a second: the launcher's processes (a crash and
 //! its restart; a crash loop, when the backoff has reached its cap; a running process failing its health checks,
-//! out of the front door's pool) and the stats database (not persisting).
+//! out of the front door's pool), the stats database (not persisting) and, under `[cluster]`, the members (one
+//! suspect or dead: its caches cannot be reached).
 
 use super::task::Raiser;
 use super::Condition;
@@ -91,6 +92,48 @@ pub async fn launcher(view: Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>, ra
     }
 }
 
+/// What the membership makes true: for each other member, `MonitorClusterMemberDown` while it is suspect or dead
+/// (requests for its caches get 503), cleared when it is alive again or has left (a leave is not an incident).
+pub fn cluster_conditions(members: &crate::cluster::Members) -> Vec<(String, Option<Condition>)> {
+    use crate::cluster::State;
+    members
+        .iter()
+        .filter(|m| !m.this)
+        .map(|m| {
+            let down = matches!(m.state, State::Suspect | State::Dead).then(|| {
+                Condition::new("MonitorClusterMemberDown")
+                    .label("member", m.id.name.clone())
+                    .annotate("state", m.state.as_str())
+                    .annotate("gossip", m.id.gossip.to_string())
+                    .annotate("processes", m.id.processes.join(","))
+                    .annotate(
+                        "summary",
+                        format!(
+                            "cluster member {} is {}: requests for its caches ({}) cannot be served",
+                            m.id.name,
+                            m.state.as_str(),
+                            m.id.processes.join(", ")
+                        ),
+                    )
+            });
+            (format!("cluster/{}", m.id.name), down)
+        })
+        .collect()
+}
+
+/// Raises and clears the members' conditions at each change of the membership.
+pub async fn cluster(mut view: tokio::sync::watch::Receiver<Arc<crate::cluster::Members>>, raiser: Raiser) {
+    loop {
+        let now = view.borrow_and_update().clone();
+        for (key, cond) in cluster_conditions(&now) {
+            raiser.set(key, cond);
+        }
+        if view.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Polls the stats database's note (Some = not persisting, and why) every second.
 pub async fn stats(note: Arc<dyn Fn() -> Option<String> + Send + Sync>, raiser: Raiser) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -123,6 +166,42 @@ mod tests {
 
     fn names(v: &[(String, Option<Condition>)]) -> Vec<String> {
         v.iter().filter_map(|(_, c)| c.as_ref().map(|c| c.name.clone())).collect()
+    }
+
+    #[test]
+    fn a_member_down_while_suspect_or_dead_and_not_when_it_left() {
+        use crate::cluster::{Members, NodeId, State};
+        let node = |name: &str, ip: u8| NodeId {
+            name: name.into(),
+            gossip: std::net::SocketAddr::from(([127, 0, 0, ip], 7946)),
+            front: std::net::SocketAddr::from(([127, 0, 0, ip], 8080)),
+            processes: vec![format!("{name}0")],
+            started_ms: 1,
+            generation: 0,
+        };
+        let (b, c) = (node("b", 3), node("c", 4));
+        let mut m = Members::new(node("a", 2));
+        let none = std::collections::HashSet::new();
+        // (b's state, c's state, the members down)
+        let steps = [
+            (State::Alive, State::Alive, vec![]),
+            (State::Suspect, State::Alive, vec!["b"]),
+            (State::Dead, State::Alive, vec!["b"]),
+            (State::Alive, State::Dead, vec!["c"]),
+        ];
+        for (sb, sc, want) in steps {
+            m.update([(&b, sb), (&c, sc)], &none);
+            let got = cluster_conditions(&m);
+            assert_eq!(got.len(), 2, "one key per other member: {got:?}");
+            let down: Vec<String> =
+                got.iter().filter_map(|(_, c)| c.as_ref()).map(|c| c.labels["member"].clone()).collect();
+            assert_eq!(down, want, "b {sb:?}, c {sc:?}");
+        }
+        let left = std::collections::HashSet::from([("c".to_string(), 1)]);
+        m.update([(&c, State::Dead)], &left);
+        assert!(cluster_conditions(&m).iter().all(|(_, c)| c.is_none()), "c left: no incident");
+        let one = cluster_conditions(&Members::new(node("a", 2)));
+        assert!(one.is_empty(), "alone: nothing to raise");
     }
 
     #[test]
