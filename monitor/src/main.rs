@@ -46,6 +46,10 @@ enum Cmd {
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
+        /// Under `[cluster]`: one row per member (state, group memory, policy, requests), each fetched from that
+        /// member's own API.
+        #[arg(long)]
+        cluster: bool,
     },
     /// Validates a config file: names every bad key with its line (a TOML syntax error stops at the first).
     CheckConfig {
@@ -121,7 +125,7 @@ fn main() -> ExitCode {
             monitor::logs::init();
             Ok(Agent::guard(cfg)?.reading(agent_source(&a)).run()?)
         }),
-        Cmd::Status { url, config, json } => status(url, config, json),
+        Cmd::Status { url, config, json, cluster } => status(url, config, json, cluster),
         Cmd::Report(r) => report(r),
         Cmd::Run { config } => {
             monitor::logs::init();
@@ -228,13 +232,16 @@ fn agent_config(a: &AgentArgs) -> Result<Config> {
     Ok(cfg)
 }
 
-fn status(url: Option<String>, config: Option<PathBuf>, json: bool) -> Result<()> {
+fn status(url: Option<String>, config: Option<PathBuf>, json: bool, cluster: bool) -> Result<()> {
     let base = match (url, default_config(config)) {
         (Some(u), _) => u,
         (None, Some(c)) => format!("http://{}", Config::load(&c)?.web.listen),
         (None, None) => "http://127.0.0.1:9464".into(),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    if cluster {
+        return rt.block_on(cluster_status(&base, json));
+    }
     let url = format!("{}/api/v1/status", base.trim_end_matches('/'));
     let body = rt.block_on(monitor::client::get(&url)).map_err(|e| match e {
         monitor::client::ClientError::Connect(_, io) => anyhow::anyhow!(
@@ -252,6 +259,40 @@ fn status(url: Option<String>, config: Option<PathBuf>, json: bool) -> Result<()
         return Ok(());
     }
     print!("{}", monitor::table::render(&v));
+    Ok(())
+}
+
+/// `monitor status --cluster`: the cluster view of the node at `base`, then every live member's status from its own
+/// API (at most 3 s each, all at once).
+async fn cluster_status(base: &str, json: bool) -> Result<()> {
+    use monitor::cluster::api::ClusterView;
+    let url = format!("{}/api/v1/cluster", base.trim_end_matches('/'));
+    let body = monitor::client::get(&url).await.map_err(|e| match e {
+        monitor::client::ClientError::Status(_, 404) => {
+            anyhow::anyhow!("{url}: 404: this monitor is not in a cluster (its config has no [cluster])")
+        }
+        e => e.into(),
+    })?;
+    if json {
+        println!("{body}");
+        return Ok(());
+    }
+    let view: ClusterView =
+        serde_json::from_str(&body).with_context(|| format!("{url}: not a monitor cluster document"))?;
+    let mut asks = tokio::task::JoinSet::new();
+    for m in view.members.iter().filter(|m| m.state.is_live()) {
+        let (node, url) = (m.node.clone(), format!("http://{}/api/v1/status", m.web));
+        asks.spawn(async move {
+            let got = match tokio::time::timeout(std::time::Duration::from_secs(3), monitor::client::get(&url)).await {
+                Ok(Ok(body)) => serde_json::from_str::<StatusView>(&body).map_err(|e| format!("{url}: {e}")),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("{url}: no answer within 3 s")),
+            };
+            (node, got)
+        });
+    }
+    let statuses = asks.join_all().await;
+    print!("{}", monitor::table::render_cluster(&view, &statuses));
     Ok(())
 }
 

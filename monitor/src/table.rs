@@ -1,4 +1,5 @@
-//! `monitor status` as text: the group line and a table of its processes.
+//! `monitor status` as text: the group line and a table of its processes; with `--cluster`, one row per member of
+//! the cluster from each one's own status.
 
 use crate::api::StatusView;
 use crate::live::ReloadResult;
@@ -117,6 +118,64 @@ pub fn render(v: &StatusView) -> String {
     s
 }
 
+/// `monitor status --cluster`: one row per member, from the cluster view of the node asked and each member's own
+/// status (`Err`: why it could not be had). A member whose status is missing shows its state only, and why after
+/// the table.
+pub fn render_cluster(
+    view: &crate::cluster::api::ClusterView,
+    statuses: &[(String, Result<StatusView, String>)],
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "cluster  seen from {}, {} members\n", view.node, view.members.len());
+    let _ = writeln!(
+        s,
+        "{:<16} {:<8} {:>12} {:>12} {:>7}  {:<9} {:>5} {:>9} {:>8}  FRONT",
+        "NODE", "STATE", "MEMORY", "LIMIT", "RATIO", "POLICY", "PROCS", "REQUESTS", "INFLIGHT"
+    );
+    let mut notes = Vec::new();
+    for m in &view.members {
+        let node: String = m.node.chars().map(|c| if c.is_control() { '?' } else { c }).take(16).collect();
+        let state = if m.this { format!("{}*", m.state.as_str()) } else { m.state.as_str().to_string() };
+        match statuses.iter().find(|(n, _)| *n == m.node).map(|(_, st)| st) {
+            Some(Ok(v)) => {
+                let requests: u64 = v.processes.iter().map(|p| p.requests_total).sum();
+                let inflight: u64 = v.processes.iter().map(|p| p.inflight).sum();
+                let _ = writeln!(
+                    s,
+                    "{:<16} {:<8} {:>12} {:>12} {:>6.1}%  {:<9} {:>5} {:>9} {:>8}  {}",
+                    node,
+                    state,
+                    size(v.group.usage_bytes),
+                    size(v.group.limit_bytes),
+                    v.group.ratio * 100.0,
+                    v.policy.state.to_string(),
+                    v.processes.len(),
+                    requests,
+                    inflight,
+                    m.front
+                );
+            }
+            other => {
+                let _ = writeln!(
+                    s,
+                    "{:<16} {:<8} {:>12} {:>12} {:>7}  {:<9} {:>5} {:>9} {:>8}  {}",
+                    node, state, "-", "-", "-", "-", "-", "-", "-", m.front
+                );
+                if let Some(Err(e)) = other {
+                    notes.push(format!("{}: {e}", m.node));
+                }
+            }
+        }
+    }
+    if !notes.is_empty() {
+        s.push('\n');
+        for n in notes {
+            let _ = writeln!(s, "{n}");
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +185,40 @@ mod tests {
 
     fn line<'a>(text: &'a str, head: &str) -> Option<&'a str> {
         text.lines().find_map(|l| l.strip_prefix(head)).map(str::trim)
+    }
+
+    #[test]
+    fn the_cluster_table_has_a_row_per_member_and_says_why_one_is_missing() {
+        use crate::cluster::api::ClusterView;
+        let view: ClusterView = serde_json::from_value(serde_json::json!({
+            "node": "a",
+            "members": [
+                {"node": "a", "state": "alive", "gossip": "10.0.0.5:7946", "front": "10.0.0.5:8080",
+                 "web": "10.0.0.5:9464", "processes": ["am0"], "last_heard_s": 0.0, "self": true,
+                 "started_ms": 1, "load": null},
+                {"node": "b", "state": "suspect", "gossip": "10.0.0.6:7946", "front": "10.0.0.6:8080",
+                 "web": "10.0.0.6:9464", "processes": ["bm0"], "last_heard_s": 4.0, "self": false,
+                 "started_ms": 1, "load": null},
+                {"node": "c", "state": "left", "gossip": "10.0.0.7:7946", "front": "10.0.0.7:8080",
+                 "web": "10.0.0.7:9464", "processes": ["cm0"], "last_heard_s": null, "self": false,
+                 "started_ms": 1, "load": null}
+            ]
+        }))
+        .expect("a cluster view");
+        let p = Published::test(State::Refusing);
+        let a = crate::api::status_view(&p, &Thresholds::default());
+        let statuses = vec![("a".to_string(), Ok(a)), ("b".to_string(), Err("no answer within 3 s".to_string()))];
+        let text = render_cluster(&view, &statuses);
+        let row = |node: &str| text.lines().find(|l| l.starts_with(&format!("{node} "))).unwrap_or_default();
+        assert!(text.starts_with("cluster  seen from a, 3 members"), "{text}");
+        let a = row("a");
+        assert!(a.contains("alive*") && a.contains("refusing") && a.ends_with("10.0.0.5:8080"), "{text}");
+        assert!(a.contains('%'), "{text}");
+        let b = row("b");
+        assert!(b.contains("suspect") && b.contains(" - ") && b.ends_with("10.0.0.6:8080"), "{text}");
+        assert!(row("c").contains("left"), "{text}");
+        assert!(text.lines().any(|l| l == "b: no answer within 3 s"), "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("c:")), "a member that left is not asked: {text}");
     }
 
     #[test]

@@ -132,8 +132,12 @@ async fn cluster_join(
         what: "proxy.listen".into(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
     })?;
+    let web: SocketAddr = cfg.web.listen.parse().map_err(|e| AgentError::Io {
+        what: "web.listen".into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+    })?;
     let names = cfg.processes.iter().map(|p| p.name.clone()).collect();
-    let settings = crate::cluster::Settings::new(c, listen, names)?;
+    let settings = crate::cluster::Settings::new(c, listen, web, names)?;
     Ok(crate::cluster::Membership::start(settings).await?)
 }
 

@@ -175,6 +175,7 @@ mod tests {
             name: name.into(),
             gossip: std::net::SocketAddr::from(([127, 0, 0, ip], 7946)),
             front: std::net::SocketAddr::from(([127, 0, 0, ip], 8080)),
+            web: std::net::SocketAddr::from(([127, 0, 0, ip], 9464)),
             processes: vec![format!("{name}0")],
             started_ms: 1,
             generation: 0,

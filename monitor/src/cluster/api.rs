@@ -7,14 +7,14 @@ use crate::launcher::{LauncherInfo, Phase};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 /// The JSON of `/api/v1/cluster`. Fields may be added, never renamed.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ClusterView {
     /// This node's name.
     pub node: String,
@@ -22,7 +22,7 @@ pub struct ClusterView {
 }
 
 /// One member.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct MemberView {
     pub node: String,
     pub state: State,
@@ -30,6 +30,8 @@ pub struct MemberView {
     pub gossip: SocketAddr,
     /// Its front door, where requests for its caches are forwarded.
     pub front: SocketAddr,
+    /// Its API (`/api/v1/status`), for the fleet's merged views.
+    pub web: SocketAddr,
     /// Its process names (the cache-id prefixes it owns).
     pub processes: Vec<String>,
     /// Seconds since an authentic datagram came from it (null: never heard from directly; 0 for this node).
@@ -52,6 +54,7 @@ pub fn view(m: &Members, now: Instant) -> ClusterView {
             state: x.state,
             gossip: x.id.gossip,
             front: x.id.front,
+            web: x.id.web,
             processes: x.id.processes.clone(),
             last_heard_s: match x.this {
                 true => Some(0.0),
@@ -135,6 +138,7 @@ mod tests {
             name: name.into(),
             gossip: SocketAddr::from(([127, 0, 0, ip], 7946)),
             front: SocketAddr::from(([127, 0, 0, ip], 8080)),
+            web: SocketAddr::from(([127, 0, 0, ip], 9464)),
             processes: procs.iter().map(|p| p.to_string()).collect(),
             started_ms: 7,
             generation: 0,

@@ -200,6 +200,7 @@ mod tests {
                 name: name.into(),
                 gossip,
                 front: SocketAddr::from(([127, 0, 0, 1], port)),
+                web: SocketAddr::from(([127, 0, 0, 1], port)),
                 processes: procs.iter().map(|p| p.to_string()).collect(),
                 started_ms: now_ms(),
                 generation: 0,

@@ -14,6 +14,8 @@ pub struct NodeId {
     pub gossip: SocketAddr,
     /// Where peers forward requests for its caches.
     pub front: SocketAddr,
+    /// Where its API answers (`/api/v1/status`), for the fleet's merged views.
+    pub web: SocketAddr,
     /// Its `[[process]]` names, the cache-id prefixes it owns.
     pub processes: Vec<String>,
     /// When this run of the node started (ms since the Unix epoch): a restarted node's identity wins over the
@@ -27,7 +29,15 @@ impl NodeId {
     /// A stand-in for a seed known only by its address: the crate accepts an announce sent to any identity with
     /// the receiver's address.
     pub fn seed(gossip: SocketAddr) -> NodeId {
-        NodeId { name: String::new(), gossip, front: gossip, processes: Vec::new(), started_ms: 0, generation: 0 }
+        NodeId {
+            name: String::new(),
+            gossip,
+            front: gossip,
+            web: gossip,
+            processes: Vec::new(),
+            started_ms: 0,
+            generation: 0,
+        }
     }
 
     /// Of two runs at one address, the one that wins: the later start, then the later generation.
@@ -64,6 +74,7 @@ mod tests {
             name: "a".into(),
             gossip: "127.0.0.2:7946".parse().expect("addr"),
             front: "127.0.0.2:8080".parse().expect("addr"),
+            web: "127.0.0.2:9464".parse().expect("addr"),
             processes: vec!["m0".into(), "tx1".into()],
             started_ms: 1000,
             generation: 0,

@@ -3,13 +3,13 @@
 //! `<gossip addr> <started_ms> <seq> <ratio> <policy>`; the datagram that carries it is sealed like any other.
 
 use super::identity::NodeId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 /// A node's load.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Load {
     /// The group's memory usage over its limit (`/api/v1/status` `group.ratio`).
     pub memory_ratio: f64,

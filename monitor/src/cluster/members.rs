@@ -4,13 +4,13 @@
 
 use super::identity::NodeId;
 use super::load::{Load, Note};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Instant;
 
 /// A member's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     /// Answers probes.
@@ -227,6 +227,7 @@ mod tests {
             name: name.into(),
             gossip: SocketAddr::from(([127, 0, 0, ip], 7946)),
             front: SocketAddr::from(([127, 0, 0, ip], 8080)),
+            web: SocketAddr::from(([127, 0, 0, ip], 9464)),
             processes: procs.iter().map(|p| p.to_string()).collect(),
             started_ms,
             generation: 0,

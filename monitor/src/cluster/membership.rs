@@ -35,8 +35,13 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// From `[cluster]`, the front door's listen address and the `[[process]]` names.
-    pub fn new(c: &ClusterConfig, proxy_listen: SocketAddr, processes: Vec<String>) -> Result<Settings, ClusterError> {
+    /// From `[cluster]`, the front door's and the API's listen addresses and the `[[process]]` names.
+    pub fn new(
+        c: &ClusterConfig,
+        proxy_listen: SocketAddr,
+        web_listen: SocketAddr,
+        processes: Vec<String>,
+    ) -> Result<Settings, ClusterError> {
         let secret = c.secret_bytes().map_err(ClusterError::Secret)?;
         let started_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -46,6 +51,7 @@ impl Settings {
             name: c.node_name(),
             gossip: c.gossip_addr(),
             front: c.front_addr(proxy_listen),
+            web: c.front_addr(web_listen),
             processes,
             started_ms,
             generation: 0,
@@ -427,6 +433,7 @@ mod tests {
                 name: name.into(),
                 gossip,
                 front: SocketAddr::from(([127, 0, 0, 1], 8080)),
+                web: SocketAddr::from(([127, 0, 0, 1], 9464)),
                 processes: procs.iter().map(|p| p.to_string()).collect(),
                 started_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)

@@ -80,6 +80,7 @@ mod tests {
             name: name.into(),
             gossip: SocketAddr::from(([127, 0, 0, ip], 7946)),
             front: SocketAddr::from(([127, 0, 0, ip], 8080)),
+            web: SocketAddr::from(([127, 0, 0, ip], 9464)),
             processes: procs.iter().map(|p| p.to_string()).collect(),
             started_ms: 1,
             generation: 0,

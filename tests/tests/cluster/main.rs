@@ -31,18 +31,19 @@ fn free_udp(ip: [u8; 4]) -> u16 {
     }
 }
 
-/// One node: its name, loopback IP, gossip and front-door ports.
+/// One node: its name, loopback IP, gossip, front-door and API ports.
 struct Node {
     name: &'static str,
     ip: [u8; 4],
     gossip: u16,
     front: u16,
+    web: u16,
 }
 
 impl Node {
     fn new(name: &'static str, last: u8) -> Node {
         let ip = [127, 0, 0, last];
-        Node { name, ip, gossip: free_udp(ip), front: free_port() }
+        Node { name, ip, gossip: free_udp(ip), front: free_port(), web: free_port() }
     }
 
     fn gossip_addr(&self) -> SocketAddr {
@@ -53,12 +54,24 @@ impl Node {
         SocketAddr::from((self.ip, self.front))
     }
 
+    fn web_addr(&self) -> SocketAddr {
+        SocketAddr::from((self.ip, self.web))
+    }
+
+    /// `monitor run` on `config`, its front door and API on this node's IP.
+    fn launch(&self, test: &str, config: Config) -> Launched {
+        let mut l = Launched::start(test, config, None, &[]);
+        (l.proxy, l.web) = (self.front_addr(), self.web_addr());
+        l
+    }
+
     /// This node's `[proxy]` and `[cluster]`, joining through `seeds`.
     fn config(&self, seeds: &[SocketAddr]) -> Config {
         let seeds: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
         Config::new()
             .probes(false)
             .proxy(self.front_addr())
+            .web(self.web_addr())
             .set("cluster", "node", self.name)
             .set("cluster", "listen", self.gossip_addr().to_string())
             .set("cluster", "secret", SECRET)
@@ -82,7 +95,7 @@ impl Node {
             .config(seeds)
             .process(Process::new(&format!("{}m0", self.name), "master", server(m), m).set("health", "/"))
             .process(Process::new(&format!("{}tx1", self.name), "worker", server(w), w).set("health", "/"));
-        Launched::start(&format!("cluster-{}", self.name), config, None, &[])
+        self.launch(&format!("cluster-{}", self.name), config)
     }
 
     /// `monitor run` over a fixture-backend master (`<name>m0`) and worker (`<name>tx1`), signing cache ids with
@@ -93,7 +106,7 @@ impl Node {
             .set("cluster", "token_secret", token_secret)
             .process(Process::fixture_on(&format!("{}m0", self.name), "master", free_port()))
             .process(Process::fixture_on(&format!("{}tx1", self.name), "worker", free_port()));
-        Launched::start(&format!("cluster-fx-{}", self.name), config, None, &[])
+        self.launch(&format!("cluster-fx-{}", self.name), config)
     }
 }
 

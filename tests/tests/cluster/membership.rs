@@ -40,6 +40,20 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     // Both are ready for a load balancer: members, with their processes healthy.
     wait_ready(&node_a);
     wait_ready(&node_b);
+    // `monitor status --cluster` asked of a: a row for each node, from each one's own API.
+    let out = monitor_tests::run_monitor(
+        &["status", "--cluster", "--url", &format!("http://{}", a.web_addr())],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    for (node, state, front) in [("a", "alive*", a.front_addr()), ("b", "alive", b.front_addr())] {
+        let row = out.stdout.lines().find(|l| l.starts_with(&format!("{node} "))).unwrap_or_default();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells.get(1), Some(&state), "{}", out.stdout);
+        assert!(row.contains("normal") && row.ends_with(&front.to_string()), "{}", out.stdout);
+        assert!(!row.contains(" - "), "{node}'s status was fetched: {}", out.stdout);
+    }
+    assert_eq!(b_on_a["web"], b.web_addr().to_string());
     // Both front doors serve, on their nodes' addresses.
     for front in [a.front_addr(), b.front_addr()] {
         let r = http::get(front, "/", Duration::from_secs(10));
