@@ -20,18 +20,51 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// `GET /metrics` over the history (which holds the latest sample too).
 pub fn router(history: Arc<History>) -> Router {
-    router_with(history, None)
+    router_with(history, None, None)
 }
 
 /// More families, written after the history's (the cluster's under `[cluster]`).
 pub type MoreFn = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// `GET /metrics` over the history, with `more` families after its own.
-pub fn router_with(history: Arc<History>, more: Option<MoreFn>) -> Router {
+/// `GET /metrics` over the history, with `more` families after its own, and every series labelled `node` with
+/// `node` when given (a member of a cluster, so that the fleet's series never collide).
+pub fn router_with(history: Arc<History>, more: Option<MoreFn>, node: Option<String>) -> Router {
     let gate = Arc::new(Gate::new(THREADS, QUEUED));
+    let node: Option<Arc<str>> = node.map(|n| Arc::from(escape_label(&n)));
     Router::new()
-        .route("/metrics", get(move |State(h): State<Arc<History>>| metrics(h, gate.clone(), more.clone())))
+        .route(
+            "/metrics",
+            get(move |State(h): State<Arc<History>>| metrics(h, gate.clone(), more.clone(), node.clone())),
+        )
         .with_state(history)
+}
+
+/// `text` with the label `node="<node>"` (already escaped) first on every sample line; comments are kept.
+pub fn with_node_label(text: &str, node: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 4);
+    for line in text.lines() {
+        if line.starts_with('#') || line.is_empty() {
+            out.push_str(line);
+        } else {
+            // A sample is `name{labels} value` or `name value`; the name holds neither `{` nor a space.
+            let cut = line.find(['{', ' ']).unwrap_or(line.len());
+            let (name, rest) = line.split_at(cut);
+            out.push_str(name);
+            match rest.strip_prefix('{') {
+                Some(labels) if labels.starts_with('}') => {
+                    let _ = write!(out, "{{node=\"{node}\"{labels}");
+                }
+                Some(labels) => {
+                    let _ = write!(out, "{{node=\"{node}\",{labels}");
+                }
+                None => {
+                    let _ = write!(out, "{{node=\"{node}\"}}{rest}");
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Threads that write `/metrics` (hundreds of processes make it milliseconds of work), at nice 10.
@@ -40,13 +73,16 @@ pub const THREADS: usize = 1;
 pub const QUEUED: usize = 16;
 
 /// Written on the gate's thread, off the runtime that answers the probes.
-async fn metrics(h: Arc<History>, gate: Arc<Gate>, more: Option<MoreFn>) -> Response {
+async fn metrics(h: Arc<History>, gate: Arc<Gate>, more: Option<MoreFn>, node: Option<Arc<str>>) -> Response {
     let all = move || {
         let mut t = text(&h);
         if let Some(more) = &more {
             t.push_str(&more());
         }
-        t
+        match &node {
+            Some(n) => with_node_label(&t, n),
+            None => t,
+        }
     };
     match gate.run(all).await {
         Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
@@ -377,6 +413,19 @@ fn histogram(o: &mut String, labels: &str, hist: &[u64]) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn every_sample_gets_the_node_label_and_comments_stay() {
+        let text =
+            "# HELP monitor_x X.\n# TYPE monitor_x gauge\nmonitor_x 1\nmonitor_y{process=\"tx1\",role=\"worker\"} 2\n\
+                    monitor_h_bucket{le=\"+Inf\"} 3\nmonitor_z{} 4\n";
+        let want = "# HELP monitor_x X.\n# TYPE monitor_x gauge\nmonitor_x{node=\"a\"} 1\n\
+                    monitor_y{node=\"a\",process=\"tx1\",role=\"worker\"} 2\nmonitor_h_bucket{node=\"a\",le=\"+Inf\"} 3\n\
+                    monitor_z{node=\"a\"} 4\n";
+        assert_eq!(with_node_label(text, "a"), want);
+        assert_eq!(with_node_label("", "a"), "");
+    }
+
     use super::*;
 
     #[test]

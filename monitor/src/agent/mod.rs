@@ -334,9 +334,11 @@ impl Parts<'_> {
             });
             f
         });
-        let mut app = api::router(state)
-            .merge(sampling.history.router())
-            .merge(metrics::router_with(sampling.history.history.clone(), more));
+        let mut app = api::router(state).merge(sampling.history.router()).merge(metrics::router_with(
+            sampling.history.history.clone(),
+            more,
+            cluster.as_ref().map(|m| m.members().this().name.clone()),
+        ));
         if let (Some(m), Some(d)) = (&cluster, &door) {
             app = app.merge(crate::cluster::api::router(m.clone(), d.view.clone()));
         }

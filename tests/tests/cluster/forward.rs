@@ -49,7 +49,8 @@ fn a_cache_id_minted_on_a_and_used_through_b_reaches_its_process_on_a() {
     }
     let metrics = http::get(node_b.web, "/metrics", Duration::from_secs(5)).expect("b's metrics");
     let text = String::from_utf8_lossy(&metrics.body);
-    assert!(text.lines().any(|l| l == "monitor_cluster_forwarded_total 5"), "b counts its forwards:\n{text}");
+    let line = "monitor_cluster_forwarded_total{node=\"b\"} 5";
+    assert!(text.lines().any(|l| l == line), "b counts its forwards:\n{text}");
 
     // Refused where they arrive: a tampered token (401), an unsigned id (400), a hop no member signed (403).
     let mut tampered = token.clone().into_bytes();

@@ -70,9 +70,15 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     assert!(node_a.stderr().contains("cluster member left"), "{}", node_a.stderr());
     let metrics = http::get(node_a.web, "/metrics", Duration::from_secs(5)).expect("metrics");
     let text = String::from_utf8_lossy(&metrics.body);
-    for line in ["monitor_cluster_members{state=\"left\"} 1", "monitor_cluster_members{state=\"alive\"} 1"] {
+    // Every series carries the node's name.
+    for line in [
+        "monitor_cluster_members{node=\"a\",state=\"left\"} 1",
+        "monitor_cluster_members{node=\"a\",state=\"alive\"} 1",
+    ] {
         assert!(text.lines().any(|l| l == line), "{line} not in /metrics:\n{text}");
     }
+    let unlabelled = text.lines().find(|l| !l.starts_with('#') && !l.contains("{node=\"a\""));
+    assert_eq!(unlabelled, None, "a series without the node label:\n{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
