@@ -94,11 +94,15 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// The labels every alert carries besides its own: `[alerts] labels`, and `instance` (the host's name) unless they
-/// name one. An alert's own label of the same name wins, as with Prometheus' `external_labels`.
-fn fleet_labels(configured: &BTreeMap<String, String>, host: &str) -> BTreeMap<String, String> {
+/// The labels every alert carries besides its own: `[alerts] labels`, `instance` (the host's name) and, in a
+/// cluster, `node` (`[cluster] node`), each unless they name it. An alert's own label of the same name wins, as
+/// with Prometheus' `external_labels`.
+fn fleet_labels(configured: &BTreeMap<String, String>, host: &str, node: Option<&str>) -> BTreeMap<String, String> {
     let mut out = configured.clone();
     out.entry("instance".into()).or_insert_with(|| host.to_string());
+    if let Some(n) = node {
+        out.entry("node".into()).or_insert_with(|| n.to_string());
+    }
     out
 }
 
@@ -142,8 +146,10 @@ pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Sampl
     let host = hostname();
     tokio::spawn(async move {
         let mut applied = config.now();
+        // The cluster is read at start only: its node name is the same until the next start.
+        let node = applied.cluster.as_ref().map(|c| c.node_name());
         let (mut sinks, mut am) = sinks_of(&applied.alerts, &client, &applied.web.generator_url());
-        let mut labels = fleet_labels(&applied.alerts.labels, &host);
+        let mut labels = fleet_labels(&applied.alerts.labels, &host, node.as_deref());
         let mut book = Book::new(Duration::from_secs(applied.alerts.quiet_s));
         let mut oom = OomWatch::default();
         let started = Instant::now();
@@ -171,7 +177,7 @@ pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Sampl
                             Ok(c) => (sinks, am) = sinks_of(&cfg.alerts, &c, &url),
                             Err(e) => tracing::error!("{e}: the alert sinks stay as they were"),
                         }
-                        labels = fleet_labels(&cfg.alerts.labels, &host);
+                        labels = fleet_labels(&cfg.alerts.labels, &host, node.as_deref());
                         book.set_quiet(Duration::from_secs(cfg.alerts.quiet_s));
                         if cfg.alerts.resend_s != applied.alerts.resend_s {
                             resend_tick = tokio::time::interval(Duration::from_secs(cfg.alerts.resend_s));
@@ -214,11 +220,16 @@ mod tests {
     fn every_alert_names_its_host_unless_the_config_does() {
         let mut configured = BTreeMap::new();
         configured.insert("team".to_string(), "storage".to_string());
-        let l = fleet_labels(&configured, "db-7");
+        let l = fleet_labels(&configured, "db-7", None);
         assert_eq!(l.get("instance").map(String::as_str), Some("db-7"));
         assert_eq!(l.get("team").map(String::as_str), Some("storage"));
+        assert_eq!(l.get("node"), None, "no cluster, no node label");
         configured.insert("instance".to_string(), "db-7.prod".to_string());
-        assert_eq!(fleet_labels(&configured, "db-7").get("instance").map(String::as_str), Some("db-7.prod"));
+        assert_eq!(fleet_labels(&configured, "db-7", None).get("instance").map(String::as_str), Some("db-7.prod"));
+        // In a cluster every alert names its node, unless the config's labels do.
+        assert_eq!(fleet_labels(&configured, "db-7", Some("a")).get("node").map(String::as_str), Some("a"));
+        configured.insert("node".to_string(), "a-prod".to_string());
+        assert_eq!(fleet_labels(&configured, "db-7", Some("a")).get("node").map(String::as_str), Some("a-prod"));
         assert!(!hostname().is_empty());
     }
 }
