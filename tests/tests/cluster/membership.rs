@@ -79,6 +79,18 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     }
     let unlabelled = text.lines().find(|l| !l.starts_with('#') && !l.contains("{node=\"a\""));
     assert_eq!(unlabelled, None, "a series without the node label:\n{text}");
+    // The labelled text is still the exposition format, as promtool reads it.
+    if monitor_tests::require_program("two_nodes_join_list_each_other_and_a_sigterm_shows_as_left", "promtool") {
+        let file = dir.join("metrics.txt");
+        std::fs::write(&file, text.as_bytes()).expect("write the metrics");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("promtool check metrics < {}", file.display()))
+            .output()
+            .expect("promtool");
+        let msg = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && msg.trim().is_empty(), "promtool check metrics: {msg}\n{text}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
