@@ -64,6 +64,61 @@ pub enum ForwardError {
 /// A response body from a peer, as the front door streams it.
 pub type PeerBody = http_body_util::combinators::BoxBody<hyper::body::Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
+/// A peer's body left without a frame for this long.
+#[derive(Debug, thiserror::Error)]
+#[error("the owner node sent nothing of the response body for {} s", .0.as_secs_f64())]
+pub struct Stalled(pub Duration);
+
+/// A body cut with [`Stalled`] once it has been `after` without a frame: a peer cut off mid-answer (a partition)
+/// does not hold the client for ever.
+pub struct Bounded<B> {
+    inner: B,
+    after: Duration,
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> Bounded<B> {
+    pub fn new(inner: B, after: Duration) -> Bounded<B> {
+        Bounded { inner, after, sleep: Box::pin(tokio::time::sleep(after)) }
+    }
+}
+
+impl<B> hyper::body::Body for Bounded<B>
+where
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = hyper::body::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.sleep.as_mut().reset(tokio::time::Instant::now() + this.after);
+                Poll::Ready(frame.map(|r| r.map_err(Into::into)))
+            }
+            Poll::Pending => match this.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Stalled(this.after))))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -161,7 +216,7 @@ impl Door {
 
     /// Sends `req` (origin form, hop-by-hop fields already removed, the hop header signed) to the front door at
     /// `front` on a connection of its own, and returns its response head (within the upstream timeout) with the
-    /// body streaming.
+    /// body streaming, cut if it goes that long without a frame.
     pub async fn send(&self, front: SocketAddr, req: Request<Incoming>) -> Result<Response<PeerBody>, ForwardError> {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(front)).await {
             Ok(Ok(s)) => s,
@@ -179,7 +234,7 @@ impl Door {
             Ok(r) => r.map_err(|source| ForwardError::Http { front, source })?,
             Err(_) => return Err(ForwardError::NoAnswer { front, after: self.head_timeout }),
         };
-        Ok(resp.map(|b| b.map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { Box::new(e) }).boxed()))
+        Ok(resp.map(|b| Bounded::new(b, self.head_timeout).boxed()))
     }
 }
 
@@ -231,6 +286,32 @@ mod tests {
             h.insert(HeaderName::from_bytes(k.as_bytes()).expect("name"), HeaderValue::from_str(v).expect("value"));
         }
         h
+    }
+
+    /// A body that never sends a frame.
+    struct Silent;
+
+    impl hyper::body::Body for Silent {
+        type Data = hyper::body::Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_body_is_cut_after_its_bound_and_a_whole_one_is_not() {
+        let t = std::time::Instant::now();
+        let cut = Bounded::new(Silent, Duration::from_millis(150)).collect().await;
+        let e = cut.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("sent nothing of the response body"), "{e}");
+        assert!(t.elapsed() >= Duration::from_millis(150) && t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let whole = http_body_util::Full::new(hyper::body::Bytes::from_static(b"ok"));
+        let got = Bounded::new(whole, Duration::from_millis(150)).collect().await.map(|c| c.to_bytes());
+        assert_eq!(got.ok(), Some(hyper::body::Bytes::from_static(b"ok")));
     }
 
     #[tokio::test]
