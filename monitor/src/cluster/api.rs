@@ -19,6 +19,10 @@ pub struct ClusterView {
     /// This node's name.
     pub node: String,
     pub members: Vec<MemberView>,
+    /// The last changes of the members' states this node saw (joined, suspect, alive again, dead, left), oldest
+    /// first, at most 100.
+    #[serde(default)]
+    pub events: Vec<super::members::Event>,
 }
 
 /// One member.
@@ -65,7 +69,7 @@ pub fn view(m: &Members, now: Instant) -> ClusterView {
             load: x.load.clone(),
         })
         .collect();
-    ClusterView { node: m.this().name.clone(), members }
+    ClusterView { node: m.this().name.clone(), members, events: m.events().cloned().collect() }
 }
 
 /// The launched processes now.
@@ -150,7 +154,8 @@ mod tests {
         let mut m = Members::new(node("a", 2, &["a0"]));
         let b = node("b", 3, &["b0", "b1"]);
         let c = node("c", 4, &["c0"]);
-        m.update([(&b, State::Alive), (&c, State::Dead)], &HashSet::new());
+        let ch = m.update([(&b, State::Alive), (&c, State::Dead)], &HashSet::new());
+        m.record(&ch, 42);
         let t0 = Instant::now();
         m.heard(b.gossip, t0);
         let load = crate::cluster::Load { memory_ratio: 0.25, policy: "refusing".into() };
@@ -171,6 +176,11 @@ mod tests {
         assert_eq!(members[1]["processes"], serde_json::json!(["b0", "b1"]));
         assert_eq!(members[1]["last_heard_s"], 1.5);
         assert_eq!(members[2]["state"], "dead");
+        assert_eq!(
+            json["events"][0],
+            serde_json::json!({"at_unix_ms": 42, "node": "b", "from": null, "to": "alive", "what": "joined"})
+        );
+        assert_eq!(json["events"].as_array().map(Vec::len), Some(2));
         assert!(members[1]["load"].is_null(), "no load heard yet");
         assert!(members[2]["last_heard_s"].is_null());
         let text = metrics_text(&m, 3, 5);

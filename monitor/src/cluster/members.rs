@@ -5,7 +5,7 @@
 use super::identity::NodeId;
 use super::load::{Load, Note};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -77,6 +77,22 @@ impl Change {
     }
 }
 
+/// A change of a member's state as it is kept and shown: when, who, from what to what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// ms since the Unix epoch.
+    pub at_unix_ms: u64,
+    pub node: String,
+    /// None: a member not known before.
+    pub from: Option<State>,
+    pub to: State,
+    /// `joined`, `suspect`, `alive again`, `dead` or `left`.
+    pub what: String,
+}
+
+/// The changes kept, the latest last.
+pub const EVENTS_KEPT: usize = 100;
+
 /// Process or node names that a live member shares with this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Clash {
@@ -94,6 +110,8 @@ pub struct Clash {
 pub struct Members {
     this: NodeId,
     by_addr: BTreeMap<SocketAddr, Member>,
+    /// The last [`EVENTS_KEPT`] changes.
+    events: VecDeque<Event>,
 }
 
 /// A node's leave notice: its name and the start of the run that leaves.
@@ -102,7 +120,7 @@ pub type Leave = (String, u64);
 impl Members {
     pub fn new(this: NodeId) -> Members {
         let me = Member { id: this.clone(), state: State::Alive, last_heard: None, this: true, load: None };
-        Members { by_addr: BTreeMap::from([(this.gossip, me)]), this }
+        Members { by_addr: BTreeMap::from([(this.gossip, me)]), this, events: VecDeque::new() }
     }
 
     /// This node.
@@ -152,6 +170,22 @@ impl Members {
             }
         }
         changes
+    }
+
+    /// Keeps `changes`, seen at `at_unix_ms`, among the last [`EVENTS_KEPT`].
+    pub fn record(&mut self, changes: &[Change], at_unix_ms: u64) {
+        for c in changes {
+            if self.events.len() == EVENTS_KEPT {
+                self.events.pop_front();
+            }
+            let what = c.what().to_string();
+            self.events.push_back(Event { at_unix_ms, node: c.node.clone(), from: c.from, to: c.to, what });
+        }
+    }
+
+    /// The changes kept, oldest first.
+    pub fn events(&self) -> impl Iterator<Item = &Event> {
+        self.events.iter()
     }
 
     /// An authentic datagram came from `from`.
@@ -285,6 +319,29 @@ mod tests {
         m.update([(&NodeId { name: "x".into(), ..a.clone() }, State::Dead)], &none);
         assert_eq!(m.this().name, "a");
         assert!(m.iter().any(|x| x.this && x.id.name == "a" && x.state == State::Alive));
+    }
+
+    #[test]
+    fn changes_are_kept_with_their_time_the_latest_hundred() {
+        let mut m = Members::new(node("a", 2, &["a0"], 10));
+        let b = node("b", 3, &["b0"], 20);
+        let ch = m.update([(&b, State::Alive)], &HashSet::new());
+        m.record(&ch, 1_000);
+        let ch = m.update([(&b, State::Dead)], &HashSet::new());
+        m.record(&ch, 2_000);
+        let got: Vec<(u64, &str, Option<State>, State, &str)> =
+            m.events().map(|e| (e.at_unix_ms, e.node.as_str(), e.from, e.to, e.what.as_str())).collect();
+        assert_eq!(
+            got,
+            [(1_000, "b", None, State::Alive, "joined"), (2_000, "b", Some(State::Alive), State::Dead, "dead")]
+        );
+        let flap = [Change { node: "b".into(), gossip: b.gossip, from: Some(State::Alive), to: State::Suspect }];
+        for i in 0..150 {
+            m.record(&flap, 3_000 + i);
+        }
+        assert_eq!(m.events().count(), EVENTS_KEPT);
+        assert_eq!(m.events().last().map(|e| e.at_unix_ms), Some(3_149));
+        assert_eq!(m.events().next().map(|e| e.at_unix_ms), Some(3_050));
     }
 
     #[test]

@@ -379,6 +379,11 @@ impl Driver {
             })
             .collect();
         let changes = self.members.update(seen.iter().map(|(id, s)| (id, *s)), &self.left);
+        let now_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        self.members.record(&changes, now_unix_ms);
         for c in &changes {
             let from = c.from.map(State::as_str).unwrap_or("unknown");
             tracing::info!(member = %c.node, gossip = %c.gossip, from, to = c.to.as_str(), "cluster member {}", c.what());

@@ -68,6 +68,14 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     assert!(status.success(), "b exited with {status}; stderr:\n{}", node_b.stderr());
     assert!(node_b.stderr().contains("left the cluster"), "{}", node_b.stderr());
     assert!(node_a.stderr().contains("cluster member left"), "{}", node_a.stderr());
+    // a keeps the changes it saw of b, in order, with their times.
+    let view = cluster(&node_a).expect("a's cluster view");
+    let of_b: Vec<&str> = view["events"]
+        .as_array()
+        .map(|e| e.iter().filter(|e| e["node"] == "b").filter_map(|e| e["what"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(of_b.first(), Some(&"joined"), "{view:#}");
+    assert_eq!(of_b.last(), Some(&"left"), "{view:#}");
     let metrics = http::get(node_a.web, "/metrics", Duration::from_secs(5)).expect("metrics");
     let text = String::from_utf8_lossy(&metrics.body);
     // Every series carries the node's name.
