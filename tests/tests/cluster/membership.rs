@@ -153,3 +153,32 @@ fn a_killed_node_is_suspect_then_dead_after_the_dead_timeout() {
     assert!(node_a.stderr().contains("cluster member dead"), "{}", node_a.stderr());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_node_whose_process_names_clash_with_a_member_is_refused_at_join() {
+    if !require_program("a_node_whose_process_names_clash_with_a_member_is_refused_at_join", "python3") {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let dir = monitor_tests::temp_dir("cluster-clash");
+    let (a, c) = (Node::new("a", 8), Node::new("c", 9));
+    let node_a = a.start(&[], &dir);
+    wait_member(&node_a, "a", |m| m["self"] == true, Duration::from_secs(20));
+    // c names its master am0, as a's is named.
+    let (m, w) = (free_port(), free_port());
+    let server =
+        |port: u16| ["python3", "-m", "http.server", "--bind", "127.0.0.1", &port.to_string()].map(String::from);
+    let config = c
+        .config(&[a.gossip_addr()])
+        .process(Process::new("am0", "master", server(m), m).set("health", "/"))
+        .process(Process::new("ctx1", "worker", server(w), w).set("health", "/"));
+    let mut node_c = c.launch("cluster-clash-c", config);
+    let status = node_c.wait_exit(Duration::from_secs(20));
+    assert!(!status.success(), "c ran with a clashing name");
+    let err = node_c.stderr();
+    assert!(err.contains("refused by the cluster: member a") && err.contains("already has am0"), "{err}");
+    // c never started its processes, and a lists it as left, never as a live owner of am0.
+    assert!(!err.contains("started the master"), "{err}");
+    wait_member(&node_a, "c", |m| m["state"] == "left", Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(&dir);
+}
