@@ -129,8 +129,8 @@ impl Door {
         let (cache_header, token_ttl_s) = (px.cache_id_header.as_str(), px.token_ttl_s);
         let secret = c.secret_bytes().map_err(ClusterError::Secret)?;
         let this = membership.members().this().name.clone();
-        let cache_header = HeaderName::from_bytes(cache_header.as_bytes())
-            .map_err(|e| ClusterError::Secret(format!("cache id header: {e}")))?;
+        let cache_header =
+            HeaderName::from_bytes(cache_header.as_bytes()).map_err(|e| ClusterError::Header(e.to_string()))?;
         Ok(Door {
             tokens: c.token_secret.as_deref().map(|s| NodeTokens::new(s.as_bytes(), &this, token_ttl_s)),
             hops: Hops::new(&secret),

@@ -103,9 +103,9 @@ fn join_window(s: &Settings) -> Duration {
 }
 
 impl Membership {
-    /// Binds the gossip socket, starts the driver and joins through the seeds. With seeds, waits (at most
-    /// [`join_window`]) for the first member to answer, then refuses to go on if this node's names clash with a
-    /// live member that started before it.
+    /// Binds the gossip socket, starts the driver and joins through the seeds. With seeds, waits (at most three
+    /// suspect timeouts, and at least 2 s) for the first member to answer, then refuses to go on if this node's
+    /// names clash with a live member that started before it.
     pub async fn start(s: Settings) -> Result<Membership, ClusterError> {
         let socket = UdpSocket::bind(s.listen).await.map_err(|source| ClusterError::Bind { addr: s.listen, source })?;
         let mut seeds = Vec::new();

@@ -38,4 +38,6 @@ pub enum ClusterError {
     Secret(String),
     #[error("refused by the cluster: member {member} ({gossip}) already has {}", names.join(", "))]
     NameClash { names: Vec<String>, member: String, gossip: SocketAddr },
+    #[error("cache id header: {0}")]
+    Header(String),
 }
