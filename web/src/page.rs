@@ -78,6 +78,7 @@ pub fn render(d: &Dashboard) -> String {
     }
     h.push_str("</nav>");
     status_strip(&mut h, d);
+    peers(&mut h, d);
     let charts: [(&str, &str, DrawFn); 5] = [
         ("memory", "Group memory: processes stacked, usage, limit, refuse/abort lines, brake", chart::memory),
         ("requests", "Requests per second", chart::requests),
@@ -160,9 +161,58 @@ fn status_strip(h: &mut String, d: &Dashboard) {
     h.push_str("</table>");
 }
 
+/// In a cluster: a row per node with a link to its page, its state and the memory and policy it last told.
+fn peers(h: &mut String, d: &Dashboard) {
+    if d.peers.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Cluster</h2><table id=\"peers\"><tr><th>node</th><th>state</th><th>memory</th><th>policy</th></tr>",
+    );
+    for p in &d.peers {
+        let ratio = p.memory_ratio.map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "–".into());
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\"><a href=\"{}\">{}</a>{}</td><td class=\"l\">{}</td><td>{ratio}</td>\
+             <td class=\"l\">{}</td></tr>",
+            escape(&p.url),
+            escape(&p.node),
+            if p.this { " (this node)" } else { "" },
+            escape(&p.state),
+            escape(p.policy.as_deref().unwrap_or("–")),
+        );
+    }
+    h.push_str("</table>");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::Peer;
+
+    #[test]
+    fn peers_are_listed_with_links_only_in_a_cluster() {
+        let mut d = Dashboard::default();
+        assert!(!render(&d).contains("id=\"peers\""), "no cluster, no section");
+        d.peers = vec![
+            Peer {
+                node: "a".into(),
+                state: "alive".into(),
+                url: "http://10.0.0.5:9464/".into(),
+                memory_ratio: Some(0.5),
+                policy: Some("normal".into()),
+                this: true,
+            },
+            Peer { node: "b<".into(), state: "dead".into(), url: "http://10.0.0.6:9464/".into(), ..Peer::default() },
+        ];
+        let page = render(&d);
+        assert!(page.contains("<a href=\"http://10.0.0.5:9464/\">a</a> (this node)"), "{page}");
+        assert!(page.contains("<td>50.0%</td>") && page.contains(">normal<"), "{page}");
+        assert!(
+            page.contains("<a href=\"http://10.0.0.6:9464/\">b&lt;</a></td><td class=\"l\">dead</td><td>–</td>"),
+            "{page}"
+        );
+    }
 
     #[test]
     fn escapes_markup() {

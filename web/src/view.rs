@@ -164,6 +164,21 @@ impl Series {
     }
 }
 
+/// A node of the cluster the agent is in (this one too), as the home page lists it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Peer {
+    pub node: String,
+    /// `alive`, `suspect`, `dead` or `left`.
+    pub state: String,
+    /// Its home page.
+    pub url: String,
+    /// Its group's memory ratio and policy state, as it last told them (None: not heard yet).
+    pub memory_ratio: Option<f64>,
+    pub policy: Option<String>,
+    /// This node.
+    pub this: bool,
+}
+
 /// Everything the home page shows.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Dashboard {
@@ -174,6 +189,9 @@ pub struct Dashboard {
     pub series: Series,
     /// Things the operator should know (e.g. "history is not persisted: database locked").
     pub notes: Vec<String>,
+    /// In a cluster: every node, this one included (empty: not in a cluster, and the section is left out).
+    #[serde(default)]
+    pub peers: Vec<Peer>,
 }
 
 /// What the home page reads: the agent implements it over its history and latest sample.

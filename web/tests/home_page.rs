@@ -101,6 +101,7 @@ impl Source for Fake {
                 }],
             },
             notes: vec!["history is not persisted: <locked>".into()],
+            peers: Vec::new(),
         }
     }
 }

@@ -266,6 +266,10 @@ impl Parts<'_> {
                 }),
                 reactions: Some(reactions.clone()),
                 reloads: Some(reloads.clone()),
+                peers: cluster.clone().map(|m| {
+                    let f: history::PeersFn = Arc::new(move || crate::cluster::api::peers(&m.members()));
+                    f
+                }),
             },
         );
         // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the

@@ -72,6 +72,20 @@ pub fn view(m: &Members, now: Instant) -> ClusterView {
     ClusterView { node: m.this().name.clone(), members, events: m.events().cloned().collect() }
 }
 
+/// Every member as the home page lists it: its page at its API address, its state and its last load.
+pub fn peers(m: &Members) -> Vec<web::view::Peer> {
+    m.iter()
+        .map(|x| web::view::Peer {
+            node: x.id.name.clone(),
+            state: x.state.as_str().into(),
+            url: format!("http://{}/", x.id.web),
+            memory_ratio: x.load.as_ref().map(|l| l.memory_ratio),
+            policy: x.load.as_ref().map(|l| l.policy.clone()),
+            this: x.this,
+        })
+        .collect()
+}
+
 /// The launched processes now.
 pub type ProcessesFn = Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>;
 
@@ -183,6 +197,11 @@ mod tests {
         assert_eq!(json["events"].as_array().map(Vec::len), Some(2));
         assert!(members[1]["load"].is_null(), "no load heard yet");
         assert!(members[2]["last_heard_s"].is_null());
+        let peers = peers(&m);
+        assert_eq!(peers.len(), 3);
+        assert_eq!((peers[0].url.as_str(), peers[0].this), ("http://127.0.0.2:9464/", true));
+        assert_eq!((peers[0].memory_ratio, peers[0].policy.as_deref()), (Some(0.25), Some("refusing")));
+        assert_eq!((peers[2].state.as_str(), peers[2].memory_ratio), ("dead", None));
         let text = metrics_text(&m, 3, 5);
         for line in [
             "monitor_cluster_members{state=\"alive\"} 2",

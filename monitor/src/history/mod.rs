@@ -62,7 +62,12 @@ pub struct Inputs {
     pub reactions: Option<Arc<crate::reaction::Reactions>>,
     /// The config's reloads, for `/metrics`.
     pub reloads: Option<Arc<crate::live::Reloads>>,
+    /// In a cluster: the nodes, for the home page.
+    pub peers: Option<PeersFn>,
 }
+
+/// The cluster's nodes as the home page lists them.
+pub type PeersFn = Arc<dyn Fn() -> Vec<web::view::Peer> + Send + Sync>;
 
 #[derive(Default)]
 struct Inner {

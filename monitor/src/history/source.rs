@@ -110,6 +110,7 @@ impl Source for History {
             processes,
             series,
             notes,
+            peers: self.inputs.peers.as_ref().map(|f| f()).unwrap_or_default(),
         }
     }
 }

@@ -54,6 +54,12 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
         assert!(!row.contains(" - "), "{node}'s status was fetched: {}", out.stdout);
     }
     assert_eq!(b_on_a["web"], b.web_addr().to_string());
+    // a's home page lists both nodes, each linked to its own page.
+    let page = http::get(a.web_addr(), "/", Duration::from_secs(10)).expect("a's home page");
+    let page = String::from_utf8_lossy(&page.body);
+    for (node, web) in [("a", a.web_addr()), ("b", b.web_addr())] {
+        assert!(page.contains(&format!("<a href=\"http://{web}/\">{node}</a>")), "{node} not linked:\n{page}");
+    }
     // Both front doors serve, on their nodes' addresses.
     for front in [a.front_addr(), b.front_addr()] {
         let r = http::get(front, "/", Duration::from_secs(10));
