@@ -96,7 +96,7 @@ pub fn router(m: Arc<Membership>, processes: ProcessesFn) -> Router {
         "/readyz",
         get(move || async move {
             let procs: Vec<(String, Phase)> = processes().into_iter().map(|p| (p.name, p.state)).collect();
-            match readiness(ready_m.has_left(), &procs) {
+            match readiness(ready_m.has_left(), ready_m.refused().as_deref(), &procs) {
                 Ok(()) => (StatusCode::OK, "ready\n".to_string()),
                 Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
             }
@@ -105,8 +105,11 @@ pub fn router(m: Arc<Membership>, processes: ProcessesFn) -> Router {
 }
 
 /// Ready for a load balancer's traffic: a member of the cluster (joined, or alone once no seed answered) that has
-/// not left, with every launched process healthy. Otherwise, why not.
-pub fn readiness(left: bool, processes: &[(String, Phase)]) -> Result<(), String> {
+/// not left nor been refused, with every launched process healthy. Otherwise, why not.
+pub fn readiness(left: bool, refused: Option<&str>, processes: &[(String, Phase)]) -> Result<(), String> {
+    if let Some(why) = refused {
+        return Err(why.to_string());
+    }
     if left {
         return Err("this node has left the cluster".into());
     }
@@ -234,7 +237,9 @@ mod tests {
             (false, vec![p("m0", Phase::Stopped)], Err("m0 stopped".to_string())),
         ];
         for (left, procs, want) in cases {
-            assert_eq!(readiness(left, &procs), want, "left={left} {procs:?}");
+            assert_eq!(readiness(left, None, &procs), want, "left={left} {procs:?}");
         }
+        let why = "refused by the cluster: member b (127.0.0.3:7946) already has tx1";
+        assert_eq!(readiness(true, Some(why), &[p("m0", Phase::Ready)]), Err(why.to_string()));
     }
 }

@@ -91,7 +91,12 @@ pub struct Membership {
     commands: mpsc::Sender<Command>,
     rejected: Arc<AtomicU64>,
     left: std::sync::atomic::AtomicBool,
+    /// Set when a clash shows up after the start (two nodes that joined at once): this node, the later, left.
+    refused: Refused,
 }
+
+/// Why this node left the cluster on its own, shared by the driver and the handle.
+type Refused = Arc<std::sync::Mutex<Option<String>>>;
 
 enum Command {
     Leave(oneshot::Sender<()>),
@@ -121,9 +126,10 @@ impl Membership {
         let rejected = Arc::new(AtomicU64::new(0));
         let window = join_window(&s);
         let (load, load_rx) = watch::channel(None);
-        let driver = Driver::new(&s, socket, seeds.clone(), tx, rejected.clone());
+        let refused = Refused::default();
+        let driver = Driver::new(&s, socket, seeds.clone(), tx, rejected.clone(), refused.clone());
         tokio::spawn(driver.run(rx, load_rx));
-        let membership = Membership { view: view.clone(), load, commands, rejected, left: Default::default() };
+        let membership = Membership { view: view.clone(), load, commands, rejected, left: Default::default(), refused };
         if !seeds.is_empty() {
             let joined = view.wait_for(|m| m.iter().any(|x| !x.this && x.state.is_live()));
             match tokio::time::timeout(window, joined).await {
@@ -161,6 +167,12 @@ impl Membership {
     /// [`Membership::leave`] was called.
     pub fn has_left(&self) -> bool {
         self.left.load(Ordering::Relaxed)
+    }
+
+    /// Why this node left the cluster by itself after its start (its names clash with a member that started
+    /// before it), if it did.
+    pub fn refused(&self) -> Option<String> {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Datagrams dropped because their mac did not match the cluster secret (or they were malformed).
@@ -201,6 +213,8 @@ struct Driver {
     loads: Loads,
     /// This node's last note sent, and when.
     sent: Option<(Note, Instant)>,
+    /// Set, with why, when a clash found after the start makes this node leave.
+    refused: Refused,
     view: watch::Sender<Arc<Members>>,
     rejected: Arc<AtomicU64>,
 }
@@ -212,6 +226,7 @@ impl Driver {
         seeds: Vec<SocketAddr>,
         view: watch::Sender<Arc<Members>>,
         rejected: Arc<AtomicU64>,
+        refused: Refused,
     ) -> Driver {
         let rng: SmallRng = rand::make_rng();
         let loads = Loads::default();
@@ -228,6 +243,7 @@ impl Driver {
             heard: Vec::new(),
             loads,
             sent: None,
+            refused,
             view,
             rejected,
         }
@@ -276,6 +292,18 @@ impl Driver {
                 }
             }
             self.flush().await;
+            if let Some(c) = self.members.clash().filter(|c| c.refused) {
+                let why = format!(
+                    "refused by the cluster: member {} ({}) already has {}",
+                    c.member,
+                    c.gossip,
+                    c.names.join(", ")
+                );
+                tracing::error!("{why}: leaving the cluster");
+                *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                self.leave().await;
+                return;
+            }
         }
     }
 
@@ -512,5 +540,20 @@ mod tests {
         b.leave().await;
         until(&a, "b", State::Left).await;
         assert!(t.elapsed() < Duration::from_millis(200), "left after {:?}", t.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_clash_found_after_the_start_makes_the_later_node_leave_and_say_why() {
+        // a and c start alone with the same process name; b then joins both, and gossip brings them together.
+        let a = Membership::start(settings("a", &["x0"], &[], SECRET)).await.expect("a starts");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let c = Membership::start(settings("c", &["x0", "c1"], &[], SECRET)).await.expect("c starts alone");
+        let seeds = [a.members().this().gossip, c.members().this().gossip];
+        let _b = Membership::start(settings("b", &["b0"], &seeds, SECRET)).await.expect("b joins");
+        until(&a, "c", State::Left).await;
+        let why = c.refused().unwrap_or_default();
+        assert!(why.contains("member a") && why.contains("already has x0"), "{why:?}");
+        assert_eq!(a.refused(), None, "the earlier node stays");
+        assert_eq!(state_of(&a, "b"), Some(State::Alive));
     }
 }
