@@ -1,5 +1,6 @@
 //! Two nodes a and b, each a real `monitor run` over fixture-backend processes, signing cache ids with a shared
-//! token secret. A cache id minted on a, used through b, reaches a's process that issued it (b counts the forward);
+//! token secret. A cache id minted on a, used through b, reaches a's process that issued it (b counts the forward),
+//! and 12 clients at once through both nodes with ids of both are each answered by the owner of their id;
 //! a tampered token is refused with 401 and an unsigned id with 400; a hop header that no member signed is refused
 //! with 403; and once a has left, b answers a's ids with 503 `owner-node-unavailable` and `Retry-After`, never with
 //! one of its own processes.
@@ -51,6 +52,49 @@ fn a_cache_id_minted_on_a_and_used_through_b_reaches_its_process_on_a() {
     let text = String::from_utf8_lossy(&metrics.body);
     let line = "monitor_cluster_forwarded_total{node=\"b\"} 5";
     assert!(text.lines().any(|l| l == line), "b counts its forwards:\n{text}");
+    assert_eq!(node_a.stderr().matches("forward to the owner node failed").count(), 0, "{}", node_a.stderr());
+
+    // 12 clients at once for 2 s, through both front doors, with ids minted on both nodes: every answer comes
+    // from the process named in its id.
+    let mut ids: Vec<(String, String)> = Vec::new();
+    for front in [a.front_addr(), b.front_addr()] {
+        for _ in 0..4 {
+            let r = get(front, "/fhir/start?cache=start", &[]);
+            let (Some(id), Some(by)) = (r.header("x-cache-id"), r.header("x-served-by")) else {
+                panic!("no cache id from {front}: {}", r.text());
+            };
+            ids.push((id.to_string(), by.to_string()));
+        }
+    }
+    let fronts = [a.front_addr(), b.front_addr()];
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    let clients: Vec<_> = (0..12)
+        .map(|c| {
+            let ids = ids.clone();
+            std::thread::spawn(move || {
+                let (mut served, mut wrong) = (0u32, Vec::new());
+                let mut i = c;
+                while std::time::Instant::now() < until {
+                    let (id, owner) = &ids[i % ids.len()];
+                    let front = fronts[(i / ids.len()) % 2];
+                    let r = get(front, "/fhir/use", &[("X-Cache-Id", id)]);
+                    if r.status != 200 || r.header("x-served-by") != Some(owner.as_str()) {
+                        wrong.push(format!("{id} via {front}: {} {:?}", r.status, r.header("x-served-by")));
+                    }
+                    served += 1;
+                    i += 7;
+                }
+                (served, wrong)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for c in clients {
+        let (served, wrong) = c.join().expect("a client thread");
+        assert!(wrong.is_empty(), "misrouted: {wrong:?}");
+        total += served;
+    }
+    assert!(total >= 100, "only {total} requests in 2 s");
 
     // Refused where they arrive: a tampered token (401), an unsigned id (400), a hop no member signed (403).
     let mut tampered = token.clone().into_bytes();
