@@ -234,7 +234,7 @@ spread=$(echo "$served" | tr ' ' '\n' | grep . | sort | uniq -c | tr -s ' \n' ' 
 check "front door serves" "30 requests, $fails failed, served by:$spread" test "$fails" = 0
 rm -f /tmp/drain.*
 for i in $(seq 1 20); do
-    (curl -s -m 30 -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:8080/slow?sleep_ms=4000" >"/tmp/drain.$i") &
+    (curl -s -m 30 -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:8080/slow?sleep_ms=10000" >"/tmp/drain.$i") &
 done
 # In flight: what the servers themselves are answering (fixture-backend's /stats).
 inflight() {
