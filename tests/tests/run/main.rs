@@ -12,4 +12,5 @@ mod readiness;
 mod restart;
 mod startup;
 mod stop;
+mod users;
 mod web;
