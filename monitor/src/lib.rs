@@ -27,6 +27,7 @@ pub mod notify;
 pub mod pacing;
 pub mod pidfd;
 pub mod policy;
+pub mod privileges;
 pub mod probes;
 pub mod procs;
 pub mod proxy;
