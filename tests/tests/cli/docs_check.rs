@@ -196,3 +196,30 @@ fn every_alert_has_one_name_and_a_runbook() {
         assert!(yml.contains(&format!("alerts.md#{}\"", name.to_lowercase())), "{name} has no runbook_url");
     }
 }
+
+#[test]
+fn the_runbook_table_gives_each_rule_its_severity() {
+    let yml = doc("prometheus-alerts.yml");
+    // Each rule's `alert:` and the first `severity:` after it.
+    let rules: Vec<(String, String)> = yml
+        .split("- alert: ")
+        .skip(1)
+        .filter_map(|r| {
+            let name = r.lines().next()?.trim().to_string();
+            let severity = r.lines().find_map(|l| l.trim().strip_prefix("severity: "))?.trim().to_string();
+            Some((name, severity))
+        })
+        .collect();
+    assert!(rules.len() >= 10, "read too few rules: {rules:?}");
+    let table: Vec<(String, String)> = doc("alerts.md")
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells.len() >= 5 && cells[1].starts_with("Monitor")).then(|| (cells[1].to_string(), cells[3].to_string()))
+        })
+        .collect();
+    for (name, severity) in &rules {
+        let listed = table.iter().find(|(n, _)| n == name).map(|(_, s)| s.as_str());
+        assert_eq!(listed, Some(severity.as_str()), "docs/alerts.md's severity of {name} against its rule");
+    }
+}
