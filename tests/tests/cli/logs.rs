@@ -1,6 +1,6 @@
 //! The agent's log as the command line sets it: an invalid `MONITOR_LOG` stops `monitor agent` and `monitor run` at
 //! once with one line naming the variable and the bad directive, and `--log-format json` writes one JSON object
-//! per line on stderr.
+//! per line on stderr; `--help` names both.
 
 use monitor_tests::agent::free_port;
 use monitor_tests::{monitor_bin, Agent};
@@ -62,4 +62,15 @@ fn log_format_json_writes_one_object_per_line() {
         }
     }
     assert_eq!(seen, 1, "{stderr}");
+}
+
+#[test]
+fn help_names_monitor_log_and_the_log_formats() {
+    let out = monitor_tests::run_monitor(&["--help"], Duration::from_secs(20));
+    assert!(out.status.success(), "{out:?}");
+    for want in ["MONITOR_LOG", "--log-format", "json"] {
+        assert!(out.stdout.contains(want), "--help does not name {want}:\n{}", out.stdout);
+    }
+    let agent = monitor_tests::run_monitor(&["agent", "--help"], Duration::from_secs(20));
+    assert!(agent.stdout.contains("--log-format"), "the flag is global:\n{}", agent.stdout);
 }
