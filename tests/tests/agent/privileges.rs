@@ -2,7 +2,9 @@
 //! reads the group, and says which configured features are off for want of which capability: the probes' disabled
 //! reason in `/api/v1/status` names CAP_BPF and CAP_PERFMON and that requests are not counted; a warning each for
 //! signal actions (CAP_KILL) and admin_path actions (CAP_SYS_PTRACE); and the abort signal to a root process of the
-//! group, refused by the kernel, is logged as wanting CAP_KILL.
+//! group, refused by the kernel, is logged as wanting CAP_KILL. With the capabilities docs name (CAP_BPF,
+//! CAP_PERFMON, CAP_DAC_READ_SEARCH, CAP_KILL, CAP_SYS_PTRACE, ambient), the same nobody loads the probes, signals
+//! root's process, and warns of nothing.
 
 use monitor_tests::agent::free_port;
 use monitor_tests::config::{bytes, Config};
@@ -72,4 +74,59 @@ fn an_agent_without_capabilities_names_what_each_feature_lacks() {
     assert_eq!(warnings, 3, "{log}");
     let probes = log.lines().filter(|l| l.contains("request counting is off: CAP_BPF, CAP_PERFMON")).count();
     assert_eq!(probes, 1, "{log}");
+}
+
+/// The capabilities an unprivileged agent needs, as setpriv names them.
+const NEEDED: &str = "+bpf,+perfmon,+dac_read_search,+kill,+sys_ptrace";
+
+#[test]
+fn an_agent_with_the_documented_capabilities_loads_the_probes_and_signals() {
+    let test = "an_agent_with_the_documented_capabilities_loads_the_probes_and_signals";
+    if !require_v1(test) || !require_program(test, "setpriv") {
+        return;
+    }
+    let cg = CgroupV1::create("privileges-caps", None);
+    let victim = Hog::spawn(env!("CARGO_BIN_EXE_alloc-hog"), cg.path(), 8, false);
+    let config = Config::new()
+        .set("policy", "limit_bytes", bytes(MIB))
+        .set("actions", "abort_signal", "SIGUSR2")
+        .set("actions", "admin_path", "/admin/memory")
+        .write(std::env::temp_dir().join(format!("monitor-privileges-caps-{}.toml", std::process::id())));
+    let (uid, gid) = nobody();
+    let port = free_port();
+    let args: Vec<String> = ["agent", "--interval-ms", "50", "--cgroup", &cg.relative(), "--listen"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("127.0.0.1:{port}"), "--config".into(), config.display().to_string()])
+        .collect();
+    let wrapper = [
+        "setpriv",
+        "--reuid",
+        &uid,
+        "--regid",
+        &gid,
+        "--clear-groups",
+        "--inh-caps",
+        NEEDED,
+        "--ambient-caps",
+        NEEDED,
+        "--",
+    ];
+    let agent = Agent::start_wrapped(&wrapper, args, port);
+    let _ = std::fs::remove_file(&config);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.pid())).expect("agent status");
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or_default();
+    assert_eq!(uid_line.split_whitespace().nth(2), Some(uid.as_str()), "runs as nobody: {uid_line}");
+
+    let st = agent.wait_for(|s| s["policy"]["state"] == "aborting", Duration::from_secs(10));
+    assert_eq!(st["probes"]["enabled"], true, "the probes load with these capabilities: {}", st["probes"]);
+    // SIGUSR2 ends alloc-hog: root's process, signalled by nobody with CAP_KILL.
+    let sent = format!("pid={}", victim.pid());
+    monitor_tests::wait_until("the hog signalled", Duration::from_secs(10), || {
+        agent.stderr().lines().any(|l| l.contains("sent SIGUSR2") && l.contains(&sent)).then_some(())
+    });
+    let log = agent.stderr();
+    assert!(!log.contains(" off: CAP_"), "nothing is missing:\n{log}");
+    assert!(!log.contains("not permitted"), "{log}");
+    drop(victim);
 }
