@@ -163,14 +163,23 @@ pub fn missing(p: &Privileges, cfg: &Config, tracefs_reachable: bool) -> Vec<Mis
 /// The brake, when `[policy] brake_at` is set on cgroup v2 and this process may not write `memory.high` in
 /// `group_dir`.
 pub fn brake_missing(p: &Privileges, cfg: &Config, group_dir: &Path, v2: bool) -> Option<Missing> {
-    if cfg.policy.brake_at.is_none() || !v2 || p.euid == 0 {
+    let file = group_dir.join("memory.high");
+    let writable = || {
+        let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(file.as_os_str())) else {
+            return false;
+        };
+        // SAFETY: access reads a NUL-terminated path we own.
+        unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    };
+    brake_lack(p, cfg, v2, &file, writable)
+}
+
+/// [`brake_missing`] with the file's access as a function (asked only when the brake is on and we are not root).
+fn brake_lack(p: &Privileges, cfg: &Config, v2: bool, file: &Path, writable: impl FnOnce() -> bool) -> Option<Missing> {
+    if cfg.policy.brake_at.is_none() || !v2 || p.euid == 0 || writable() {
         return None;
     }
-    let file = group_dir.join("memory.high");
-    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(file.as_os_str())).ok()?;
-    // SAFETY: access reads a NUL-terminated path we own.
-    let writable = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
-    (!writable).then(|| Missing {
+    Some(Missing {
         feature: "brake",
         lacks: format!("write access to {}", file.display()),
         effect: "the kernel is not asked to throttle the group near its limit",
@@ -288,6 +297,26 @@ mod tests {
             "readable yet not there: not mounted"
         );
         assert!(probes(&parsed(ROOT)).is_empty());
+    }
+
+    #[test]
+    fn the_brake_needs_memory_high_writable_on_v2() {
+        let mut cfg = Config::default();
+        let file = Path::new("/sys/fs/cgroup/app.service/memory.high");
+        let nobody = parsed(NOBODY);
+        let lack = |cfg: &Config, v2, writable| brake_lack(&nobody, cfg, v2, file, || writable).map(|m| m.to_string());
+        assert_eq!(lack(&cfg, true, false), None, "no brake_at: no brake");
+        cfg.policy.brake_at = Some(0.96);
+        assert_eq!(
+            lack(&cfg, true, false).as_deref(),
+            Some(
+                "brake off: write access to /sys/fs/cgroup/app.service/memory.high missing; the kernel is not asked \
+                 to throttle the group near its limit"
+            )
+        );
+        assert_eq!(lack(&cfg, true, true), None);
+        assert_eq!(lack(&cfg, false, false), None, "v1 has no brake, whatever the access");
+        assert_eq!(brake_lack(&parsed(ROOT), &cfg, true, file, || false), None);
     }
 
     #[test]
