@@ -21,6 +21,7 @@ pub mod feed;
 pub mod history;
 pub mod kernfile;
 pub mod launcher;
+pub mod live;
 pub mod logs;
 pub mod metrics;
 pub mod notify;

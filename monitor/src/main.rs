@@ -123,7 +123,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Agent(a) => agent_config(&a).and_then(|cfg| {
             monitor::logs::init(cli.log_format)?;
-            Ok(Agent::guard(cfg)?.run()?)
+            Ok(Agent::guard(cfg)?.reading(agent_source(&a)).run()?)
         }),
         Cmd::Status { url, config, json } => status(url, config, json),
         Cmd::Report(r) => report(r),
@@ -190,6 +190,16 @@ fn check_config(file: PathBuf, mode: Option<monitor::config::Mode>) -> Result<()
             }
             Err(anyhow::anyhow!("{}: {} problems", file.display(), problems.len()))
         }
+    }
+}
+
+/// Where SIGHUP reads the agent's config again: the same file, the same overrides.
+fn agent_source(a: &AgentArgs) -> monitor::config::Source {
+    monitor::config::Source {
+        file: default_config(a.config.clone()),
+        cgroup: a.cgroup.clone(),
+        listen: a.listen.map(|l| l.to_string()),
+        interval_ms: a.interval_ms,
     }
 }
 
