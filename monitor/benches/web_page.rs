@@ -128,7 +128,8 @@ fn fill(rt: &tokio::runtime::Runtime, stats: &StatsConfig) -> (HistoryHandle, mo
     let mut feed = Feed::new(start_s);
     let (tx, rx) = monitor::feed::Feed::new(feed.sample(0));
     let handle = rt.block_on(async {
-        let handle = history::spawn(rx, tx.subscribe("history"), stats, Thresholds::default(), Inputs::default());
+        let live = monitor::live::Live::fixed(monitor::config::Config { stats: stats.clone(), ..Default::default() });
+        let handle = history::spawn(rx, tx.subscribe("history"), live, Inputs::default());
         tokio::task::yield_now().await;
         for i in 1..DAY_S {
             tx.publish(Arc::new(feed.sample(i)));

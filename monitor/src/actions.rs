@@ -19,6 +19,7 @@
 
 use crate::config::{ActionsConfig, HttpUrl, Signal};
 use crate::feed::{Published, Samples};
+use crate::live::Live;
 use crate::policy::{Action, ProcId};
 use crate::reaction::{Kind, Reactions};
 use std::collections::HashMap;
@@ -105,6 +106,9 @@ pub enum ActionError {
     Reused { pid: u32 },
     #[error("pidfd_send_signal({pid}): {source}")]
     Send { pid: u32, source: std::io::Error },
+    /// EPERM: the process runs as another user and the agent lacks CAP_KILL.
+    #[error("pidfd_send_signal({pid}): not permitted: the process runs as another user and the agent lacks CAP_KILL")]
+    NotPermitted { pid: u32 },
 }
 
 /// Sends `signal` to the process `to` if it is still the process sampled: a pidfd is opened on the pid, then the
@@ -116,7 +120,10 @@ pub fn send(to: ProcId, signal: i32) -> Result<(), ActionError> {
     if start != to.start_ticks {
         return Err(ActionError::Reused { pid });
     }
-    crate::pidfd::send_signal(&fd, signal).map_err(|source| ActionError::Send { pid, source })?;
+    crate::pidfd::send_signal(&fd, signal).map_err(|source| match source.raw_os_error() {
+        Some(libc::EPERM) => ActionError::NotPermitted { pid },
+        _ => ActionError::Send { pid, source },
+    })?;
     Ok(())
 }
 
@@ -146,6 +153,11 @@ pub fn admin_url_by_port(path: String) -> AdminUrl {
     })
 }
 
+/// The signals and the URL `[actions]` tells the changes with.
+fn told(cfg: &ActionsConfig) -> (Signals, Option<HttpUrl>) {
+    (Signals::from_config(cfg), cfg.post_url.clone())
+}
+
 /// Whether a change to `a` is a reaction to memory pressure (refuse or abort), timed in [`Reactions`].
 fn is_reaction(a: Action) -> bool {
     matches!(a, Action::Refuse | Action::Abort)
@@ -166,17 +178,18 @@ fn post(url: HttpUrl, body: String, pid: u32, timed: Option<(Arc<Reactions>, Ins
     });
 }
 
-/// Starts the task that follows the published decisions, signals the processes and posts the changes (none when
-/// `[actions]` sets nothing and no process has an admin URL), timing each refuse or abort into `reactions`.
-pub fn spawn(cfg: &ActionsConfig, mut samples: Samples, admin_url: Option<AdminUrl>, reactions: Arc<Reactions>) {
-    let signals = Signals::from_config(cfg);
-    let post_url = cfg.post_url.clone();
-    if signals.is_empty() && post_url.is_none() && admin_url.is_none() {
-        return;
-    }
+/// Starts the task that follows the published decisions, signals the processes and posts the changes as the
+/// applied config's `[actions]` says (a reload changes the signals and `post_url` from the next sample), timing
+/// each refuse or abort into `reactions`. It follows the decisions even while nothing is configured, so a signal
+/// configured later is sent on the next change, not on the state the group was already in.
+pub fn spawn(mut config: Live, mut samples: Samples, admin_url: Option<AdminUrl>, reactions: Arc<Reactions>) {
     tokio::spawn(async move {
+        let (mut signals, mut post_url) = told(&config.now().actions);
         let mut plan = Plan::default();
         while let Some(p) = samples.next().await {
+            if let Some(cfg) = config.changed() {
+                (signals, post_url) = told(&cfg.actions);
+            }
             for c in plan.next(&p, &signals) {
                 tracing::debug!(pid = c.to.pid, action = c.action.as_str(), seq = p.snapshot.seq, "action changed");
                 let name = signal_name(c.signal);

@@ -7,6 +7,7 @@
 use crate::config::Role;
 use crate::feed::{BrakeStatus, ProbeStatus, Published, WakeupOff};
 use crate::launcher::LauncherInfo;
+use crate::live::{ConfigStatus, Live, Reloads};
 use crate::policy::{self, Action, ProcId, Thresholds};
 use crate::reply::{busy, error, method_not_allowed};
 use crate::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole};
@@ -29,12 +30,13 @@ use web::pool::{Gate, PoolError};
 #[derive(Clone)]
 pub struct ApiState {
     pub latest: watch::Receiver<Arc<Published>>,
-    pub thresholds: Thresholds,
+    /// The applied config: the policy's lines, and the sampling interval (`[policy] interval_ms`) after
+    /// [`STALE_INTERVALS`] of which without a sample `/healthz` calls the sampler stale.
+    pub config: Live,
+    /// The config's reloads, shown as the status's `config` object (None: left out).
+    pub reloads: Option<Arc<Reloads>>,
     /// Under `monitor run`: the launched processes (role from the config, state, restarts). None for `agent`.
     pub launcher: Option<Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>>,
-    /// The configured sampling interval (`[policy] interval_ms`): `/healthz` calls the sampler stale after
-    /// [`STALE_INTERVALS`] of them without a sample.
-    pub interval: Duration,
 }
 
 /// Intervals without a sample after which `/healthz` calls the sampler stale (pacing only ever samples sooner
@@ -64,7 +66,8 @@ pub fn health(p: &Published, age: Duration, interval: Duration) -> Result<(), St
 /// `GET /healthz`: 200 `ok` while the group is read on time, else 503 with the reason.
 async fn healthz(State(st): State<ApiState>) -> Response {
     let p = st.latest.borrow().clone();
-    match health(&p, p.wake.at.elapsed(), st.interval) {
+    let interval = Duration::from_millis(st.config.now().policy.interval_ms);
+    match health(&p, p.wake.at.elapsed(), interval) {
         Ok(()) => "ok\n".into_response(),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
     }
@@ -103,6 +106,9 @@ pub struct StatusView {
     /// Under `monitor run`: every launched process, running or backing off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launcher: Option<Vec<LauncherInfo>>,
+    /// Where the config came from and how its last reload (SIGHUP) went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigStatus>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -254,13 +260,15 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
         probes: p.probes.clone(),
         sample: SampleView { seq: s.seq, unix_ms: s.unix_ms },
         launcher: None,
+        config: None,
     }
 }
 
 /// The status document with the launcher's view of its processes merged in.
 fn full_status(st: &ApiState) -> StatusView {
     let p = st.latest.borrow().clone();
-    let mut view = status_view(&p, &st.thresholds);
+    let mut view = status_view(&p, &st.config.thresholds());
+    view.config = st.reloads.as_ref().map(|r| r.status());
     if let Some(launched) = st.launcher.as_ref().map(|f| f()) {
         // A launched process's name, role and restarts come from the launcher, not the process tree.
         for proc in &mut view.processes {
@@ -527,12 +535,7 @@ mod tests {
 
     fn app() -> Router {
         let (_tx, latest) = watch::channel(Arc::new(Published::test(PolicyState::Normal)));
-        router(ApiState {
-            latest,
-            thresholds: Thresholds::default(),
-            launcher: None,
-            interval: Duration::from_millis(100),
-        })
+        router(ApiState { latest, config: Live::fixed(Default::default()), reloads: None, launcher: None })
     }
 
     async fn call(method: &str, uri: &str) -> (StatusCode, String) {
@@ -603,9 +606,9 @@ mod tests {
         let (_tx, latest) = watch::channel(Arc::new(p));
         let st = ApiState {
             latest,
-            thresholds: Thresholds::default(),
+            config: Live::fixed(Default::default()),
+            reloads: Some(Arc::new(Reloads::new(Some("/etc/monitor/run.toml".into())))),
             launcher: Some(Arc::new(move || vec![launched.clone()])),
-            interval: Duration::from_millis(100),
         };
         let v = serde_json::to_value(full_status(&st)).expect("json");
         assert_eq!((v["group"]["version"].as_str(), v["group"]["limit_source"].as_str()), (Some("v2"), Some("host")));
@@ -626,6 +629,9 @@ mod tests {
             (v["launcher"][0]["role"].as_str(), v["launcher"][0]["state"].as_str()),
             (Some("worker"), Some("backing-off"))
         );
+        assert_eq!(v["config"]["file"], "/etc/monitor/run.toml");
+        assert!(v["config"]["loaded_at"].as_u64().is_some_and(|t| t > 0), "{}", v["config"]);
+        assert!(v["config"]["last_reload"].is_null() && v["config"]["error"].is_null(), "no reload yet");
         let back: StatusView = serde_json::from_value(v).expect("read back");
         assert_eq!(back.processes[2].role, ProcessRole::Worker);
         let inferred = infer_roles(&[proc(10, 1), proc(11, 10), proc(20, 1)]);
@@ -674,12 +680,7 @@ mod tests {
         let mut p = Published::test(PolicyState::Normal);
         p.error = Some("gone".into());
         let (_tx, latest) = watch::channel(Arc::new(p));
-        let app = router(ApiState {
-            latest,
-            thresholds: Thresholds::default(),
-            launcher: None,
-            interval: Duration::from_millis(100),
-        });
+        let app = router(ApiState { latest, config: Live::fixed(Default::default()), reloads: None, launcher: None });
         let req = axum::http::Request::builder().uri("/healthz").body(axum::body::Body::empty()).expect("a request");
         let resp = app.oneshot(req).await.expect("infallible");
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -6,6 +6,7 @@
 //! consumers get the parsed value. [`Config::validate`] (validate.rs) checks what is left: values against each
 //! other and the ranges of plain numbers and strings. The config names no consumer: they depend on it.
 
+mod changes;
 mod check;
 mod hooks;
 mod position;
@@ -14,6 +15,7 @@ mod signal;
 mod url;
 mod validate;
 
+pub use changes::{reload, Apply, Change, Reload};
 pub use check::{check, Checked, Mode};
 pub use hooks::{Hooks, HooksChoice};
 pub use role::Role;
@@ -322,6 +324,15 @@ pub struct ProcessConfig {
     /// `http://127.0.0.1:<port><admin_path>` (see [`crate::actions`]). Unset by default.
     #[serde(default)]
     pub admin_path: Option<String>,
+    /// The user the process runs as: a name (`"www-data"`) or a numeric uid. Its primary group and supplementary
+    /// groups come with it (unless `group` is set), and `HOME`, `USER` and `LOGNAME` are its own. Another user than
+    /// monitor's own needs monitor to run as root. Default: monitor's own user.
+    #[serde(default)]
+    pub user: Option<crate::accounts::Account>,
+    /// The group the process runs as: a name or a numeric gid (the only supplementary group when `user` is unset).
+    /// Default: the user's primary group, else monitor's own.
+    #[serde(default)]
+    pub group: Option<crate::accounts::Account>,
 }
 
 fn default_health_interval_ms() -> u64 {
@@ -547,6 +558,53 @@ impl Config {
                 }
             })
             .collect()
+    }
+}
+
+/// Where a running config comes from, so that a reload reads it the same way: the file (none: the built-in
+/// defaults, with nothing to read again) and the command line's overrides, which win over the file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Source {
+    pub file: Option<PathBuf>,
+    /// `monitor agent --cgroup`.
+    pub cgroup: Option<String>,
+    /// `monitor agent --listen`.
+    pub listen: Option<String>,
+    /// `monitor agent --interval-ms`.
+    pub interval_ms: Option<u64>,
+}
+
+impl Source {
+    /// A config file with no overrides (`monitor run --config FILE`).
+    pub fn file(path: &Path) -> Source {
+        Source { file: Some(path.to_path_buf()), ..Source::default() }
+    }
+
+    /// Reads and checks the file as start-up does (`load -> parse -> validate`), with the overrides applied before
+    /// the checks. `None` when there is no file to read.
+    pub fn load(&self) -> Option<Result<Config, ConfigError>> {
+        let path = self.file.as_deref()?;
+        Some(read(path).and_then(|text| {
+            let mut cfg = Config::parse(&text, path)?;
+            self.apply(&mut cfg);
+            match cfg.problems(&text, path).into_iter().next() {
+                Some(e) => Err(e),
+                None => Ok(cfg),
+            }
+        }))
+    }
+
+    /// Puts the command line's values over the file's.
+    pub fn apply(&self, cfg: &mut Config) {
+        if let Some(c) = &self.cgroup {
+            cfg.group.cgroup.clone_from(c);
+        }
+        if let Some(l) = &self.listen {
+            cfg.web.listen.clone_from(l);
+        }
+        if let Some(i) = self.interval_ms {
+            cfg.policy.interval_ms = i;
+        }
     }
 }
 

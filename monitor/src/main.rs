@@ -2,7 +2,7 @@
 //! [`Agent`]; `status`, `check-config` and `report` read what an agent wrote).
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use monitor::agent::Agent;
 use monitor::api::StatusView;
 use monitor::config::Config;
@@ -10,12 +10,26 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The environment the commands read, shown under `--help` and in the man page.
+const ENVIRONMENT: &str = "Environment:
+  MONITOR_LOG  What `agent` and `run` log, as tracing directives: a level (`debug`) or levels per
+               module (`info,monitor::sampler=debug`). Default: info. An invalid value stops start-up.";
+
 /// `--version`: the version, the commit and whether the eBPF object is built in.
 static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(monitor::build::long_version);
 
 #[derive(Parser)]
-#[command(name = "monitor", version = LONG_VERSION.as_str(), about = "Guards the memory of a group of server processes sharing one cgroup")]
+#[command(
+    name = "monitor",
+    version = LONG_VERSION.as_str(),
+    about = "Guards the memory of a group of server processes sharing one cgroup",
+    after_help = ENVIRONMENT
+)]
 struct Cli {
+    /// How the agent writes its log on stderr: `text` lines (with syslog priorities when stderr is the journal), or
+    /// `json`, one object per line.
+    #[arg(long, global = true, value_enum, default_value_t, value_name = "FORMAT")]
+    log_format: monitor::logs::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -57,6 +71,12 @@ enum Cmd {
         /// TOML config file.
         #[arg(short, long)]
         config: PathBuf,
+    },
+    /// Writes the man pages (DIR/man) and shell completions (DIR/completions) of this command line.
+    #[command(hide = true)]
+    GenerateDocs {
+        /// The folder to write into (created when missing).
+        dir: PathBuf,
     },
 }
 
@@ -102,16 +122,17 @@ fn main() -> ExitCode {
     let _ = monitor::procs::raise_fd_limit();
     let result = match cli.cmd {
         Cmd::Agent(a) => agent_config(&a).and_then(|cfg| {
-            monitor::logs::init();
-            Ok(Agent::guard(cfg)?.run()?)
+            monitor::logs::init(cli.log_format)?;
+            Ok(Agent::guard(cfg)?.reading(agent_source(&a)).run()?)
         }),
         Cmd::Status { url, config, json } => status(url, config, json),
         Cmd::Report(r) => report(r),
-        Cmd::Run { config } => {
-            monitor::logs::init();
-            Config::load(&config).map_err(Into::into).and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?))
-        }
+        Cmd::Run { config } => monitor::logs::init(cli.log_format)
+            .map_err(Into::into)
+            .and_then(|()| Config::load(&config).map_err(Into::into))
+            .and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?)),
         Cmd::CheckConfig { file, config, mode } => check_config(file.or(config).unwrap_or_default(), mode),
+        Cmd::GenerateDocs { dir } => generate_docs(&dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -138,6 +159,13 @@ fn describe(e: &anyhow::Error) -> String {
     out
 }
 
+fn generate_docs(dir: &std::path::Path) -> Result<()> {
+    for file in monitor::docs::write(Cli::command(), dir)? {
+        println!("{}", file.display());
+    }
+    Ok(())
+}
+
 /// The config the agent and the report read when no `-c` is given, when it exists.
 const DEFAULT_CONFIG: &str = "/etc/monitor/agent.toml";
 
@@ -162,6 +190,16 @@ fn check_config(file: PathBuf, mode: Option<monitor::config::Mode>) -> Result<()
             }
             Err(anyhow::anyhow!("{}: {} problems", file.display(), problems.len()))
         }
+    }
+}
+
+/// Where SIGHUP reads the agent's config again: the same file, the same overrides.
+fn agent_source(a: &AgentArgs) -> monitor::config::Source {
+    monitor::config::Source {
+        file: default_config(a.config.clone()),
+        cgroup: a.cgroup.clone(),
+        listen: a.listen.map(|l| l.to_string()),
+        interval_ms: a.interval_ms,
     }
 }
 

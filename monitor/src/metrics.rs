@@ -51,7 +51,8 @@ fn text(h: &History) -> String {
         persisted: h.note().is_none(),
         states: launched.iter().map(|m| (m.name.clone(), m.role.to_string(), m.state.to_string())).collect(),
         reactions: h.reactions().map(|r| Kind::ALL.iter().map(|&k| (k, r.counts(k))).collect()).unwrap_or_default(),
-        thresholds: h.thresholds().clone(),
+        thresholds: h.thresholds(),
+        reloads: h.reloads().map(|r| r.counts()),
         decisions: h.decisions(),
         now_unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -85,6 +86,8 @@ pub struct Extra {
     pub thresholds: Thresholds,
     /// The decisions counted since the agent started.
     pub decisions: Decisions,
+    /// The config's reloads since start, (good, failed) (none: the family is left out).
+    pub reloads: Option<(u64, u64)>,
     /// The time of the scrape, for the sample's age (0: left out).
     pub now_unix_ms: u64,
 }
@@ -142,6 +145,16 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
     family(&mut o, "monitor_policy_abort_round", "gauge", "Victims chosen since entering aborting.");
     let _ = writeln!(o, "monitor_policy_abort_round {}", p.decision.abort_round);
     policy_lines(&mut o, &extra.thresholds, &extra.decisions);
+    if let Some((ok, failed)) = extra.reloads {
+        family(
+            &mut o,
+            "monitor_config_reloads_total",
+            "counter",
+            "Config reloads (SIGHUP): ok applied the file, failed kept the running config.",
+        );
+        let _ = writeln!(o, "monitor_config_reloads_total{{result=\"ok\"}} {ok}");
+        let _ = writeln!(o, "monitor_config_reloads_total{{result=\"failed\"}} {failed}");
+    }
     family(&mut o, "monitor_probes_enabled", "gauge", "1 when the eBPF probes count requests.");
     let _ = writeln!(o, "monitor_probes_enabled {}", u8::from(p.probes.enabled));
     if let Some(hooks) = &p.probes.hooks {
@@ -426,6 +439,19 @@ mod tests {
         // Above the last bound: only in +Inf.
         assert!(text.contains("monitor_reaction_seconds_bucket{action=\"shed\",le=\"1\"} 0\n"));
         assert!(text.contains("monitor_reaction_seconds_bucket{action=\"shed\",le=\"+Inf\"} 1\n"));
+    }
+
+    #[test]
+    fn config_reloads_are_counted_by_result_where_they_are_kept() {
+        let p = Published::test(State::Normal);
+        let text = render(&p, &[], &Extra { reloads: Some((3, 1)), ..Extra::default() });
+        assert_eq!(
+            lines_of(&text, "monitor_config_reloads_total{"),
+            ["monitor_config_reloads_total{result=\"ok\"} 3", "monitor_config_reloads_total{result=\"failed\"} 1"]
+        );
+        assert!(text.contains("# TYPE monitor_config_reloads_total counter\n"), "{text}");
+        let text = render(&p, &[], &Extra::default());
+        assert!(!text.contains("monitor_config_reloads_total"), "left out where no reload is counted: {text}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! systemd's notification protocol, for units of `Type=notify` with `WatchdogSec=` (the sd-notify crate speaks it):
 //! `READY=1` once the agent serves (under `monitor run`, once the master and the workers are healthy), `STATUS=`
 //! with the group's state when it changes, `WATCHDOG=1` from the sampler's loop at half the watchdog's timeout (a
-//! hung sampler stops it, and systemd restarts the service), and `STOPPING=1` when the drain starts. Outside
-//! systemd (`NOTIFY_SOCKET` unset) each call does nothing.
+//! hung sampler stops it, and systemd restarts the service), `RELOADING=1` with `MONOTONIC_USEC=` when a reload
+//! (SIGHUP) starts and `READY=1` when it ends (the `Type=notify-reload` protocol of systemd 253 and later; older
+//! units send the signal with `ExecReload=/bin/kill -HUP $MAINPID`, which works the same without it), and
+//! `STOPPING=1` when the drain starts. Outside systemd (`NOTIFY_SOCKET` unset) each call does nothing.
 
 use sd_notify::NotifyState;
 use std::time::{Duration, Instant};
@@ -25,6 +27,14 @@ pub fn ready(status: &str) {
 /// `STATUS=` (shown by `systemctl status`).
 pub fn status(status: &str) {
     send(&[NotifyState::Status(status)]);
+}
+
+/// `RELOADING=1` with the monotonic clock's time (`MONOTONIC_USEC=`), which systemd requires with it.
+pub fn reloading() {
+    match NotifyState::monotonic_usec_now() {
+        Ok(now) => send(&[NotifyState::Reloading, now, NotifyState::Status("reloading the config")]),
+        Err(e) => tracing::warn!("cannot read the monotonic clock for RELOADING=1: {e}"),
+    }
 }
 
 /// `STOPPING=1`.

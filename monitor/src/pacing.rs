@@ -43,6 +43,12 @@ impl Pacer {
         Pacer { pacing, last: None, rate: 0.0, assume: true }
     }
 
+    /// A reloaded `[policy]`: the interval far from the lines, the shortest one and the growth assumed; whether
+    /// pacing is on stays as started, and so does the growth seen so far.
+    pub fn set_bounds(&mut self, max: Duration, min: Duration, assumed_rate: f64) {
+        self.pacing = Pacing { max, min, assumed_rate, ..self.pacing };
+    }
+
     /// The shortest interval it chooses.
     pub fn min(&self) -> Duration {
         self.pacing.min
@@ -100,6 +106,19 @@ mod tests {
             min: Duration::from_millis(5),
             assumed_rate: (assumed_mib_s * MIB) as f64,
         })
+    }
+
+    #[test]
+    fn reloaded_bounds_apply_from_the_next_sample() {
+        let mut p = pacer(0);
+        assert_eq!(p.next(0, 300 * MIB, LIMIT, &LINES), Duration::from_millis(100));
+        p.set_bounds(Duration::from_millis(250), Duration::from_millis(20), (2048 * MIB) as f64);
+        assert_eq!(p.min(), Duration::from_millis(20));
+        // Far from the lines at the assumed 2 GiB/s: the headroom to 85% (135 MiB) takes 66 ms.
+        let next = p.next(100, 300 * MIB, LIMIT, &LINES);
+        assert!(next > Duration::from_millis(20) && next < Duration::from_millis(250), "{next:?}");
+        p.set_assumed(false);
+        assert_eq!(p.next(200, 300 * MIB, LIMIT, &LINES), Duration::from_millis(250), "the new interval");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 
 use crate::brake::Brake;
 use crate::cgroup::{CgroupError, Group, GroupReader};
-use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeupStatus};
+use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeSource, WakeupStatus};
+use crate::live::Live;
 use crate::pacing::{Pacer, Pacing};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
 use crate::probes::Probes;
@@ -20,6 +21,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
+
+/// The sampler looks for a reloaded config at least this often, whatever its interval (the next sample then comes
+/// at once, with the new config).
+const CONFIG_POLL: Duration = Duration::from_secs(1);
 
 /// A brake that could not be set is tried again this often (and whenever the limit changes).
 const BRAKE_RETRY: Duration = Duration::from_secs(10);
@@ -36,6 +41,15 @@ fn brake_start(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f
             Err(e) => tracing::warn!("memory brake: looking for a brake left behind: {e}"),
         }
     }
+    if policy.brake_at.is_some() && group.version != crate::snapshot::CgroupVersion::V2 {
+        tracing::warn!("[policy] brake_at is set, but the brake needs cgroup v2 (memory.high): off");
+    }
+    brake_place(group, policy)
+}
+
+/// Where the brake may be set for `policy` on `group` (None when it is not configured, or with the status that
+/// says why not).
+fn brake_place(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f64>, Option<BrakeStatus>) {
     let Some(at) = policy.brake_at else { return (None, None) };
     let off = |why: &str| BrakeStatus {
         at,
@@ -46,7 +60,6 @@ fn brake_start(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f
         warning: None,
     };
     if group.version != crate::snapshot::CgroupVersion::V2 {
-        tracing::warn!("[policy] brake_at is set, but the brake needs cgroup v2 (memory.high): off");
         return (None, Some(off("cgroup v2 only (memory.high): this group is on cgroup v1")));
     }
     if policy.shadow {
@@ -146,6 +159,11 @@ pub fn load_probes(cfg: &crate::config::ProbesConfig) -> Result<Probes, String> 
             let full = e.to_string();
             tracing::debug!("eBPF load failed: {full}");
             let first = full.lines().next().unwrap_or_default();
+            // Without the capabilities the probes need, say so (an object not built in is the reason as it is).
+            let first = match e {
+                crate::probes::ProbeError::NotBuilt(_) => first.to_string(),
+                _ => crate::privileges::probes_reason(first),
+            };
             match chosen {
                 Some(h) => format!("[probes] hooks = {:?}: {first}", h.name()),
                 None => first.to_string(),
@@ -356,6 +374,44 @@ impl Sampler {
         self.pacer.next(snap.mono_ms, g.usage_bytes, g.limit_bytes, &self.lines)
     }
 
+    /// A reloaded `[policy]`: the lines pacing and the kernel thresholds follow, the configured limit, pacing's
+    /// bounds, and the brake in or out of shadow mode (released in it, set again out of it). The kernel wake-ups,
+    /// pacing on or off and `brake_at` stay as started.
+    pub fn set_policy(&mut self, policy: &crate::config::PolicyConfig) {
+        let (at, status) = brake_place(self.reader.group(), policy);
+        if at != self.brake_at {
+            self.release_brake();
+            self.brake_at = at;
+            self.brake_status = status;
+            self.brake_limit = 0;
+            self.brake_failed_at = None;
+        }
+        self.lines = [policy.refuse_at, policy.abort_at];
+        self.limit_override = policy.limit_bytes;
+        self.pacer.set_bounds(
+            Duration::from_millis(policy.interval_ms),
+            Duration::from_millis(policy.min_interval_ms),
+            (policy.fill_rate_mib_s << 20) as f64,
+        );
+    }
+
+    /// A reloaded `[probes]`: the programs are detached, then attached again as it now says (or left off).
+    pub fn set_probes(&mut self, cfg: &crate::config::ProbesConfig) {
+        // Dropped first: the hooks are free again before the new programs attach to them.
+        self.probes = None;
+        self.synced_pids.clear();
+        let (probes, status) = match load_probes(cfg) {
+            Ok(p) => {
+                let hooks = Some(p.hooks());
+                tracing::info!(hooks = ?p.hooks(), "request counting is on");
+                (Some(p), ProbeStatus { enabled: true, reason: None, hooks })
+            }
+            Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason), hooks: None }),
+        };
+        self.probes = probes;
+        self.probe_status = status;
+    }
+
     pub fn probe_status(&self) -> &ProbeStatus {
         &self.probe_status
     }
@@ -449,25 +505,46 @@ impl Sampler {
     }
 }
 
-/// Runs the sampler every `interval` until `stop` is set, publishing on `feed`. The first sample must already be
+/// Runs the sampler until `stop` is set, publishing on `feed`, with the policy and probes `config` holds (a new
+/// config is looked for at least every second, and sampled with at once). The first sample must already be
 /// published (see [`first`] and [`Feed::new`]), so consumers always have a value.
 pub fn spawn(
     mut sampler: Sampler,
-    thresholds: Thresholds,
-    interval: Duration,
+    mut config: Live,
     mut state: PolicyState,
     feed: Feed,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("sampler".into()).spawn(move || {
+        let mut applied = config.now();
+        let mut thresholds = applied.policy.thresholds();
+        let mut interval = Duration::from_millis(applied.policy.interval_ms);
         let mut next = Instant::now() + interval;
         let mut failing = false;
         // systemd's watchdog is fed from this loop: a sampler that hangs stops feeding it.
         let mut watchdog = crate::notify::Watchdog::from_env();
         while !stop.load(Ordering::Relaxed) {
-            let until = watchdog.period().map_or(next, |p| next.min(Instant::now() + p));
-            let wake = sampler.wait(until);
+            let due = watchdog.period().map_or(next, |p| next.min(Instant::now() + p));
+            // A reloaded config is looked for at least every CONFIG_POLL, so a long interval does not delay it.
+            let poll = Instant::now() + CONFIG_POLL;
+            let wake = sampler.wait(due.min(poll));
             watchdog.tick(Instant::now());
+            let reloaded = config.changed();
+            if reloaded.is_none() && wake.source == WakeSource::Timer && Instant::now() < due {
+                // Woken only to look for a new config, and there is none: no sample yet.
+                continue;
+            }
+            if let Some(cfg) = reloaded {
+                if cfg.policy != applied.policy {
+                    sampler.set_policy(&cfg.policy);
+                    thresholds = cfg.policy.thresholds();
+                    interval = Duration::from_millis(cfg.policy.interval_ms);
+                }
+                if cfg.probes != applied.probes {
+                    sampler.set_probes(&cfg.probes);
+                }
+                applied = cfg;
+            }
             match sampler.sample() {
                 Ok(snap) => {
                     let recovered = std::mem::replace(&mut failing, false);
@@ -554,6 +631,8 @@ pub struct Started {
 /// Opens the group with the config's probes, limit and thresholds, takes the first sample (start-up fails fast
 /// on an unreadable group) and logs what is watched. Shared by `monitor agent` and `monitor run`.
 pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, CgroupError> {
+    let v2 = group.version == crate::snapshot::CgroupVersion::V2;
+    crate::privileges::warn_missing(cfg, &group.dir, v2);
     let probes = load_probes(&cfg.probes);
     let mut sampler = Sampler::with_policy(group, cfg.policy.limit_bytes, probes, &cfg.policy)?;
     let thresholds = cfg.policy.thresholds();

@@ -1,6 +1,7 @@
 //! `monitor status` as text: the group line and a table of its processes.
 
 use crate::api::StatusView;
+use crate::live::ReloadResult;
 use crate::units::size;
 use std::fmt::Write;
 
@@ -28,6 +29,18 @@ fn kernel_lines(s: &mut String, v: &StatusView) {
             (None, None) => format!("not set at {:.0}%", b.at * 100.0),
         };
         let _ = writeln!(s, "brake    {state}");
+    }
+}
+
+/// The config's last reload, when it left something to do: a file refused, keys waiting for a restart.
+fn config_lines(s: &mut String, v: &StatusView) {
+    let Some(c) = &v.config else { return };
+    if let (Some(ReloadResult::Failed), Some(e)) = (c.last_reload, &c.error) {
+        let _ = writeln!(s, "config   reload failed, the previous config runs: {e}");
+    }
+    if !c.restart_needed.is_empty() {
+        let _ =
+            writeln!(s, "config   changed in the file, applied at the next restart: {}", c.restart_needed.join(", "));
     }
 }
 
@@ -62,6 +75,7 @@ pub fn render(v: &StatusView) -> String {
     };
     let _ = writeln!(s, "probes   {probes}");
     kernel_lines(&mut s, v);
+    config_lines(&mut s, v);
     s.push('\n');
     let _ = writeln!(
         s,
@@ -155,5 +169,26 @@ mod tests {
         assert_eq!(line(&text, "oom "), Some("not counted by this kernel"));
         assert_eq!(line(&text, "wake-ups "), Some("timer only; next sample in 100 ms"));
         assert_eq!(line(&text, "brake "), None, "{text}");
+        assert_eq!(line(&text, "config "), None, "nothing to say of a config that was never reloaded: {text}");
+    }
+
+    #[test]
+    fn a_failed_reload_and_keys_waiting_for_a_restart_are_shown() {
+        let p = Published::test(State::Normal);
+        let mut v = crate::api::status_view(&p, &Thresholds::default());
+        let reloads = crate::live::Reloads::new(Some("/etc/monitor/agent.toml".into()));
+        reloads.succeeded(vec!["web.listen".into()]);
+        reloads.failed("/etc/monitor/agent.toml:3: unknown field `refuse_att`".into());
+        v.config = Some(reloads.status());
+        let text = render(&v);
+        let lines: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("config ")).map(str::trim).collect();
+        assert_eq!(
+            lines,
+            [
+                "reload failed, the previous config runs: /etc/monitor/agent.toml:3: unknown field `refuse_att`",
+                "changed in the file, applied at the next restart: web.listen"
+            ],
+            "{text}"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | build | dist | demo | test | bench | vmtest | fuzz`.
+//! Project tasks: `cargo xtask setup | build | dist | demo | test | bench | vmtest | fuzz | man`.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -8,6 +8,7 @@ mod build;
 mod demo;
 mod dist;
 mod fuzz;
+mod man;
 mod setup;
 mod test;
 mod util;
@@ -39,6 +40,8 @@ enum Task {
     Vmtest(vmtest::Args),
     /// Fuzz every parser of outside input for a bounded time (cargo-fuzz, nightly).
     Fuzz(fuzz::Args),
+    /// Write the man pages and shell completions, generated from the command line's definition.
+    Man(man::Args),
 }
 
 fn main() -> Result<()> {
@@ -51,5 +54,6 @@ fn main() -> Result<()> {
         Task::Bench(a) => bench::run(a),
         Task::Vmtest(a) => vmtest::run(a),
         Task::Fuzz(a) => fuzz::run(a),
+        Task::Man(a) => man::run(a),
     }
 }

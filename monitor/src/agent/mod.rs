@@ -4,6 +4,7 @@
 //! ```text
 //! group's cgroup -> sampler thread -> Feed -> actions, alerts, history (home page, /metrics), API, front door
 //!                                                   one Drain (SIGTERM/SIGINT) -> every part stops, in order
+//! config file -> SIGHUP reload -> applied config (watch) -> sampler, API, history, alerts, actions
 //! ```
 //!
 //! The stop, in order: the drain starts (the front door stops accepting and finishes what is in flight, the web
@@ -13,11 +14,13 @@
 pub mod drain;
 mod front;
 pub mod group;
+pub mod reload;
 
 use crate::cgroup::{self, CgroupError};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Source};
 use crate::feed::Feed;
 use crate::launcher::{self, LaunchError, Launcher};
+use crate::live::{Live, Reloads};
 use crate::proxy::{self, ProxyError};
 use crate::{actions, alerts, api, history, metrics, reaction, reply, sampler};
 use drain::{Drain, DrainWatch};
@@ -63,13 +66,20 @@ pub struct Agent {
     group: cgroup::Group,
     end: GroupEnd,
     launching: bool,
+    /// Where a reload reads the config again.
+    source: Source,
 }
 
 impl Agent {
     /// `monitor agent`: guards the group `[group] cgroup` names, as it is.
     pub fn guard(cfg: Config) -> Result<Agent, AgentError> {
         let (group, end) = group::prepare(&cfg, false)?;
-        Ok(Agent { cfg, group, end, launching: false })
+        Ok(Agent { cfg, group, end, launching: false, source: Source::default() })
+    }
+
+    /// Where SIGHUP reads the config again (by default nowhere: the agent keeps its config).
+    pub fn reading(self, source: Source) -> Agent {
+        Agent { source, ..self }
     }
 
     /// `monitor run`: creates and limits the group when the config asks, to launch `[[process]]` into it.
@@ -78,18 +88,17 @@ impl Agent {
             return Err(AgentError::NoProcesses(config_file.to_path_buf()));
         }
         let (group, end) = group::prepare(&cfg, true)?;
-        Ok(Agent { cfg, group, end, launching: true })
+        Ok(Agent { cfg, group, end, launching: true, source: Source::file(config_file) })
     }
 
     /// Runs until SIGTERM or SIGINT, then stops every part. Ok after a clean stop.
     pub fn run(self) -> Result<(), AgentError> {
-        let Agent { cfg, group, mut end, launching } = self;
+        let Agent { cfg, group, mut end, launching, source } = self;
         // With `auto` the group is the cgroup monitor itself runs in: the children stay where they are started.
         let children_cgroup = (launching && cfg.group.cgroup != "auto").then(|| group.dir.clone());
         end.group.clone_from(&children_cgroup);
         let launched = end.launched.clone();
         let group_dir = group.dir.clone();
-        let started = sampler::start(group, &cfg)?;
         // Two workers: a probe is answered by one while the other is busy with a crowd of clients (the renders run
         // on threads of their own).
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -97,8 +106,15 @@ impl Agent {
             .enable_all()
             .build()
             .map_err(AgentError::io("starting the runtime"))?;
-        let parts = Parts { cfg: &cfg, launching, children_cgroup, launched, group_dir };
-        let result = rt.block_on(parts.serve(started));
+        // Caught before the slow part of the start (the probes load, the first sample): from here on a reload
+        // signal never stops the agent.
+        let hangups = {
+            let _on = rt.enter();
+            reload::catch()
+        };
+        let started = sampler::start(group, &cfg)?;
+        let parts = Parts { cfg: &cfg, launching, children_cgroup, launched, group_dir, source };
+        let result = rt.block_on(parts.serve(started, hangups));
         rt.shutdown_timeout(Duration::from_secs(1));
         drop(end);
         result
@@ -112,6 +128,7 @@ struct Parts<'a> {
     children_cgroup: Option<PathBuf>,
     launched: Arc<AtomicBool>,
     group_dir: PathBuf,
+    source: Source,
 }
 
 /// The running sampler, and how to stop it.
@@ -132,9 +149,16 @@ impl Sampling {
 }
 
 impl Parts<'_> {
-    async fn serve(self, started: sampler::Started) -> Result<(), AgentError> {
+    async fn serve(
+        self,
+        started: sampler::Started,
+        hangups: Option<tokio::signal::unix::Signal>,
+    ) -> Result<(), AgentError> {
         let cfg = self.cfg;
-        let sampler::Started { mut sampler, thresholds, state, first } = started;
+        // The config as applied: this one until a reload applies another.
+        let (publisher, live) = Live::new(cfg.clone());
+        let reloads = Arc::new(Reloads::new(self.source.file.clone()));
+        let sampler::Started { mut sampler, state, first, .. } = started;
         // Only launched processes are traced from their start; a guarded group's are found by the sampler.
         let tracer = match self.launching {
             true => sampler.tracer(),
@@ -171,8 +195,7 @@ impl Parts<'_> {
         let history = history::spawn(
             rx.clone(),
             feed.subscribe("history"),
-            &cfg.stats,
-            thresholds.clone(),
+            live.clone(),
             history::Inputs {
                 launcher: door.as_ref().map(|d| d.view.clone()),
                 shed_total: door.as_ref().map(|d| {
@@ -181,37 +204,38 @@ impl Parts<'_> {
                     f
                 }),
                 reactions: Some(reactions.clone()),
+                reloads: Some(reloads.clone()),
             },
         );
         // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the
         // launcher, the stats database) to raise conditions.
         let client = alerts::task::client(&cfg.alerts).map_err(AgentError::Alerts)?;
-        let raiser = alerts::task::spawn(
-            &cfg.alerts,
-            client,
-            feed.subscribe("alerts"),
-            cfg.probes.enabled,
-            cfg.web.generator_url(),
-        );
-        if let Some(raiser) = raiser {
-            if let Some(d) = &door {
-                tokio::spawn(alerts::watch::launcher(d.view.clone(), raiser.clone()));
-            }
-            let h = history.history.clone();
-            tokio::spawn(alerts::watch::stats(Arc::new(move || h.note()), raiser));
+        let raiser = alerts::task::spawn(live.clone(), client, feed.subscribe("alerts"));
+        if let Some(d) = &door {
+            tokio::spawn(alerts::watch::launcher(d.view.clone(), raiser.clone()));
         }
+        let h = history.history.clone();
+        tokio::spawn(alerts::watch::stats(Arc::new(move || h.note()), raiser));
         let admin_url = match &door {
             Some(d) => d.admin_url(),
             None => cfg.actions.admin_path.clone().map(actions::admin_url_by_port),
         };
-        actions::spawn(&cfg.actions, feed.subscribe("actions"), admin_url, reactions);
+        actions::spawn(live.clone(), feed.subscribe("actions"), admin_url, reactions);
         let stop = Arc::new(AtomicBool::new(false));
-        let interval = Duration::from_millis(cfg.policy.interval_ms);
-        let thread = sampler::spawn(sampler, thresholds.clone(), interval, state, feed, stop.clone())
+        let thread = sampler::spawn(sampler, live.clone(), state, feed, stop.clone())
             .map_err(AgentError::io("starting the sampler thread"))?;
         let sampling = Sampling { stop, thread, history };
         let (drain, drained) = Drain::new();
         drain.on_signals();
+        let mode = if self.launching { crate::config::Mode::Run } else { crate::config::Mode::Agent };
+        let reloader = reload::Reloader {
+            source: self.source.clone(),
+            publisher,
+            reloads: reloads.clone(),
+            mode,
+            latest: rx.clone(),
+        };
+        reloader.spawn(hangups, drained.clone());
         let launcher = match &door {
             Some(d) => {
                 let opts = launcher::Options {
@@ -236,7 +260,8 @@ impl Parts<'_> {
             let now = rx.borrow();
             sampler::status_line(&now.snapshot, &now.decision)
         };
-        let state = api::ApiState { latest: rx, thresholds, launcher: door.as_ref().map(|d| d.view.clone()), interval };
+        let view = door.as_ref().map(|d| d.view.clone());
+        let state = api::ApiState { latest: rx, config: live, reloads: Some(reloads), launcher: view };
         let app = api::router(state)
             .merge(sampling.history.router())
             .merge(metrics::router(sampling.history.history.clone()))

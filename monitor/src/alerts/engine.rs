@@ -26,6 +26,11 @@ impl Book {
         Book { quiet, active: HashMap::new() }
     }
 
+    /// A reloaded `[alerts] quiet_s`: the incidents open now keep their state.
+    pub fn set_quiet(&mut self, quiet: Duration) {
+        self.quiet = quiet;
+    }
+
     /// Feeds the conditions true at `now`; returns what to send. Annotations of a firing alert are refreshed
     /// silently (the victim's RSS changes every sample; that is not a new notification).
     pub fn observe(&mut self, now: SystemTime, conditions: &[Condition]) -> Vec<Notification> {

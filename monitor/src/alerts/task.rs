@@ -6,9 +6,10 @@
 use super::engine::Book;
 use super::oom::OomWatch;
 use super::sinks::{self, SinkHandle};
-use super::Condition;
+use super::{names, Condition};
 use crate::config::AlertsConfig;
 use crate::feed::{Published, Samples};
+use crate::live::Live;
 use crate::policy::State;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
@@ -40,14 +41,14 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
     };
     let mut out = Vec::new();
     if matches!(d.state, State::Refusing | State::Aborting) {
-        out.push(usage(Condition::new("MonitorGroupRefusing").label("cgroup", cgroup.clone()).annotate(
+        out.push(usage(Condition::new(names::GROUP_REFUSING).label("cgroup", cgroup.clone()).annotate(
             "summary",
             format!("group memory at {:.1}% of its limit: every process refuses new requests", d.ratio * 100.0),
         )));
     }
     if d.state == State::Aborting {
         let victim = d.victim.and_then(|v| s.processes.iter().find(|p| p.pid == v.pid));
-        let mut c = Condition::new("MonitorGroupAborting").label("cgroup", cgroup.clone());
+        let mut c = Condition::new(names::GROUP_ABORTING).label("cgroup", cgroup.clone());
         if let Some(v) = victim {
             c = c
                 .annotate("victim_pid", v.pid.to_string())
@@ -67,7 +68,7 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
     }
     if probes_wanted && !p.probes.enabled {
         out.push(
-            Condition::new("MonitorProbesDisabled")
+            Condition::new(names::PROBES_DISABLED)
                 .label("cgroup", cgroup.clone())
                 .annotate("reason", p.probes.reason.clone().unwrap_or_default())
                 .annotate("summary", "request counting (eBPF) is off"),
@@ -75,7 +76,7 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
     }
     if let Some(e) = &p.error {
         out.push(
-            Condition::new("MonitorGroupUnreadable")
+            Condition::new(names::GROUP_UNREADABLE)
                 .label("cgroup", cgroup)
                 .annotate("error", e.clone())
                 .annotate("summary", format!("the group cannot be read: {e}")),
@@ -101,7 +102,6 @@ fn fleet_labels(configured: &BTreeMap<String, String>, host: &str) -> BTreeMap<S
     out
 }
 
-/// Starts the alerts task if any sink is configured. `generator_url` links back to the agent.
 /// The client of the HTTP sinks: the host's CA store and `[alerts] ca_file`, the credentials of
 /// `[alerts] bearer_token_file` or `basic_auth`. An error names the file.
 pub fn client(cfg: &AlertsConfig) -> Result<crate::client::Client, String> {
@@ -109,43 +109,47 @@ pub fn client(cfg: &AlertsConfig) -> Result<crate::client::Client, String> {
     crate::client::Client::new(cfg.ca_file.as_deref(), authorization.as_deref()).map_err(|e| format!("[alerts] {e}"))
 }
 
-pub fn spawn(
+/// The sinks `cfg` names: those sent each batch once, and the Alertmanagers (which also get the firing alerts
+/// again every `resend_s`).
+fn sinks_of(
     cfg: &AlertsConfig,
-    client: crate::client::Client,
-    mut samples: Samples,
-    probes_wanted: bool,
-    generator_url: String,
-) -> Option<Raiser> {
-    let mut sinks: Vec<SinkHandle> = Vec::new();
+    client: &crate::client::Client,
+    generator_url: &str,
+) -> (Vec<SinkHandle>, Vec<SinkHandle>) {
+    let mut once: Vec<SinkHandle> = Vec::new();
     if let Some(argv) = &cfg.command {
-        sinks.push(sinks::command(argv.clone(), Duration::from_secs(cfg.command_timeout_s), generator_url.clone()));
+        once.push(sinks::command(argv.clone(), Duration::from_secs(cfg.command_timeout_s), generator_url.into()));
     }
     if let Some(url) = &cfg.webhook {
-        sinks.push(sinks::http("webhook", url.clone(), client.clone(), generator_url.clone(), sinks::webhook_json));
+        once.push(sinks::http("webhook", url.clone(), client.clone(), generator_url.into(), sinks::webhook_json));
     }
-    let am: Vec<SinkHandle> = cfg
+    let am = cfg
         .all_alertmanagers()
         .iter()
         .map(|base| {
             let url = base.join("/api/v2/alerts");
-            sinks::http("alertmanager", url, client.clone(), generator_url.clone(), sinks::alertmanager_json)
+            sinks::http("alertmanager", url, client.clone(), generator_url.into(), sinks::alertmanager_json)
         })
         .collect();
-    if sinks.is_empty() && am.is_empty() {
-        return None;
-    }
-    let labels = fleet_labels(&cfg.labels, &hostname());
-    let runbook = cfg.runbook_url.clone();
+    (once, am)
+}
+
+/// Starts the alerts task over the applied config's `[alerts]` (its sinks, labels and timings follow a reload;
+/// with no sink the conditions are still followed, so a sink added later hears of those already firing). `client`
+/// is the start-up config's ([`client`]); a reload builds its own.
+pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Samples) -> Raiser {
     let (tx, mut ext_rx) = mpsc::unbounded_channel::<(String, Option<Condition>)>();
-    let quiet = Duration::from_secs(cfg.quiet_s);
-    let resend = Duration::from_secs(cfg.resend_s);
+    let host = hostname();
     tokio::spawn(async move {
-        let mut book = Book::new(quiet);
+        let mut applied = config.now();
+        let (mut sinks, mut am) = sinks_of(&applied.alerts, &client, &applied.web.generator_url());
+        let mut labels = fleet_labels(&applied.alerts.labels, &host);
+        let mut book = Book::new(Duration::from_secs(applied.alerts.quiet_s));
         let mut oom = OomWatch::default();
         let started = Instant::now();
         let mut external: BTreeMap<String, Condition> = BTreeMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let mut resend_tick = tokio::time::interval(resend);
+        let mut resend_tick = tokio::time::interval(Duration::from_secs(applied.alerts.resend_s));
         loop {
             tokio::select! {
                 p = samples.next() => if p.is_none() { break },
@@ -159,15 +163,32 @@ pub fn spawn(
                     for a in &am { a.push(book.firing()); }
                     continue;
                 }
+                cfg = config.next() => {
+                    let url = cfg.web.generator_url();
+                    if cfg.alerts != applied.alerts || url != applied.web.generator_url() {
+                        match self::client(&cfg.alerts) {
+                            // The old sinks finish what they hold, then stop.
+                            Ok(c) => (sinks, am) = sinks_of(&cfg.alerts, &c, &url),
+                            Err(e) => tracing::error!("{e}: the alert sinks stay as they were"),
+                        }
+                        labels = fleet_labels(&cfg.alerts.labels, &host);
+                        book.set_quiet(Duration::from_secs(cfg.alerts.quiet_s));
+                        if cfg.alerts.resend_s != applied.alerts.resend_s {
+                            resend_tick = tokio::time::interval(Duration::from_secs(cfg.alerts.resend_s));
+                        }
+                    }
+                    applied = cfg;
+                    continue;
+                }
             }
-            let mut conds = conditions(samples.latest(), probes_wanted);
+            let mut conds = conditions(samples.latest(), applied.probes.enabled);
             conds.extend(oom.conditions(samples.latest(), started.elapsed().as_millis() as u64));
             conds.extend(external.values().cloned());
             for c in &mut conds {
                 for (k, v) in &labels {
                     c.labels.entry(k.clone()).or_insert_with(|| v.clone());
                 }
-                let runbook = format!("{}#{}", runbook, c.name.to_lowercase());
+                let runbook = format!("{}#{}", applied.alerts.runbook_url, c.name.to_lowercase());
                 c.annotations.entry("runbook_url".into()).or_insert(runbook);
             }
             let out = book.observe(SystemTime::now(), &conds);
@@ -182,7 +203,7 @@ pub fn spawn(
             }
         }
     });
-    Some(Raiser { tx })
+    Raiser { tx }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! out of the front door's pool) and the stats database (not persisting).
 
 use super::task::Raiser;
-use super::Condition;
+use super::{names, Condition};
 use crate::launcher::{LauncherInfo, Phase};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub fn launcher_conditions(
         out.push((
             restart_key,
             down.then(|| {
-                Condition::new("MonitorProcessRestarting")
+                Condition::new(names::PROCESS_RESTARTING)
                     .label("process", i.name.clone())
                     .label("role", i.role.as_str())
                     .annotate("restarts", i.restarts.to_string())
@@ -41,7 +41,7 @@ pub fn launcher_conditions(
         out.push((
             format!("unhealthy/{}", i.name),
             (i.state == Phase::Unhealthy).then(|| {
-                Condition::new("MonitorProcessUnhealthy")
+                Condition::new(names::PROCESS_UNHEALTHY)
                     .label("process", i.name.clone())
                     .label("role", i.role.as_str())
                     .annotate("pid", i.pid.map(|p| p.to_string()).unwrap_or_default())
@@ -68,7 +68,7 @@ pub fn launcher_conditions(
         out.push((
             loop_key,
             at_cap.then(|| {
-                Condition::new("MonitorProcessCrashLoop")
+                Condition::new(names::PROCESS_CRASH_LOOP)
                     .label("process", i.name.clone())
                     .label("role", i.role.as_str())
                     .annotate("restarts", i.restarts.to_string())
@@ -97,7 +97,7 @@ pub async fn stats(note: Arc<dyn Fn() -> Option<String> + Send + Sync>, raiser: 
     loop {
         tick.tick().await;
         let cond = note().map(|why| {
-            Condition::new("MonitorStatsDatabaseFailing")
+            Condition::new(names::STATS_DATABASE_FAILING)
                 .annotate("error", why.clone())
                 .annotate("summary", format!("the stats database is not written: {why}"))
         });

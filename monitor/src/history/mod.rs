@@ -11,9 +11,9 @@ pub mod ring;
 mod source;
 pub mod store;
 
-use crate::config::StatsConfig;
 use crate::feed::{Published, Samples};
 use crate::launcher::LauncherInfo;
+use crate::live::Live;
 use crate::policy::{Decisions, ProcId, Thresholds};
 use crate::snapshot::infer_roles;
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
@@ -60,6 +60,8 @@ pub struct Inputs {
     pub shed_total: Option<ShedFn>,
     /// The agent's reaction times, for `/metrics`.
     pub reactions: Option<Arc<crate::reaction::Reactions>>,
+    /// The config's reloads, for `/metrics`.
+    pub reloads: Option<Arc<crate::live::Reloads>>,
 }
 
 #[derive(Default)]
@@ -82,7 +84,8 @@ struct Inner {
 pub struct History {
     inner: Mutex<Inner>,
     latest: watch::Receiver<Arc<Published>>,
-    thresholds: Thresholds,
+    /// The applied config: the policy's lines drawn on the page, the retention.
+    config: Live,
     inputs: Inputs,
 }
 
@@ -194,8 +197,8 @@ fn named(p: &Published, launched: &[LauncherInfo], slots: &mut Slots) -> Vec<(St
 }
 
 impl History {
-    fn new(latest: watch::Receiver<Arc<Published>>, thresholds: Thresholds, inputs: Inputs) -> History {
-        History { inner: Mutex::new(Inner::default()), latest, thresholds, inputs }
+    fn new(latest: watch::Receiver<Arc<Published>>, config: Live, inputs: Inputs) -> History {
+        History { inner: Mutex::new(Inner::default()), latest, config, inputs }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -282,8 +285,14 @@ impl History {
         self.latest.borrow().clone()
     }
 
-    pub fn thresholds(&self) -> &Thresholds {
-        &self.thresholds
+    /// The policy's lines as applied now.
+    pub fn thresholds(&self) -> Thresholds {
+        self.config.thresholds()
+    }
+
+    /// The config's reloads, when they are counted.
+    pub fn reloads(&self) -> Option<&crate::live::Reloads> {
+        self.inputs.reloads.as_deref()
     }
 
     /// Launched processes (empty under `monitor agent`).
@@ -318,14 +327,9 @@ pub struct HistoryHandle {
 
 /// Opens the database (if configured), loads the last week from it and starts the consumer. Call inside the
 /// runtime. Never fails: a database problem is logged, shown on the home page, and the history stays in memory.
-pub fn spawn(
-    rx: watch::Receiver<Arc<Published>>,
-    samples: Samples,
-    cfg: &StatsConfig,
-    thresholds: Thresholds,
-    inputs: Inputs,
-) -> HistoryHandle {
-    let history = Arc::new(History::new(rx.clone(), thresholds, inputs));
+pub fn spawn(rx: watch::Receiver<Arc<Published>>, samples: Samples, config: Live, inputs: Inputs) -> HistoryHandle {
+    let cfg = config.now().stats.clone();
+    let history = Arc::new(History::new(rx.clone(), config.clone(), inputs));
     let (tx, writes) = mpsc::channel::<(Minute, Labels)>();
     let writer = cfg.path.clone().map(|path| {
         // Opened here, so that a database that cannot be opened is said before the API serves; the writer tries
@@ -338,10 +342,10 @@ pub fn spawn(
                 None
             }
         };
-        let (h, days) = (history.clone(), cfg.retention_days);
+        let h = history.clone();
         std::thread::Builder::new()
             .name("history-db".into())
-            .spawn(move || Writer::new(store, path, h, days).run(writes))
+            .spawn(move || Writer::new(store, path, h, config).run(writes))
     });
     let writer = match writer {
         Some(Ok(t)) => Some(t),
@@ -403,7 +407,10 @@ struct Writer {
     store: Option<Store>,
     path: PathBuf,
     h: Arc<History>,
-    days: u32,
+    /// `[stats] retention_days` as applied now (a reload changes it).
+    config: Live,
+    /// The retention the rows were last deleted for (at the start, the one the database was opened with).
+    retained_for: u32,
     /// Minutes not written yet, oldest first.
     pending: VecDeque<Minute>,
     /// The latest labels (they only grow, so they name every pending minute's processes).
@@ -413,8 +420,18 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(store: Option<Store>, path: PathBuf, h: Arc<History>, days: u32) -> Writer {
-        Writer { store, path, h, days, pending: VecDeque::new(), labels: Labels::default(), retry: REOPEN_EVERY }
+    fn new(store: Option<Store>, path: PathBuf, h: Arc<History>, config: Live) -> Writer {
+        let retained_for = config.now().stats.retention_days;
+        Writer {
+            store,
+            path,
+            h,
+            config,
+            retained_for,
+            pending: VecDeque::new(),
+            labels: Labels::default(),
+            retry: REOPEN_EVERY,
+        }
     }
 
     fn run(mut self, rows: mpsc::Receiver<(Minute, Labels)>) {
@@ -441,20 +458,28 @@ impl Writer {
             if done {
                 return;
             }
-            if let Some(s) = self.store.as_mut().filter(|_| last_retain.elapsed() >= RETAIN_EVERY) {
+            // A reload that changes the retention applies with the next minute written, not the next hour.
+            let days = self.days();
+            let due = last_retain.elapsed() >= RETAIN_EVERY || days != self.retained_for;
+            if let Some(s) = self.store.as_mut().filter(|_| due) {
                 last_retain = std::time::Instant::now();
-                if let Err(e) = s.retain(self.days, now_s()) {
+                self.retained_for = days;
+                if let Err(e) = s.retain(days, now_s()) {
                     tracing::warn!("deleting old history rows: {e}");
                 }
             }
         }
     }
 
+    fn days(&self) -> u32 {
+        self.config.now().stats.retention_days
+    }
+
     /// Opens the database if it is not open, and writes the pending minutes, oldest first.
     fn flush(&mut self) {
         let failing = self.h.note().is_some();
         if self.store.is_none() {
-            match open_and_load(&self.path, self.days, &self.h) {
+            match open_and_load(&self.path, self.days(), &self.h) {
                 Ok(s) => self.store = Some(s),
                 Err(e) => {
                     tracing::debug!("stats database still cannot be opened: {e}");
@@ -542,9 +567,9 @@ mod tests {
             .execute_batch("PRAGMA journal_mode=DELETE; CREATE TABLE x(y); BEGIN EXCLUSIVE; INSERT INTO x VALUES (1);")
             .expect("lock");
         let (_tx, latest) = watch::channel(Arc::new(Published::test(State::Normal)));
-        let h = Arc::new(History::new(latest, Thresholds::default(), Inputs::default()));
+        let h = Arc::new(History::new(latest, Live::fixed(Default::default()), Inputs::default()));
         h.set_note(Some("history is not persisted: database is locked".into()));
-        let mut w = Writer::new(None, path.clone(), h.clone(), 30);
+        let mut w = Writer::new(None, path.clone(), h.clone(), Live::fixed(Default::default()));
         w.retry = Duration::from_millis(100);
         let (rows, writes) = mpsc::channel();
         let writer = std::thread::spawn(move || w.run(writes));
@@ -571,6 +596,34 @@ mod tests {
         let written = store.minutes(0, u64::MAX / 2, &mut fresh).expect("minutes");
         assert_eq!(written.iter().map(|m| m.t).collect::<Vec<_>>(), [now - 120, now - 60]);
         assert_eq!(fresh.get(written[1].procs[0].label).0, "tx1");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_reloaded_retention_deletes_old_rows_with_the_next_minute() {
+        let dir = monitor_tests::temp_dir("history-retention");
+        let path = dir.join("stats.db");
+        let now = now_s() / 60 * 60;
+        let mut labels = Labels::default();
+        let mut store = Store::open(&path).expect("open");
+        for t in [now - 10 * 86_400, now - 3 * 86_400] {
+            store.insert(&Minute { t, ..Minute::default() }, &labels).expect("insert");
+        }
+        let (publisher, live) = Live::new(crate::config::Config::default());
+        let (_tx, latest) = watch::channel(Arc::new(Published::test(State::Normal)));
+        let h = Arc::new(History::new(latest, live.clone(), Inputs::default()));
+        let w = Writer::new(Some(store), path.clone(), h, live);
+        let (rows, writes) = mpsc::channel();
+        let writer = std::thread::spawn(move || w.run(writes));
+        let mut cfg = crate::config::Config::default();
+        cfg.stats.retention_days = 7;
+        publisher.publish(cfg);
+        rows.send((Minute { t: now, ..Minute::default() }, labels.clone())).expect("send");
+        drop(rows);
+        writer.join().expect("the writer ends with the samples");
+        let read = Store::open_read_only(&path).expect("read back");
+        let left = read.minutes(0, u64::MAX / 2, &mut labels).expect("minutes");
+        assert_eq!(left.iter().map(|m| m.t).collect::<Vec<_>>(), [now - 3 * 86_400, now], "30 days, then 7");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -118,7 +118,7 @@ impl Source for History {
 mod tests {
     use super::*;
     use crate::feed::Published;
-    use crate::policy::{State, Thresholds};
+    use crate::policy::State;
     use std::sync::Arc;
 
     #[test]
@@ -131,7 +131,7 @@ mod tests {
             40,
         );
         let (_tx, latest) = tokio::sync::watch::channel(Arc::new(p));
-        let h = History::new(latest, Thresholds::default(), Default::default());
+        let h = History::new(latest, crate::live::Live::fixed(Default::default()), Default::default());
         let g = h.dashboard(Range::FiveMinutes, 10).group;
         assert_eq!(g.oom_kills, Some(1));
         assert_eq!(g.wakeups, ["events", "pressure"]);

@@ -142,6 +142,9 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("wakeup-unknown.toml", &["inotify"], &[3]),
     ("min-interval-above-interval.toml", &["min_interval_ms"], &[3]),
     ("webhook-https-ca-missing.toml", &["alerts.ca_file", "/nonexistent/monitor-test-ca.pem"], &[5]),
+    ("user-unknown.toml", &["process[0].user", "no user \"no-such-user-for-monitor\""], &[6]),
+    ("group-unknown.toml", &["process[0].group", "no group \"no-such-group-for-monitor\""], &[7]),
+    ("user-negative.toml", &["user", "-5 is not an id"], &[6]),
 ];
 
 /// Whether an error message names line `n` (`file:3:`, `line 3`, `line: 3`).

@@ -1,9 +1,11 @@
 //! The `monitor` command line and the files shipped beside it: one-line errors for bad input, `check-config` on
-//! the fixtures and the README's examples, the deploy units, the docs' metric names against what is exported, and
-//! the monitor crate's module graph (no cycle).
+//! the fixtures and the README's examples, the deploy units, the man pages and completions, the docs' metric names
+//! against what is exported, and the monitor crate's module graph (no cycle).
 
 mod deploy_units;
 mod docs_check;
 mod errors;
 mod layering;
+mod logs;
+mod man_pages;
 mod readme_configs;

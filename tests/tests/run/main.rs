@@ -1,6 +1,6 @@
 //! `monitor run` (launcher, front door and agent in one process) over the fixture backend in a v1 memory cgroup:
 //! readiness and health checks, restarts, start-up, memory-driven shedding, kernel counts, its own group, its web
-//! API, and how it stops and drains.
+//! API, its config reloads, and how it stops and drains.
 
 mod counts;
 mod drain;
@@ -9,7 +9,9 @@ mod health;
 mod memory;
 mod own_group;
 mod readiness;
+mod reload;
 mod restart;
 mod startup;
 mod stop;
+mod users;
 mod web;
