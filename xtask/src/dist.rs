@@ -60,26 +60,13 @@ pub fn package(root: &Path, target: &Path) -> Result<PathBuf> {
     newest_deb(&out)
 }
 
-/// `monitor generate-docs DIR`: DIR/man/*.1 and DIR/completions/{monitor.bash,_monitor,monitor.fish}.
+/// `monitor generate-docs DIR` ([`crate::man::generate`]): DIR/man/*.1 and
+/// DIR/completions/{monitor.bash,_monitor,monitor.fish}, each checked for, since cargo-deb packs them by name.
 fn generate_docs(monitor: &Path, doc: &Path) -> Result<()> {
     if doc.exists() {
         std::fs::remove_dir_all(doc).with_context(|| format!("removing {}", doc.display()))?;
     }
-    let out = Command::new(monitor)
-        .arg("generate-docs")
-        .arg(doc)
-        .output()
-        .with_context(|| format!("running {}", monitor.display()))?;
-    if !out.status.success() {
-        bail!(
-            "`{} generate-docs {}` failed ({}): the package needs the man pages and completions this subcommand \
-             writes.\n{}",
-            monitor.display(),
-            doc.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    crate::man::generate(monitor, doc).context("the package carries the man pages and completions")?;
     for want in ["man/monitor.1", "completions/monitor.bash", "completions/_monitor", "completions/monitor.fish"] {
         if !doc.join(want).exists() {
             bail!("`monitor generate-docs` wrote no {want} under {}", doc.display());
