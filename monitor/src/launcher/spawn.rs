@@ -82,6 +82,9 @@ pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
                     }
                 }
             }
+            // Ambient capabilities (the units give monitor CAP_BPF and others for the probes) would pass to the
+            // server across exec: it gets none.
+            libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0);
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }

@@ -223,6 +223,13 @@ check "monitor-run ready" "start returned after $(($(now_ms) - t)) ms: $(systemc
     test "$(systemctl is-active monitor-run.service)" = active
 users=$(ps -o user= --ppid "$(main_pid monitor-run.service)" | sort | uniq -c | tr -s ' \n' ' ')
 check "servers run unprivileged" "children by user:$users" sh -c "[ -n '$users' ] && ! echo '$users' | grep -q root"
+# The unit gives monitor CAP_BPF, CAP_PERFMON, CAP_KILL and CAP_DAC_READ_SEARCH as ambient capabilities, for the
+# probes; the servers it starts must not inherit them.
+caps=""
+for child in $(ps -o pid= --ppid "$(main_pid monitor-run.service)"); do
+    caps="$caps $(awk '/^CapEff/ {print $2}' "/proc/$child/status")"
+done
+check "servers carry no capabilities" "CapEff of each:$caps" sh -c "[ -n '$caps' ] && ! echo '$caps' | grep -qv '^ *\(0000000000000000 *\)*$'"
 served=""
 fails=0
 for _ in $(seq 1 30); do
