@@ -66,6 +66,14 @@ pub fn ensure(cache: &Path) -> Result<PathBuf> {
     // The unpacked tree is only a step (about 200 MB): never left behind.
     let _ = fs::remove_dir_all(&staging);
     result?;
+    // Images of other package lists are stale: one image is kept (about 70 MB).
+    for entry in fs::read_dir(cache).into_iter().flatten().flatten() {
+        let p = entry.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with("rootfs-") && name.ends_with(".cpio.gz") && p != out {
+            let _ = fs::remove_file(&p);
+        }
+    }
     let size = fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     eprintln!(
         "vmtest: root filesystem {} ({:.0} MiB packed) built in {:.1} s",
