@@ -97,7 +97,10 @@ fn ensure_mmdebstrap() -> Result<()> {
 
 fn build_fixtures(root: &Path) -> Result<()> {
     let mut cmd = Command::new("cargo");
-    cmd.current_dir(root).args(["build", "--release", "-p", "monitor-tests"]);
+    // The environment of `cargo xtask build`: monitor-tests depends on monitor, whose build script reruns when
+    // these change, so any other would rebuild the release monitor here and again at the next `build`.
+    cmd.current_dir(root).env("MONITOR_EBPF_REQUIRED", "1").env_remove("AYA_BUILD_SKIP");
+    cmd.args(["build", "--release", "-p", "monitor-tests"]);
     for f in FIXTURES {
         cmd.args(["--bin", f]);
     }
