@@ -21,6 +21,32 @@ fn nobody() -> (String, String) {
     (id("-u"), id("-g"))
 }
 
+/// `monitor agent` on `cg` as nobody through setpriv, with `caps` (setpriv's `+cap,…` list) inheritable and ambient,
+/// or none; configured to abort the group's largest process with SIGUSR2 past a 1 MiB limit (an admin path too).
+/// Returns the agent and nobody's uid.
+fn start_as_nobody(cg: &CgroupV1, name: &str, caps: Option<&str>) -> (Agent, String) {
+    let config = Config::new()
+        .set("policy", "limit_bytes", bytes(MIB))
+        .set("actions", "abort_signal", "SIGUSR2")
+        .set("actions", "admin_path", "/admin/memory")
+        .write(std::env::temp_dir().join(format!("monitor-{name}-{}.toml", std::process::id())));
+    let (uid, gid) = nobody();
+    let port = free_port();
+    let args: Vec<String> = ["agent", "--interval-ms", "50", "--cgroup", &cg.relative(), "--listen"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("127.0.0.1:{port}"), "--config".into(), config.display().to_string()])
+        .collect();
+    let mut wrapper = vec!["setpriv", "--reuid", &uid, "--regid", &gid, "--clear-groups"];
+    if let Some(caps) = caps {
+        wrapper.extend(["--inh-caps", caps, "--ambient-caps", caps]);
+    }
+    wrapper.push("--");
+    let agent = Agent::start_wrapped(&wrapper, args, port);
+    let _ = std::fs::remove_file(&config);
+    (agent, uid)
+}
+
 #[test]
 fn an_agent_without_capabilities_names_what_each_feature_lacks() {
     let test = "an_agent_without_capabilities_names_what_each_feature_lacks";
@@ -31,21 +57,7 @@ fn an_agent_without_capabilities_names_what_each_feature_lacks() {
     // A root process of the group holding 8 MiB: the largest, so the one told to abort.
     let victim = Hog::spawn(env!("CARGO_BIN_EXE_alloc-hog"), cg.path(), 8, false);
     // A limit below what the group uses: aborting from the first sample.
-    let config = Config::new()
-        .set("policy", "limit_bytes", bytes(MIB))
-        .set("actions", "abort_signal", "SIGUSR2")
-        .set("actions", "admin_path", "/admin/memory")
-        .write(std::env::temp_dir().join(format!("monitor-privileges-{}.toml", std::process::id())));
-    let (uid, gid) = nobody();
-    let port = free_port();
-    let args: Vec<String> = ["agent", "--interval-ms", "50", "--cgroup", &cg.relative(), "--listen"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([format!("127.0.0.1:{port}"), "--config".into(), config.display().to_string()])
-        .collect();
-    let wrapper = ["setpriv", "--reuid", &uid, "--regid", &gid, "--clear-groups", "--"];
-    let agent = Agent::start_wrapped(&wrapper, args, port);
-    let _ = std::fs::remove_file(&config);
+    let (agent, uid) = start_as_nobody(&cg, "privileges", None);
 
     // The premise: the agent runs as nobody with an empty effective set.
     let status = std::fs::read_to_string(format!("/proc/{}/status", agent.pid())).expect("agent status");
@@ -87,33 +99,7 @@ fn an_agent_with_the_documented_capabilities_loads_the_probes_and_signals() {
     }
     let cg = CgroupV1::create("privileges-caps", None);
     let victim = Hog::spawn(env!("CARGO_BIN_EXE_alloc-hog"), cg.path(), 8, false);
-    let config = Config::new()
-        .set("policy", "limit_bytes", bytes(MIB))
-        .set("actions", "abort_signal", "SIGUSR2")
-        .set("actions", "admin_path", "/admin/memory")
-        .write(std::env::temp_dir().join(format!("monitor-privileges-caps-{}.toml", std::process::id())));
-    let (uid, gid) = nobody();
-    let port = free_port();
-    let args: Vec<String> = ["agent", "--interval-ms", "50", "--cgroup", &cg.relative(), "--listen"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([format!("127.0.0.1:{port}"), "--config".into(), config.display().to_string()])
-        .collect();
-    let wrapper = [
-        "setpriv",
-        "--reuid",
-        &uid,
-        "--regid",
-        &gid,
-        "--clear-groups",
-        "--inh-caps",
-        NEEDED,
-        "--ambient-caps",
-        NEEDED,
-        "--",
-    ];
-    let agent = Agent::start_wrapped(&wrapper, args, port);
-    let _ = std::fs::remove_file(&config);
+    let (agent, uid) = start_as_nobody(&cg, "privileges-caps", Some(NEEDED));
     let status = std::fs::read_to_string(format!("/proc/{}/status", agent.pid())).expect("agent status");
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or_default();
     assert_eq!(uid_line.split_whitespace().nth(2), Some(uid.as_str()), "runs as nobody: {uid_line}");

@@ -2,7 +2,6 @@
 //! machine's own apt sources and packed as a gzip'd newc cpio the kernel unpacks as its initramfs. Built once per
 //! package list and kept beside the kernels (`<cache>/rootfs-<key>.cpio.gz`), so fresh clones (CI) reuse it.
 
-use super::image::BUSYBOX;
 use crate::util::run as sh;
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -101,14 +100,7 @@ fn build(staging: &Path, sources: &Path, out: &Path) -> Result<()> {
     if !console.exists() {
         sh(Command::new("mknod").arg(&console).args(["c", "5", "1"]))?;
     }
-    let partial = out.with_extension("partial");
-    let script = format!(
-        "set -euo pipefail; cd '{}'; find . | '{BUSYBOX}' cpio -o -H newc 2>/dev/null | gzip -1 > '{}'",
-        staging.display(),
-        partial.display()
-    );
-    sh(Command::new("bash").args(["-c", &script]))?;
-    fs::rename(&partial, out).with_context(|| format!("renaming {} to {}", partial.display(), out.display()))
+    super::image::pack(staging, out)
 }
 
 #[cfg(test)]
