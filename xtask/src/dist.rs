@@ -38,7 +38,7 @@ pub fn run(args: Args) -> Result<()> {
         crate::setup::run().context("the package carries the eBPF object")?;
         crate::build::run()?;
     }
-    let deb = package(&root, &crate::vmtest::target_dir())?;
+    let deb = package(&root, &crate::util::target_dir())?;
     println!("{}", deb.display());
     Ok(())
 }

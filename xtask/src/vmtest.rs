@@ -80,14 +80,6 @@ pub(crate) fn ensure_packages() -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()).map(PathBuf::from) {
-        Some(d) if d.is_absolute() => d,
-        Some(d) => root().join(d),
-        None => root().join("target"),
-    }
-}
-
 pub fn run(args: Args) -> Result<()> {
     if args.systemd {
         return systemd::run(args.deb, Duration::from_secs(args.timeout.unwrap_or(600)));
@@ -99,7 +91,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let started = Instant::now();
     let root = root();
-    let target = target_dir();
+    let target = crate::util::target_dir();
     ensure_packages()?;
     crate::setup::run().context("the agent's eBPF object is part of the suite")?;
 

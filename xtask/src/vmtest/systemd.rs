@@ -4,7 +4,8 @@
 //! only; the scenario runs as a unit once the system is up, prints `ok`/`FAILED` per check on the serial console,
 //! `@@RC=<failures>@@`, and powers the VM off.
 
-use super::{image, kernel, qemu, rootfs, target_dir};
+use super::{image, kernel, qemu, rootfs};
+use crate::util::target_dir;
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
 use std::fs;
