@@ -106,6 +106,9 @@ pub enum ActionError {
     Reused { pid: u32 },
     #[error("pidfd_send_signal({pid}): {source}")]
     Send { pid: u32, source: std::io::Error },
+    /// EPERM: the process runs as another user and the agent lacks CAP_KILL.
+    #[error("pidfd_send_signal({pid}): not permitted: the process runs as another user and the agent lacks CAP_KILL")]
+    NotPermitted { pid: u32 },
 }
 
 /// Sends `signal` to the process `to` if it is still the process sampled: a pidfd is opened on the pid, then the
@@ -117,7 +120,10 @@ pub fn send(to: ProcId, signal: i32) -> Result<(), ActionError> {
     if start != to.start_ticks {
         return Err(ActionError::Reused { pid });
     }
-    crate::pidfd::send_signal(&fd, signal).map_err(|source| ActionError::Send { pid, source })?;
+    crate::pidfd::send_signal(&fd, signal).map_err(|source| match source.raw_os_error() {
+        Some(libc::EPERM) => ActionError::NotPermitted { pid },
+        _ => ActionError::Send { pid, source },
+    })?;
     Ok(())
 }
 

@@ -326,6 +326,15 @@ pub struct ProcessConfig {
     /// `http://127.0.0.1:<port><admin_path>` (see [`crate::actions`]). Unset by default.
     #[serde(default)]
     pub admin_path: Option<String>,
+    /// The user the process runs as: a name (`"www-data"`) or a numeric uid. Its primary group and supplementary
+    /// groups come with it (unless `group` is set), and `HOME`, `USER` and `LOGNAME` are its own. Another user than
+    /// monitor's own needs monitor to run as root. Default: monitor's own user.
+    #[serde(default)]
+    pub user: Option<crate::accounts::Account>,
+    /// The group the process runs as: a name or a numeric gid (the only supplementary group when `user` is unset).
+    /// Default: the user's primary group, else monitor's own.
+    #[serde(default)]
+    pub group: Option<crate::accounts::Account>,
 }
 
 fn default_health_interval_ms() -> u64 {

@@ -6,6 +6,7 @@
 //! [`config`] holds the typed values every part reads. No module imports a consumer of its own output (a test,
 //! tests/tests/cli/layering.rs, reads the imports and fails on a cycle).
 
+pub mod accounts;
 pub mod actions;
 pub mod agent;
 pub mod alerts;
@@ -28,6 +29,7 @@ pub mod notify;
 pub mod pacing;
 pub mod pidfd;
 pub mod policy;
+pub mod privileges;
 pub mod probes;
 pub mod procs;
 pub mod proxy;

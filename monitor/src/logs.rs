@@ -1,25 +1,87 @@
-//! The agent's log: `tracing` events on stderr, filtered by `MONITOR_LOG` (default `info`). Under systemd, when
-//! stderr is the journal (`JOURNAL_STREAM` names it), each line starts with its syslog priority (`<4>` for a
-//! warning) and carries no timestamp or colour of its own: journald keeps the priority (`journalctl -p warning`
-//! finds it) and stamps the time itself.
+//! The agent's log: `tracing` events on stderr, filtered by `MONITOR_LOG` (default `info`; an invalid value is an
+//! error naming it). Two formats (`--log-format`):
+//! - `text`: one line per event. Under systemd, when stderr is the journal (`JOURNAL_STREAM` names it), each line
+//!   starts with its syslog priority (`<4>` for a warning) and carries no timestamp or colour of its own: journald
+//!   keeps the priority (`journalctl -p warning` finds it) and stamps the time itself.
+//! - `json`: one JSON object per line (`timestamp`, `level`, `target`, `message` and the event's fields), for
+//!   container log collectors.
 
 use std::fmt;
+use std::str::FromStr;
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::{Directive, EnvFilter, LevelFilter};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-/// Installs the log for this process.
-pub fn init() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MONITOR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// The environment variable that filters the log.
+pub const ENV: &str = "MONITOR_LOG";
+/// The filter when `MONITOR_LOG` is unset or empty.
+const DEFAULT_FILTER: &str = "info";
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Plain lines (with a syslog priority prefix when stderr is the journal).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Why the log could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// `MONITOR_LOG` holds a directive tracing cannot read.
+    #[error("{ENV}: invalid directive `{directive}`: {reason}")]
+    BadDirective { directive: String, reason: String },
+    /// `MONITOR_LOG` is not valid UTF-8.
+    #[error("{ENV}: not valid UTF-8")]
+    NotUnicode,
+}
+
+/// Installs the log for this process, in `format`, filtered by `MONITOR_LOG`.
+pub fn init(format: LogFormat) -> Result<(), LogError> {
+    let value = match std::env::var(ENV) {
+        Ok(v) => v,
+        Err(std::env::VarError::NotPresent) => String::new(),
+        Err(std::env::VarError::NotUnicode(_)) => return Err(LogError::NotUnicode),
+    };
+    let filter = parse_filter(&value)?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if stderr_is_the_journal() {
-        builder.with_ansi(false).event_format(Journal).init();
-    } else {
-        use std::io::IsTerminal;
-        builder.with_ansi(std::io::stderr().is_terminal()).init();
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Text if stderr_is_the_journal() => builder.with_ansi(false).event_format(Journal).init(),
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            builder.with_ansi(std::io::stderr().is_terminal()).init();
+        }
     }
+    Ok(())
+}
+
+/// The filter a `MONITOR_LOG` value says (`info` when empty); the first directive tracing cannot read is the error.
+pub fn parse_filter(value: &str) -> Result<EnvFilter, LogError> {
+    let value = value.trim();
+    let value = if value.is_empty() { DEFAULT_FILTER } else { value };
+    let mut filter = EnvFilter::default();
+    for d in value.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bad = |reason: String| LogError::BadDirective { directive: d.to_string(), reason };
+        // tracing reads a lone word that is not a level as a target traced at every level, which turns a typo
+        // (`warning`, `verbose`) into a log with nothing else in it; a target alone must say its level.
+        if is_lone_word(d) && LevelFilter::from_str(d).is_err() {
+            return Err(bad("not a level (off, error, warn, info, debug, trace); a target needs its level, as in \
+                            `monitor=debug`"
+                .into()));
+        }
+        filter = filter.add_directive(Directive::from_str(d).map_err(|e| bad(e.to_string()))?);
+    }
+    Ok(filter)
+}
+
+/// A directive with no `=`, span filter or module path: a level, or a target alone.
+fn is_lone_word(d: &str) -> bool {
+    !d.contains(['=', '[', ':'])
 }
 
 /// Whether stderr is the stream systemd connected to the journal: `JOURNAL_STREAM` holds its `device:inode`.
@@ -107,6 +169,68 @@ mod tests {
                 "<7>monitor::logs::tests: d"
             ]
         );
+    }
+
+    /// The lines `format` writes for one warning with a field, at `filter`.
+    fn lines(filter: &str, json: bool) -> Vec<String> {
+        let out = Lines::default();
+        let sink = out.clone();
+        let filter = parse_filter(filter).unwrap_or_else(|e| panic!("{e}"));
+        let builder =
+            tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(move || sink.clone());
+        let emit = || {
+            tracing::warn!(pid = 7, "group unreadable");
+            tracing::debug!("d");
+        };
+        if json {
+            tracing::subscriber::with_default(
+                builder.json().flatten_event(true).with_current_span(false).finish(),
+                emit,
+            );
+        } else {
+            tracing::subscriber::with_default(builder.finish(), emit);
+        }
+        let text = String::from_utf8(out.0.lock().map(|v| v.clone()).unwrap_or_default()).unwrap_or_default();
+        text.lines().map(String::from).collect()
+    }
+
+    #[test]
+    fn json_is_one_object_per_line_with_level_target_message_and_fields() {
+        let got = lines("info", true);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let v: serde_json::Value = serde_json::from_str(&got[0]).unwrap_or_else(|e| panic!("{e}: {}", got[0]));
+        assert_eq!(v["level"], "WARN", "{v}");
+        assert_eq!(v["target"], "monitor::logs::tests", "{v}");
+        assert_eq!(v["message"], "group unreadable", "{v}");
+        assert_eq!(v["pid"], 7, "{v}");
+        assert!(v["timestamp"].is_string(), "{v}");
+    }
+
+    #[test]
+    fn the_filter_reads_levels_and_targets() {
+        assert_eq!(lines("", false).len(), 1, "empty is info");
+        assert_eq!(lines("debug", false).len(), 2);
+        assert_eq!(lines("warn,monitor::logs=debug", false).len(), 2);
+        assert_eq!(lines("error", false).len(), 0);
+        assert_eq!(lines("monitor::sampler=debug", false).len(), 0, "only the sampler's debug");
+    }
+
+    #[test]
+    fn a_bad_directive_is_an_error_naming_the_variable_and_the_directive() {
+        for (value, bad) in [
+            ("warning", "warning"),
+            ("info,verbose", "verbose"),
+            ("monitor=loud", "monitor=loud"),
+            ("info, monitor::sampler=lots", "monitor::sampler=lots"),
+        ] {
+            let e = parse_filter(value).err().unwrap_or_else(|| panic!("{value:?} accepted"));
+            let text = e.to_string();
+            assert!(text.starts_with("MONITOR_LOG: "), "{text}");
+            assert!(text.contains(&format!("`{bad}`")), "{value:?}: {text}");
+        }
+        for good in ["info", "WARN", "off", "monitor=trace", "info,monitor::proxy=debug", " debug "] {
+            assert!(parse_filter(good).is_ok(), "{good:?} refused");
+        }
     }
 
     #[test]

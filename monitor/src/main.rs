@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 /// The environment the commands read, shown under `--help` and in the man page.
 const ENVIRONMENT: &str = "Environment:
-  MONITOR_LOG  What the agent logs, as tracing directives: a level (`debug`) or per module
-               (`info,monitor::sampler=debug`). Default: info. An invalid value stops start-up.";
+  MONITOR_LOG  What `agent` and `run` log, as tracing directives: a level (`debug`) or levels per
+               module (`info,monitor::sampler=debug`). Default: info. An invalid value stops start-up.";
 
 /// `--version`: the version, the commit and whether the eBPF object is built in.
 static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(monitor::build::long_version);
@@ -26,6 +26,10 @@ static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(moni
     after_help = ENVIRONMENT
 )]
 struct Cli {
+    /// How the agent writes its log on stderr: `text` lines (with syslog priorities when stderr is the journal), or
+    /// `json`, one object per line.
+    #[arg(long, global = true, value_enum, default_value_t, value_name = "FORMAT")]
+    log_format: monitor::logs::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -122,15 +126,15 @@ fn main() -> ExitCode {
     let _ = monitor::procs::raise_fd_limit();
     let result = match cli.cmd {
         Cmd::Agent(a) => agent_config(&a).and_then(|cfg| {
-            monitor::logs::init();
+            monitor::logs::init(cli.log_format)?;
             Ok(Agent::guard(cfg)?.reading(agent_source(&a)).run()?)
         }),
         Cmd::Status { url, config, json, cluster } => status(url, config, json, cluster),
         Cmd::Report(r) => report(r),
-        Cmd::Run { config } => {
-            monitor::logs::init();
-            Config::load(&config).map_err(Into::into).and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?))
-        }
+        Cmd::Run { config } => monitor::logs::init(cli.log_format)
+            .map_err(Into::into)
+            .and_then(|()| Config::load(&config).map_err(Into::into))
+            .and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?)),
         Cmd::CheckConfig { file, config, mode } => check_config(file.or(config).unwrap_or_default(), mode),
         Cmd::GenerateDocs { dir } => generate_docs(&dir),
     };

@@ -159,6 +159,11 @@ pub fn load_probes(cfg: &crate::config::ProbesConfig) -> Result<Probes, String> 
             let full = e.to_string();
             tracing::debug!("eBPF load failed: {full}");
             let first = full.lines().next().unwrap_or_default();
+            // Without the capabilities the probes need, say so (an object not built in is the reason as it is).
+            let first = match e {
+                crate::probes::ProbeError::NotBuilt(_) => first.to_string(),
+                _ => crate::privileges::probes_reason(first),
+            };
             match chosen {
                 Some(h) => format!("[probes] hooks = {:?}: {first}", h.name()),
                 None => first.to_string(),
@@ -626,6 +631,8 @@ pub struct Started {
 /// Opens the group with the config's probes, limit and thresholds, takes the first sample (start-up fails fast
 /// on an unreadable group) and logs what is watched. Shared by `monitor agent` and `monitor run`.
 pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, CgroupError> {
+    let v2 = group.version == crate::snapshot::CgroupVersion::V2;
+    crate::privileges::warn_missing(cfg, &group.dir, v2);
     let probes = load_probes(&cfg.probes);
     let mut sampler = Sampler::with_policy(group, cfg.policy.limit_bytes, probes, &cfg.policy)?;
     let thresholds = cfg.policy.thresholds();

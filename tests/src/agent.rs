@@ -105,8 +105,26 @@ impl Agent {
         Self::launch(args, port, None, env)
     }
 
+    /// Like [`Agent::start_args`], run through `wrapper` (`setpriv --reuid …`, which then execs the agent: the
+    /// pid is the agent's).
+    pub fn start_wrapped(wrapper: &[&str], args: Vec<String>, port: u16) -> Agent {
+        let mut full: Vec<String> = wrapper[1..].iter().map(|s| s.to_string()).collect();
+        full.push(monitor_bin().display().to_string());
+        full.extend(args);
+        Self::spawn_and_wait(Command::new(wrapper[0]), full, port, None, &[])
+    }
+
     fn launch(args: Vec<String>, port: u16, cgroup: Option<&std::path::Path>, env: &[(&str, &str)]) -> Agent {
-        let mut cmd = Command::new(monitor_bin());
+        Self::spawn_and_wait(Command::new(monitor_bin()), args, port, cgroup, env)
+    }
+
+    fn spawn_and_wait(
+        mut cmd: Command,
+        args: Vec<String>,
+        port: u16,
+        cgroup: Option<&std::path::Path>,
+        env: &[(&str, &str)],
+    ) -> Agent {
         cmd.args(&args).envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = match cgroup {
             Some(cg) => crate::spawn_in_cgroup(&mut cmd, cg),

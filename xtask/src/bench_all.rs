@@ -5,7 +5,7 @@
 //! what each printed is kept in target/bench-all/run.json: `--rewrite` writes the page again from it without
 //! running anything (after a change to the page's text, which lives in bench_all_text.rs).
 
-use super::bench_all_text::{ABOUT_PAGE, TESTS_HOLD};
+use super::bench_all_text::{Bench, ABOUT_PAGE, TESTS_HOLD};
 use crate::util::root;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
@@ -14,21 +14,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-
-/// One benchmark as `bench all` runs it.
-pub(super) struct Bench {
-    pub name: &'static str,
-    pub title: &'static str,
-    /// Extra arguments and environment of a full run, then of a `--quick` one.
-    pub full: &'static [(&'static str, &'static str)],
-    pub quick: &'static [(&'static str, &'static str)],
-    /// Programs it needs on PATH.
-    pub tools: &'static [&'static str],
-    /// Needs a v1 memory cgroup it can create (root).
-    pub v1: bool,
-    /// What it measures, against what, and its goal (Markdown).
-    pub about: &'static str,
-}
 
 /// What came of one benchmark.
 enum Outcome {

@@ -2,8 +2,6 @@
 //! measures, against which baseline of the same run, its goal) with the knobs `bench all` runs it with, and the
 //! bounds that tests hold. `cargo xtask bench all` (bench_all.rs) writes the page from these and the figures.
 
-use super::bench_all::Bench;
-
 pub(super) const ABOUT_PAGE: &str = "\
 This page is written by `cargo xtask bench all` (xtask/src/bench_all.rs; its text in xtask/src/bench_all_text.rs):
 it runs each benchmark below as `cargo xtask bench <name>`, a process of its own, and puts here what it printed.
@@ -18,6 +16,21 @@ under emulation) add most of an hour. Each section's command says what it ran wi
 benchmarks out; `--rewrite` writes this page again from the last run's figures (kept in target/bench-all/)
 without running anything.
 ";
+
+/// One benchmark as `bench all` runs it.
+pub(super) struct Bench {
+    pub name: &'static str,
+    pub title: &'static str,
+    /// Extra arguments and environment of a full run, then of a `--quick` one.
+    pub full: &'static [(&'static str, &'static str)],
+    pub quick: &'static [(&'static str, &'static str)],
+    /// Programs it needs on PATH.
+    pub tools: &'static [&'static str],
+    /// Needs a v1 memory cgroup it can create (root).
+    pub v1: bool,
+    /// What it measures, against what, and its goal (Markdown).
+    pub about: &'static str,
+}
 
 pub(super) const BENCHES: &[Bench] = &[
     Bench {

@@ -24,7 +24,7 @@ pub fn run() -> Result<()> {
     }
     let vm_kernels = vm_kernels()?;
     let root = root();
-    let target = vmtest::target_dir();
+    let target = crate::util::target_dir();
     sh(Command::new("cargo")
         .current_dir(&root)
         .args(["build", "--release", "-p", "monitor", "--bin", "monitor"])

@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | build | demo | test | bench | vmtest | fuzz | man`.
+//! Project tasks: `cargo xtask setup | build | dist | demo | test | bench | vmtest | fuzz | man`.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod build;
 mod demo;
+mod dist;
 mod fuzz;
 mod man;
 mod setup;
@@ -26,6 +27,8 @@ enum Task {
     Setup,
     /// Build the eBPF object and the agent (release).
     Build,
+    /// Build the Debian package (cargo-deb): target/debian/monitor_<version>-1_amd64.deb.
+    Dist(dist::Args),
     /// Run the whole system on this host: a limited test cgroup, processes in it, the agent, a small load.
     Demo(demo::Args),
     /// Run every test (unit, integration, root and eBPF ones when allowed).
@@ -45,6 +48,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Setup => setup::run(),
         Task::Build => build::run(),
+        Task::Dist(a) => dist::run(a),
         Task::Demo(a) => demo::run(a),
         Task::Test(a) => test::run(a),
         Task::Bench(a) => bench::run(a),

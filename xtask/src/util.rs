@@ -10,6 +10,14 @@ pub fn root() -> PathBuf {
     here.parent().map(PathBuf::from).unwrap_or(here)
 }
 
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()).map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d,
+        Some(d) => root().join(d),
+        None => root().join("target"),
+    }
+}
+
 /// Runs a command, echoing it, and fails if it fails.
 pub fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("+ {cmd:?}");

@@ -2,11 +2,14 @@
 //! and on Debian's 6.1 and 6.12 kernels, in qemu with software emulation. Installs qemu and busybox-static when
 //! missing, fetches the kernels once per machine, builds static binaries and an initramfs, boots each kernel,
 //! and exits with the suite's status read from the serial console (failing loudly when the VM never reports).
-//! The suite and its choices: tests/vm/README.md.
+//! The suite and its choices: tests/vm/README.md. `--systemd` instead boots a Debian host with systemd and the
+//! package installed (vmtest/systemd.rs).
 
 pub(crate) mod image;
 pub(crate) mod kernel;
 pub(crate) mod qemu;
+pub(crate) mod rootfs;
+pub(crate) mod systemd;
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -23,9 +26,16 @@ pub struct Args {
     /// Run only the in-VM tests whose name contains this.
     #[arg(long)]
     filter: Option<String>,
-    /// Seconds one VM may run before it counts as hung.
-    #[arg(long, default_value_t = 420)]
-    timeout: u64,
+    /// Seconds one VM may run before it counts as hung (default 420; 600 with --systemd).
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// Boot a Debian bookworm host with systemd as PID 1 instead, install the package and run the deployment
+    /// scenario of tests/vm/systemd/ (Debian 6.1 kernel).
+    #[arg(long)]
+    systemd: bool,
+    /// With --systemd: install this .deb instead of building one with `cargo xtask dist`.
+    #[arg(long, requires = "systemd")]
+    deb: Option<PathBuf>,
 }
 
 /// Debian packages the VM needs on the host, with a file each installs: qemu, a static busybox for the
@@ -70,15 +80,10 @@ pub(crate) fn ensure_packages() -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()).map(PathBuf::from) {
-        Some(d) if d.is_absolute() => d,
-        Some(d) => root().join(d),
-        None => root().join("target"),
-    }
-}
-
 pub fn run(args: Args) -> Result<()> {
+    if args.systemd {
+        return systemd::run(args.deb, Duration::from_secs(args.timeout.unwrap_or(600)));
+    }
     let series: Vec<Series> = match args.kernel.as_str() {
         "6.1" => vec![Series::V6_1],
         "6.12" => vec![Series::V6_12],
@@ -86,7 +91,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let started = Instant::now();
     let root = root();
-    let target = target_dir();
+    let target = crate::util::target_dir();
     ensure_packages()?;
     crate::setup::run().context("the agent's eBPF object is part of the suite")?;
 
@@ -108,7 +113,7 @@ pub fn run(args: Args) -> Result<()> {
     eprintln!("vmtest: kernels ready in {:.1} s (cache {})", t.elapsed().as_secs_f64(), cache.display());
 
     let extra = args.filter.as_deref().map(|f| format!("VM_FILTER={f}")).unwrap_or_default();
-    let timeout = Duration::from_secs(args.timeout);
+    let timeout = Duration::from_secs(args.timeout.unwrap_or(420));
     let mut results = Vec::new();
     // In-VM tests over all kernels; a kernel that gives no count counts as one failure.
     let (mut passed, mut failed_tests) = (0u64, 0u64);

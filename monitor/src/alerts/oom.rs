@@ -10,7 +10,7 @@
 //! one last sampled before its teardown (a process being torn down reads as 0 bytes). It is an event, not
 //! a state: the condition is held for [`HOLD_MS`] after the kill and then resolved like any other (after `quiet_s`).
 
-use super::Condition;
+use super::{names, Condition};
 use crate::feed::Published;
 use std::collections::{HashMap, HashSet};
 
@@ -125,7 +125,7 @@ impl OomWatch {
 }
 
 fn condition(k: &Kill) -> Condition {
-    let mut c = Condition::new("MonitorOomKill")
+    let mut c = Condition::new(names::OOM_KILL)
         .label("cgroup", k.cgroup.clone())
         .label("oom_kill", k.count.to_string())
         .annotate("oom_kills", k.count.to_string())

@@ -6,7 +6,7 @@
 use super::engine::Book;
 use super::oom::OomWatch;
 use super::sinks::{self, SinkHandle};
-use super::Condition;
+use super::{names, Condition};
 use crate::config::AlertsConfig;
 use crate::feed::{Published, Samples};
 use crate::live::Live;
@@ -41,14 +41,14 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
     };
     let mut out = Vec::new();
     if matches!(d.state, State::Refusing | State::Aborting) {
-        out.push(usage(Condition::new("MonitorGroupRefusing").label("cgroup", cgroup.clone()).annotate(
+        out.push(usage(Condition::new(names::GROUP_REFUSING).label("cgroup", cgroup.clone()).annotate(
             "summary",
             format!("group memory at {:.1}% of its limit: every process refuses new requests", d.ratio * 100.0),
         )));
     }
     if d.state == State::Aborting {
         let victim = d.victim.and_then(|v| s.processes.iter().find(|p| p.pid == v.pid));
-        let mut c = Condition::new("MonitorGroupAborting").label("cgroup", cgroup.clone());
+        let mut c = Condition::new(names::GROUP_ABORTING).label("cgroup", cgroup.clone());
         if let Some(v) = victim {
             c = c
                 .annotate("victim_pid", v.pid.to_string())
@@ -68,7 +68,7 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
     }
     if probes_wanted && !p.probes.enabled {
         out.push(
-            Condition::new("MonitorProbesDisabled")
+            Condition::new(names::PROBES_DISABLED)
                 .label("cgroup", cgroup.clone())
                 .annotate("reason", p.probes.reason.clone().unwrap_or_default())
                 .annotate("summary", "request counting (eBPF) is off"),
@@ -76,7 +76,7 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
     }
     if let Some(e) = &p.error {
         out.push(
-            Condition::new("MonitorGroupUnreadable")
+            Condition::new(names::GROUP_UNREADABLE)
                 .label("cgroup", cgroup)
                 .annotate("error", e.clone())
                 .annotate("summary", format!("the group cannot be read: {e}")),

@@ -4,7 +4,7 @@
 //! suspect or dead: its caches cannot be reached).
 
 use super::task::Raiser;
-use super::Condition;
+use super::{names, Condition};
 use crate::launcher::{LauncherInfo, Phase};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ pub fn launcher_conditions(
         out.push((
             restart_key,
             down.then(|| {
-                Condition::new("MonitorProcessRestarting")
+                Condition::new(names::PROCESS_RESTARTING)
                     .label("process", i.name.clone())
                     .label("role", i.role.as_str())
                     .annotate("restarts", i.restarts.to_string())
@@ -42,7 +42,7 @@ pub fn launcher_conditions(
         out.push((
             format!("unhealthy/{}", i.name),
             (i.state == Phase::Unhealthy).then(|| {
-                Condition::new("MonitorProcessUnhealthy")
+                Condition::new(names::PROCESS_UNHEALTHY)
                     .label("process", i.name.clone())
                     .label("role", i.role.as_str())
                     .annotate("pid", i.pid.map(|p| p.to_string()).unwrap_or_default())
@@ -69,7 +69,7 @@ pub fn launcher_conditions(
         out.push((
             loop_key,
             at_cap.then(|| {
-                Condition::new("MonitorProcessCrashLoop")
+                Condition::new(names::PROCESS_CRASH_LOOP)
                     .label("process", i.name.clone())
                     .label("role", i.role.as_str())
                     .annotate("restarts", i.restarts.to_string())
@@ -101,7 +101,7 @@ pub fn cluster_conditions(members: &crate::cluster::Members) -> Vec<(String, Opt
         .filter(|m| !m.this)
         .map(|m| {
             let down = matches!(m.state, State::Suspect | State::Dead).then(|| {
-                Condition::new("MonitorClusterMemberDown")
+                Condition::new(names::CLUSTER_MEMBER_DOWN)
                     .label("member", m.id.name.clone())
                     .annotate("state", m.state.as_str())
                     .annotate("gossip", m.id.gossip.to_string())
@@ -140,7 +140,7 @@ pub async fn stats(note: Arc<dyn Fn() -> Option<String> + Send + Sync>, raiser: 
     loop {
         tick.tick().await;
         let cond = note().map(|why| {
-            Condition::new("MonitorStatsDatabaseFailing")
+            Condition::new(names::STATS_DATABASE_FAILING)
                 .annotate("error", why.clone())
                 .annotate("summary", format!("the stats database is not written: {why}"))
         });

@@ -211,6 +211,9 @@ fn processes(procs: &[ProcessConfig], out: &mut Vec<Problem>) {
         if proc.health_failures == 0 {
             out.push(problem(&at("health_failures"), "must be above 0"));
         }
+        if let Err(e) = crate::accounts::resolve(proc.user.as_ref(), proc.group.as_ref()) {
+            out.push(problem(&at(e.key()), e.to_string()));
+        }
     }
     let masters = procs.iter().filter(|p| p.role == super::Role::Master).count();
     if !procs.is_empty() && masters != 1 {

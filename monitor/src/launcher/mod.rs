@@ -42,6 +42,8 @@ pub enum LaunchError {
     MasterPortHeld(String),
     #[error("the config has no master process")]
     NoMaster,
+    #[error("process {name}: {source}")]
+    Credentials { name: String, source: crate::accounts::AccountError },
     #[error("stopped by a signal during start-up")]
     Interrupted,
 }
@@ -90,6 +92,11 @@ impl Launcher {
         cancel: impl std::future::Future<Output = ()>,
     ) -> Result<Launcher, LaunchError> {
         let master = procs.iter().position(|p| p.role == Role::Master).ok_or(LaunchError::NoMaster)?;
+        // Every process's user and group, before any starts: an unknown user or one monitor may not take is a
+        // start-up error, not a worker backing off.
+        for p in procs {
+            spawn::credentials(p).map_err(|source| LaunchError::Credentials { name: p.name.clone(), source })?;
+        }
         let (stop, _) = watch::channel(false);
         let mut launcher = Launcher { members, stop, tasks: Vec::new() };
         let opts = Arc::new(opts);

@@ -1,8 +1,10 @@
 //! Starting one child: argv without a shell, joined to the group's cgroup before exec (so every page it touches is
 //! charged to the group), killed with the launcher (PR_SET_PDEATHSIG and kill-on-drop), in its own process group
 //! (a terminal's Ctrl-C reaches the launcher, which drains, not the children), with the soft fd limit monitor started
-//! with. Also the health probe.
+//! with, as its `user`/`group` (supplementary groups, then gid, then uid, after joining the cgroup and before exec).
+//! Also the health probe.
 
+use crate::accounts::{self, AccountError, Credentials};
 use crate::config::ProcessConfig;
 use std::ffi::CString;
 use std::io;
@@ -12,12 +14,25 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
+/// The credentials `p` is started with, when they differ from the launcher's own: its `user`/`group` looked up
+/// now (the user database may change between restarts), and an error when monitor may not take them (not root).
+pub fn credentials(p: &ProcessConfig) -> Result<Option<Credentials>, AccountError> {
+    match accounts::resolve(p.user.as_ref(), p.group.as_ref())? {
+        Some(c) if accounts::must_switch(&c)? => Ok(Some(c)),
+        _ => Ok(None),
+    }
+}
+
 /// Starts `p` inside the cgroup directory `cgroup` (None: stays in the launcher's own cgroup).
 pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
+    let creds = credentials(p).map_err(io::Error::other)?;
     let mut cmd = Command::new(&p.command[0]);
     // The service manager's sockets are the agent's: a child must not notify (or feed the watchdog) for it.
     for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
         cmd.env_remove(var);
+    }
+    if let Some(u) = creds.as_ref().and_then(|c| c.user.as_ref()) {
+        cmd.env("HOME", &u.home).env("USER", &u.name).env("LOGNAME", &u.name);
     }
     cmd.args(&p.command[1..]).envs(&p.env).kill_on_drop(true).process_group(0).stdin(std::process::Stdio::null());
     let procs = match cgroup {
@@ -32,16 +47,10 @@ pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
     // The soft fd limit monitor started with (it raised its own): a server using select() breaks past 1024.
     let nofile = crate::procs::child_fd_limit();
     // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe system calls
-    // (prctl, getppid, getrlimit, setrlimit, open, write, close) on memory allocated before the fork.
+    // (prctl, getppid, getrlimit, setrlimit, open, write, close, setgroups, setgid, setuid) on memory allocated
+    // before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                // The launcher died between fork and prctl.
-                return Err(io::Error::other("launcher exited"));
-            }
             if let Some(soft) = nofile {
                 let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
                 if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && soft < lim.rlim_cur {
@@ -60,6 +69,28 @@ pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
                 if n != 1 {
                     return Err(err);
                 }
+            }
+            // After joining the cgroup (its cgroup.procs is root's to write), before the death signal (a change of
+            // credentials clears it).
+            if let Some(c) = &creds {
+                if libc::setgroups(c.groups.len(), c.groups.as_ptr()) != 0 || libc::setgid(c.gid) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if let Some(uid) = c.uid {
+                    if libc::setuid(uid) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+            }
+            // Ambient capabilities (the units give monitor CAP_BPF and others for the probes) would pass to the
+            // server across exec: it gets none.
+            libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0);
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                // The launcher died between fork and prctl.
+                return Err(io::Error::other("launcher exited"));
             }
             Ok(())
         });

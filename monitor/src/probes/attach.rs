@@ -76,6 +76,11 @@ pub fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
     })
 }
 
+/// Whether tracefs's events are readable at either usual place.
+pub fn tracefs_reachable() -> bool {
+    [TRACEFS, DEBUGFS_TRACING].iter().any(|p| Path::new(p).join("events").is_dir())
+}
+
 /// The offset of `field` in `category/event`'s records on this kernel (tracefs must be mounted).
 pub fn field_offset(category: &str, event: &str, field: &str) -> Option<u32> {
     [TRACEFS, DEBUGFS_TRACING].iter().find_map(|root| {
@@ -87,8 +92,15 @@ pub fn field_offset(category: &str, event: &str, field: &str) -> Option<u32> {
 
 /// Mounts tracefs at /sys/kernel/tracing when neither usual place has it (aya reads tracepoint ids there).
 pub fn ensure_tracefs() -> Result<(), ProbeError> {
-    if [TRACEFS, DEBUGFS_TRACING].iter().any(|p| Path::new(p).join("events").is_dir()) {
+    if tracefs_reachable() {
         return Ok(());
+    }
+    // Mounted, but its root (mode 0700, root's) cannot be searched: mounting again would not help.
+    let events = Path::new(TRACEFS).join("events");
+    if let Err(e) = std::fs::metadata(&events) {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            return Err(ProbeError::TracefsUnreadable(e));
+        }
     }
     let target = c"/sys/kernel/tracing";
     // SAFETY: valid NUL-terminated strings; a null data pointer is allowed for tracefs.

@@ -11,6 +11,7 @@ mod lineage;
 pub mod object;
 
 pub use crate::config::Hooks;
+pub use attach::tracefs_reachable;
 pub use counters::percentile;
 
 use crate::snapshot::Traffic;
@@ -41,7 +42,9 @@ pub enum ProbeError {
     AttachRaw { name: &'static str, tracepoint: &'static str, source: Box<ProgramError> },
     #[error("eBPF map `{name}`: {source}")]
     Map { name: &'static str, source: Box<MapError> },
-    #[error("mounting tracefs at /sys/kernel/tracing: {0}")]
+    #[error("tracefs at /sys/kernel/tracing cannot be read (root's, mode 0700; needs CAP_DAC_READ_SEARCH): {0}")]
+    TracefsUnreadable(std::io::Error),
+    #[error("mounting tracefs at /sys/kernel/tracing (needs CAP_SYS_ADMIN, or tracefs mounted beforehand): {0}")]
     Tracefs(#[source] std::io::Error),
     #[error("counting possible CPUs: {0}")]
     Cpus(#[source] std::io::Error),

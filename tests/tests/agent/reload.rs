@@ -9,6 +9,7 @@ use monitor_tests::config::Config;
 use monitor_tests::{
     agent::free_port, json_lines, require_root, require_v1, temp_dir, wait_until, Agent, CgroupV1, Hog,
 };
+use monitor_tests::{hooks, notify};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
@@ -17,14 +18,6 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
-
-/// An alert hook: appends the alert it gets on stdin to the file it is given, one JSON line per run.
-const HOOK: &str = r#"
-import json, sys
-alert = json.load(sys.stdin)
-with open(sys.argv[1], "a") as f:
-    f.write(json.dumps(alert) + "\n")
-"#;
 
 /// Writes `ready`, then the name of each SIGWINCH it gets, one a line, to the file `argv[1]`.
 const RECORDER: &str = r#"
@@ -48,21 +41,6 @@ fn sighup(pid: u32) {
 fn alive(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     !stat.is_empty() && !stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z'))
-}
-
-/// The notifications received within `limit`, each datagram's lines joined, until `done` holds for them.
-fn receive_until(sock: &UnixDatagram, limit: Duration, done: impl Fn(&[String]) -> bool) -> Vec<String> {
-    let deadline = Instant::now() + limit;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while Instant::now() < deadline && !done(&got) {
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
-        let _ = sock.set_read_timeout(Some(left));
-        if let Ok(n) = sock.recv(&mut buf) {
-            got.push(String::from_utf8_lossy(&buf[..n]).trim().replace('\n', " "));
-        }
-    }
-    got
 }
 
 /// The value of `monitor_config_reloads_total{result="…"}` in `/metrics`.
@@ -143,11 +121,11 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
     assert_eq!(s["config"]["file"].as_str(), file.to_str(), "{s}");
     assert!(s["config"]["last_reload"].is_null(), "no reload yet: {s}");
     assert_eq!(reloads(&agent, "ok"), Some(0));
-    receive_until(&sock, Duration::from_secs(5), |g| g.iter().any(|m| m.contains("READY=1")));
+    notify::receive_until(&sock, Duration::from_secs(5), |g| g.iter().any(|m| m.contains("READY=1")));
 
     // A good file: applied live, and the sampler decides with it; the alert hook and the signal it adds are heard.
     let alerted = dir.join("alerts.jsonl");
-    let hook = ["python3", "-c", HOOK, &alerted.display().to_string()];
+    let hook = ["python3", "-c", hooks::ALERT_TO_FILE, &alerted.display().to_string()];
     let base = base.alert_command(hook).set("actions", "refuse_signal", "SIGWINCH");
     base.clone().set("policy", "refuse_at", 0.7).write(&file);
     sighup(pid);
@@ -162,7 +140,7 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
     wait_until("the refuse signal the reload added", RELOADED, || {
         std::fs::read_to_string(&signals).ok().filter(|t| t.contains("SIGWINCH"))
     });
-    let got = receive_until(&sock, RELOADED, |g| g.iter().any(|m| m.contains("READY=1")));
+    let got = notify::receive_until(&sock, RELOADED, |g| g.iter().any(|m| m.contains("READY=1")));
     let reloading = got.iter().position(|m| m.split(' ').any(|w| w == "RELOADING=1"));
     let ready = got.iter().rposition(|m| m.split(' ').any(|w| w == "READY=1"));
     assert!(reloading.is_some_and(|r| ready.is_some_and(|d| d > r)), "RELOADING=1, then READY=1: {got:?}");
@@ -186,7 +164,7 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
         logged.lines().any(|l| l.contains("ERROR") && l.contains("config reload failed") && l.contains("refuse_att")),
         "{logged}"
     );
-    let got = receive_until(&sock, RELOADED, |g| g.iter().any(|m| m.contains("READY=1")));
+    let got = notify::receive_until(&sock, RELOADED, |g| g.iter().any(|m| m.contains("READY=1")));
     assert!(got.iter().any(|m| m.contains("READY=1") && m.contains("config reload failed")), "{got:?}");
 
     // [web] listen needs a restart: named in a warning, the API stays where it is.

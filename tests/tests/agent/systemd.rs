@@ -4,38 +4,12 @@
 //! `monitor run` is ready only once its processes are healthy, and none of them gets the socket.
 
 use monitor_tests::config::{Config, Process};
+use monitor_tests::notify::{bind, count, receive_until};
 use monitor_tests::run::Launched;
 use monitor_tests::{agent::free_port, require_v1, temp_dir, Agent, CgroupV1, Hog};
-use std::os::unix::net::UnixDatagram;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
-
-/// The notifications received within `limit`, each datagram's lines joined, until `done` holds for them.
-fn receive_until(sock: &UnixDatagram, limit: Duration, done: impl Fn(&[String]) -> bool) -> Vec<String> {
-    let deadline = Instant::now() + limit;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while Instant::now() < deadline && !done(&got) {
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
-        let _ = sock.set_read_timeout(Some(left));
-        if let Ok(n) = sock.recv(&mut buf) {
-            got.push(String::from_utf8_lossy(&buf[..n]).trim().replace('\n', " "));
-        }
-    }
-    got
-}
-
-fn count(got: &[String], what: &str) -> usize {
-    got.iter().filter(|m| m.split(' ').any(|w| w == what)).count()
-}
-
-fn bind(dir: &Path) -> (UnixDatagram, String) {
-    let path = dir.join("notify.sock");
-    let sock = UnixDatagram::bind(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    (sock, path.display().to_string())
-}
 
 #[test]
 fn the_agent_says_ready_feeds_the_watchdog_reports_its_state_and_says_it_stops() {

@@ -1,6 +1,7 @@
 //! deploy/: the systemd units and the configs they name. Each config passes `monitor check-config`; each unit,
 //! with its paths pointed at this build and this checkout, passes `systemd-analyze verify` without a warning; the
-//! run unit gives monitor more time to stop than the config's drain and grace.
+//! run unit gives monitor more time to stop than the config's drain and grace; `systemd-analyze security` rates
+//! the agent units at or below 4.0 and the run unit below 6.0.
 
 use monitor_tests::agent::{monitor_bin, workspace_root};
 use monitor_tests::in_ci;
@@ -26,7 +27,7 @@ fn int_value(text: &str, key: &str, sep: char) -> u64 {
 
 #[test]
 fn the_deploy_configs_are_valid() {
-    for name in ["agent.toml", "run.toml"] {
+    for name in ["agent.toml", "run.toml", "agent.d/app.toml"] {
         let path = deploy().join(name);
         let out = Command::new(monitor_bin()).arg("check-config").arg(&path).output();
         let out = out.unwrap_or_else(|e| panic!("monitor check-config: {e}"));
@@ -46,12 +47,17 @@ fn the_units_verify_and_name_the_configs() {
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let bin = monitor_bin().display().to_string();
     let configs = format!("{}/", deploy().display());
-    for (unit, config) in [("monitor-agent.service", "agent.toml"), ("monitor-run.service", "run.toml")] {
-        let text = read(&deploy().join(unit));
+    let units = [
+        ("monitor-agent.service", "monitor-agent.service", "agent.toml"),
+        ("monitor-agent@.service", "monitor-agent@app.service", "agent.d/%i.toml"),
+        ("monitor-run.service", "monitor-run.service", "run.toml"),
+    ];
+    for (file, unit, config) in units {
+        let text = read(&deploy().join(file));
         for cmd in ["check-config /etc/monitor/", "--config /etc/monitor/"] {
-            assert!(text.contains(&format!("{cmd}{config}")), "{unit} should name /etc/monitor/{config}");
+            assert!(text.contains(&format!("{cmd}{config}")), "{file} should name /etc/monitor/{config}");
         }
-        let local = text.replace("/usr/local/bin/monitor", &bin).replace("/etc/monitor/", &configs);
+        let local = text.replace("/usr/bin/monitor", &bin).replace("/etc/monitor/", &configs);
         let path = dir.join(unit);
         std::fs::write(&path, local).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let out = Command::new("systemd-analyze")
@@ -73,4 +79,49 @@ fn the_units_verify_and_name_the_configs() {
     assert!(stop > drain + grace, "TimeoutStopSec={stop} must exceed drain_timeout_s {drain} + stop_grace_s {grace}");
     assert!(unit.contains("KillMode=mixed"), "monitor-run.service: SIGTERM must reach monitor alone (KillMode=mixed)");
     assert!(run.contains("cgroup = \"auto\""), "run.toml: the unit's cgroup is the group");
+}
+
+/// The overall exposure `systemd-analyze security` gives, from its last line
+/// `→ Overall exposure level for monitor-run.service: 2.0 OK 🙂`.
+fn exposure(output: &str) -> Option<f64> {
+    let line = output.lines().rev().find(|l| l.contains("Overall exposure level"))?;
+    line.rsplit_once(": ")?.1.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn reads_the_exposure() {
+    assert_eq!(exposure("x\n→ Overall exposure level for monitor-run.service: 2.0 OK 🙂\n"), Some(2.0));
+    assert_eq!(exposure("→ Overall exposure level for a@i.service: 8.9 EXPOSED 🙁"), Some(8.9));
+    assert_eq!(exposure("no verdict"), None);
+}
+
+/// The hardening goal, measured as docs/deploy.md does it: `systemd-analyze security --offline=yes <unit file>`.
+#[test]
+fn the_units_are_hardened() {
+    let test = "the_units_are_hardened";
+    let probe = Command::new("systemd-analyze").args(["security", "--help"]).output();
+    let offline = probe.as_ref().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--offline"));
+    if !offline {
+        assert!(!in_ci(), "{test}: CI needs systemd-analyze with `security --offline` (systemd 250 or later)");
+        monitor_tests::require::skip(test, "no systemd-analyze security --offline (systemd 250 or later)");
+        return;
+    }
+    for (unit, goal, inclusive) in [
+        ("monitor-agent.service", 4.0, true),
+        ("monitor-agent@.service", 4.0, true),
+        ("monitor-run.service", 6.0, false),
+    ] {
+        let path = deploy().join(unit);
+        let out = Command::new("systemd-analyze")
+            .args(["security", "--offline=yes", "--no-pager"])
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| panic!("systemd-analyze security: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let score = exposure(&text)
+            .unwrap_or_else(|| panic!("{unit}: no exposure in:\n{text}{}", String::from_utf8_lossy(&out.stderr)));
+        let within = if inclusive { score <= goal } else { score < goal };
+        let rel = if inclusive { "<=" } else { "<" };
+        assert!(within, "{unit}: exposure {score}, the goal is {rel} {goal}:\n{text}");
+    }
 }

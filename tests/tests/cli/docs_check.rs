@@ -1,6 +1,8 @@
-//! The fleet docs against a real agent: `docs/prometheus-alerts.yml` passes `promtool check rules`, and both it
-//! and `docs/grafana-dashboard.json` (which must parse) name only `monitor_*` series that a running agent's
-//! `/metrics` exports. promtool missing: skipped locally, a failure in CI.
+//! The fleet docs against a real agent: `docs/prometheus-alerts.yml` passes `promtool check rules` and its unit
+//! tests (`promtool test rules docs/prometheus-alerts.test.yml`: each rule fires with its name, labels and
+//! annotations), and both it and `docs/grafana-dashboard.json` (which must parse) name only `monitor_*` series that
+//! a running agent's `/metrics` exports; the rules raise the agent's own alerts under the agent's names
+//! (`monitor::alerts::names`). promtool missing: skipped locally, a failure in CI.
 
 use monitor_tests::config::Config;
 use monitor_tests::{require, workspace_root, Agent};
@@ -83,6 +85,8 @@ fn dashboard_and_alerts_name_only_exported_series() {
     let mut have = agent_metrics();
     // Exported only under `monitor run` (its launcher's processes); tests/tests/run/counts.rs checks it there.
     have.insert("monitor_process_state".to_string());
+    // Exported only under `[cluster]`; tests/tests/cluster/membership.rs checks it there.
+    have.insert("monitor_cluster_members".to_string());
     for (doc, names) in [("grafana-dashboard.json", &from_dashboard), ("prometheus-alerts.yml", &from_alerts)] {
         let missing: Vec<&String> = names.iter().filter(|n| !have.contains(*n)).collect();
         assert!(
@@ -104,17 +108,46 @@ fn dashboard_and_alerts_name_only_exported_series() {
     }
 }
 
+/// Whether promtool runs here (else `skipping <test>: …`, a failure in CI).
+fn have_promtool(test: &str) -> bool {
+    let have = Command::new("promtool").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    require(have.is_ok(), test, "promtool not installed (apt-get install prometheus)")
+}
+
+/// `promtool <args> docs/<file>`, which must succeed and say SUCCESS.
+fn promtool(args: &[&str], file: &str) {
+    let file = workspace_root().join("docs").join(file);
+    let out = Command::new("promtool").args(args).arg(&file).output().expect("promtool");
+    let msg = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool {} {}:\n{msg}", args.join(" "), file.display());
+    assert!(msg.contains("SUCCESS"), "{msg}");
+}
+
 #[test]
 fn alert_rules_pass_promtool() {
-    let have = Command::new("promtool").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if !require(have.is_ok(), "alert_rules_pass_promtool", "promtool not installed (apt-get install prometheus)") {
-        return;
+    if have_promtool("alert_rules_pass_promtool") {
+        promtool(&["check", "rules"], "prometheus-alerts.yml");
     }
-    let file = workspace_root().join("docs/prometheus-alerts.yml");
-    let out = Command::new("promtool").args(["check", "rules"]).arg(&file).output().expect("promtool");
-    let msg = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "promtool check rules {}:\n{msg}", file.display());
-    assert!(msg.contains("SUCCESS"), "{msg}");
+}
+
+#[test]
+fn alert_rules_fire_as_their_unit_tests_expect() {
+    if have_promtool("alert_rules_fire_as_their_unit_tests_expect") {
+        promtool(&["test", "rules"], "prometheus-alerts.test.yml");
+    }
+}
+
+#[test]
+fn the_rules_raise_the_agents_alerts_under_its_names() {
+    use monitor::alerts::names::{RAISED_BY_AGENT, RAISED_BY_RULES_ONLY};
+    let rules = names_after(&doc("prometheus-alerts.yml"), "alert: ");
+    let agent: BTreeSet<String> = RAISED_BY_AGENT.iter().map(|s| s.to_string()).collect();
+    let only: BTreeSet<String> = RAISED_BY_RULES_ONLY.iter().map(|s| s.to_string()).collect();
+    let missing: Vec<&String> = agent.difference(&rules).collect();
+    assert!(missing.is_empty(), "the agent raises {missing:?}; docs/prometheus-alerts.yml has no rule of that name");
+    let rules_only: BTreeSet<String> = rules.difference(&agent).cloned().collect();
+    assert_eq!(rules_only, only, "the rules the agent does not raise itself");
+    assert_eq!(names_after(&doc("prometheus-alerts.test.yml"), "alertname: "), rules, "every rule has its unit test");
 }
 
 /// The alert names in `docs/alerts.md`'s table, with who raises each (`agent`, `rules`).
@@ -139,17 +172,9 @@ fn names_after(text: &str, prefix: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The agent's own alert names, from its sources.
+/// The agent's own alert names.
 fn agent_alert_names() -> BTreeSet<String> {
-    let dir = workspace_root().join("monitor/src/alerts");
-    let mut out = BTreeSet::new();
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
-        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        // Outside the tests: what the agent really sends.
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        out.extend(names_after(code, "Condition::new(\""));
-    }
-    out
+    monitor::alerts::names::RAISED_BY_AGENT.iter().map(|s| s.to_string()).collect()
 }
 
 #[test]
@@ -171,5 +196,32 @@ fn every_alert_has_one_name_and_a_runbook() {
     let yml = doc("prometheus-alerts.yml");
     for name in &rules {
         assert!(yml.contains(&format!("alerts.md#{}\"", name.to_lowercase())), "{name} has no runbook_url");
+    }
+}
+
+#[test]
+fn the_runbook_table_gives_each_rule_its_severity() {
+    let yml = doc("prometheus-alerts.yml");
+    // Each rule's `alert:` and the first `severity:` after it.
+    let rules: Vec<(String, String)> = yml
+        .split("- alert: ")
+        .skip(1)
+        .filter_map(|r| {
+            let name = r.lines().next()?.trim().to_string();
+            let severity = r.lines().find_map(|l| l.trim().strip_prefix("severity: "))?.trim().to_string();
+            Some((name, severity))
+        })
+        .collect();
+    assert!(rules.len() >= 10, "read too few rules: {rules:?}");
+    let table: Vec<(String, String)> = doc("alerts.md")
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells.len() >= 5 && cells[1].starts_with("Monitor")).then(|| (cells[1].to_string(), cells[3].to_string()))
+        })
+        .collect();
+    for (name, severity) in &rules {
+        let listed = table.iter().find(|(n, _)| n == name).map(|(_, s)| s.as_str());
+        assert_eq!(listed, Some(severity.as_str()), "docs/alerts.md's severity of {name} against its rule");
     }
 }

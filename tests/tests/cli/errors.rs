@@ -146,6 +146,9 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("cluster-fallback-unknown.toml", &["fallback", "anywhere"], &[6]),
     ("cluster-wildcard-gossip.toml", &["cluster.listen", "set advertise"], &[2]),
     ("cluster-secret-and-file.toml", &["cluster.secret_file", "not both"], &[6]),
+    ("user-unknown.toml", &["process[0].user", "no user \"no-such-user-for-monitor\""], &[6]),
+    ("group-unknown.toml", &["process[0].group", "no group \"no-such-group-for-monitor\""], &[7]),
+    ("user-negative.toml", &["user", "-5 is not an id"], &[6]),
 ];
 
 /// Whether an error message names line `n` (`file:3:`, `line 3`, `line: 3`).

@@ -6,5 +6,6 @@ mod deploy_units;
 mod docs_check;
 mod errors;
 mod layering;
+mod logs;
 mod man_pages;
 mod readme_configs;

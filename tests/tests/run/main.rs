@@ -13,4 +13,5 @@ mod reload;
 mod restart;
 mod startup;
 mod stop;
+mod users;
 mod web;

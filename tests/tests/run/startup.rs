@@ -15,14 +15,6 @@ use std::time::{Duration, Instant};
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
 
-/// The hook: appends one JSON line per run with the alert it got on stdin.
-const HOOK: &str = r#"
-import json, sys
-alert = json.load(sys.stdin)
-with open(sys.argv[1], "a") as f:
-    f.write(json.dumps(alert) + "\n")
-"#;
-
 /// Statuses the hook got for `name`, in order.
 fn statuses(path: &Path, name: &str) -> Vec<String> {
     json_lines(path)
@@ -44,7 +36,7 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
     }
     let dir = temp_dir("run-startup");
     let (hook, out) = (dir.join("hook.py"), dir.join("alerts.jsonl"));
-    std::fs::write(&hook, HOOK).unwrap_or_else(|e| panic!("{}: {e}", hook.display()));
+    std::fs::write(&hook, monitor_tests::hooks::ALERT_TO_FILE).unwrap_or_else(|e| panic!("{}: {e}", hook.display()));
     let spec = Spec {
         workers: 1,
         limit_mib: 256,

@@ -105,6 +105,12 @@ pub fn build_initramfs_with_init(bins: &Path, init: &Path, staging: &Path, out: 
         copy_exec(&bins.join(bin), &staging.join("bin").join(bin))?;
     }
     copy_exec(init, &staging.join("init"))?;
+    pack(staging, out)
+}
+
+/// Packs the tree `staging` as a gzipped newc cpio archive at `out` (the form the kernel unpacks as its
+/// initramfs), written beside it first and renamed into place, so an interrupted run leaves no half archive.
+pub fn pack(staging: &Path, out: &Path) -> Result<()> {
     let partial = out.with_extension("partial");
     let script = format!(
         "set -euo pipefail; cd '{}'; find . | '{BUSYBOX}' cpio -o -H newc 2>/dev/null | gzip -1 > '{}'",
@@ -112,8 +118,7 @@ pub fn build_initramfs_with_init(bins: &Path, init: &Path, staging: &Path, out: 
         partial.display()
     );
     sh(Command::new("bash").args(["-c", &script]))?;
-    fs::rename(&partial, out)?;
-    Ok(())
+    fs::rename(&partial, out).with_context(|| format!("renaming {} to {}", partial.display(), out.display()))
 }
 
 fn copy_exec(from: &Path, to: &Path) -> Result<()> {

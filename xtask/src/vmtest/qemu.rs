@@ -46,9 +46,22 @@ pub struct Boot {
 /// the marker appears (then waits briefly for the power-off) or `timeout` passes (then fails with the console's
 /// tail).
 pub fn boot(kernel: &Path, initrd: &Path, extra_append: &str, timeout: Duration, label: &str) -> Result<Boot> {
+    boot_with_memory(kernel, initrd, extra_append, timeout, label, 1024)
+}
+
+/// [`boot`] with `memory_mib` of guest memory (a whole root filesystem as the initramfs needs more than 1 GiB).
+pub fn boot_with_memory(
+    kernel: &Path,
+    initrd: &Path,
+    extra_append: &str,
+    timeout: Duration,
+    label: &str,
+    memory_mib: u32,
+) -> Result<Boot> {
     let append = format!("console=ttyS0 quiet panic=-1 {extra_append}");
+    let memory = memory_mib.to_string();
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "2", "-nic", "none"])
+    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", &memory, "-smp", "2", "-nic", "none"])
         .arg("-kernel")
         .arg(kernel)
         .arg("-initrd")

@@ -1,0 +1,291 @@
+#!/bin/bash
+# The deployment scenario of `cargo xtask vmtest --systemd`, run as a unit on a Debian host with systemd as PID 1
+# and cgroup v2 only: installs /root/monitor.deb, guards app.service with monitor-agent@app.service, runs
+# monitor-run.service, removes and purges the package. Each check prints `ok` or `FAILED` with its figures; the
+# last lines are `scenario: N passed, M failed` and `@@RC=<failures>@@`, then the VM powers off. Every wait is
+# bounded.
+set -u
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+here=/usr/local/share/vm-scenario
+agent=monitor-agent@app.service
+api=http://127.0.0.1:9464
+passed=0
+failed=0
+t0=$(date +%s%N)
+
+ok() { echo "ok      $*"; passed=$((passed + 1)); }
+fail() { echo "FAILED  $*"; failed=$((failed + 1)); }
+# check NAME DETAIL CMD...: ok when CMD succeeds.
+check() {
+    local name=$1 detail=$2
+    shift 2
+    if "$@"; then ok "$name: $detail"; else fail "$name: $detail"; fi
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# wait_for SECONDS CMD...: polls CMD every 0.2 s until it succeeds (0) or the time is up (1).
+wait_for() {
+    local until=$(($(now_ms) + $1 * 1000))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$(now_ms)" -ge "$until" ] && return 1
+        sleep 0.2
+    done
+}
+# json EXPR: evaluates a Python expression over the JSON document on stdin, bound to d.
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" 2>/dev/null; }
+status() { curl -sf -m 5 "$api/api/v1/status"; }
+main_pid() { systemctl show -p MainPID --value "$1"; }
+secs_since() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
+
+finish() {
+    echo "scenario: total $(secs_since "$t0") s (system up at $(cut -d' ' -f1 /proc/uptime) s of uptime)"
+    echo "scenario: $passed passed, $failed failed"
+    echo "@@RC=$failed@@"
+    sync
+    systemctl poweroff --no-block || poweroff -f
+    exit 0
+}
+
+echo "scenario: $(uname -r), systemd $(systemctl --version | head -n 1 | cut -d' ' -f2), boot: $(systemd-analyze 2>/dev/null | head -n 1)"
+
+# --- The host -------------------------------------------------------------------------------------------------
+fs=$(stat -fc %T /sys/fs/cgroup)
+check "cgroup v2 only" "/sys/fs/cgroup is $fs, no v1 hierarchy" \
+    test "$fs" = cgroup2fs -a ! -e /sys/fs/cgroup/unified -a ! -e /sys/fs/cgroup/memory
+check "systemd is PID 1" "$(cat /proc/1/comm)" test "$(cat /proc/1/comm)" = systemd
+# BPF programs of the tracing kinds (systemd's own are cgroup programs attached to units).
+tracing_progs() { bpftool prog show -j | json "' '.join(str(p['id']) for p in d if p['type'] in ('tracepoint', 'raw_tracepoint', 'tracing', 'kprobe', 'perf_event'))"; }
+progs_before=$(tracing_progs)
+
+# Debian's kernels default to kernel.perf_event_paranoid=3, where perf_event_open (which attaches the probes'
+# tracepoints) needs CAP_SYS_ADMIN; 2 (the kernel's own default) lets CAP_PERFMON do it. The host step
+# docs/deploy.md names, before the package.
+echo "kernel.perf_event_paranoid = 2" >/etc/sysctl.d/60-perf-monitor.conf
+sysctl -q -p /etc/sysctl.d/60-perf-monitor.conf
+echo "scenario: kernel.perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid) (/etc/sysctl.d/60-perf-monitor.conf)"
+
+# --- Install --------------------------------------------------------------------------------------------------
+out=$(dpkg -i /root/monitor.deb 2>&1)
+rc=$?
+check "dpkg -i" "rc $rc: $(echo "$out" | tail -n 1)" test "$rc" = 0
+check "monitor user" "$(getent passwd monitor)" sh -c 'getent passwd monitor | grep -q ":/var/lib/monitor:"'
+missing=""
+for f in /usr/bin/monitor /lib/systemd/system/monitor-agent@.service /lib/systemd/system/monitor-agent.service \
+    /lib/systemd/system/monitor-run.service /usr/lib/sysusers.d/monitor.conf /usr/share/doc/monitor/alerts.md \
+    /usr/share/doc/monitor/deploy.md /usr/share/bash-completion/completions/monitor /var/lib/monitor; do
+    [ -e "$f" ] || missing="$missing $f"
+done
+ls /usr/share/man/man1/monitor.1* >/dev/null 2>&1 || missing="$missing /usr/share/man/man1/monitor.1"
+check "installed files" "${missing:-all there}" test -z "$missing"
+conffiles=$(dpkg-query -W -f='${Conffiles}' monitor | awk '{print $1}' | tr '\n' ' ')
+check "conffiles" "$conffiles" sh -c "echo '$conffiles' | grep -q /etc/monitor/agent.toml && echo '$conffiles' | grep -q /etc/monitor/run.toml"
+
+# --- app.service guarded by monitor-agent@app.service ---------------------------------------------------------
+cp "$here/app.service" /etc/systemd/system/app.service
+cp "$here/agent-app.toml" /etc/monitor/agent.d/app.toml
+systemctl daemon-reload
+systemctl start app.service
+wait_for 20 curl -sf -m 2 http://127.0.0.1:8000/health
+check "app.service" "fixture-backend answers on :8000" curl -sf -m 2 http://127.0.0.1:8000/health -o /dev/null
+
+systemctl enable "$agent" >/dev/null 2>&1
+systemctl start --no-block "$agent"
+start=$(now_ms)
+seen=""
+state=""
+until [ "$(now_ms)" -ge $((start + 90000)) ]; do
+    state=$(systemctl is-active "$agent")
+    case " $seen " in *" $state "*) ;; *) seen="$seen $state" ;; esac
+    [ "$state" = active ] && break
+    [ "$state" = failed ] && break
+    sleep 0.05
+done
+ready_ms=$(($(now_ms) - start))
+first=$(status)
+usage=$(echo "$first" | json "d['group']['usage_bytes']")
+check "active only after READY" "states seen:$seen; active after $ready_ms ms; the API answered at once (usage ${usage:-none} bytes)" \
+    test "$state" = active -a -n "$usage" -a "$(systemctl show -p Type --value "$agent")" = notify
+pid=$(main_pid "$agent")
+user=$(ps -o user= -p "$pid" 2>/dev/null | tr -d ' ')
+caps=$(grep CapEff "/proc/$pid/status" 2>/dev/null | awk '{print $2}')
+check "agent's user" "pid $pid runs as ${user:-?} (CapEff $caps)" test "$user" = monitor
+s=$(status)
+group=$(echo "$s" | json "d['group']['cgroup']")
+nprocs=$(echo "$s" | json "len(d['processes'])")
+limit=$(echo "$s" | json "d['group']['limit_bytes']")
+check "reads the group" "$group: $nprocs processes, limit $limit" \
+    sh -c "echo '$group' | grep -q system.slice/app.service && [ '${nprocs:-0}' -ge 2 ] && [ '$limit' = 268435456 ]"
+probes=$(echo "$s" | json "d['probes']")
+check "probes on" "$probes" sh -c "echo \"\$1\" | grep -q \"'enabled': True\"" _ "$probes"
+
+backend=$(pgrep -f 'fixture-backend --name app' | head -n 1)
+for _ in $(seq 1 50); do curl -sf -m 5 -o /dev/null http://127.0.0.1:8000/counted; done
+kernel_count() { status | json "[p['requests_total'] for p in d['processes'] if p['pid'] == $backend][0]"; }
+all_counted() { [ "$(kernel_count)" -ge 50 ]; }
+wait_for 10 all_counted
+sleep 1
+counted=$(kernel_count)
+check "requests counted in the kernel" "fixture-backend (pid $backend): ${counted:-none} of 50 sent" test "${counted:-0}" = 50
+
+events() { awk -v k="$1" '$1 == k {print $2}' /sys/fs/cgroup/system.slice/app.service/memory.events; }
+echo go >/run/app/go # the grower is exec'd once its stdin opens
+wait_for 10 pgrep -x grower
+grower=$(pgrep -x grower | head -n 1)
+wait_for 60 grep -q signal_ns /run/app/grower.json
+result=$(grep signal_ns /run/app/grower.json 2>/dev/null | tail -n 1)
+signal=$(echo "$result" | json "d['signal_ns']")
+peak=$(echo "$result" | json "d['peak_bytes'] // 1048576")
+check "abort signal at 92%" "grower (pid $grower) got SIGUSR2 at a peak of ${peak:-?} MiB of 256" \
+    test -n "$signal" -a "$signal" != None
+oom=$(events oom_kill)
+check "no OOM kill" "app.service memory.events oom_kill ${oom:-?}, max $(events max), high $(events high)" test "$oom" = 0
+warnings=$(journalctl -u "$agent" -p warning --no-pager -o cat 2>/dev/null | grep 'decision changed')
+check "journal: the decision at warning" "$(echo "$warnings" | grep -c .) lines, e.g. $(echo "$warnings" | grep aborting | head -n 1 | cut -c1-160)" \
+    sh -c 'echo "$1" | grep -q aborting' _ "$warnings"
+prio=$(journalctl -u "$agent" -o json --no-pager 2>/dev/null | python3 -c "
+import json, sys
+for l in sys.stdin:
+    e = json.loads(l)
+    if 'decision changed' in str(e.get('MESSAGE', '')):
+        print(e.get('PRIORITY')); break")
+check "journal priority" "the decision line at priority ${prio:-none}" test "$prio" = 4
+
+ours=$(tracing_progs)
+check "BPF programs loaded" "tracing programs ${ours:-none} (before install: ${progs_before:-none})" test -n "$ours" -a -z "$progs_before"
+
+# --- Upgrade: the agent is restarted on the new files, its history stays --------------------------------------
+db=/var/lib/monitor/app/stats.db
+rows() { python3 -c "import sqlite3; print(sqlite3.connect('file:$db?mode=ro', uri=True).execute('select count(*) from group_minute').fetchone()[0])" 2>/dev/null; }
+systemctl restart "$agent" # a stop writes the minute in progress
+rows_before=$(rows)
+pid_before=$(main_pid "$agent")
+dpkg -i /root/monitor.deb >/dev/null 2>&1
+wait_for 60 systemctl is-active --quiet "$agent"
+pid_after=$(main_pid "$agent")
+check "upgrade restarts the agent" "pid $pid_before -> $pid_after, history rows $rows_before -> $(rows)" \
+    test "$pid_before" != "$pid_after" -a "$(systemctl is-active "$agent")" = active -a "${rows_before:-0}" -ge 1
+
+# --- Watchdog: a stopped agent is restarted, its history survives ----------------------------------------------
+mkdir -p "/etc/systemd/system/$agent.d"
+printf '[Service]\nWatchdogSec=5s\n' >"/etc/systemd/system/$agent.d/watchdog.conf"
+systemctl daemon-reload
+systemctl restart "$agent"
+rows_before=$(rows)
+pid=$(main_pid "$agent")
+stopped=$(now_ms)
+kill -STOP "$pid"
+# Polled every 0.1 s for 30 s: when systemd gives up on the stopped agent, and when a new one runs.
+fired_ms="" restarted_ms=""
+until [ "$(now_ms)" -ge $((stopped + 30000)) ]; do
+    p=$(main_pid "$agent")
+    if [ -z "$fired_ms" ] && [ "$(systemctl show -p SubState --value "$agent")" != running ]; then
+        fired_ms=$(($(now_ms) - stopped))
+    fi
+    if [ "$p" != 0 ] && [ "$p" != "$pid" ]; then
+        restarted_ms=$(($(now_ms) - stopped))
+        break
+    fi
+    sleep 0.1
+done
+wait_for 60 systemctl is-active --quiet "$agent"
+active_ms=$(($(now_ms) - stopped))
+rows_after=$(rows)
+check "watchdog restart" "pid $pid stopped; watchdog fired after ${fired_ms:-?} ms, a new agent $(main_pid "$agent") started after ${restarted_ms:-never} ms (limit 7000), ready after $active_ms ms" \
+    test "${restarted_ms:-99999}" -le 7000
+check "history survives" "group_minute rows ${rows_before:-?} before, ${rows_after:-?} after" \
+    test "${rows_before:-0}" -ge 1 -a "${rows_after:-0}" -ge "${rows_before:-1}"
+rm -rf "/etc/systemd/system/$agent.d"
+systemctl daemon-reload
+systemctl restart "$agent"
+
+# --- Reload: refuse_at changes live; a broken config keeps the running one --------------------------------------
+pid=$(main_pid "$agent")
+sed -i 's/^refuse_at = .*/refuse_at = 0.8/' /etc/monitor/agent.d/app.toml
+systemctl reload "$agent"
+wait_for 10 sh -c "curl -sf -m 2 $api/api/v1/status | grep -q '\"refuse_at\":0.8[,}]'"
+now=$(status | json "d['policy']['refuse_at']")
+check "reload changes refuse_at" "refuse_at ${now:-none} (0.8 written), pid $pid -> $(main_pid "$agent")" \
+    test "$now" = 0.8 -a "$(main_pid "$agent")" = "$pid"
+sed -i 's/^refuse_at = .*/refuse_at = "broken"/' /etc/monitor/agent.d/app.toml
+systemctl reload "$agent"
+sleep 2
+now=$(status | json "d['policy']['refuse_at']")
+check "a broken config on reload is kept out" "refuse_at ${now:-none}, pid $pid -> $(main_pid "$agent"), $(systemctl is-active "$agent")" \
+    test "$now" = 0.8 -a "$(main_pid "$agent")" = "$pid"
+sed -i 's/^refuse_at = .*/refuse_at = 0.85/' /etc/monitor/agent.d/app.toml
+
+# --- monitor-run.service: master and two workers behind the front door, a drain with no failed request --------
+systemctl stop "$agent" app.service
+cp "$here/run.toml" /etc/monitor/run.toml
+t=$(now_ms)
+systemctl start monitor-run.service
+check "monitor-run ready" "start returned after $(($(now_ms) - t)) ms: $(systemctl is-active monitor-run.service)" \
+    test "$(systemctl is-active monitor-run.service)" = active
+users=$(ps -o user= --ppid "$(main_pid monitor-run.service)" | sort | uniq -c | tr -s ' \n' ' ')
+check "servers run unprivileged" "children by user:$users" sh -c "[ -n '$users' ] && ! echo '$users' | grep -q root"
+# The unit gives monitor CAP_BPF, CAP_PERFMON, CAP_KILL and CAP_DAC_READ_SEARCH as ambient capabilities, for the
+# probes; the servers it starts must not inherit them.
+caps=""
+for child in $(ps -o pid= --ppid "$(main_pid monitor-run.service)"); do
+    caps="$caps $(awk '/^CapEff/ {print $2}' "/proc/$child/status")"
+done
+check "servers carry no capabilities" "CapEff of each:$caps" sh -c "[ -n '$caps' ] && ! echo '$caps' | grep -qv '^ *\(0000000000000000 *\)*$'"
+served=""
+fails=0
+for _ in $(seq 1 30); do
+    by=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -D - http://127.0.0.1:8080/work | tr -d '\r' | awk -F': ' 'tolower($1) == "x-served-by" {print $2}')
+    [ -n "$by" ] || fails=$((fails + 1))
+    served="$served $by"
+done
+spread=$(echo "$served" | tr ' ' '\n' | grep . | sort | uniq -c | tr -s ' \n' ' ')
+check "front door serves" "30 requests, $fails failed, served by:$spread" test "$fails" = 0
+rm -f /tmp/drain.*
+for i in $(seq 1 20); do
+    (curl -s -m 30 -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:8080/slow?sleep_ms=10000" >"/tmp/drain.$i") &
+done
+# In flight: what the servers themselves are answering (fixture-backend's /stats).
+inflight() {
+    local n=0 port i
+    for port in 3001 3002 3003; do
+        i=$(curl -sf -m 2 "http://127.0.0.1:$port/stats" | json "d['inflight']")
+        n=$((n + ${i:-0}))
+    done
+    echo "$n"
+}
+all_in_flight() { [ "$(inflight)" -ge 20 ]; }
+wait_for 15 all_in_flight
+at_stop=$(inflight)
+t=$(now_ms)
+systemctl stop monitor-run.service
+stop_ms=$(($(now_ms) - t))
+wait
+codes=$(cat /tmp/drain.* | sort | uniq -c | tr -s ' \n' ' ')
+bad=$(cat /tmp/drain.* | grep -vc '^200$')
+check "stop drains" "$at_stop requests in flight at systemctl stop (took $stop_ms ms): codes$codes, $bad failed" \
+    test "$bad" = 0 -a "$at_stop" = 20
+
+# --- Remove, then purge ----------------------------------------------------------------------------------------
+systemctl start app.service "$agent"
+dpkg -r monitor >/dev/null 2>&1
+rc=$?
+left=$(systemctl list-units --all --plain --no-legend 'monitor*' | awk '{print $1}' | tr '\n' ' ')
+files=""
+for f in /usr/bin/monitor /lib/systemd/system/monitor-agent@.service /lib/systemd/system/monitor-run.service \
+    /etc/systemd/system/multi-user.target.wants/$agent /usr/share/doc/monitor; do
+    [ -e "$f" ] && files="$files $f"
+done
+check "dpkg -r" "rc $rc; units left: ${left:-none}; files left:${files:- none}" test "$rc" = 0 -a -z "$left" -a -z "$files"
+check "dpkg -r keeps config and user" "$(ls /etc/monitor 2>&1 | tr '\n' ' '); $(getent passwd monitor | cut -d: -f1)" \
+    test -e /etc/monitor/agent.toml -a -n "$(getent passwd monitor)"
+progs=$(tracing_progs)
+check "no BPF program left" "ours were ${ours:-none}; tracing programs left: ${progs:-none}" test -z "$progs" -a -n "$ours"
+dpkg --purge monitor >/dev/null 2>&1
+rc=$?
+files=""
+for f in /etc/monitor /var/lib/monitor /usr/lib/sysusers.d/monitor.conf; do
+    [ -e "$f" ] && files="$files $f"
+done
+check "dpkg --purge" "rc $rc; files left:${files:- none}; user: $(getent passwd monitor || echo none); group: $(getent group monitor || echo none); dpkg: $(dpkg-query -W -f='${Status}' monitor 2>&1)" \
+    test "$rc" = 0 -a -z "$files" -a -z "$(getent passwd monitor)" -a -z "$(getent group monitor)"
+
+finish
