@@ -162,7 +162,7 @@ pub fn load_probes(cfg: &crate::config::ProbesConfig) -> Result<Probes, String> 
             // Without the capabilities the probes need, say so (an object not built in is the reason as it is).
             let first = match e {
                 crate::probes::ProbeError::NotBuilt(_) => first.to_string(),
-                _ => crate::privileges::probes_reason(first),
+                _ => crate::privileges::probes_reason(first, e.attach_errno()),
             };
             match chosen {
                 Some(h) => format!("[probes] hooks = {:?}: {first}", h.name()),

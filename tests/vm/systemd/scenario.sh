@@ -57,13 +57,6 @@ check "systemd is PID 1" "$(cat /proc/1/comm)" test "$(cat /proc/1/comm)" = syst
 tracing_progs() { bpftool prog show -j | json "' '.join(str(p['id']) for p in d if p['type'] in ('tracepoint', 'raw_tracepoint', 'tracing', 'kprobe', 'perf_event'))"; }
 progs_before=$(tracing_progs)
 
-# Debian's kernels default to kernel.perf_event_paranoid=3, where perf_event_open (which attaches the probes'
-# tracepoints) needs CAP_SYS_ADMIN; 2 (the kernel's own default) lets CAP_PERFMON do it. The host step
-# docs/deploy.md names, before the package.
-echo "kernel.perf_event_paranoid = 2" >/etc/sysctl.d/60-perf-monitor.conf
-sysctl -q -p /etc/sysctl.d/60-perf-monitor.conf
-echo "scenario: kernel.perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid) (/etc/sysctl.d/60-perf-monitor.conf)"
-
 # --- Install --------------------------------------------------------------------------------------------------
 out=$(dpkg -i /root/monitor.deb 2>&1)
 rc=$?
@@ -87,6 +80,21 @@ systemctl daemon-reload
 systemctl start app.service
 wait_for 20 curl -sf -m 2 http://127.0.0.1:8000/health
 check "app.service" "fixture-backend answers on :8000" curl -sf -m 2 http://127.0.0.1:8000/health -o /dev/null
+
+# Debian's kernels default to kernel.perf_event_paranoid=3, where perf_event_open (which attaches the probes'
+# tracepoints) needs CAP_SYS_ADMIN; 2 (the kernel's own default) lets CAP_PERFMON do it. First under Debian's
+# default: the agent runs with the probes off and its API names the setting.
+paranoid=$(cat /proc/sys/kernel/perf_event_paranoid)
+systemctl start "$agent"
+wait_for 30 sh -c "curl -sf -m 2 $api/api/v1/status >/dev/null"
+reason=$(status | json "d['probes']['reason']")
+check "probes off under perf_event_paranoid $paranoid" "reason: ${reason:-none}" \
+    sh -c "echo \"\$1\" | grep -q 'kernel.perf_event_paranoid is 3' && echo \"\$1\" | grep -q 'kernel.perf_event_paranoid = 2'" _ "$reason"
+systemctl stop "$agent"
+# Then the host step docs/deploy.md names.
+echo "kernel.perf_event_paranoid = 2" >/etc/sysctl.d/60-perf-monitor.conf
+sysctl -q -p /etc/sysctl.d/60-perf-monitor.conf
+echo "scenario: kernel.perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid) (/etc/sysctl.d/60-perf-monitor.conf)"
 
 systemctl enable "$agent" >/dev/null 2>&1
 systemctl start --no-block "$agent"
