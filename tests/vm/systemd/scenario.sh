@@ -222,6 +222,33 @@ check "a broken config on reload is kept out" "refuse_at ${now:-none}, pid $pid 
     test "$now" = 0.8 -a "$(main_pid "$agent")" = "$pid"
 sed -i 's/^refuse_at = .*/refuse_at = 0.85/' /etc/monitor/agent.d/app.toml
 
+# --- Brake: memory.high at brake_at as user monitor, put back at stop and after a SIGKILL -----------------------
+high() { cat /sys/fs/cgroup/system.slice/app.service/memory.high; }
+brake() { status | json "d['group']['brake']"; }
+braked() { [ "$(high)" != max ]; }
+sed -i 's/^\[policy\]$/[policy]\nbrake_at = 0.5/' /etc/monitor/agent.d/app.toml
+systemctl restart "$agent"
+wait_for 20 braked
+b=$(brake)
+# 0.5 of the 256 MiB limit.
+check "brake set at brake_at" "memory.high $(high) (0.5 of 268435456 is 134217728); status: ${b:-none}" test "$(high)" = 134217728
+check "brake record kept" "warning: $(status | json "d['group']['brake']['warning']")" \
+    test "$(status | json "d['group']['brake']['warning']")" = None
+systemctl stop "$agent"
+check "brake released at stop" "memory.high $(high)" test "$(high)" = max
+systemctl start "$agent"
+wait_for 20 braked
+killed=$(main_pid "$agent")
+kill -KILL "$killed"
+wait_for 20 sh -c "[ \"\$(systemctl show -p MainPID --value $agent)\" != $killed ] && systemctl is-active -q $agent"
+sleep 1
+stale=$(journalctl -u "$agent" --since "-30s" -o cat | grep -c 'put back the memory.high a previous agent left braked')
+systemctl stop "$agent"
+check "a stale brake from a killed agent is released" "pid $killed killed, $stale 'put back' line(s); memory.high after the next agent's stop: $(high)" \
+    test "$(high)" = max -a "$stale" -ge 1
+sed -i '/^brake_at = /d' /etc/monitor/agent.d/app.toml
+systemctl start "$agent"
+
 # --- monitor-run.service: master and two workers behind the front door, a drain with no failed request --------
 systemctl stop "$agent" app.service
 cp "$here/run.toml" /etc/monitor/run.toml
