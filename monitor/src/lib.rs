@@ -19,6 +19,7 @@ pub mod client;
 pub mod config;
 pub mod docs;
 pub mod feed;
+pub mod hangup;
 pub mod history;
 pub mod kernfile;
 pub mod launcher;

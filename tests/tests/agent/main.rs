@@ -11,6 +11,7 @@ mod alerts_tls;
 mod failures;
 mod fds;
 mod fork;
+mod hangup;
 mod names;
 mod oom_kills;
 mod own_group;
