@@ -226,12 +226,12 @@ sed -i 's/^refuse_at = .*/refuse_at = 0.85/' /etc/monitor/agent.d/app.toml
 high() { cat /sys/fs/cgroup/system.slice/app.service/memory.high; }
 brake() { status | json "d['group']['brake']"; }
 braked() { [ "$(high)" != max ]; }
-sed -i 's/^\[policy\]$/[policy]\nbrake_at = 0.5/' /etc/monitor/agent.d/app.toml
+sed -i 's/^\[policy\]$/[policy]\nbrake_at = 0.96/' /etc/monitor/agent.d/app.toml
 systemctl restart "$agent"
 wait_for 20 braked
 b=$(brake)
-# 0.5 of the 256 MiB limit.
-check "brake set at brake_at" "memory.high $(high) (0.5 of 268435456 is 134217728); status: ${b:-none}" test "$(high)" = 134217728
+# 0.96 of the 256 MiB limit, to the page (brake_at must be above abort_at).
+check "brake set at brake_at" "memory.high $(high) (0.96 of 268435456 is 257695744); status: ${b:-none}" test "$(high)" = 257695744
 check "brake record kept" "warning: $(status | json "d['group']['brake']['warning']")" \
     test "$(status | json "d['group']['brake']['warning']")" = None
 systemctl stop "$agent"
