@@ -130,9 +130,13 @@ fn page_size() -> u64 {
     }
 }
 
-/// Errors that mean the filesystem will not keep the record (the brake still works without it).
+/// Errors that mean the filesystem will not keep the record (the brake still works without it). EROFS: systemd's
+/// `ProtectControlGroups=yes` mounts the cgroup tree read-only, but for the `memory.high` the unit opens again.
 fn refused(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EPERM | libc::EACCES | libc::ENOSPC | libc::E2BIG))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EPERM | libc::EACCES | libc::EROFS | libc::ENOSPC | libc::E2BIG)
+    )
 }
 
 /// The group's directory or file is gone (removed cgroup: ENOENT, or ENODEV on kernfs).

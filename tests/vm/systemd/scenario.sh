@@ -232,8 +232,9 @@ wait_for 20 braked
 b=$(brake)
 # 0.96 of the 256 MiB limit, to the page (brake_at must be above abort_at).
 check "brake set at brake_at" "memory.high $(high) (0.96 of 268435456 is 257695744); status: ${b:-none}" test "$(high)" = 257695744
-check "brake record kept" "warning: $(status | json "d['group']['brake']['warning']")" \
-    test "$(status | json "d['group']['brake']['warning']")" = None
+record=$(ls /var/lib/monitor/app/ | grep '^brake-' | tr '\n' ' ')
+check "brake record kept" "warning: $(status | json "d['group']['brake']['warning']"); record file: ${record:-none}" \
+    test "$(status | json "d['group']['brake']['warning']")" = None -a "$(high)" = 257695744 -a -n "$record"
 systemctl stop "$agent"
 check "brake released at stop" "memory.high $(high)" test "$(high)" = max
 systemctl start "$agent"
