@@ -6,7 +6,9 @@
 //! `user.monitor.brake` (`previous=<max|bytes> set=<bytes>`) on the group's directory: it survives the agent's
 //! SIGKILL, so the next agent puts the old value back ([`Brake::recover`]), and it dies with the cgroup, so a
 //! group created again never gets a stale record applied. A `memory.high` that no longer holds what the record says
-//! was changed by someone else since, and is left to them.
+//! was changed by someone else since, and is left to them. Where the directory refuses the attribute (root's, and
+//! the agent is not: the hardened units), the record is a file in the agent's state or runtime directory
+//! ([`crate::brake_file`]); with neither, the brake works without a record, and its status says so.
 
 use crate::feed::BrakeStatus;
 use std::ffi::{CStr, CString};
@@ -128,14 +130,23 @@ fn page_size() -> u64 {
     }
 }
 
-/// Errors that mean the filesystem will not keep the record (the brake still works without it).
+/// Errors that mean the filesystem will not keep the record (the brake still works without it). EROFS: systemd's
+/// `ProtectControlGroups=yes` mounts the cgroup tree read-only, but for the `memory.high` the unit opens again.
 fn refused(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EPERM | libc::EACCES | libc::ENOSPC | libc::E2BIG))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EPERM | libc::EACCES | libc::EROFS | libc::ENOSPC | libc::E2BIG)
+    )
 }
 
 /// The group's directory or file is gone (removed cgroup: ENOENT, or ENODEV on kernfs).
 fn gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV)
+}
+
+/// A record file's error, named by the file.
+fn file_err(path: &Path) -> impl Fn(io::Error) -> BrakeError + '_ {
+    move |source| BrakeError::Record { path: path.to_path_buf(), source }
 }
 
 fn c_path(dir: &Path) -> io::Result<CString> {
@@ -217,6 +228,9 @@ pub struct Brake {
     hold: Hold,
     /// Why the record cannot be kept, when it cannot (then crash recovery is off).
     no_record: Option<String>,
+    /// The record's file where the directory refuses the extended attribute, and whether the record is there.
+    file: Option<PathBuf>,
+    in_file: bool,
     released: bool,
 }
 
@@ -226,13 +240,27 @@ impl Brake {
     /// Returns what was restored (for the log). A record whose set value no longer matches memory.high means
     /// someone else changed it since: leave memory.high alone, drop the record.
     pub fn recover(group_dir: &Path) -> Result<Option<String>, BrakeError> {
+        Self::recover_in(group_dir, crate::brake_file::dir_from_env().as_deref())
+    }
+
+    /// [`Brake::recover`], looking for a record file in `files` where the directory has no record.
+    pub fn recover_in(group_dir: &Path, files: Option<&Path>) -> Result<Option<String>, BrakeError> {
         let record_err = |source| BrakeError::Record { path: group_dir.to_path_buf(), source };
-        let text = match get_record(group_dir) {
-            Ok(Some(t)) => t,
-            Ok(None) => return Ok(None),
-            Err(e) if refused(&e) => return Ok(None),
+        let found = match get_record(group_dir) {
+            Ok(Some(t)) => Some((t, None)),
+            Ok(None) => None,
+            Err(e) if refused(&e) => None,
             Err(e) => return Err(record_err(e)),
         };
+        let found = match (found, files) {
+            (Some(f), _) => Some(f),
+            (None, Some(files)) => {
+                let file = crate::brake_file::path_for(files, group_dir).map_err(record_err)?;
+                crate::brake_file::get(&file).map_err(record_err)?.map(|t| (t, Some(file)))
+            }
+            (None, None) => None,
+        };
+        let Some((text, file)) = found else { return Ok(None) };
         let restored = match parse_record(&text) {
             Ok(record) if record.holds(read_high(group_dir)?) => {
                 write_high(group_dir, record.previous)?;
@@ -248,7 +276,10 @@ impl Brake {
                 None
             }
         };
-        remove_record(group_dir).map_err(record_err)?;
+        match file {
+            Some(f) => crate::brake_file::remove(&f).map_err(record_err)?,
+            None => remove_record(group_dir).map_err(record_err)?,
+        }
         Ok(restored)
     }
 
@@ -256,11 +287,17 @@ impl Brake {
     /// group's memory.high is already at or below that (an operator's own, stricter), leave it and say so in the
     /// status (not an error). Writes the record BEFORE writing memory.high.
     pub fn engage(group_dir: &Path, at: f64, limit_bytes: u64) -> Result<Brake, BrakeError> {
+        Self::engage_in(group_dir, at, limit_bytes, crate::brake_file::dir_from_env().as_deref())
+    }
+
+    /// [`Brake::engage`], keeping the record in a file in `files` where the directory refuses the attribute.
+    pub fn engage_in(group_dir: &Path, at: f64, limit_bytes: u64, files: Option<&Path>) -> Result<Brake, BrakeError> {
         if !(at > 0.0 && at < 1.0) {
             return Err(BrakeError::Fraction { at });
         }
         // A brake left behind is undone first, so that its value is never taken for the group's own.
-        Self::recover(group_dir)?;
+        Self::recover_in(group_dir, files)?;
+        let file = files.and_then(|f| crate::brake_file::path_for(f, group_dir).ok());
         let mut brake = Brake {
             dir: group_dir.to_path_buf(),
             at,
@@ -268,6 +305,8 @@ impl Brake {
             previous: High::Max,
             hold: Hold::Stricter(0),
             no_record: None,
+            file,
+            in_file: false,
             released: false,
         };
         let target = brake.target(limit_bytes)?;
@@ -343,7 +382,7 @@ impl Brake {
         }
         self.write_record(Record { previous: self.previous, set: target, was: None })?;
         if let Err(e) = write_high(&self.dir, High::Bytes(target)) {
-            let _ = remove_record(&self.dir);
+            let _ = self.drop_record();
             return Err(e);
         }
         self.hold = Hold::Set(target);
@@ -376,8 +415,19 @@ impl Brake {
         if self.no_record.is_some() {
             return Ok(());
         }
+        if let (true, Some(f)) = (self.in_file, &self.file) {
+            return crate::brake_file::set(f, &record.text()).map_err(file_err(f));
+        }
         match set_record(&self.dir, &record) {
             Ok(()) => Ok(()),
+            Err(e) if refused(&e) && self.file.is_some() => {
+                let f = self.file.as_deref().unwrap_or(Path::new(""));
+                tracing::info!(dir = %self.dir.display(), file = %f.display(),
+                    "the group's directory refuses the brake's record ({RECORD_XATTR}: {e}): kept in a file");
+                crate::brake_file::set(f, &record.text()).map_err(file_err(f))?;
+                self.in_file = true;
+                Ok(())
+            }
             Err(e) if refused(&e) => {
                 self.no_record = Some(format!(
                     "{}: cannot keep the brake's record ({RECORD_XATTR}: {e}): a memory.high left by a killed agent \
@@ -393,6 +443,9 @@ impl Brake {
     fn drop_record(&mut self) -> Result<(), BrakeError> {
         if self.no_record.is_some() {
             return Ok(());
+        }
+        if let (true, Some(f)) = (self.in_file, &self.file) {
+            return crate::brake_file::remove(f).map_err(|source| BrakeError::Record { path: f.clone(), source });
         }
         remove_record(&self.dir).map_err(|source| BrakeError::Record { path: self.dir.clone(), source })
     }

@@ -120,7 +120,13 @@ struct AgentArgs {
 }
 
 fn main() -> ExitCode {
+    // The daemons reload on SIGHUP: until their handler exists, a hangup must not end them. The other commands
+    // keep the default action.
+    monitor::hangup::ignore_until_handled();
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Agent(_) | Cmd::Run { .. }) {
+        monitor::hangup::default_in_child();
+    }
     // The agent keeps about one descriptor per process of the group (past the limit it reads the rest by
     // open-read-close); `run` adds the front door's connections. Children get the limit they would have had.
     let _ = monitor::procs::raise_fd_limit();

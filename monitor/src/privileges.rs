@@ -201,13 +201,40 @@ pub fn warn_missing(cfg: &Config, group_dir: &Path, v2: bool) {
     }
 }
 
-/// Why the probes did not load, naming the capabilities this process lacks when it lacks them: `load_error` as it
-/// is otherwise.
-pub fn probes_reason(load_error: &str) -> String {
-    match current().map(|p| p.probes_lack(crate::probes::tracefs_reachable())) {
-        Ok(lack) if !lack.is_empty() => format!("{} missing: {PROBES_EFFECT} ({load_error})", names(&lack)),
-        _ => load_error.to_string(),
+/// Why the probes did not load, naming the capabilities this process lacks when it lacks them, or, when attaching
+/// failed with `attach_errno` under a `kernel.perf_event_paranoid` that refuses this process, that setting and its
+/// remedy: `load_error` as it is otherwise.
+pub fn probes_reason(load_error: &str, attach_errno: Option<i32>) -> String {
+    let Ok(p) = current() else { return load_error.to_string() };
+    let lack = p.probes_lack(crate::probes::tracefs_reachable());
+    if !lack.is_empty() {
+        return format!("{} missing: {PROBES_EFFECT} ({load_error})", names(&lack));
     }
+    match attach_errno.and_then(|errno| attach_refused(errno, read_perf_event_paranoid(), &p)) {
+        Some(why) => format!("{why} ({load_error}: {})", std::io::Error::from_raw_os_error(attach_errno.unwrap_or(0))),
+        None => load_error.to_string(),
+    }
+}
+
+/// `/proc/sys/kernel/perf_event_paranoid`, when it can be read.
+fn read_perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok()?.trim().parse().ok()
+}
+
+/// Why the kernel refused to attach a tracepoint with `errno`, when `kernel.perf_event_paranoid` (`paranoid`) is the
+/// cause: above 2 (Debian's 3), `perf_event_open` needs CAP_SYS_ADMIN, which CAP_PERFMON does not replace; at 2 or
+/// below CAP_PERFMON is enough. `None` for other errors, as root, or with CAP_SYS_ADMIN.
+pub fn attach_refused(errno: i32, paranoid: Option<i32>, p: &Privileges) -> Option<String> {
+    let refused = errno == libc::EACCES || errno == libc::EPERM;
+    let paranoid = paranoid?;
+    if !refused || paranoid <= 2 || p.euid == 0 || p.has(Cap::SysAdmin) {
+        return None;
+    }
+    Some(format!(
+        "kernel.perf_event_paranoid is {paranoid}: above 2 perf_event_open needs CAP_SYS_ADMIN, so the tracepoints \
+         do not attach and {PROBES_EFFECT}; allow CAP_PERFMON with `kernel.perf_event_paranoid = 2` in \
+         /etc/sysctl.d/ (docs/deploy.md)"
+    ))
 }
 
 #[cfg(test)]
@@ -317,6 +344,38 @@ mod tests {
         assert_eq!(lack(&cfg, true, true), None);
         assert_eq!(lack(&cfg, false, false), None, "v1 has no brake, whatever the access");
         assert_eq!(brake_lack(&parsed(ROOT), &cfg, true, file, || false), None);
+    }
+
+    #[test]
+    fn a_refused_attach_names_perf_event_paranoid_when_it_is_the_cause() {
+        let monitor = parsed(MONITOR);
+        let admin = Privileges { euid: 998, effective: monitor.effective | 1 << Cap::SysAdmin as u32 };
+        let root = parsed(ROOT);
+        // (errno, paranoid, privileges, named?)
+        let table = [
+            (libc::EACCES, Some(3), &monitor, true),
+            (libc::EPERM, Some(3), &monitor, true),
+            (libc::EACCES, Some(4), &monitor, true),
+            (libc::EACCES, Some(2), &monitor, false),
+            (libc::EACCES, Some(-1), &monitor, false),
+            (libc::EACCES, None, &monitor, false),
+            (libc::ENOENT, Some(3), &monitor, false),
+            (libc::EINVAL, Some(3), &monitor, false),
+            (libc::EACCES, Some(3), &admin, false),
+            (libc::EACCES, Some(3), &root, false),
+        ];
+        for (errno, paranoid, p, named) in table {
+            let said = attach_refused(errno, paranoid, p);
+            assert_eq!(said.is_some(), named, "errno {errno}, paranoid {paranoid:?}, {p:?}: {said:?}");
+        }
+        assert_eq!(
+            attach_refused(libc::EACCES, Some(3), &monitor).as_deref(),
+            Some(
+                "kernel.perf_event_paranoid is 3: above 2 perf_event_open needs CAP_SYS_ADMIN, so the tracepoints do \
+                 not attach and requests are not counted in the kernel; allow CAP_PERFMON with \
+                 `kernel.perf_event_paranoid = 2` in /etc/sysctl.d/ (docs/deploy.md)"
+            )
+        );
     }
 
     #[test]

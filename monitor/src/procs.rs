@@ -1,6 +1,9 @@
 //! Per-process memory from /proc: RSS and RssAnon from `statm` (resident - shared is exactly the kernel's MM_ANONPAGES,
 //! the `RssAnon` of `status`, at a sixth of the cost: 1.5 µs a read against 8.9 µs, `cargo xtask bench sampler`),
-//! name, start time and parent from `stat` (read once per process). The hot files stay open between samples: an
+//! name, start time and parent from `stat` (read once per process), the name again from `comm` at most once every
+//! [`NAME_EVERY`] (a process keeps its pid and start time across `execve`, and a shell script that ends in
+//! `exec server` becomes the server), and at once for a process a decision names ([`ProcTable::fresh_name`]).
+//! The hot files stay open between samples: an
 //! open `/proc/<pid>` file is bound to that process, so a reused pid can never be read through it (the read fails
 //! with ESRCH and the entry is dropped).
 //! Open files are kept for as many processes as the file-descriptor limit allows with room to spare for the rest
@@ -12,6 +15,11 @@ use crate::snapshot::{ProcSample, Traffic};
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often a process's name is read again from `/proc/<pid>/comm`: a process that execs is named after its new
+/// program within this time.
+pub const NAME_EVERY: Duration = Duration::from_secs(1);
 
 /// `/proc/<pid>/statm` fields, in pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +126,8 @@ struct Entry {
     /// `statm` kept open; None: opened, read and closed at each sample.
     statm: Option<File>,
     stat: StatInfo,
+    /// When `stat.comm` was read.
+    named: Instant,
 }
 
 /// Why a process could not be read. A process that exits mid-sample is [`ReadError::Gone`] and is dropped silently.
@@ -268,7 +278,7 @@ impl ProcTable {
                 "more processes than file descriptors to keep: the others are read by open-read-close"
             );
         }
-        Ok(Entry { statm, stat })
+        Ok(Entry { statm, stat, named: Instant::now() })
     }
 
     fn forget(&mut self, e: &Entry) {
@@ -295,9 +305,10 @@ impl ProcTable {
                 drop(f);
                 let text = std::fs::read_to_string(dir.join("stat")).map_err(classify)?;
                 let stat = parse_stat(&text).map_err(ReadError::Other)?;
-                if stat.start_ticks != e.stat.start_ticks {
+                if stat.start_ticks != e.stat.start_ticks || stat.comm != e.stat.comm {
                     e.stat = stat;
                 }
+                e.named = Instant::now();
             }
         }
         if buf.is_empty() {
@@ -320,6 +331,7 @@ impl ProcTable {
         if !self.unreadable.is_empty() {
             self.unreadable.retain(|pid| pids.binary_search(pid).is_ok());
         }
+        let now = Instant::now();
         for &pid in pids {
             let mut entry = match self.entries.remove(&pid) {
                 Some(e) => e,
@@ -334,6 +346,9 @@ impl ProcTable {
             };
             match Self::read_entry(&mut self.buf, &mut entry, self.page_size, &self.proc_root, pid) {
                 Ok((rss, anon)) => {
+                    if now.saturating_duration_since(entry.named) >= NAME_EVERY {
+                        self.rename(pid, &mut entry, now);
+                    }
                     out.push(ProcSample {
                         pid,
                         name: entry.stat.comm.clone(),
@@ -356,6 +371,32 @@ impl ProcTable {
                 }
             }
         }
+    }
+
+    /// Reads `pid`'s name again from `/proc/<pid>/comm` (it changes at `execve`); kept as it was when the file
+    /// cannot be read (the process is exiting: the next sample drops it).
+    fn rename(&mut self, pid: u32, entry: &mut Entry, now: Instant) {
+        let path = self.proc_root.join(pid.to_string()).join("comm");
+        if let Ok(f) = File::open(path) {
+            if pread_all(&f, &mut self.buf).is_ok() && !self.buf.is_empty() {
+                let name = String::from_utf8_lossy(&self.buf);
+                let name = name.strip_suffix('\n').unwrap_or(&name);
+                if name != entry.stat.comm {
+                    entry.stat.comm = name.to_string();
+                }
+            }
+        }
+        entry.named = now;
+    }
+
+    /// The name of `pid` read now (for a process a decision names, whose exec may be newer than [`NAME_EVERY`]), and
+    /// kept for the next samples; `None` when `pid` is not in the table.
+    pub fn fresh_name(&mut self, pid: u32) -> Option<String> {
+        let mut entry = self.entries.remove(&pid)?;
+        self.rename(pid, &mut entry, Instant::now());
+        let name = entry.stat.comm.clone();
+        self.entries.insert(pid, entry);
+        Some(name)
     }
 
     /// Logs that a listed process cannot be read, once while it stays so (it is tried again at every sample).
@@ -423,6 +464,70 @@ mod tests {
         assert!(parse_status_rss_anon("RssAnon: lots kB").is_err());
         assert!(parse_status_rss_anon("RssAnon: 12 MB").is_err());
         assert_eq!(parse_status_rss_anon("Name: kthreadd\n"), Ok(0));
+    }
+
+    /// Kills and reaps the child on drop.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn name_in(t: &mut ProcTable, pid: u32) -> String {
+        let mut out = Vec::new();
+        t.sample(&[pid], &mut out);
+        out.first().map(|p| p.name.clone()).unwrap_or_else(|| panic!("pid {pid} not sampled"))
+    }
+
+    /// Polls `f` every 20 ms for up to `secs`; its last answer.
+    fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        f()
+    }
+
+    #[test]
+    fn a_process_that_execs_is_named_after_its_new_program() {
+        // The shell waits, then becomes `sleep` (same pid, same start time).
+        let c = std::process::Command::new("sh").args(["-c", "sleep 0.3; exec sleep 30"]).spawn().expect("spawn sh");
+        let child = Child(c);
+        let pid = child.0.id();
+        let mut t = ProcTable::new();
+        assert_eq!(name_in(&mut t, pid), "sh");
+        let exec_done = || std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep");
+        assert!(within(5, exec_done), "the shell did not exec sleep within 5 s");
+        // Fresh when asked for (a decision names it), and kept for the next samples.
+        let mut fresh = ProcTable::new();
+        assert_eq!(name_in(&mut fresh, pid), "sleep", "a new entry reads stat after the exec");
+        let started = Instant::now();
+        let mut names = Vec::new();
+        assert!(
+            within(3, || {
+                names.push(name_in(&mut t, pid));
+                names.last().is_some_and(|n| n == "sleep")
+            }),
+            "still {:?} after {:?}",
+            names.last(),
+            started.elapsed()
+        );
+        assert!(started.elapsed() <= NAME_EVERY + Duration::from_millis(500), "renamed after {:?}", started.elapsed());
+        let mut u = ProcTable::new();
+        let c2 = std::process::Command::new("sh").args(["-c", "sleep 0.2; exec sleep 30"]).spawn().expect("spawn sh");
+        let child2 = Child(c2);
+        let pid2 = child2.0.id();
+        assert_eq!(name_in(&mut u, pid2), "sh");
+        let exec2 = || std::fs::read_to_string(format!("/proc/{pid2}/comm")).is_ok_and(|c| c.trim() == "sleep");
+        assert!(within(5, exec2), "the second shell did not exec sleep within 5 s");
+        assert_eq!(u.fresh_name(pid2).as_deref(), Some("sleep"), "fresh_name reads comm now");
+        assert_eq!(name_in(&mut u, pid2), "sleep", "and the samples keep it");
+        assert_eq!(u.fresh_name(1), None, "not in the table");
     }
 
     #[test]

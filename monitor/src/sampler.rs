@@ -162,7 +162,7 @@ pub fn load_probes(cfg: &crate::config::ProbesConfig) -> Result<Probes, String> 
             // Without the capabilities the probes need, say so (an object not built in is the reason as it is).
             let first = match e {
                 crate::probes::ProbeError::NotBuilt(_) => first.to_string(),
-                _ => crate::privileges::probes_reason(first),
+                _ => crate::privileges::probes_reason(first, e.attach_errno()),
             };
             match chosen {
                 Some(h) => format!("[probes] hooks = {:?}: {first}", h.name()),
@@ -439,6 +439,17 @@ impl Sampler {
         snap
     }
 
+    /// When `d` is a change that names a process, reads that process's name afresh into `snap`, so that the log,
+    /// alerts and actions name the program it runs now (names are otherwise read again once a second).
+    pub fn name_victim(&mut self, d: &Decision, snap: &mut Snapshot) {
+        let Some(v) = d.victim.filter(|_| d.changed) else { return };
+        if let (Some(name), Some(p)) =
+            (self.procs.fresh_name(v.pid), snap.processes.iter_mut().find(|p| p.pid == v.pid))
+        {
+            p.name = name;
+        }
+    }
+
     fn read(&mut self) -> Result<Snapshot, CgroupError> {
         if self.last_rescan.elapsed() >= RESCAN_EVERY {
             self.reader.rescan()?;
@@ -546,13 +557,14 @@ pub fn spawn(
                 applied = cfg;
             }
             match sampler.sample() {
-                Ok(snap) => {
+                Ok(mut snap) => {
                     let recovered = std::mem::replace(&mut failing, false);
                     if recovered {
                         tracing::info!(cgroup = %sampler.group().dir.display(), "group readable again");
                     }
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
+                    sampler.name_victim(&decision, &mut snap);
                     log_decision(&decision, &snap, &wake);
                     if decision.changed || recovered {
                         crate::notify::status(&status_line(&snap, &decision));
@@ -602,8 +614,9 @@ pub fn status_line(snap: &Snapshot, d: &Decision) -> String {
 
 /// Takes the first sample synchronously (so start-up fails fast on an unreadable group) and decides on it.
 pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicyState, Published), CgroupError> {
-    let snap = sampler.sample()?;
+    let mut snap = sampler.sample()?;
     let (state, decision) = decide(&PolicyState::default(), &snap, thresholds);
+    sampler.name_victim(&decision, &mut snap);
     log_decision(&decision, &snap, &Wake::timer());
     let probes = sampler.probe_status().clone();
     let next = sampler.paced(&snap);

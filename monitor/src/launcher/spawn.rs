@@ -47,7 +47,7 @@ pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
     // The soft fd limit monitor started with (it raised its own): a server using select() breaks past 1024.
     let nofile = crate::procs::child_fd_limit();
     // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe system calls
-    // (prctl, getppid, getrlimit, setrlimit, open, write, close, setgroups, setgid, setuid) on memory allocated
+    // (prctl, getppid, getrlimit, setrlimit, open, write, close, setgroups, setgid, setuid, signal) on memory allocated
     // before the fork.
     unsafe {
         cmd.pre_exec(move || {
@@ -85,6 +85,8 @@ pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
             // Ambient capabilities (the units give monitor CAP_BPF and others for the probes) would pass to the
             // server across exec: it gets none.
             libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0);
+            // monitor ignores SIGHUP until its reload handler exists: the server gets the default action.
+            crate::hangup::default_in_child();
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }

@@ -90,30 +90,62 @@ pub fn field_offset(category: &str, event: &str, field: &str) -> Option<u32> {
     })
 }
 
-/// Mounts tracefs at /sys/kernel/tracing when neither usual place has it (aya reads tracepoint ids there).
+/// Mounts tracefs at /sys/kernel/tracing when neither usual place has it (aya reads tracepoint ids there). When
+/// tracefs is mounted but this process cannot search it (root's, mode 0700, without CAP_DAC_READ_SEARCH), says so
+/// rather than trying to mount it again.
 pub fn ensure_tracefs() -> Result<(), ProbeError> {
     if tracefs_reachable() {
         return Ok(());
     }
-    // Mounted, but its root (mode 0700, root's) cannot be searched: mounting again would not help.
-    let events = Path::new(TRACEFS).join("events");
-    if let Err(e) = std::fs::metadata(&events) {
-        if e.kind() == std::io::ErrorKind::PermissionDenied {
-            return Err(ProbeError::TracefsUnreadable(e));
+    // Mounted, but its root (or debugfs's, above the older place) cannot be searched.
+    for root in [TRACEFS, DEBUGFS_TRACING] {
+        if let Err(e) = std::fs::metadata(Path::new(root).join("events")) {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                return Err(ProbeError::TracefsUnreadable { at: root.into(), source: e });
+            }
         }
     }
     let target = c"/sys/kernel/tracing";
     // SAFETY: valid NUL-terminated strings; a null data pointer is allowed for tracefs.
     let rc = unsafe { libc::mount(c"tracefs".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null()) };
     if rc != 0 {
-        return Err(ProbeError::Tracefs(std::io::Error::last_os_error()));
+        let e = std::io::Error::last_os_error();
+        // Refused, yet tracefs is mounted somewhere this process cannot reach: that is the cause, not the mount.
+        let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+            .ok()
+            .and_then(|m| tracefs_mounts(&m).next().map(String::from));
+        return Err(match mounted {
+            Some(at) => ProbeError::TracefsUnreadable { at: at.into(), source: e },
+            None => ProbeError::Tracefs(e),
+        });
     }
     Ok(())
 }
 
+/// The mount points of tracefs in a `/proc/<pid>/mountinfo` text (the fifth field; the type follows ` - `).
+pub fn tracefs_mounts(mountinfo: &str) -> impl Iterator<Item = &str> {
+    mountinfo.lines().filter_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        (after.split_whitespace().next()? == "tracefs").then(|| before.split_whitespace().nth(4)).flatten()
+    })
+}
+
 #[cfg(test)]
 mod format_tests {
-    use super::parse_field_offset;
+    use super::{parse_field_offset, tracefs_mounts};
+
+    /// `/proc/self/mountinfo` of a Debian bookworm host, trimmed: tracefs at its usual place and under debugfs.
+    const MOUNTINFO: &str = "22 28 0:20 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw\n\
+        30 22 0:7 / /sys/kernel/debug rw,nosuid,nodev,noexec,relatime shared:13 - debugfs debugfs rw\n\
+        31 22 0:12 / /sys/kernel/tracing rw,nosuid,nodev,noexec,relatime shared:14 - tracefs tracefs rw\n\
+        45 30 0:12 / /sys/kernel/debug/tracing rw,nosuid,nodev,noexec,relatime - tracefs tracefs rw\n";
+
+    #[test]
+    fn finds_tracefs_mount_points() {
+        assert_eq!(tracefs_mounts(MOUNTINFO).collect::<Vec<_>>(), ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]);
+        assert_eq!(tracefs_mounts("22 28 0:20 / /sys rw - sysfs sysfs rw\n").count(), 0);
+        assert_eq!(tracefs_mounts("garbage\n\n").count(), 0);
+    }
 
     /// `sched_process_fork`'s format on 6.18 (comms as `__data_loc`) and on 6.1/6.12 (comms as `char[16]`): the
     /// parser finds a field after a `__data_loc` one and after an array.

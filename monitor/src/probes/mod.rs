@@ -42,8 +42,11 @@ pub enum ProbeError {
     AttachRaw { name: &'static str, tracepoint: &'static str, source: Box<ProgramError> },
     #[error("eBPF map `{name}`: {source}")]
     Map { name: &'static str, source: Box<MapError> },
-    #[error("tracefs at /sys/kernel/tracing cannot be read (root's, mode 0700; needs CAP_DAC_READ_SEARCH): {0}")]
-    TracefsUnreadable(std::io::Error),
+    #[error(
+        "tracefs is mounted at {} but not readable (root's, mode 0700): CAP_DAC_READ_SEARCH reads it ({source})",
+        at.display()
+    )]
+    TracefsUnreadable { at: std::path::PathBuf, source: std::io::Error },
     #[error("mounting tracefs at /sys/kernel/tracing (needs CAP_SYS_ADMIN, or tracefs mounted beforehand): {0}")]
     Tracefs(#[source] std::io::Error),
     #[error("counting possible CPUs: {0}")]
@@ -52,6 +55,24 @@ pub enum ProbeError {
     FilterType,
     #[error("mapping the eBPF map `FILTER` into memory: {0}")]
     FilterMmap(#[source] std::io::Error),
+}
+
+impl ProbeError {
+    /// The errno of the system call behind an attach failure (`perf_event_open` for a tracepoint,
+    /// `bpf(BPF_RAW_TRACEPOINT_OPEN)` for a raw one), found down its chain of sources.
+    pub fn attach_errno(&self) -> Option<i32> {
+        let mut e: Option<&(dyn std::error::Error + 'static)> = match self {
+            ProbeError::Attach { source, .. } | ProbeError::AttachRaw { source, .. } => Some(source.as_ref()),
+            _ => None,
+        };
+        while let Some(err) = e {
+            if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                return io.raw_os_error();
+            }
+            e = err.source();
+        }
+        None
+    }
 }
 
 fn map_err(name: &'static str) -> impl Fn(MapError) -> ProbeError {

@@ -11,6 +11,8 @@ mod alerts_tls;
 mod failures;
 mod fds;
 mod fork;
+mod hangup;
+mod names;
 mod oom_kills;
 mod own_group;
 mod privileges;

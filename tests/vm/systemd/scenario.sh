@@ -57,13 +57,6 @@ check "systemd is PID 1" "$(cat /proc/1/comm)" test "$(cat /proc/1/comm)" = syst
 tracing_progs() { bpftool prog show -j | json "' '.join(str(p['id']) for p in d if p['type'] in ('tracepoint', 'raw_tracepoint', 'tracing', 'kprobe', 'perf_event'))"; }
 progs_before=$(tracing_progs)
 
-# Debian's kernels default to kernel.perf_event_paranoid=3, where perf_event_open (which attaches the probes'
-# tracepoints) needs CAP_SYS_ADMIN; 2 (the kernel's own default) lets CAP_PERFMON do it. The host step
-# docs/deploy.md names, before the package.
-echo "kernel.perf_event_paranoid = 2" >/etc/sysctl.d/60-perf-monitor.conf
-sysctl -q -p /etc/sysctl.d/60-perf-monitor.conf
-echo "scenario: kernel.perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid) (/etc/sysctl.d/60-perf-monitor.conf)"
-
 # --- Install --------------------------------------------------------------------------------------------------
 out=$(dpkg -i /root/monitor.deb 2>&1)
 rc=$?
@@ -87,6 +80,21 @@ systemctl daemon-reload
 systemctl start app.service
 wait_for 20 curl -sf -m 2 http://127.0.0.1:8000/health
 check "app.service" "fixture-backend answers on :8000" curl -sf -m 2 http://127.0.0.1:8000/health -o /dev/null
+
+# Debian's kernels default to kernel.perf_event_paranoid=3, where perf_event_open (which attaches the probes'
+# tracepoints) needs CAP_SYS_ADMIN; 2 (the kernel's own default) lets CAP_PERFMON do it. First under Debian's
+# default: the agent runs with the probes off and its API names the setting.
+paranoid=$(cat /proc/sys/kernel/perf_event_paranoid)
+systemctl start "$agent"
+wait_for 30 sh -c "curl -sf -m 2 $api/api/v1/status >/dev/null"
+reason=$(status | json "d['probes']['reason']")
+check "probes off under perf_event_paranoid $paranoid" "reason: ${reason:-none}" \
+    sh -c "echo \"\$1\" | grep -q 'kernel.perf_event_paranoid is 3' && echo \"\$1\" | grep -q 'kernel.perf_event_paranoid = 2'" _ "$reason"
+systemctl stop "$agent"
+# Then the host step docs/deploy.md names.
+echo "kernel.perf_event_paranoid = 2" >/etc/sysctl.d/60-perf-monitor.conf
+sysctl -q -p /etc/sysctl.d/60-perf-monitor.conf
+echo "scenario: kernel.perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid) (/etc/sysctl.d/60-perf-monitor.conf)"
 
 systemctl enable "$agent" >/dev/null 2>&1
 systemctl start --no-block "$agent"
@@ -213,6 +221,35 @@ now=$(status | json "d['policy']['refuse_at']")
 check "a broken config on reload is kept out" "refuse_at ${now:-none}, pid $pid -> $(main_pid "$agent"), $(systemctl is-active "$agent")" \
     test "$now" = 0.8 -a "$(main_pid "$agent")" = "$pid"
 sed -i 's/^refuse_at = .*/refuse_at = 0.85/' /etc/monitor/agent.d/app.toml
+
+# --- Brake: memory.high at brake_at as user monitor, put back at stop and after a SIGKILL -----------------------
+high() { cat /sys/fs/cgroup/system.slice/app.service/memory.high; }
+brake() { status | json "d['group']['brake']"; }
+braked() { [ "$(high)" != max ]; }
+sed -i 's/^\[policy\]$/[policy]\nbrake_at = 0.96/' /etc/monitor/agent.d/app.toml
+systemctl restart "$agent"
+wait_for 20 braked
+b=$(brake)
+# 0.96 of the 256 MiB limit, to the page (brake_at must be above abort_at).
+check "brake set at brake_at" "memory.high $(high) (0.96 of 268435456 is 257695744); status: ${b:-none}" test "$(high)" = 257695744
+record=$(ls /var/lib/monitor/app/ | grep '^brake-' | tr '\n' ' ')
+check "brake record kept" "warning: $(status | json "d['group']['brake']['warning']"); record file: ${record:-none}" \
+    test "$(status | json "d['group']['brake']['warning']")" = None -a "$(high)" = 257695744 -a -n "$record"
+systemctl stop "$agent"
+check "brake released at stop" "memory.high $(high)" test "$(high)" = max
+systemctl start "$agent"
+wait_for 20 braked
+killed=$(main_pid "$agent")
+# MainPID is 0 when the agent is not running: kill 0 would be this script's own group.
+[ "${killed:-0}" -gt 0 ] && kill -KILL "$killed"
+wait_for 20 sh -c "[ \"\$(systemctl show -p MainPID --value $agent)\" != $killed ] && systemctl is-active -q $agent"
+sleep 1
+stale=$(journalctl -u "$agent" --since "-30s" -o cat | grep -c 'put back the memory.high a previous agent left braked')
+systemctl stop "$agent"
+check "a stale brake from a killed agent is released" "pid $killed killed, $stale 'put back' line(s); memory.high after the next agent's stop: $(high)" \
+    test "$(high)" = max -a "$stale" -ge 1
+sed -i '/^brake_at = /d' /etc/monitor/agent.d/app.toml
+systemctl start "$agent"
 
 # --- monitor-run.service: master and two workers behind the front door, a drain with no failed request --------
 systemctl stop "$agent" app.service
