@@ -191,6 +191,11 @@ impl Membership {
     }
 }
 
+/// How long the front door keeps accepting after the leave notice is sent: a peer may have chosen this node for a
+/// forward just before the notice reached it, and that forward still connects here. A notice on a LAN arrives in
+/// well under a millisecond; the margin covers a loaded peer.
+pub const LEAVE_LINGER: Duration = Duration::from_millis(250);
+
 /// How often this node's load is looked at, and gossiped if it changed.
 pub const LOAD_EVERY: Duration = Duration::from_secs(2);
 /// A load is gossiped at least this often, changed or not.
