@@ -336,7 +336,7 @@ impl Parts<'_> {
         let more = cluster.clone().map(|m| {
             let f: metrics::MoreFn = Arc::new(move || {
                 let forwarded = forwarded.as_ref().map_or(0, |p| p.forwarded_total());
-                crate::cluster::api::metrics_text(&m.members(), m.rejected(), forwarded)
+                crate::cluster::api::metrics_text(&m.members(), m.rejected(), forwarded, m.gossip_bytes())
             });
             f
         });
