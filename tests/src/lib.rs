@@ -1,6 +1,6 @@
 //! The support every monitor test uses: requirement checks (`require`), cgroup v1/v2 groups with drop guards
 //! (`cgroup`, `cgroup2`, `group`), child-process guards (`child`), the fixtures' drivers (`hog`, `reaction`), real
-//! servers and clients (`servers`, `clients`), alert hooks (`hooks`), systemd's notification socket (`notify`), a tiny HTTP client (`http`), the agent and `monitor run` as children
+//! servers and clients (`servers`, `clients`), alert hooks (`hooks`), systemd's notification socket (`notify`), a tiny HTTP client (`http`), network namespaces with a bridge (`netns`), the agent and `monitor run` as children
 //! (`agent`, `run`), the config builder they are started with (`config`), and the memory scenario that runs on
 //! both hierarchies (`scenario`).
 //!
@@ -19,6 +19,7 @@ pub mod group;
 pub mod hog;
 pub mod hooks;
 pub mod http;
+pub mod netns;
 pub mod notify;
 pub mod proc;
 pub mod reaction;

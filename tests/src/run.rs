@@ -38,6 +38,18 @@ impl Launched {
     /// `monitor run --config` without waiting for it, in the cgroup `inside` when given (as a service manager starts
     /// it in its unit's group), with `env` added to its environment.
     pub fn start(test: &str, config: Config, inside: Option<&Path>, env: &[(&str, &str)]) -> Launched {
+        Self::start_wrapped(test, config, &[], inside, env)
+    }
+
+    /// [`Launched::start`], with `monitor` run by `wrapper` (e.g. `ip netns exec <ns>`, which execs it: the pid is
+    /// still monitor's).
+    pub fn start_wrapped(
+        test: &str,
+        config: Config,
+        wrapper: &[String],
+        inside: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Launched {
         let (proxy, web) = (loopback(free_port()), loopback(free_port()));
         let mut config = config;
         if !config.has("web", "listen") {
@@ -47,7 +59,14 @@ impl Launched {
             config = config.proxy(proxy);
         }
         let path = config.write(std::env::temp_dir().join(format!("monitor-{test}-{}.toml", std::process::id())));
-        let mut cmd = Command::new(monitor_bin());
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(monitor_bin());
+                c
+            }
+            None => Command::new(monitor_bin()),
+        };
         cmd.arg("run").arg("--config").arg(&path).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         cmd.envs(env.iter().copied());
         let mut child = match inside {

@@ -14,12 +14,16 @@
 //! - `reaction`: the grower suite: a fast grower in a 512 MiB group, the agent's abort against the kernel's OOM
 //!   killer, timer vs events vs the brake, on this host (v1) and in the test VM (v2) (bench_reaction.rs).
 //! - `config`: `monitor check-config` on 100,000 `[[process]]` against 10,000 (bench_config.rs).
+//! - `cluster`: a request forwarded to its owner node against a local one at c=16, and gossip bytes per node per
+//!   second at 3 and 50 members (bench_cluster.rs).
 
 // The benchmarks of other subsystems live beside this file; they are dispatched from here.
 #[path = "bench_all.rs"]
 mod bench_all;
 #[path = "bench_all_text.rs"]
 mod bench_all_text;
+#[path = "bench_cluster.rs"]
+mod bench_cluster;
 #[path = "bench_config.rs"]
 mod bench_config;
 #[path = "bench_probes.rs"]
@@ -43,7 +47,7 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which benchmark: all, sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config.
+    /// Which benchmark: all, sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -70,8 +74,9 @@ pub fn run(args: Args) -> Result<()> {
         "reaction" => bench_reaction::run(),
         "web" => bench_web::run(),
         "config" => bench_config::run(),
+        "cluster" => bench_cluster::run(),
         other => bail!(
-            "unknown benchmark {other:?} (all, sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config)"
+            "unknown benchmark {other:?} (all, sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster)"
         ),
     }
 }

@@ -189,6 +189,26 @@ Knobs: `BENCH_REACTION_RUNS` (20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION
 `BENCH_REACTION_VM` (`all`, `6.1`, `6.12`, `none`).
 ",
     },
+    Bench {
+        name: "cluster",
+        title: "Cluster: forwarding and gossip",
+        full: &[("BENCH_SECONDS", "5"), ("BENCH_ROUNDS", "3"), ("GOSSIP_SECONDS", "30")],
+        quick: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "2"), ("GOSSIP_SECONDS", "15")],
+        tools: &["wrk"],
+        v1: false,
+        about: "\
+**A request forwarded to the node that owns its cache against one served where it arrives, and the gossip each
+node sends** (xtask/src/bench_cluster.rs). Every node is a release `monitor run` on a loopback address of its own
+(127.0.1.x) with `[cluster]` at its defaults (1000 ms suspect, 5000 ms dead) over fixture-backend processes.
+Forwarding: two nodes a and b; `wrk -t2 -c16` sends `/fhir/use` to b's front door with a cache id minted on b
+(served by b's process: the baseline) and with one minted on a (b forwards it, with its signed hop header, on a
+kept-alive connection, to a's front door, which serves it), interleaved rounds. Goal: forwarded p50 <= 1.6 × local
+p50. Gossip: 3, then 50 nodes (each over one fixture master), every one listing all the others alive; each node's
+`monitor_cluster_gossip_bytes_total` (UDP payloads, without the 28 bytes of IPv4 and UDP headers a datagram) read
+twice, `GOSSIP_SECONDS` apart. Knobs: `BENCH_SECONDS` (5), `BENCH_ROUNDS` (3), `GOSSIP_SECONDS` (30),
+`GOSSIP_MEMBERS` (50).
+",
+    },
 ];
 
 pub(super) const TESTS_HOLD: &str = "\

@@ -158,13 +158,15 @@ async fn gossip_load(
     }
 }
 
-/// The front door's drain under `[cluster]`: it starts once the node has left the cluster, so peers stop forwarding
-/// to it before it stops accepting.
+/// The front door's drain under `[cluster]`: it starts once the node has left the cluster and the forwards peers
+/// chose before they heard it have had [`LEAVE_LINGER`](crate::cluster::membership::LEAVE_LINGER) to connect, so
+/// peers stop forwarding to it before it stops accepting.
 fn leave_then_drain(m: Arc<crate::cluster::Membership>, drained: DrainWatch) -> DrainWatch {
     let (door, door_drained) = Drain::new();
     tokio::spawn(async move {
         drained.started().await;
         m.leave().await;
+        tokio::time::sleep(crate::cluster::membership::LEAVE_LINGER).await;
         door.start();
     });
     door_drained
@@ -334,7 +336,7 @@ impl Parts<'_> {
         let more = cluster.clone().map(|m| {
             let f: metrics::MoreFn = Arc::new(move || {
                 let forwarded = forwarded.as_ref().map_or(0, |p| p.forwarded_total());
-                crate::cluster::api::metrics_text(&m.members(), m.rejected(), forwarded)
+                crate::cluster::api::metrics_text(&m.members(), m.rejected(), forwarded, m.gossip_bytes())
             });
             f
         });

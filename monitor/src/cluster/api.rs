@@ -122,8 +122,8 @@ pub fn readiness(left: bool, refused: Option<&str>, processes: &[(String, Phase)
     }
 }
 
-/// The cluster's families in the Prometheus text format.
-pub fn metrics_text(m: &Members, rejected: u64, forwarded: u64) -> String {
+/// The cluster's families in the Prometheus text format; `gossip_bytes` is (sent, received).
+pub fn metrics_text(m: &Members, rejected: u64, forwarded: u64, gossip_bytes: (u64, u64)) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -143,6 +143,14 @@ pub fn metrics_text(m: &Members, rejected: u64, forwarded: u64) -> String {
         o,
         "# HELP monitor_cluster_forwarded_total Requests sent on to the front door of the node that owns their cache.\n\
          # TYPE monitor_cluster_forwarded_total counter\nmonitor_cluster_forwarded_total {forwarded}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP monitor_cluster_gossip_bytes_total Bytes of gossip datagrams (UDP payloads), by direction.\n\
+         # TYPE monitor_cluster_gossip_bytes_total counter\n\
+         monitor_cluster_gossip_bytes_total{{direction=\"sent\"}} {}\n\
+         monitor_cluster_gossip_bytes_total{{direction=\"received\"}} {}",
+        gossip_bytes.0, gossip_bytes.1
     );
     o
 }
@@ -205,7 +213,7 @@ mod tests {
         assert_eq!((peers[0].url.as_str(), peers[0].this), ("http://127.0.0.2:9464/", true));
         assert_eq!((peers[0].memory_ratio, peers[0].policy.as_deref()), (Some(0.25), Some("refusing")));
         assert_eq!((peers[2].state.as_str(), peers[2].memory_ratio), ("dead", None));
-        let text = metrics_text(&m, 3, 5);
+        let text = metrics_text(&m, 3, 5, (700, 650));
         for line in [
             "monitor_cluster_members{state=\"alive\"} 2",
             "monitor_cluster_members{state=\"suspect\"} 0",
@@ -213,6 +221,8 @@ mod tests {
             "monitor_cluster_members{state=\"left\"} 0",
             "monitor_cluster_datagrams_rejected_total 3",
             "monitor_cluster_forwarded_total 5",
+            "monitor_cluster_gossip_bytes_total{direction=\"sent\"} 700",
+            "monitor_cluster_gossip_bytes_total{direction=\"received\"} 650",
             "# TYPE monitor_cluster_members gauge",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");

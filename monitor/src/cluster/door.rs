@@ -21,6 +21,15 @@ use std::time::Duration;
 /// How long connecting to a peer's front door may take before the owner counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a connection to a peer's front door is kept idle for the next forward to it, and how many per peer.
+/// Short, so that a connection the peer is about to close (its keep-alive or its drain) is rarely the one taken.
+pub const IDLE_FOR: Duration = Duration::from_secs(2);
+const IDLE_PER_PEER: usize = 32;
+
+/// Connections to peers' front doors whose last answer is complete, newest last.
+type Idle = Arc<std::sync::Mutex<std::collections::HashMap<SocketAddr, Vec<(std::time::Instant, Sender)>>>>;
+type Sender = hyper::client::conn::http1::SendRequest<Incoming>;
+
 /// The cluster's side of the front door.
 pub struct Door {
     membership: Arc<Membership>,
@@ -32,6 +41,7 @@ pub struct Door {
     hop_header: HeaderName,
     /// How long the owner's front door may take to send its response head (`[proxy] upstream_timeout_s`).
     head_timeout: Duration,
+    idle: Idle,
 }
 
 /// Where a request goes.
@@ -139,6 +149,7 @@ impl Door {
             cache_header,
             hop_header: HeaderName::from_static(HOP_HEADER),
             head_timeout: Duration::from_secs(px.upstream_timeout_s),
+            idle: Idle::default(),
             membership,
         })
     }
@@ -215,9 +226,21 @@ impl Door {
     }
 
     /// Sends `req` (origin form, hop-by-hop fields already removed, the hop header signed) to the front door at
-    /// `front` on a connection of its own, and returns its response head (within the upstream timeout) with the
-    /// body streaming, cut if it goes that long without a frame.
+    /// `front`, on a kept-alive connection to it whose last answer is complete (idle at most [`IDLE_FOR`]) or else
+    /// a new one, and returns its response head (within the upstream timeout) with the body streaming, cut if it
+    /// goes that long without a frame. A kept-alive connection that turns out closed before the request went out
+    /// is passed over; one that fails after is an error (the request may have been sent).
     pub async fn send(&self, front: SocketAddr, req: Request<Incoming>) -> Result<Response<PeerBody>, ForwardError> {
+        let mut req = req;
+        while let Some(mut tx) = self.take_idle(front) {
+            match tx.try_send_request(req).await {
+                Ok(resp) => return Ok(self.answered(front, tx, resp)),
+                Err(mut e) => match e.take_message() {
+                    Some(back) => req = back,
+                    None => return Err(ForwardError::Http { front, source: e.into_error() }),
+                },
+            }
+        }
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(front)).await {
             Ok(Ok(s)) => s,
             Ok(Err(source)) => return Err(ForwardError::Connect { front, source }),
@@ -234,7 +257,36 @@ impl Door {
             Ok(r) => r.map_err(|source| ForwardError::Http { front, source })?,
             Err(_) => return Err(ForwardError::NoAnswer { front, after: self.head_timeout }),
         };
-        Ok(resp.map(|b| Bounded::new(b, self.head_timeout).boxed()))
+        Ok(self.answered(front, tx, resp))
+    }
+
+    /// The newest idle connection to `front` that is still open and young enough; older ones are dropped.
+    fn take_idle(&self, front: SocketAddr) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.get_mut(&front)?;
+        while let Some((at, tx)) = list.pop() {
+            if at.elapsed() < IDLE_FOR && tx.is_ready() {
+                return Some(tx);
+            }
+        }
+        None
+    }
+
+    /// Bounds the answer's body, and puts the connection back among the idle once the answer is complete.
+    fn answered(&self, front: SocketAddr, mut tx: Sender, resp: Response<Incoming>) -> Response<PeerBody> {
+        let idle = self.idle.clone();
+        let limit = self.head_timeout;
+        tokio::spawn(async move {
+            if let Ok(Ok(())) = tokio::time::timeout(limit, tx.ready()).await {
+                let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+                let list = idle.entry(front).or_default();
+                list.retain(|(at, tx)| at.elapsed() < IDLE_FOR && !tx.is_closed());
+                if list.len() < IDLE_PER_PEER {
+                    list.push((std::time::Instant::now(), tx));
+                }
+            }
+        });
+        resp.map(|b| Bounded::new(b, self.head_timeout).boxed())
     }
 }
 

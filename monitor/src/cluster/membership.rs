@@ -84,12 +84,23 @@ impl Settings {
     }
 }
 
+/// What the driver counts on the wire, for `/metrics`.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Datagrams dropped: their mac did not match, or they were malformed.
+    rejected: AtomicU64,
+    /// Bytes of the datagrams sent and received (UDP payloads, kind and mac included; not counting IP and UDP
+    /// headers, 28 bytes a datagram over IPv4).
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
 /// A running membership.
 pub struct Membership {
     view: watch::Receiver<Arc<Members>>,
     load: watch::Sender<Option<Load>>,
     commands: mpsc::Sender<Command>,
-    rejected: Arc<AtomicU64>,
+    counters: Arc<Counters>,
     left: std::sync::atomic::AtomicBool,
     /// Set when a clash shows up after the start (two nodes that joined at once): this node, the later, left.
     refused: Refused,
@@ -123,13 +134,13 @@ impl Membership {
         }
         let (tx, mut view) = watch::channel(Arc::new(Members::new(s.this.clone())));
         let (commands, rx) = mpsc::channel(4);
-        let rejected = Arc::new(AtomicU64::new(0));
+        let counters = Arc::new(Counters::default());
         let window = join_window(&s);
         let (load, load_rx) = watch::channel(None);
         let refused = Refused::default();
-        let driver = Driver::new(&s, socket, seeds.clone(), tx, rejected.clone(), refused.clone());
+        let driver = Driver::new(&s, socket, seeds.clone(), tx, counters.clone(), refused.clone());
         tokio::spawn(driver.run(rx, load_rx));
-        let membership = Membership { view: view.clone(), load, commands, rejected, left: Default::default(), refused };
+        let membership = Membership { view: view.clone(), load, commands, counters, left: Default::default(), refused };
         if !seeds.is_empty() {
             let joined = view.wait_for(|m| m.iter().any(|x| !x.this && x.state.is_live()));
             match tokio::time::timeout(window, joined).await {
@@ -177,7 +188,12 @@ impl Membership {
 
     /// Datagrams dropped because their mac did not match the cluster secret (or they were malformed).
     pub fn rejected(&self) -> u64 {
-        self.rejected.load(Ordering::Relaxed)
+        self.counters.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Gossip bytes (UDP payloads) this node has sent and received, in that order, authentic or not.
+    pub fn gossip_bytes(&self) -> (u64, u64) {
+        (self.counters.sent.load(Ordering::Relaxed), self.counters.received.load(Ordering::Relaxed))
     }
 
     /// Leaves the cluster: every live member is told at once, then the crate spreads the leave. Returns once the
@@ -190,6 +206,11 @@ impl Membership {
         }
     }
 }
+
+/// How long the front door keeps accepting after the leave notice is sent: a peer may have chosen this node for a
+/// forward just before the notice reached it, and that forward still connects here. A notice on a LAN arrives in
+/// well under a millisecond; the margin covers a loaded peer.
+pub const LEAVE_LINGER: Duration = Duration::from_millis(250);
 
 /// How often this node's load is looked at, and gossiped if it changed.
 pub const LOAD_EVERY: Duration = Duration::from_secs(2);
@@ -216,7 +237,7 @@ struct Driver {
     /// Set, with why, when a clash found after the start makes this node leave.
     refused: Refused,
     view: watch::Sender<Arc<Members>>,
-    rejected: Arc<AtomicU64>,
+    counters: Arc<Counters>,
 }
 
 impl Driver {
@@ -225,7 +246,7 @@ impl Driver {
         socket: UdpSocket,
         seeds: Vec<SocketAddr>,
         view: watch::Sender<Arc<Members>>,
-        rejected: Arc<AtomicU64>,
+        counters: Arc<Counters>,
         refused: Refused,
     ) -> Driver {
         let rng: SmallRng = rand::make_rng();
@@ -245,7 +266,7 @@ impl Driver {
             sent: None,
             refused,
             view,
-            rejected,
+            counters,
         }
     }
 
@@ -259,7 +280,10 @@ impl Driver {
             let sleep = tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
             tokio::select! {
                 r = self.socket.recv_from(&mut buf) => match r {
-                    Ok((n, from)) => self.datagram(&buf[..n], from),
+                    Ok((n, from)) => {
+                        self.counters.received.fetch_add(n as u64, Ordering::Relaxed);
+                        self.datagram(&buf[..n], from)
+                    }
                     Err(e) => {
                         tracing::warn!("cluster gossip socket: {e}");
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -350,7 +374,7 @@ impl Driver {
                 }
             }
             Err(e) => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.counters.rejected.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(%from, "cluster datagram dropped: {e}");
             }
         }
@@ -374,8 +398,9 @@ impl Driver {
     async fn flush(&mut self) {
         while let Some((to, data)) = self.runtime.to_send() {
             let sealed = self.wire.seal(Kind::Gossip, &data);
-            if let Err(e) = self.socket.send_to(&sealed, to.gossip).await {
-                tracing::debug!(to = %to.gossip, "cluster gossip send: {e}");
+            match self.socket.send_to(&sealed, to.gossip).await {
+                Ok(n) => _ = self.counters.sent.fetch_add(n as u64, Ordering::Relaxed),
+                Err(e) => tracing::debug!(to = %to.gossip, "cluster gossip send: {e}"),
             }
         }
         let now = Instant::now();
@@ -436,8 +461,9 @@ impl Driver {
         let live: Vec<SocketAddr> =
             self.members.iter().filter(|m| !m.this && m.state.is_live()).map(|m| m.id.gossip).collect();
         for to in &live {
-            if let Err(e) = self.socket.send_to(&notice, to).await {
-                tracing::debug!(%to, "cluster leave notice: {e}");
+            match self.socket.send_to(&notice, to).await {
+                Ok(n) => _ = self.counters.sent.fetch_add(n as u64, Ordering::Relaxed),
+                Err(e) => tracing::debug!(%to, "cluster leave notice: {e}"),
             }
         }
         let r = self.gossip.leave_cluster(&mut self.runtime);
