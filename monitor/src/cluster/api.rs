@@ -163,15 +163,7 @@ mod tests {
     use std::time::Duration;
 
     fn node(name: &str, ip: u8, procs: &[&str]) -> NodeId {
-        NodeId {
-            name: name.into(),
-            gossip: SocketAddr::from(([127, 0, 0, ip], 7946)),
-            front: SocketAddr::from(([127, 0, 0, ip], 8080)),
-            web: SocketAddr::from(([127, 0, 0, ip], 9464)),
-            processes: procs.iter().map(|p| p.to_string()).collect(),
-            started_ms: 7,
-            generation: 0,
-        }
+        NodeId::test(name, ip, procs, 7)
     }
 
     #[test]

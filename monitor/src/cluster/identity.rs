@@ -40,6 +40,21 @@ impl NodeId {
         }
     }
 
+    /// A node for the unit tests: `name` at 127.0.0.`ip` (gossip 7946, front door 8080, API 9464), owning `procs`.
+    #[cfg(test)]
+    pub(crate) fn test(name: &str, ip: u8, procs: &[&str], started_ms: u64) -> NodeId {
+        let at = |port| SocketAddr::from(([127, 0, 0, ip], port));
+        NodeId {
+            name: name.into(),
+            gossip: at(7946),
+            front: at(8080),
+            web: at(9464),
+            processes: procs.iter().map(|p| p.to_string()).collect(),
+            started_ms,
+            generation: 0,
+        }
+    }
+
     /// Of two runs at one address, the one that wins: the later start, then the later generation.
     fn newer_than(&self, other: &NodeId) -> bool {
         (self.started_ms, self.generation) > (other.started_ms, other.generation)

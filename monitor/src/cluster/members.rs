@@ -257,15 +257,7 @@ mod tests {
     use super::*;
 
     fn node(name: &str, ip: u8, procs: &[&str], started_ms: u64) -> NodeId {
-        NodeId {
-            name: name.into(),
-            gossip: SocketAddr::from(([127, 0, 0, ip], 7946)),
-            front: SocketAddr::from(([127, 0, 0, ip], 8080)),
-            web: SocketAddr::from(([127, 0, 0, ip], 9464)),
-            processes: procs.iter().map(|p| p.to_string()).collect(),
-            started_ms,
-            generation: 0,
-        }
+        NodeId::test(name, ip, procs, started_ms)
     }
 
     fn states(m: &Members) -> Vec<(String, State)> {
