@@ -10,14 +10,16 @@ pub fn workspace_root() -> PathBuf {
     here.parent().map(Path::to_path_buf).unwrap_or_else(|| here.to_path_buf())
 }
 
-/// The agent binary: `$MONITOR_BIN` (relative: to the workspace root), else `<workspace>/target/debug/monitor`.
-/// Panics if it does not exist.
+/// The agent binary: `$MONITOR_BIN` (relative: to the workspace root), else the `monitor` cargo built into the
+/// same target folder as the running test (`target/<profile>/monitor` for `target/<profile>/deps/<test>`, so a
+/// `CARGO_TARGET_DIR` elsewhere is followed), else `<workspace>/target/debug/monitor`. Panics if it does not exist.
 pub fn monitor_bin() -> PathBuf {
+    let beside_tests = exe_dir().parent().map(|d| d.join("monitor")).filter(|p| p.is_file());
     let bin = match std::env::var_os("MONITOR_BIN") {
         // cargo runs tests in the package's folder: a relative path is taken from the workspace root.
         Some(p) if Path::new(&p).is_relative() => workspace_root().join(p),
         Some(p) => PathBuf::from(p),
-        None => workspace_root().join("target/debug/monitor"),
+        None => beside_tests.unwrap_or_else(|| workspace_root().join("target/debug/monitor")),
     };
     if !bin.is_file() {
         panic!(
