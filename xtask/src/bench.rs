@@ -82,7 +82,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn estimate_ns(id: &str) -> Result<f64> {
-    let path = root().join("target/criterion").join(id).join("new/estimates.json");
+    let path = crate::util::target_dir().join("criterion").join(id).join("new/estimates.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text)?;
     v["mean"]["point_estimate"].as_f64().context("no mean.point_estimate")
@@ -168,7 +168,7 @@ fn agent_cpu(seconds: u64) -> Result<()> {
         (0..16).map(|_| spawn_in_cgroup(Command::new("sleep").arg("3600"), cg.path())).collect();
     let port = monitor_tests::agent::free_port();
     let mut agent = ChildGuard::spawn(
-        Command::new(root().join("target/release/monitor"))
+        Command::new(crate::util::target_dir().join("release/monitor"))
             .args(["agent", "--cgroup"])
             .arg(cg.path())
             .args(["--interval-ms", "100", "--listen", &format!("127.0.0.1:{port}")])

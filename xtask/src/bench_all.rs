@@ -45,7 +45,7 @@ const TIMEOUT: Duration = Duration::from_secs(90 * 60);
 pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
     let benches = super::bench_all_text::BENCHES;
     let page = root().join("docs/benchmarks.md");
-    let saved = root().join("target/bench-all/run.json");
+    let saved = crate::util::target_dir().join("bench-all/run.json");
     if rewrite {
         let text = std::fs::read_to_string(&saved).with_context(|| format!("reading {}", saved.display()))?;
         let run = Run::from_json(&serde_json::from_str(&text)?, benches.len())?;

@@ -41,7 +41,7 @@ fn time_check(bin: &std::path::Path, dir: &std::path::Path, n: usize) -> Result<
 
 pub fn run() -> Result<()> {
     sh(Command::new("cargo").current_dir(root()).args(["build", "--release", "-p", "monitor", "--bin", "monitor"]))?;
-    let bin = root().join("target/release/monitor");
+    let bin = crate::util::target_dir().join("release/monitor");
     let dir = monitor_tests::temp_dir("bench-config");
     let (small, said_small) = time_check(&bin, &dir, 10_000)?;
     let (large, said) = time_check(&bin, &dir, 100_000)?;

@@ -182,7 +182,7 @@ pub(super) fn release_bins() -> Result<PathBuf> {
         "monitor-tests",
         "--bins",
     ]))?;
-    Ok(root.join("target/release"))
+    Ok(crate::util::target_dir().join("release"))
 }
 
 /// nginx in front of 127.0.0.1:`a` and :`b` (`least_conn`, `keepalive`) on 127.0.0.1:`listen`, its files in `dir`;

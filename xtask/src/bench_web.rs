@@ -84,7 +84,7 @@ fn agent_rss(dir: &Path, db: &Path, cgroup: &str) -> Result<(u64, u64, f64)> {
     std::fs::write(&cfg, format!("[stats]\npath = {:?}\n[probes]\nenabled = false\n", db.display().to_string()))?;
     let port = free_port();
     let agent = ChildGuard::spawn(
-        Command::new(root().join("target/release/monitor"))
+        Command::new(crate::util::target_dir().join("release/monitor"))
             .args(["agent", "--config"])
             .arg(&cfg)
             .args(["--cgroup", cgroup, "--interval-ms", "100", "--listen", &format!("127.0.0.1:{port}")])

@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
         "--bins",
     ]))?;
     system::catch_signals();
-    let mut sys = System::start(&root.join("target/debug"), parent, args.limit_mib)?;
+    let mut sys = System::start(&crate::util::target_dir().join("debug"), parent, args.limit_mib)?;
     banner(&sys, version);
     let played = play(&sys, &args);
     match &played {

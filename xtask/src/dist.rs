@@ -50,7 +50,7 @@ pub fn package(root: &Path, target: &Path) -> Result<PathBuf> {
         bail!("{} is missing: run `cargo xtask build` (or `cargo xtask dist` without --no-build)", monitor.display());
     }
     // cargo-deb reads the docs from here (paths in [package.metadata.deb] are relative to monitor/).
-    let doc = root.join("target/dist/doc");
+    let doc = crate::util::target_dir().join("dist/doc");
     generate_docs(&monitor, &doc)?;
     let out = target.join("debian");
     sh(Command::new("cargo")

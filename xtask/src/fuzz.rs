@@ -42,7 +42,7 @@ pub fn run(args: Args) -> Result<()> {
     sh(Command::new("cargo").current_dir(&root).args(["+nightly", "fuzz", "build", "--fuzz-dir", "fuzz"]))?;
     for t in &chosen {
         let seeds = root.join("fuzz/corpus").join(t);
-        let found = root.join("target/fuzz-corpus").join(t);
+        let found = crate::util::target_dir().join("fuzz-corpus").join(t);
         std::fs::create_dir_all(&seeds)?;
         std::fs::create_dir_all(&found)?;
         eprintln!("fuzz: {t} for {} s", args.seconds);

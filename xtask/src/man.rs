@@ -24,10 +24,10 @@ pub fn run(a: Args) -> Result<()> {
         None => {
             // The pages only need the command line's definition: a debug build is enough and quick.
             sh(Command::new("cargo").current_dir(root()).args(["build", "-p", "monitor", "--bin", "monitor"]))?;
-            root().join("target/debug/monitor")
+            crate::util::target_dir().join("debug/monitor")
         }
     };
-    let out = a.out.unwrap_or_else(|| root().join("target/dist/doc"));
+    let out = a.out.unwrap_or_else(|| crate::util::target_dir().join("dist/doc"));
     generate(&monitor, &out)?;
     eprintln!("man pages in {}, completions in {}", out.join("man").display(), out.join("completions").display());
     Ok(())

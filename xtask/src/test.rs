@@ -31,8 +31,9 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("test: eBPF toolchain not installed ({e:#}); the agent is built without probes");
     }
     sh(Command::new("cargo").current_dir(&root).args(["build", "-p", "monitor", "--bins"]))?;
-    let bin = root.join("target/debug/monitor");
-    let skips_file = root.join("target/test-skips.txt");
+    let target = crate::util::target_dir();
+    let bin = target.join("debug/monitor");
+    let skips_file = target.join("test-skips.txt");
     let _ = std::fs::remove_file(&skips_file);
     let mut cmd = Command::new("cargo");
     cmd.current_dir(&root)
