@@ -465,6 +465,77 @@ impl Drop for Brake {
 mod tests {
     use super::*;
 
+    /// A ramfs mount standing for a group directory that refuses the record's extended attribute (ramfs keeps
+    /// none: EOPNOTSUPP, as the hardened units' root-owned cgroup directory refuses it with EACCES), with a plain
+    /// `memory.high`. Unmounted and removed on drop.
+    struct Refusing(std::path::PathBuf);
+
+    impl Refusing {
+        /// None (with the reason printed) where ramfs cannot be mounted (not root); a failure in CI.
+        fn new(name: &str) -> Option<Refusing> {
+            let dir = std::env::temp_dir().join(format!("monitor-brake-{}-{name}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).expect("path");
+            // SAFETY: NUL-terminated strings we own; ramfs takes no data.
+            let rc = unsafe { libc::mount(c"ramfs".as_ptr(), c.as_ptr(), c"ramfs".as_ptr(), 0, std::ptr::null()) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                let _ = std::fs::remove_dir(&dir);
+                assert!(std::env::var("CI").is_err(), "mounting ramfs at {}: {e}", dir.display());
+                eprintln!("skipping brake file test {name}: mounting ramfs needs root ({e})");
+                return None;
+            }
+            let g = Refusing(dir);
+            std::fs::write(g.0.join("memory.high"), "max").expect("memory.high");
+            Some(g)
+        }
+
+        fn high(&self) -> String {
+            std::fs::read_to_string(self.0.join("memory.high")).expect("memory.high").trim().to_string()
+        }
+    }
+
+    impl Drop for Refusing {
+        fn drop(&mut self) {
+            if let Ok(c) = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()) {
+                // SAFETY: a NUL-terminated path we own.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    #[test]
+    fn where_the_directory_refuses_the_attribute_the_record_is_a_file() {
+        let Some(g) = Refusing::new("refusing") else { return };
+        let files = std::env::temp_dir().join(format!("monitor-brake-files-{}", std::process::id()));
+        std::fs::create_dir_all(&files).expect("mkdir");
+        let limit = 512 << 20;
+        let brake = Brake::engage_in(&g.0, 0.5, limit, Some(&files)).expect("engage");
+        assert_eq!(g.high(), (256u64 << 20).to_string());
+        assert_eq!(brake.status().warning, None, "the record is kept");
+        let file = crate::brake_file::path_for(&files, &g.0).expect("path");
+        assert_eq!(crate::brake_file::get(&file).expect("read").as_deref(), Some("previous=max set=268435456"));
+        // As if SIGKILLed: nothing runs on the way out; the next agent finds the file and puts the old value back.
+        std::mem::forget(brake);
+        assert_eq!(Brake::recover_in(&g.0, Some(&files)).expect("recover").as_deref(), Some("max"));
+        assert_eq!(g.high(), "max");
+        assert_eq!(crate::brake_file::get(&file).expect("read"), None, "the record goes with the brake");
+        // Released at stop: value and file.
+        let brake = Brake::engage_in(&g.0, 0.5, limit, Some(&files)).expect("engage again");
+        assert!(crate::brake_file::get(&file).expect("read").is_some());
+        brake.release().expect("release");
+        assert_eq!((g.high().as_str(), crate::brake_file::get(&file).expect("read")), ("max", None));
+        // With no place for a file, the brake still works and its status says the record is not kept.
+        let brake = Brake::engage_in(&g.0, 0.5, limit, None).expect("engage without a file");
+        assert_eq!(g.high(), (256u64 << 20).to_string());
+        let warning = brake.status().warning.unwrap_or_default();
+        assert!(warning.contains("cannot keep the brake's record"), "{warning}");
+        brake.release().expect("release");
+        assert_eq!(g.high(), "max");
+        let _ = std::fs::remove_dir_all(&files);
+    }
+
     const MIB: u64 = 1 << 20;
     const LIMIT: u64 = 512 * MIB;
 
