@@ -11,7 +11,7 @@
 //!    `GOSSIP_SECONDS` apart (default 30), once every member lists every other as alive. The 50 members are 50
 //!    `monitor run` processes, each over one fixture master.
 
-use super::bench_proxy::release_bins;
+use super::bench_proxy::{read_wrk, release_bins};
 use crate::util::root;
 use anyhow::{bail, Context, Result};
 use monitor_tests::agent::free_port;
@@ -124,20 +124,6 @@ fn mint(front: SocketAddr) -> Result<String> {
     }
 }
 
-/// `50.00us`, `1.20ms`, `2.00s` -> µs.
-fn micros(s: &str) -> Option<f64> {
-    let (num, mult) = if let Some(v) = s.strip_suffix("us") {
-        (v, 1.0)
-    } else if let Some(v) = s.strip_suffix("ms") {
-        (v, 1e3)
-    } else if let Some(v) = s.strip_suffix('s') {
-        (v, 1e6)
-    } else {
-        return None;
-    };
-    num.parse::<f64>().ok().map(|n| n * mult)
-}
-
 /// wrk -t2 -c16 against `front` with `id`: (req/s, p50 µs, p99 µs).
 fn wrk(front: SocketAddr, id: &str, seconds: u64) -> Result<(f64, f64, f64)> {
     let out = Command::new("wrk")
@@ -145,16 +131,7 @@ fn wrk(front: SocketAddr, id: &str, seconds: u64) -> Result<(f64, f64, f64)> {
         .arg(format!("http://{front}/fhir/use"))
         .output()
         .context("running wrk (apt-get install wrk)")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() || text.contains("Non-2xx") || text.contains("Socket errors") {
-        bail!("wrk against {front} failed or saw errors:\n{text}");
-    }
-    let field = |prefix: &str| {
-        text.lines().find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_string())).unwrap_or_default()
-    };
-    let rps = field("Requests/sec:").parse::<f64>().with_context(|| format!("no Requests/sec in:\n{text}"))?;
-    let p50 = micros(&field("50%")).with_context(|| format!("no 50% in:\n{text}"))?;
-    let p99 = micros(&field("99%")).with_context(|| format!("no 99% in:\n{text}"))?;
+    let (_, rps, p50, p99) = read_wrk(&out, front)?;
     Ok((rps, p50, p99))
 }
 

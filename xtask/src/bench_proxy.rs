@@ -103,6 +103,22 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// A `wrk --latency` run's output: its text, requests/s, p50 and p99 (µs). An error when wrk failed or saw
+/// non-2xx answers or socket errors, naming `against`.
+pub(super) fn read_wrk(out: &std::process::Output, against: impl std::fmt::Display) -> Result<(String, f64, f64, f64)> {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() || text.contains("Non-2xx") || text.contains("Socket errors") {
+        bail!("wrk against {against} failed or saw errors:\n{text}");
+    }
+    let field = |prefix: &str| {
+        text.lines().find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_string())).unwrap_or_default()
+    };
+    let rps = field("Requests/sec:").parse::<f64>().with_context(|| format!("no Requests/sec in:\n{text}"))?;
+    let p50 = micros(&field("50%")).with_context(|| format!("no 50% in:\n{text}"))?;
+    let p99 = micros(&field("99%")).with_context(|| format!("no 99% in:\n{text}"))?;
+    Ok((text, rps, p50, p99))
+}
+
 /// `50.00us`, `1.20ms`, `2.00s` -> µs.
 fn micros(s: &str) -> Option<f64> {
     let (num, mult) = if let Some(v) = s.strip_suffix("us") {
@@ -123,16 +139,7 @@ fn wrk(port: u16, conns: u32, seconds: u64) -> Result<Wrk> {
         .arg(format!("http://127.0.0.1:{port}{PATH}"))
         .output()
         .context("running wrk (apt-get install wrk)")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() || text.contains("Non-2xx") || text.contains("Socket errors") {
-        bail!("wrk against {port} failed or saw errors:\n{text}");
-    }
-    let field = |prefix: &str| {
-        text.lines().find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_string())).unwrap_or_default()
-    };
-    let rps = field("Requests/sec:").parse::<f64>().with_context(|| format!("no Requests/sec in:\n{text}"))?;
-    let p50_us = micros(&field("50%")).with_context(|| format!("no 50% in:\n{text}"))?;
-    let p99_us = micros(&field("99%")).with_context(|| format!("no 99% in:\n{text}"))?;
+    let (text, rps, p50_us, p99_us) = read_wrk(&out, port)?;
     let requests = text
         .lines()
         .find_map(|l| l.trim().split_once(" requests in ").and_then(|(n, _)| n.trim().parse::<f64>().ok()))
