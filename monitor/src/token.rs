@@ -99,27 +99,14 @@ impl Tokens {
     }
 }
 
-/// Why a node-bound token was not accepted, and the status it is answered with ([`NodeTokenError::status`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NodeTokenError {
-    /// Not of the form `<node>.<process>.<id>.<expiry>.<mac>`: 400.
-    #[error("cache id is not a signed token")]
-    Malformed,
-    /// The mac does not match (tampered, forged, another cluster's): 401.
-    #[error("cache id signature does not match")]
-    BadSignature,
-    /// Past its expiry: 410.
-    #[error("cache id expired")]
-    Expired,
-}
-
-impl NodeTokenError {
-    /// The HTTP status a request with this token gets.
+impl TokenError {
+    /// The HTTP status a request with this token gets: malformed 400, tampered (forged, another cluster's) 401,
+    /// expired 410.
     pub fn status(&self) -> u16 {
         match self {
-            NodeTokenError::Malformed => 400,
-            NodeTokenError::BadSignature => 401,
-            NodeTokenError::Expired => 410,
+            TokenError::Malformed => 400,
+            TokenError::BadSignature => 401,
+            TokenError::Expired => 410,
         }
     }
 }
@@ -176,12 +163,12 @@ impl NodeTokens {
     }
 
     /// The owner named by a valid token.
-    pub fn verify(&self, token: &str) -> Result<Owner, NodeTokenError> {
+    pub fn verify(&self, token: &str) -> Result<Owner, TokenError> {
         self.verify_at(token, now_s())
     }
 
-    pub fn verify_at(&self, token: &str, now_s: u64) -> Result<Owner, NodeTokenError> {
-        use NodeTokenError::{BadSignature, Expired, Malformed};
+    pub fn verify_at(&self, token: &str, now_s: u64) -> Result<Owner, TokenError> {
+        use TokenError::{BadSignature, Expired, Malformed};
         let (body, sig) = token.rsplit_once('.').ok_or(Malformed)?;
         let (node, rest) = body.split_once('.').ok_or(Malformed)?;
         let (cache_id, expiry) = rest.rsplit_once('.').ok_or(Malformed)?;
@@ -248,10 +235,10 @@ mod tests {
         let owner = Owner { node: "a".into(), process: "tx1".into(), cache_id: "tx1.6f1c.9".into(), expiry: 1060 };
         // Any node of the cluster verifies any node's tokens.
         assert_eq!(b.verify_at(&tok, 1000), Ok(owner.clone()));
-        use NodeTokenError::{BadSignature, Expired, Malformed};
+        use TokenError::{BadSignature, Expired, Malformed};
         let other = NodeTokens::new(b"another secret of thirty-two byt", "a", 60);
         let forged_mac = format!("a.tx1.6f1c.9.1060.{}", "0".repeat(64));
-        let cases: Vec<(String, u64, Result<Owner, NodeTokenError>)> = vec![
+        let cases: Vec<(String, u64, Result<Owner, TokenError>)> = vec![
             (tok.clone(), 1060, Ok(owner)),
             (tok.clone(), 1061, Err(Expired)),
             (tok.replacen("a.", "b.", 1), 1000, Err(BadSignature)),
