@@ -1,13 +1,13 @@
-//! Signed cache ids (cyoda's routing tokens): the front door rewrites a process's `X-Cache-Id: <prefix>.<id>` to
-//! `<prefix>.<id>~<expiry>.<hmac>`, where hmac = HMAC-SHA256(secret, `<prefix>.<id>~<expiry>`) in hex, and checks
-//! it in constant time on the way back. Tampered or malformed: 401; expired: 410; the owner unavailable: 503 (the
-//! proxy's part). A forged prefix is never routed to the process it names.
+//! Signed cache ids (cyoda's routing tokens): the front door rewrites a process's `X-Cache-Id: <process>.<id>` to
+//! `<node>.<process>.<id>.<expiry>.<mac>` ([`NodeTokens`]), where `<node>` is the node that owns the cache,
+//! `<expiry>` is in seconds since the Unix epoch and mac = HMAC-SHA256(secret, everything before it) in hex, and
+//! checks it in constant time on the way back. Malformed: 400; tampered: 401; expired: 410; the owner unavailable:
+//! 503 (the proxy's part). A forged prefix is never routed to the process it names.
 //!
-//! Under `[cluster]` a token also names the node that owns the cache ([`NodeTokens`]):
-//! `<node>.<process>.<id>.<expiry>.<mac>`, where `<process>.<id>` is the process's own cache id, `<expiry>` is in
-//! seconds since the Unix epoch and mac = HMAC-SHA256(secret, everything before it) in hex. A single host is the
-//! one-node case of it: the same form with the host's own node name. A front door without `[cluster]` keeps the
-//! form above, so that ids already handed to clients stay valid.
+//! A single host is the one-node case ([`HostTokens`]): the same form, with the host's own node name (the host
+//! name up to its first dot, as `[cluster] node` defaults to), so a host that joins a cluster later keeps its
+//! ids. It also accepts, until they expire, ids of the form `<process>.<id>~<expiry>.<mac>` ([`Tokens`]) that an
+//! older monitor handed to clients, so an upgrade loses no cache.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -26,7 +26,8 @@ pub enum TokenError {
     Expired,
 }
 
-/// Signs and verifies cache ids with one secret.
+/// Signs and verifies cache ids of the form `<process>.<id>~<expiry>.<mac>`, which older single-host monitors
+/// minted: verified still, so the ids clients hold stay valid until they expire.
 #[derive(Clone)]
 pub struct Tokens {
     mac: HmacSha256,
@@ -189,6 +190,53 @@ impl NodeTokens {
     }
 }
 
+/// What a single host's front door learns from a cache id ([`HostTokens::verify`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostOwner {
+    /// This host's: the process's own cache id, `<process>.<id>`.
+    Here(String),
+    /// A valid token of another node (the host was renamed, or the id comes from a cluster sharing the secret):
+    /// this host cannot serve it.
+    Node(String),
+}
+
+/// The tokens of a front door without `[cluster]`: node-bound tokens naming this host, and the older form still
+/// verified (see the module's documentation).
+#[derive(Clone)]
+pub struct HostTokens {
+    node: NodeTokens,
+    older: Tokens,
+}
+
+impl HostTokens {
+    pub fn new(secret: &[u8], node: &str, ttl_s: u64) -> HostTokens {
+        HostTokens { node: NodeTokens::new(secret, node, ttl_s), older: Tokens::new(secret, ttl_s) }
+    }
+
+    /// The token for a process's cache id `<process>.<id>` (None: not of that form, passed on as it is).
+    pub fn sign(&self, cache_id: &str) -> Option<String> {
+        self.node.sign(cache_id)
+    }
+
+    pub fn verify(&self, token: &str) -> Result<HostOwner, TokenError> {
+        self.verify_at(token, now_s())
+    }
+
+    pub fn verify_at(&self, token: &str, now_s: u64) -> Result<HostOwner, TokenError> {
+        // `~` is in no node-bound token: a node name, a process name and an expiry have none, and a process's id
+        // with one would make the older form ambiguous anyway.
+        if token.contains('~') {
+            return self.older.verify_at(token, now_s).map(HostOwner::Here);
+        }
+        let owner = self.node.verify_at(token, now_s)?;
+        if owner.node == self.node.node {
+            Ok(HostOwner::Here(owner.cache_id))
+        } else {
+            Ok(HostOwner::Node(owner.node))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +318,26 @@ mod tests {
         // Only `<process>.<id>` is signed; anything else is passed on as it is.
         for unsigned in ["tx1", "tx1.", ".x", ""] {
             assert_eq!(a.sign_at(unsigned, 1000), None, "{unsigned:?}");
+        }
+    }
+
+    #[test]
+    fn a_single_host_mints_node_bound_tokens_and_still_takes_the_older_form_until_it_expires() {
+        let host = HostTokens::new(NODE_SECRET, "web1", 60);
+        let tok = host.node.sign_at("tx1.6f1c", 1000).expect("signed");
+        assert!(tok.starts_with("web1.tx1.6f1c.1060."), "{tok}");
+        assert_eq!(host.verify_at(&tok, 1000), Ok(HostOwner::Here("tx1.6f1c".into())));
+        assert_eq!(host.verify_at(&tok, 1061), Err(TokenError::Expired));
+        // The same secret on a host named otherwise: valid, but not this host's cache.
+        let renamed = HostTokens::new(NODE_SECRET, "web2", 60);
+        assert_eq!(renamed.verify_at(&tok, 1000), Ok(HostOwner::Node("web1".into())));
+        // The older form, as an older monitor minted it with the same secret.
+        let older = Tokens::new(NODE_SECRET, 60).sign_at("tx1.6f1c", 1000);
+        assert_eq!(host.verify_at(&older, 1000), Ok(HostOwner::Here("tx1.6f1c".into())));
+        assert_eq!(host.verify_at(&older, 1061), Err(TokenError::Expired));
+        assert_eq!(host.verify_at(&older.replacen("tx1", "tx2", 1), 1000), Err(TokenError::BadSignature));
+        for bad in ["", "garbage", "tx1.1", "tx1.1~x", "~"] {
+            assert_eq!(host.verify_at(bad, 1000).map_err(|e| e.status()), Err(400), "{bad:?}");
         }
     }
 }

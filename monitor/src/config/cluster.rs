@@ -116,7 +116,8 @@ impl ClusterConfig {
 }
 
 /// The host name up to its first dot (`/proc/sys/kernel/hostname`), or `localhost` when it cannot be read.
-fn host_name() -> String {
+/// The host name up to its first dot: a node's default name, and a single host's in its cache ids.
+pub fn host_name() -> String {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let short = name.trim().split('.').next().unwrap_or_default().to_string();
     if is_node_name(&short) {

@@ -28,7 +28,7 @@ pub mod upstream;
 use crate::config::ProxyConfig;
 use crate::launcher::Member;
 use crate::route::{self, Live, Route, Rule, Unavailable};
-use crate::token::{TokenError, Tokens};
+use crate::token::{HostOwner, HostTokens};
 use body::{aborted, Lease, Outstanding, ProxyBody, Streamed};
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Bytes, Incoming};
@@ -157,7 +157,7 @@ pub struct Proxy {
     retry_after: HeaderValue,
     retry_after_s: u64,
     upstream_timeout: Duration,
-    tokens: Option<Tokens>,
+    tokens: Option<HostTokens>,
     /// 503s sent by the memory guard (refused new requests and cancelled in-flight ones).
     shed: AtomicU64,
     /// Times the first 503 after each entry into refusing or aborting ([`shed`]).
@@ -248,7 +248,10 @@ impl Proxy {
             retry_after: HeaderValue::from(cfg.retry_after_s),
             retry_after_s: cfg.retry_after_s,
             upstream_timeout: Duration::from_secs(cfg.upstream_timeout_s),
-            tokens: cfg.token_secret.as_deref().map(|s| Tokens::new(s.as_bytes(), cfg.token_ttl_s)),
+            tokens: cfg
+                .token_secret
+                .as_deref()
+                .map(|s| HostTokens::new(s.as_bytes(), &crate::config::host_name(), cfg.token_ttl_s)),
             shed: AtomicU64::new(0),
             reactions,
             bad_bodies: AtomicU64::new(0),
@@ -344,7 +347,7 @@ impl Proxy {
             let Ok(id) = v.to_str() else { return status(StatusCode::BAD_REQUEST, "bad cache id\n".into()) };
             match &self.tokens {
                 Some(t) => match t.verify(id) {
-                    Ok(inner) => {
+                    Ok(HostOwner::Here(inner)) => {
                         signed = true;
                         cache_owner = Some(route::cache_prefix(&inner).to_string());
                         match HeaderValue::from_str(&inner) {
@@ -352,8 +355,15 @@ impl Proxy {
                             Err(_) => return status(StatusCode::UNAUTHORIZED, "bad cache id\n".into()),
                         };
                     }
-                    Err(e @ TokenError::Expired) => return status(StatusCode::GONE, format!("{e}\n")),
-                    Err(e) => return status(StatusCode::UNAUTHORIZED, format!("{e}\n")),
+                    Ok(HostOwner::Node(node)) => {
+                        return self.unavailable(&format!(
+                            "owner-node-unavailable: node {node} of this cache id is not this host"
+                        ))
+                    }
+                    Err(e) => {
+                        let code = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+                        return status(code, format!("{e}\n"));
+                    }
                 },
                 None => cache_owner = Some(route::cache_prefix(id).to_string()),
             }
@@ -520,10 +530,9 @@ impl Proxy {
                     );
                 }
                 if let Some(t) = &self.tokens {
-                    if let Some(v) = parts.headers.get(&self.cache_header).and_then(|v| v.to_str().ok()) {
-                        if let Ok(signed) = HeaderValue::from_str(&t.sign(v)) {
-                            parts.headers.insert(&self.cache_header, signed);
-                        }
+                    let id = parts.headers.get(&self.cache_header).and_then(|v| v.to_str().ok());
+                    if let Some(signed) = id.and_then(|v| t.sign(v)).and_then(|t| HeaderValue::from_str(&t).ok()) {
+                        parts.headers.insert(&self.cache_header, signed);
                     }
                 } else if let Some(door) = self.cluster.get() {
                     let id = parts.headers.get(&self.cache_header).and_then(|v| v.to_str().ok());

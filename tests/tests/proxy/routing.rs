@@ -105,37 +105,50 @@ fn least_outstanding_under_uneven_slow_requests() {
     assert!(!fast.iter().any(|f| f == "m0"));
 }
 
+const SECRET: &str = "a-test-secret-of-32-bytes-length";
+
 #[test]
 fn signed_cache_ids() {
     if !require_v1("signed_cache_ids") {
         return;
     }
-    let spec = Spec {
-        proxy: "token_secret = \"a-test-secret-of-32-bytes-length\"\ntoken_ttl_s = 3".into(),
-        ..Spec::default()
-    };
+    let spec = Spec { proxy: format!("token_secret = \"{SECRET}\"\ntoken_ttl_s = 3"), ..Spec::default() };
     let run = Run::start("tokens", &spec);
     let issued = run.get("/r4/x?cache=start", &[]);
     let token = issued.header("x-cache-id").expect("signed id").to_string();
     let owner = served_by(&issued);
-    let (body, sig) = token.rsplit_once('.').expect("<body>.<hmac>");
-    assert!(body.starts_with(&format!("{owner}.")) && body.contains('~') && sig.len() == 64, "{token}");
+    // The one-node case of the cluster's tokens: <host>.<process>.<id>.<expiry>.<mac>, the host's name first.
+    let host = monitor::config::host_name();
+    let (body, sig) = token.rsplit_once('.').expect("<body>.<mac>");
+    assert!(body.starts_with(&format!("{host}.{owner}.")) && sig.len() == 64, "{token}");
     let r = run.get("/r4/x", &[("X-Cache-Id", &token)]);
     assert_eq!((r.status, served_by(&r)), (200, owner.clone()), "{}", r.text());
     // The process sees its own id, not the token.
-    assert!(json(&r)["cache_id"].as_str().is_some_and(|id| !id.contains('~')), "{}", r.text());
+    let own = json(&r)["cache_id"].as_str().unwrap_or_default().to_string();
+    assert!(own.starts_with(&format!("{owner}.")) && token.contains(&format!(".{own}.")), "{own} in {token}");
+
+    // An id in the older form `<process>.<id>~<expiry>.<mac>`, signed with the same secret, is still served.
+    let older = monitor::token::Tokens::new(SECRET.as_bytes(), 60).sign(&own);
+    let r = run.get("/r4/x", &[("X-Cache-Id", &older)]);
+    assert_eq!((r.status, served_by(&r)), (200, owner.clone()), "{}", r.text());
+    // A valid token of another node (a renamed host, or a cluster with the same secret): 503, not served here.
+    let elsewhere = monitor::token::NodeTokens::new(SECRET.as_bytes(), "another-host", 60).sign(&own);
+    let r = run.get("/r4/x", &[("X-Cache-Id", elsewhere.as_deref().unwrap_or_default())]);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("owner-node-unavailable") && r.header("retry-after").is_some(), "{}", r.text());
 
     // Tampered signature, and a forged owner (another prefix with the same signature): 401, never routed.
+    // Not tokens at all: 400.
     let other = if owner == "tx1" { "tx2" } else { "tx1" };
     let other_index: usize = other.trim_start_matches("tx").parse().expect("tx<n>");
     let served_before = run.stats(other_index)["served"].as_u64();
     let mut tampered = token.clone();
     let last = if tampered.ends_with('0') { "1" } else { "0" };
     tampered.replace_range(tampered.len() - 1.., last);
-    let forged = token.replacen(&owner, other, 1);
-    for bad in [tampered.as_str(), forged.as_str(), "tx1.1", "garbage"] {
+    let forged = token.replacen(&format!(".{owner}."), &format!(".{other}."), 1);
+    for (bad, want) in [(tampered.as_str(), 401), (forged.as_str(), 401), ("tx1.1", 400), ("garbage", 400)] {
         let r = run.get("/r4/x", &[("X-Cache-Id", bad)]);
-        assert_eq!(r.status, 401, "{bad}: {}", r.text());
+        assert_eq!(r.status, want, "{bad}: {}", r.text());
     }
     assert_eq!(run.stats(other_index)["served"].as_u64(), served_before, "a forged id reached {other}");
 
