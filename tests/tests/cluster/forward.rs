@@ -2,8 +2,8 @@
 //! token secret. A cache id minted on a, used through b, reaches a's process that issued it (b counts the forward),
 //! and 12 clients at once through both nodes with ids of both are each answered by the owner of their id;
 //! a tampered token is refused with 401 and an unsigned id with 400; a hop header that no member signed is refused
-//! with 403; and once a has left, b answers a's ids with 503 `owner-node-unavailable` and `Retry-After`, never with
-//! one of its own processes.
+//! with 403; an expired token gets 410 where it arrives and is never forwarded; and once a has left, b answers a's
+//! ids with 503 `owner-node-unavailable` and `Retry-After`, never with one of its own processes.
 
 use super::*;
 use monitor_tests::http;
@@ -96,7 +96,8 @@ fn a_cache_id_minted_on_a_and_used_through_b_reaches_its_process_on_a() {
     }
     assert!(total >= 100, "only {total} requests in 2 s");
 
-    // Refused where they arrive: a tampered token (401), an unsigned id (400), a hop no member signed (403).
+    // Refused where they arrive: a tampered token (401), an unsigned id (400), a hop no member signed (403), an
+    // expired token (410).
     let mut tampered = token.clone().into_bytes();
     let last = tampered.len() - 1;
     tampered[last] = if tampered[last] == b'0' { b'1' } else { b'0' };
@@ -107,6 +108,24 @@ fn a_cache_id_minted_on_a_and_used_through_b_reaches_its_process_on_a() {
     let forged = format!("b.1.{}", "0".repeat(64));
     let r = get(a.front_addr(), "/fhir/use", &[("X-Cache-Id", &token), ("X-Monitor-Hop", &forged)]);
     assert_eq!(r.status, 403, "{}", r.text());
+    // Expired: a token of a's, well signed, whose expiry has passed: 410 where it arrives, not forwarded.
+    let inner = token.split('.').take(3).skip(1).collect::<Vec<_>>().join(".");
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let expired = monitor::token::NodeTokens::new(TOKENS.as_bytes(), "a", 60)
+        .sign_at(&inner, now_s.saturating_sub(120))
+        .expect("a signed token");
+    let forwarded = |n: &Launched| {
+        let m = http::get(n.web, "/metrics", Duration::from_secs(5)).expect("metrics");
+        let text = String::from_utf8_lossy(&m.body).to_string();
+        text.lines().find(|l| l.starts_with("monitor_cluster_forwarded_total")).map(str::to_string)
+    };
+    let before = forwarded(&node_b);
+    for front in [a.front_addr(), b.front_addr()] {
+        let r = get(front, "/fhir/use", &[("X-Cache-Id", &expired)]);
+        assert_eq!(r.status, 410, "{front}: {}", r.text());
+        assert_eq!(r.header("x-served-by"), None, "{front}: {}", r.text());
+    }
+    assert_eq!(forwarded(&node_b), before, "b forwarded an expired token");
 
     // a leaves: b answers a's ids with 503 owner-node-unavailable and Retry-After, and serves nothing of them.
     let status = node_a.terminate(Duration::from_secs(30));
