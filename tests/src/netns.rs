@@ -68,18 +68,40 @@ impl Host {
              chain output {{ type filter hook output priority 0; ip daddr {{ {set} }} drop; }}\n\
              }}\n"
         );
-        let file = std::env::temp_dir().join(format!("monitor-{}-partition.nft", self.ns));
+        self.nft_file("partition", &rules);
+    }
+
+    /// Removes the rules of [`Host::cut_off_from`].
+    pub fn heal(&self) {
+        must("ip", &["netns", "exec", &self.ns, "nft", "delete", "table", "inet", "partition"]);
+    }
+
+    /// Refuses TCP connections from `peers` to `port` in this namespace (a reset, as a firewall's reject; nft
+    /// table `inet refuse`): everything else passes, gossip (UDP) included.
+    pub fn refuse_tcp_from(&self, peers: &[Ipv4Addr], port: u16) {
+        let set = peers.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+        let rules = format!(
+            "table inet refuse {{\n\
+             chain input {{ type filter hook input priority 0; ip saddr {{ {set} }} tcp dport {port} reject with tcp reset; }}\n\
+             }}\n"
+        );
+        self.nft_file("refuse", &rules);
+    }
+
+    /// Removes the rules of [`Host::refuse_tcp_from`].
+    pub fn accept_tcp(&self) {
+        must("ip", &["netns", "exec", &self.ns, "nft", "delete", "table", "inet", "refuse"]);
+    }
+
+    /// Loads nft `rules` into this namespace through a file of its own.
+    fn nft_file(&self, name: &str, rules: &str) {
+        let file = std::env::temp_dir().join(format!("monitor-{}-{name}.nft", self.ns));
         if let Err(e) = std::fs::write(&file, rules) {
             panic!("writing {}: {e}", file.display());
         }
         let path = file.display().to_string();
         must("ip", &["netns", "exec", &self.ns, "nft", "-f", &path]);
         let _ = std::fs::remove_file(&file);
-    }
-
-    /// Removes the rules of [`Host::cut_off_from`].
-    pub fn heal(&self) {
-        must("ip", &["netns", "exec", &self.ns, "nft", "delete", "table", "inet", "partition"]);
     }
 }
 

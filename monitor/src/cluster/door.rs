@@ -58,6 +58,12 @@ pub enum Route {
     Refuse { status: u16, reason: String },
 }
 
+/// A forward that got no answer: why, and the request when it was never sent (no connection could be made).
+pub struct Failed {
+    pub error: ForwardError,
+    pub unsent: Option<Request<Incoming>>,
+}
+
 /// Why a forward did not get an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ForwardError {
@@ -229,35 +235,55 @@ impl Door {
     /// `front`, on a kept-alive connection to it whose last answer is complete (idle at most [`IDLE_FOR`]) or else
     /// a new one, and returns its response head (within the upstream timeout) with the body streaming, cut if it
     /// goes that long without a frame. A kept-alive connection that turns out closed before the request went out
-    /// is passed over; one that fails after is an error (the request may have been sent).
-    pub async fn send(&self, front: SocketAddr, req: Request<Incoming>) -> Result<Response<PeerBody>, ForwardError> {
+    /// is passed over; one that fails after is an error (the request may have been sent). When no connection could
+    /// be made, the request comes back with the error, unsent.
+    pub async fn send(&self, front: SocketAddr, req: Request<Incoming>) -> Result<Response<PeerBody>, Failed> {
         let mut req = req;
+        let failed = |error, unsent| Failed { error, unsent };
         while let Some(mut tx) = self.take_idle(front) {
             match tx.try_send_request(req).await {
                 Ok(resp) => return Ok(self.answered(front, tx, resp)),
                 Err(mut e) => match e.take_message() {
                     Some(back) => req = back,
-                    None => return Err(ForwardError::Http { front, source: e.into_error() }),
+                    None => return Err(failed(ForwardError::Http { front, source: e.into_error() }, None)),
                 },
             }
         }
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(front)).await {
             Ok(Ok(s)) => s,
-            Ok(Err(source)) => return Err(ForwardError::Connect { front, source }),
-            Err(_) => return Err(ForwardError::Timeout { front }),
+            Ok(Err(source)) => return Err(failed(ForwardError::Connect { front, source }, Some(req))),
+            Err(_) => return Err(failed(ForwardError::Timeout { front }, Some(req))),
         };
         let _ = stream.set_nodelay(true);
-        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|source| ForwardError::Http { front, source })?;
+        let (mut tx, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+            Ok(c) => c,
+            Err(source) => return Err(failed(ForwardError::Http { front, source }, Some(req))),
+        };
         tokio::spawn(async move {
             let _ = conn.await;
         });
         let resp = match tokio::time::timeout(self.head_timeout, tx.send_request(req)).await {
-            Ok(r) => r.map_err(|source| ForwardError::Http { front, source })?,
-            Err(_) => return Err(ForwardError::NoAnswer { front, after: self.head_timeout }),
+            Ok(r) => r.map_err(|source| failed(ForwardError::Http { front, source }, None))?,
+            Err(_) => return Err(failed(ForwardError::NoAnswer { front, after: self.head_timeout }, None)),
         };
         Ok(self.answered(front, tx, resp))
+    }
+
+    /// `fallback = "any"`: a request whose owner node cannot be reached may be served here.
+    pub fn falls_back(&self) -> bool {
+        self.fallback == Fallback::Any
+    }
+
+    /// Readies a request that was to be forwarded but is served here instead (`fallback = "any"`, the owner
+    /// unreachable): without the hop header, and with the process's own cache id in place of a valid token, as a
+    /// request served here on a fallback decision has.
+    pub fn serve_here_instead(&self, headers: &mut HeaderMap) {
+        headers.remove(&self.hop_header);
+        let Some(tokens) = &self.tokens else { return };
+        let inner = headers.get(&self.cache_header).and_then(|v| tokens.verify(v.to_str().ok()?).ok());
+        if let Some(v) = inner.and_then(|o| HeaderValue::from_str(&o.cache_id).ok()) {
+            headers.insert(&self.cache_header, v);
+        }
     }
 
     /// The newest idle connection to `front` that is still open and young enough; older ones are dropped.

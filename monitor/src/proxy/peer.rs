@@ -6,7 +6,7 @@
 
 use super::body::ProxyBody;
 use super::{headers, status, Proxy};
-use crate::cluster::door::{Door, Route};
+use crate::cluster::door::{Door, Failed, Route};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, HOST};
 use hyper::http::request::Parts;
@@ -53,11 +53,17 @@ impl Proxy {
                 Err(self
                     .unavailable(&format!("owner-node-unavailable: node {node} of this cache id is not a live member")))
             }
-            Route::Forward { node, front } => Err(self.to_peer(door, &node, front, parts, body, peer, &target).await),
+            Route::Forward { node, front } => {
+                match self.to_peer(door, &node, front, parts, body, peer, &target).await {
+                    Ok(answer) => Err(answer),
+                    Err(unsent) => Ok((unsent, Here { signed: false, fallback: true })),
+                }
+            }
         }
     }
 
-    /// Sends a request on to the owner node's front door and streams its answer back.
+    /// Sends a request on to the owner node's front door and streams its answer back; or, with `fallback = "any"`
+    /// and no connection to the owner, hands the request back as it came, to be served here.
     #[allow(clippy::too_many_arguments)]
     async fn to_peer(
         &self,
@@ -68,18 +74,21 @@ impl Proxy {
         body: Incoming,
         peer: &HeaderValue,
         target: &str,
-    ) -> Response<ProxyBody> {
+    ) -> Result<Response<ProxyBody>, Request<Incoming>> {
         let stripped = headers::strip_hop_by_hop(&mut parts.headers);
         if stripped.other_coding {
-            return status(
+            return Ok(status(
                 StatusCode::NOT_IMPLEMENTED,
                 "transfer codings other than chunked are not supported\n".into(),
-            );
+            ));
         }
         match Uri::builder().path_and_query(target).build() {
             Ok(u) => parts.uri = u,
-            Err(_) => return status(StatusCode::BAD_REQUEST, "bad request target\n".into()),
+            Err(_) => return Ok(status(StatusCode::BAD_REQUEST, "bad request target\n".into())),
         }
+        // Kept to put back if the request is served here after all: the local path adds its own.
+        let host = parts.headers.get(HOST).cloned();
+        let xff: Vec<HeaderValue> = parts.headers.get_all(&headers::X_FORWARDED_FOR).iter().cloned().collect();
         headers::append_forwarded_for(&mut parts.headers, peer);
         if let Ok(h) = HeaderValue::from_str(&front.to_string()) {
             parts.headers.insert(HOST, h);
@@ -90,11 +99,27 @@ impl Proxy {
                 self.forwarded.fetch_add(1, Ordering::Relaxed);
                 let (mut parts, body) = resp.into_parts();
                 headers::strip_hop_by_hop(&mut parts.headers);
-                Response::from_parts(parts, ProxyBody::Peer(body))
+                Ok(Response::from_parts(parts, ProxyBody::Peer(body)))
             }
-            Err(e) => {
-                tracing::warn!(node, %front, "forward to the owner node failed: {e}");
-                self.unavailable(&format!("owner-node-unavailable: node {node} of this cache id is unreachable: {e}"))
+            Err(Failed { error, unsent: Some(mut req) }) if door.falls_back() => {
+                tracing::warn!(node, %front, "owner node unreachable, served here (fallback = \"any\"): {error}");
+                let h = req.headers_mut();
+                match host {
+                    Some(v) => h.insert(HOST, v),
+                    None => h.remove(HOST),
+                };
+                h.remove(&headers::X_FORWARDED_FOR);
+                for v in xff {
+                    h.append(&headers::X_FORWARDED_FOR, v);
+                }
+                door.serve_here_instead(h);
+                Err(req)
+            }
+            Err(Failed { error, .. }) => {
+                tracing::warn!(node, %front, "forward to the owner node failed: {error}");
+                Ok(self.unavailable(&format!(
+                    "owner-node-unavailable: node {node} of this cache id is unreachable: {error}"
+                )))
             }
         }
     }

@@ -10,6 +10,9 @@
 //!   and its ids reach it through b and c again.
 //! - SIGTERM on c while requests for its ids flow through b: b sees c leave, and no forward of b ever finds c's
 //!   front door closed.
+//! - a's front door refuses b's and c's connections (a firewall), its gossip still passes: b (fallback none)
+//!   answers a's ids with 503 `owner-node-unavailable`, c (`fallback = "any"`) serves them itself with
+//!   `X-Route-Fallback: owner-node-down`; once the rule is gone, both forward to a again.
 //! - A rolling restart of all three under load (a node out of the clients' rotation while it restarts, as a load
 //!   balancer following `/readyz` takes it out): the only failed requests are those for the restarting node's
 //!   caches, and the test counts them.
@@ -45,6 +48,11 @@ static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(
 
 /// `monitor run` as node `i` of `lan`, in its namespace, joining through the other two.
 fn start(lan: &Lan, i: usize) -> Launched {
+    start_with(lan, i, |c| c)
+}
+
+/// [`start`] with the config changed by `change`.
+fn start_with(lan: &Lan, i: usize, change: impl Fn(Config) -> Config) -> Launched {
     let (h, name) = (&lan.hosts[i], NAMES[i]);
     let seeds: Vec<String> =
         lan.hosts.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, o)| at(o.ip, GOSSIP).to_string()).collect();
@@ -61,6 +69,7 @@ fn start(lan: &Lan, i: usize) -> Launched {
         .set("cluster", "dead_timeout_ms", 2000)
         .process(Process::fixture_on(&format!("{name}m0"), "master", 18001))
         .process(Process::fixture_on(&format!("{name}tx1"), "worker", 18002));
+    let config = change(config);
     // A config file of its own per start: a restarted node's old guard removes its file when dropped.
     let run = STARTS.fetch_add(1, Ordering::Relaxed);
     let mut l = Launched::start_wrapped(&format!("{}-{run}", h.ns), config, &h.prefix(), None, &[]);
@@ -426,4 +435,48 @@ fn a_rolling_restart_of_three_namespaced_nodes_fails_only_the_restarting_nodes_c
     }
     eprintln!("{} requests, {} failed, all for the restarting node's caches", sent.len(), failed.len());
     assert!(sent.len() - failed.len() >= 1000, "only {} served", sent.len() - failed.len());
+}
+
+#[test]
+fn an_owner_whose_front_door_is_firewalled_gets_503_or_with_fallback_any_is_served_elsewhere() {
+    let test = "an_owner_whose_front_door_is_firewalled_gets_503_or_with_fallback_any_is_served_elsewhere";
+    if !required(test, true) {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let lan = Lan::new(3);
+    let a = start(&lan, 0);
+    wait_member(&a, "a", |m| m["self"] == true, Duration::from_secs(20));
+    let b = start(&lan, 1);
+    let c = start_with(&lan, 2, |c| c.set("cluster", "fallback", "any"));
+    settle(&[&a, &b, &c]);
+    let f = fronts(&lan);
+    let (token, owner) = mint(f[0]);
+
+    lan.hosts[0].refuse_tcp_from(&[lan.hosts[1].ip, lan.hosts[2].ip], FRONT);
+    // b: 503, saying the owner is unreachable; none of b's processes serves it.
+    let r = get(f[1], "/fhir/use", &[("X-Cache-Id", &token)]);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("owner-node-unavailable") && r.text().contains("unreachable"), "{}", r.text());
+    assert!(r.header("retry-after").is_some() && r.header("x-served-by").is_none(), "{:?}", r.headers);
+    // c: served by one of c's processes, which gets the plain cache id (not the token) and, not knowing it, says
+    // so (the client rebuilds its cache there); marked as a fallback.
+    let r = get(f[2], "/fhir/use", &[("X-Cache-Id", &token)]);
+    assert_eq!(r.header("x-route-fallback"), Some("owner-node-down"), "{}: {}", r.status, r.text());
+    let echo: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    let inner = token.split('.').take(3).skip(1).collect::<Vec<_>>().join(".");
+    let got = (r.status, echo["error"].as_str(), echo["cache_id"].as_str());
+    assert_eq!(got, (404, Some("cache-id-unknown"), Some(inner.as_str())), "{}", r.text());
+    assert!(echo["name"].as_str().is_some_and(|n| n.starts_with('c')), "served by one of c's: {}", r.text());
+    assert!(c.stderr().contains("served here (fallback = \"any\")"), "{}", c.stderr());
+    // a stayed alive to both all along (only TCP to its front door was refused).
+    for n in [&b, &c] {
+        wait_member(n, "a", |m| m["state"] == "alive", Duration::from_secs(1));
+    }
+
+    lan.hosts[0].accept_tcp();
+    for front in &f[1..] {
+        let r = get(*front, "/fhir/use", &[("X-Cache-Id", &token)]);
+        assert_eq!((r.status, r.header("x-served-by")), (200, Some(owner.as_str())), "{}", r.text());
+    }
 }
