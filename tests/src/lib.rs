@@ -66,16 +66,19 @@ pub fn wait_until<T>(what: &str, timeout: std::time::Duration, mut f: impl FnMut
 }
 
 /// The arguments of the proxy benchmark's floor proxies (`bare-hop`, `byte-relay`): `--port P` and one or more
-/// `--upstream U`, each a port on 127.0.0.1.
+/// `--upstream U`, each a port on 127.0.0.1 or an address with its port.
 pub fn port_and_upstreams(args: impl IntoIterator<Item = String>) -> Result<(u16, Vec<std::net::SocketAddr>), String> {
     let (mut port, mut upstreams) = (None, Vec::new());
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
-        let p: u16 = v.parse().map_err(|e| format!("{a} {v}: {e}"))?;
         match a.as_str() {
-            "--port" => port = Some(p),
-            "--upstream" => upstreams.push(std::net::SocketAddr::from(([127, 0, 0, 1], p))),
+            "--port" => port = Some(v.parse::<u16>().map_err(|e| format!("{a} {v}: {e}"))?),
+            // A port on 127.0.0.1, or an address with its port.
+            "--upstream" => upstreams.push(match v.parse::<u16>() {
+                Ok(p) => std::net::SocketAddr::from(([127, 0, 0, 1], p)),
+                Err(_) => v.parse().map_err(|e| format!("{a} {v}: neither a port nor an address: {e}"))?,
+            }),
             _ => return Err(format!("unknown argument {a}")),
         }
     }

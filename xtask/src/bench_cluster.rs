@@ -5,7 +5,8 @@
 //! 1. A forwarded request against a local one: two nodes a and b. wrk at c = 16 sends `/fhir/use` to b's front
 //!    door with a cache id minted on b (served by b's own process: the baseline) and with one minted on a (b
 //!    forwards it to a's front door, which serves it), interleaved over `BENCH_ROUNDS` rounds (default 3) of
-//!    `BENCH_SECONDS` each (default 5). Goal: forwarded p50 <= 1.6 × local p50.
+//!    `BENCH_SECONDS` each (default 5). Goal: forwarded p50 <= 1.6 × local p50. The floor of any extra hop, in
+//!    the same rounds: a byte relay (tests/src/bin/byte-relay.rs) in front of b with b's own cache ids.
 //! 2. Gossip traffic per node per second at 3 and at 50 members: the nodes' own counters
 //!    (`monitor_cluster_gossip_bytes_total`, UDP payloads) read from each node's `/metrics` twice,
 //!    `GOSSIP_SECONDS` apart (default 30), once every member lists every other as alive. The 50 members are 50
@@ -147,19 +148,33 @@ fn forwarded(bin: &Path, dir: &Path) -> Result<()> {
     let nodes = [a, b];
     settle(&nodes, Duration::from_secs(60))?;
     let (local, remote) = (mint(nodes[1].front())?, mint(nodes[0].front())?);
-    // Warm both paths.
+    // The floor of any extra hop on this machine: a byte relay (tests/src/bin/byte-relay.rs: blocking threads, no
+    // HTTP) in front of b, with b's own cache ids.
+    let port = free_port();
+    let _relay = ChildGuard::spawn(
+        Command::new(bin.join("byte-relay"))
+            .args(["--port", &port.to_string(), "--upstream", &nodes[1].front().to_string()])
+            .stdin(Stdio::null()),
+    );
+    let relay = SocketAddr::from(([127, 0, 0, 1], port));
+    wait_listening(relay)?;
+    // Warm every path.
     wrk(nodes[1].front(), &local, 1)?;
     wrk(nodes[1].front(), &remote, 1)?;
-    let (mut l, mut r) = (Vec::new(), Vec::new());
+    wrk(relay, &local, 1)?;
+    let (mut l, mut r, mut f) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         l.push(wrk(nodes[1].front(), &local, seconds)?);
         r.push(wrk(nodes[1].front(), &remote, seconds)?);
+        f.push(wrk(relay, &local, seconds)?);
     }
     let col = |v: &[(f64, f64, f64)], i: usize| -> Vec<f64> { v.iter().map(|t| [t.0, t.1, t.2][i]).collect() };
     println!(
         "forwarded against local, through the same front door (b), wrk -t2 -c16, {rounds} × {seconds} s interleaved:"
     );
-    for (what, v) in [("local (b's cache)", &l), ("forwarded (a's cache, b -> a)", &r)] {
+    for (what, v) in
+        [("local (b's cache)", &l), ("forwarded (a's cache, b -> a)", &r), ("floor: byte relay -> b, b's cache", &f)]
+    {
         println!(
             "  {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs",
             mean(&col(v, 0)),
@@ -174,6 +189,25 @@ fn forwarded(bin: &Path, dir: &Path) -> Result<()> {
         ratios.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", "),
         mean(&col(&r, 0)) / mean(&col(&l, 0))
     );
+    let floors: Vec<f64> = l.iter().zip(&f).map(|(l, f)| f.1 / l.1).collect();
+    println!(
+        "  floor: one byte-relay hop / local p50: {:.2} (rounds: {}); forwarded over floor: {:.2}",
+        mean(&floors),
+        floors.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", "),
+        mean(&ratios) / mean(&floors).max(f64::MIN_POSITIVE)
+    );
+    Ok(())
+}
+
+/// Waits (at most 10 s) until something accepts connections at `addr`.
+fn wait_listening(addr: SocketAddr) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if Instant::now() >= deadline {
+            bail!("nothing listens at {addr} after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     Ok(())
 }
 
