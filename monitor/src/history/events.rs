@@ -59,7 +59,8 @@ impl Cursor {
     }
 }
 
-/// Waits for the next change of the membership; false once it has stopped. Never returns without a view.
+/// Waits for the next change of the membership; false once it has stopped. Without a membership (no `[cluster]`,
+/// or no stats database) it waits for ever, so that a `select!` over it only ever takes its other branches.
 pub async fn changed(view: &mut Option<ClusterView>) -> bool {
     match view {
         Some(v) => v.changed().await.is_ok(),
