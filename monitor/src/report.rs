@@ -1,14 +1,15 @@
 //! `monitor report [--date YYYY-MM-DD] [--json] [--png FILE]`: one UTC day from the stats database: peak and mean
-//! memory per process, requests per process and in total, refusals, aborts, restarts; `--png` draws the day
-//! ([`png`]).
+//! memory per process, requests per process and in total, refusals, aborts, restarts, and under `[cluster]` the
+//! membership's events; `--png` draws the day ([`png`]).
 
 #[path = "report_png.rs"]
 pub mod png;
 
+use crate::history::events::ClusterEvent;
 use crate::history::ring::{Labels, Minute};
 use crate::history::store::Store;
 use crate::history::HistoryError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::path::Path;
 
@@ -30,7 +31,7 @@ pub enum ReportError {
 }
 
 /// One process over the day.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessDay {
     pub process: String,
     pub role: String,
@@ -42,7 +43,7 @@ pub struct ProcessDay {
 }
 
 /// The day's report.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DayReport {
     pub date: String,
     /// Minutes with data.
@@ -58,6 +59,10 @@ pub struct DayReport {
     pub shed_requests: u64,
     pub restarts: u64,
     pub processes: Vec<ProcessDay>,
+    /// Under `[cluster]`: the changes of the members' states this node saw that day, oldest first (empty on a
+    /// single host, and in a report of a database from before they were kept).
+    #[serde(default)]
+    pub cluster_events: Vec<ClusterEvent>,
 }
 
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
@@ -166,6 +171,7 @@ pub fn summarize(date: &str, minutes: &[Minute], labels: &Labels) -> DayReport {
         shed_requests: minutes.iter().map(|m| m.shed).sum(),
         restarts: processes.iter().map(|p| p.restarts).sum(),
         processes,
+        cluster_events: Vec::new(),
     }
 }
 
@@ -186,8 +192,10 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
     let store = Store::open_read_only(path).map_err(not_a_database)?;
     let mut labels = Labels::default();
     let minutes = store.minutes(day_start, day_start + 86_400, &mut labels).map_err(not_a_database)?;
+    let events = store.events(day_start, day_start + 86_400).map_err(not_a_database)?;
     let date = civil_from_days((day_start / 86_400) as i64);
-    Ok((summarize(&date, &minutes, &labels), minutes, labels))
+    let report = DayReport { cluster_events: events, ..summarize(&date, &minutes, &labels) };
+    Ok((report, minutes, labels))
 }
 
 /// The report as a text table.
@@ -228,7 +236,45 @@ pub fn text(r: &DayReport) -> String {
             p.restarts
         );
     }
+    cluster_text(&mut o, &r.cluster_events);
     o
+}
+
+/// The kinds of cluster events in the order a member goes through them.
+const KINDS: [&str; 5] = ["joined", "suspect", "alive again", "dead", "left"];
+
+/// How many events of each kind, in the order of [`KINDS`] then any other kind in the order first seen.
+pub fn count_kinds(events: &[ClusterEvent]) -> Vec<(&str, usize)> {
+    let mut counts: Vec<(&str, usize)> = KINDS.iter().map(|k| (*k, 0)).collect();
+    for e in events {
+        match counts.iter_mut().find(|(k, _)| *k == e.what) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((e.what.as_str(), 1)),
+        }
+    }
+    counts.retain(|(_, n)| *n > 0);
+    counts
+}
+
+/// `HH:MM:SS.mmm` (UTC) of a time in ms since the Unix epoch.
+fn time_of_day(at_unix_ms: u64) -> String {
+    let ms = at_unix_ms % 86_400_000;
+    let (h, m, s) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60);
+    format!("{h:02}:{m:02}:{s:02}.{:03}", ms % 1000)
+}
+
+/// The "cluster" section: the day's membership events with their counts; nothing when there are none.
+fn cluster_text(o: &mut String, events: &[ClusterEvent]) {
+    if events.is_empty() {
+        return;
+    }
+    let counts: Vec<String> = count_kinds(events).into_iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let _ = writeln!(o, "\ncluster: {}: {}", crate::units::count(events.len() as u64, "event"), counts.join(", "));
+    let _ = writeln!(o, "{:<14} {:<20} {:<12} FROM -> TO", "TIME (UTC)", "NODE", "WHAT");
+    for e in events {
+        let from = e.from.as_deref().unwrap_or("-");
+        let _ = writeln!(o, "{:<14} {:<20} {:<12} {} -> {}", time_of_day(e.at_unix_ms), e.node, e.what, from, e.to);
+    }
 }
 
 #[cfg(test)]
@@ -255,6 +301,71 @@ mod tests {
     fn a_file_that_is_not_a_database_says_so_once() {
         let e = load(Path::new("/etc/passwd"), 0).err().map(|e| e.to_string()).unwrap_or_default();
         assert_eq!(e, "/etc/passwd is not a monitor stats database (SQLite could not read it as a database)");
+    }
+
+    fn event(at_unix_ms: u64, node: &str, what: &str, from: Option<&str>, to: &str) -> ClusterEvent {
+        let (node, what, to) = (node.to_string(), what.to_string(), to.to_string());
+        ClusterEvent { at_unix_ms, node, what, from: from.map(String::from), to }
+    }
+
+    /// A day of a node that saw b join, go suspect, come back, then die, written to a real database with the
+    /// events of the days around it.
+    #[test]
+    fn the_days_membership_events_are_listed_and_counted() {
+        let dir = monitor_tests::temp_dir("report-events");
+        let path = dir.join("stats.db");
+        let day = parse_date("2024-03-01").expect("a date");
+        let ms = |h: u64, m: u64, s: u64, milli: u64| (day + h * 3600 + m * 60 + s) * 1000 + milli;
+        let events = [
+            event(ms(9, 15, 2, 40), "b", "joined", None, "alive"),
+            event(ms(13, 0, 0, 5), "b", "suspect", Some("alive"), "suspect"),
+            event(ms(13, 0, 0, 750), "b", "alive again", Some("suspect"), "alive"),
+            event(ms(23, 59, 59, 999), "b", "dead", Some("alive"), "dead"),
+        ];
+        {
+            let mut store = Store::open(&path).expect("open");
+            let mut labels = Labels::default();
+            let label = labels.intern("am0", "master");
+            let procs = vec![ProcMinute { label, rss_max: 10, rss_mean: 10, ..ProcMinute::default() }];
+            store.insert(&Minute { t: day + 60, limit: 100, procs, ..Minute::default() }, &labels).expect("minute");
+            let around = [
+                event(day * 1000 - 1, "c", "left", Some("alive"), "left"),
+                event(ms(24, 0, 0, 0), "c", "joined", None, "alive"),
+            ];
+            store.insert_events(&around).expect("the days around");
+            store.insert_events(&events).expect("events");
+        }
+        let (r, _, _) = load(&path, day).expect("report");
+        assert_eq!(r.cluster_events, events, "the day's, oldest first");
+        let text = text(&r);
+        let section = text.split_once("\ncluster: ").map(|(_, s)| s).unwrap_or_default();
+        let lines: Vec<&str> = section.lines().collect();
+        assert_eq!(lines.first(), Some(&"4 events: joined 1, suspect 1, alive again 1, dead 1"), "{text}");
+        let rows: Vec<Vec<&str>> = lines.iter().skip(2).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[0], ["09:15:02.040", "b", "joined", "-", "->", "alive"], "{text}");
+        assert_eq!(rows[2], ["13:00:00.750", "b", "alive", "again", "suspect", "->", "alive"], "{text}");
+        assert_eq!(rows[3], ["23:59:59.999", "b", "dead", "alive", "->", "dead"], "{text}");
+        assert_eq!(rows.len(), 4, "{text}");
+        let json = serde_json::to_value(&r).expect("json");
+        let first = &json["cluster_events"][0];
+        assert_eq!(first["at_unix_ms"], ms(9, 15, 2, 40));
+        assert_eq!((first["node"].as_str(), first["what"].as_str()), (Some("b"), Some("joined")));
+        assert_eq!((first["from"].is_null(), first["to"].as_str()), (true, Some("alive")));
+        assert_eq!(json["cluster_events"][3]["from"], "alive");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_single_host_prints_no_cluster_section() {
+        let r = summarize("2024-03-01", &[], &Labels::default());
+        assert!(!text(&r).contains("cluster"), "{}", text(&r));
+        let json = serde_json::to_value(&r).expect("json");
+        assert_eq!(json["cluster_events"], serde_json::json!([]));
+        // A report written before the events were kept reads back with none.
+        let mut old = json;
+        old.as_object_mut().map(|o| o.remove("cluster_events"));
+        let back: DayReport = serde_json::from_value(old).expect("an older report");
+        assert_eq!(back, r);
     }
 
     #[test]

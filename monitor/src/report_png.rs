@@ -1,5 +1,6 @@
 //! `monitor report --png FILE`: the day as a PNG drawn with plotters' bitmap backend: peak RSS per process per
-//! minute (with the group's usage and limit) above requests per minute per process.
+//! minute (with the group's usage and limit, and a vertical line at each cluster membership event) above requests
+//! per minute per process.
 //!
 //! Text is drawn with ab_glyph from a TTF read at run time (Debian's fonts-dejavu-core); with no usable font the
 //! chart is drawn without text and the caller says so. plotters' own `ab_glyph` feature is not used: features
@@ -206,6 +207,21 @@ fn points(minutes: &[Minute], labels: &Labels, day_start: u64) -> (PerProcess, P
     (rss, req, group)
 }
 
+/// A cluster member that joined or came back.
+const MEMBER_UP: RGBColor = RGBColor(0, 140, 70);
+/// A cluster member that went suspect, dead or left.
+const MEMBER_DOWN: RGBColor = RGBColor(200, 90, 0);
+
+/// The hours (since the day's start) of the day's cluster events: those of members that joined or came back, and
+/// those of members that went suspect, dead or left.
+fn event_hours(r: &DayReport, day_start: u64) -> (Vec<f64>, Vec<f64>) {
+    let hour = |ms: u64| ms.saturating_sub(day_start * 1000) as f64 / 3_600_000.0;
+    let up = |what: &str| matches!(what, "joined" | "alive again");
+    let ups = r.cluster_events.iter().filter(|e| up(&e.what)).map(|e| hour(e.at_unix_ms)).collect();
+    let downs = r.cluster_events.iter().filter(|e| !up(&e.what)).map(|e| hour(e.at_unix_ms)).collect();
+    (ups, downs)
+}
+
 fn color(i: usize) -> RGBColor {
     web::chart::color(i)
 }
@@ -264,6 +280,20 @@ fn draw<DB: DrawingBackend>(
         c.draw_series(LineSeries::new(pts.iter().copied(), col.stroke_width(1)))
             .map_err(draw_err)?
             .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
+    }
+    let (ups, downs) = event_hours(r, day_start);
+    for (hours, col, label) in [
+        (ups, MEMBER_UP, "cluster member joined or back"),
+        (downs, MEMBER_DOWN, "cluster member suspect, dead or left"),
+    ] {
+        if hours.is_empty() {
+            continue;
+        }
+        let lines = hours.into_iter().map(move |h| PathElement::new(vec![(h, 0.0), (h, peak)], col));
+        c.draw_series(lines)
+            .map_err(draw_err)?
+            .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
     }
     c.configure_series_labels()
@@ -398,6 +428,28 @@ mod tests {
         if with.is_some() {
             assert!(inked[0] > inked[1], "text adds ink: {inked:?}");
         }
+    }
+
+    #[test]
+    fn cluster_events_are_marked_by_kind() {
+        let (minutes, labels, start) = day();
+        let event = |hour: u64, what: &str| crate::history::events::ClusterEvent {
+            at_unix_ms: (start + hour * 3600) * 1000,
+            node: "b".into(),
+            what: what.into(),
+            from: None,
+            to: "alive".into(),
+        };
+        let quiet = summarize(&date_of(start), &minutes, &labels);
+        let r = DayReport { cluster_events: vec![event(6, "joined"), event(18, "dead")], ..quiet.clone() };
+        let count = |r: &DayReport, col: RGBColor| {
+            let rgb = render(r, &minutes, &labels, start, None).expect("render");
+            rgb.chunks(3).filter(|p| *p == [col.0, col.1, col.2]).count()
+        };
+        // A line up the memory panel for each (and its legend entry); nothing of either colour without events.
+        assert!(count(&r, MEMBER_UP) > 200, "the join is marked");
+        assert!(count(&r, MEMBER_DOWN) > 200, "the death is marked");
+        assert_eq!((count(&quiet, MEMBER_UP), count(&quiet, MEMBER_DOWN)), (0, 0));
     }
 
     #[test]

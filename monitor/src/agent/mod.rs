@@ -272,6 +272,7 @@ impl Parts<'_> {
                     let f: history::PeersFn = Arc::new(move || crate::cluster::api::peers(&m.members()));
                     f
                 }),
+                cluster_events: cluster.as_ref().map(|m| m.watch()),
             },
         );
         // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the

@@ -1,11 +1,13 @@
 //! History: a consumer of the published samples that keeps a per-second ring of the last hour and per-minute rows
 //! of the last week in memory, and writes each minute per process to SQLite (`[stats] path`, WAL, retention).
+//! Under `[cluster]` it also writes the membership's events (a member joined, suspect, dead, left) as they come.
 //! A database that cannot be opened or written is reported once (log, home page, `monitor_history_persisted 0`)
 //! and the agent runs on: the writer tries again every few seconds, keeping the unwritten minutes (a day at most).
 //!
 //! One call wires it for `monitor agent` and `monitor run` alike: [`spawn`] then [`HistoryHandle::router`]
 //! (the home page, `/api/v1/dashboard` and `/metrics`), and [`HistoryHandle::close`] at shutdown.
 
+pub mod events;
 pub mod query;
 pub mod ring;
 mod source;
@@ -16,6 +18,7 @@ use crate::launcher::LauncherInfo;
 use crate::live::Live;
 use crate::policy::{Decisions, ProcId, Thresholds};
 use crate::snapshot::infer_roles;
+use events::{ClusterEvent, ClusterView};
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -34,6 +37,8 @@ const RETAIN_EVERY: Duration = Duration::from_secs(3600);
 const REOPEN_EVERY: Duration = Duration::from_secs(5);
 /// Minutes kept while the database cannot be written (a day), written when it can be again.
 const PENDING_KEPT: usize = 1440;
+/// Cluster events kept while the database cannot be written, written when it can be again.
+const PENDING_EVENTS_KEPT: usize = 1000;
 
 /// What can go wrong with the stats database.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +69,16 @@ pub struct Inputs {
     pub reloads: Option<Arc<crate::live::Reloads>>,
     /// In a cluster: the nodes, for the home page.
     pub peers: Option<PeersFn>,
+    /// In a cluster: the membership, whose events are written to the stats database.
+    pub cluster_events: Option<ClusterView>,
+}
+
+/// What the database thread is handed.
+enum Write {
+    /// A finished minute, with the labels that name its processes.
+    Minute(Minute, Labels),
+    /// Cluster events not handed over before.
+    Events(Vec<ClusterEvent>),
 }
 
 /// The cluster's nodes as the home page lists them.
@@ -334,8 +349,11 @@ pub struct HistoryHandle {
 /// runtime. Never fails: a database problem is logged, shown on the home page, and the history stays in memory.
 pub fn spawn(rx: watch::Receiver<Arc<Published>>, samples: Samples, config: Live, inputs: Inputs) -> HistoryHandle {
     let cfg = config.now().stats.clone();
+    let mut inputs = inputs;
+    // Without a database there is nowhere to write the events: they stay the membership's.
+    let view = inputs.cluster_events.take().filter(|_| cfg.path.is_some());
     let history = Arc::new(History::new(rx.clone(), config.clone(), inputs));
-    let (tx, writes) = mpsc::channel::<(Minute, Labels)>();
+    let (tx, writes) = mpsc::channel::<Write>();
     let writer = cfg.path.clone().map(|path| {
         // Opened here, so that a database that cannot be opened is said before the API serves; the writer tries
         // again in the background (a lock held by a backup, a folder mounted late) and keeps the minutes meanwhile.
@@ -362,7 +380,7 @@ pub fn spawn(rx: watch::Receiver<Arc<Published>>, samples: Samples, config: Live
         None => None,
     };
     let h = history.clone();
-    let consumer = tokio::spawn(async move { consume(samples, h, tx).await });
+    let consumer = tokio::spawn(async move { consume(samples, h, tx, view).await });
     HistoryHandle { history, consumer, writer }
 }
 
@@ -386,28 +404,50 @@ fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> Result<Store
     Ok(s)
 }
 
-async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<(Minute, Labels)>) {
+/// Reads every sample into the rings and hands each finished minute to the database thread; under `[cluster]`, hands
+/// it each membership event as the membership records it (those recorded before the history started first, and
+/// those not handed over yet when the samples stop last). Sending never waits: the thread has an unbounded queue.
+async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>, mut view: Option<ClusterView>) {
     let mut agg = Aggregator::default();
     let mut last_seq = None;
-    while let Some(p) = samples.next().await {
-        if last_seq != Some(p.snapshot.seq) && p.error.is_none() {
-            last_seq = Some(p.snapshot.seq);
-            h.lock().decisions.observe(&p.decision);
-            let (sec, min) = agg.push(&h.input(&p));
-            if let Some(row) = h.keep(sec, min) {
-                let _ = tx.send(row);
+    let mut cursor = events::Cursor::default();
+    let send_events = |cursor: &mut events::Cursor, view: &mut Option<ClusterView>| {
+        let new = view.as_mut().map(|v| events::take(cursor, v)).unwrap_or_default();
+        if !new.is_empty() {
+            let _ = tx.send(Write::Events(new));
+        }
+    };
+    send_events(&mut cursor, &mut view);
+    loop {
+        tokio::select! {
+            p = samples.next() => {
+                let Some(p) = p else { break };
+                if last_seq != Some(p.snapshot.seq) && p.error.is_none() {
+                    last_seq = Some(p.snapshot.seq);
+                    h.lock().decisions.observe(&p.decision);
+                    let (sec, min) = agg.push(&h.input(&p));
+                    if let Some((m, labels)) = h.keep(sec, min) {
+                        let _ = tx.send(Write::Minute(m, labels));
+                    }
+                }
             }
+            going = events::changed(&mut view) => match going {
+                true => send_events(&mut cursor, &mut view),
+                false => view = None,
+            },
         }
     }
+    send_events(&mut cursor, &mut view);
     let (sec, min) = agg.flush();
-    if let Some(row) = h.keep(sec, min) {
-        let _ = tx.send(row);
+    if let Some((m, labels)) = h.keep(sec, min) {
+        let _ = tx.send(Write::Minute(m, labels));
     }
 }
 
-/// The database thread: writes each finished minute; while the database cannot be opened or written, keeps the
-/// minutes (up to [`PENDING_KEPT`], the oldest dropped first) and tries again every [`REOPEN_EVERY`], saying so once
-/// when it fails and once when it works again.
+/// The database thread: writes each finished minute and each cluster event as it comes; while the database cannot
+/// be opened or written, keeps the minutes (up to [`PENDING_KEPT`]) and the events (up to [`PENDING_EVENTS_KEPT`]),
+/// the oldest dropped first, and tries again every [`REOPEN_EVERY`], saying so once when it fails and once when it
+/// works again.
 struct Writer {
     store: Option<Store>,
     path: PathBuf,
@@ -418,6 +458,8 @@ struct Writer {
     retained_for: u32,
     /// Minutes not written yet, oldest first.
     pending: VecDeque<Minute>,
+    /// Cluster events not written yet, oldest first.
+    pending_events: VecDeque<ClusterEvent>,
     /// The latest labels (they only grow, so they name every pending minute's processes).
     labels: Labels,
     /// How often a database that cannot be opened or written is tried again ([`REOPEN_EVERY`]).
@@ -434,26 +476,37 @@ impl Writer {
             config,
             retained_for,
             pending: VecDeque::new(),
+            pending_events: VecDeque::new(),
             labels: Labels::default(),
             retry: REOPEN_EVERY,
         }
     }
 
-    fn run(mut self, rows: mpsc::Receiver<(Minute, Labels)>) {
+    fn run(mut self, rows: mpsc::Receiver<Write>) {
         let mut last_retain = std::time::Instant::now();
         loop {
-            let row = if self.pending.is_empty() && self.store.is_some() {
+            let idle = self.pending.is_empty() && self.pending_events.is_empty();
+            let row = if idle && self.store.is_some() {
                 rows.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
             } else {
                 rows.recv_timeout(self.retry)
             };
             let done = match row {
-                Ok((m, labels)) => {
+                Ok(Write::Minute(m, labels)) => {
                     self.labels = labels;
                     if self.pending.len() >= PENDING_KEPT {
                         self.pending.pop_front();
                     }
                     self.pending.push_back(m);
+                    false
+                }
+                Ok(Write::Events(events)) => {
+                    for e in events {
+                        if self.pending_events.len() >= PENDING_EVENTS_KEPT {
+                            self.pending_events.pop_front();
+                        }
+                        self.pending_events.push_back(e);
+                    }
                     false
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => false,
@@ -480,7 +533,7 @@ impl Writer {
         self.config.now().stats.retention_days
     }
 
-    /// Opens the database if it is not open, and writes the pending minutes, oldest first.
+    /// Opens the database if it is not open, and writes the pending minutes, oldest first, then the pending events.
     fn flush(&mut self) {
         let failing = self.h.note().is_some();
         if self.store.is_none() {
@@ -502,6 +555,16 @@ impl Writer {
                 return;
             }
             self.pending.pop_front();
+        }
+        if !self.pending_events.is_empty() {
+            if let Err(e) = store.insert_events(self.pending_events.make_contiguous()) {
+                if !failing {
+                    tracing::error!("history is not persisted: {e} (kept in memory, trying again)");
+                }
+                self.h.set_note(Some(format!("history is not persisted: writing cluster events: {e}")));
+                return;
+            }
+            self.pending_events.clear();
         }
         if failing {
             tracing::info!("stats database writable again: history is persisted");
@@ -583,8 +646,17 @@ mod tests {
         for t in [now - 120, now - 60] {
             let label = labels.intern("tx1", "worker");
             let procs = vec![ring::ProcMinute { label, rss_max: 7, ..Default::default() }];
-            rows.send((Minute { t, usage_max: t, procs, ..Minute::default() }, labels.clone())).expect("send");
+            rows.send(Write::Minute(Minute { t, usage_max: t, procs, ..Minute::default() }, labels.clone()))
+                .expect("send");
         }
+        let joined = ClusterEvent {
+            at_unix_ms: now * 1000 - 30_000,
+            node: "b".into(),
+            what: "joined".into(),
+            from: None,
+            to: "alive".into(),
+        };
+        rows.send(Write::Events(vec![joined.clone()])).expect("send");
         std::thread::sleep(Duration::from_millis(800));
         assert!(h.note().is_some(), "locked: nothing written yet");
         holder.execute_batch("ROLLBACK").expect("unlock");
@@ -601,6 +673,59 @@ mod tests {
         let written = store.minutes(0, u64::MAX / 2, &mut fresh).expect("minutes");
         assert_eq!(written.iter().map(|m| m.t).collect::<Vec<_>>(), [now - 120, now - 60]);
         assert_eq!(fresh.get(written[1].procs[0].label).0, "tx1");
+        assert_eq!(
+            store.events(0, u64::MAX / 2).expect("events"),
+            [joined],
+            "the event waited too, and is written once"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Under `[cluster]`: the events the membership recorded before the history started, and those it records
+    /// while the agent runs, reach the database at once (not at the end of a minute), each once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn membership_events_are_written_as_they_come() {
+        use crate::cluster::members::Change;
+        use crate::cluster::{Members, NodeId};
+        use crate::policy::State as Policy;
+        let dir = monitor_tests::temp_dir("history-events");
+        let path = dir.join("stats.db");
+        let mut cfg = crate::config::Config::default();
+        cfg.stats.path = Some(path.clone());
+        let b = NodeId::test("b", 3, &["b0"], 20);
+        let change = |from, to| Change { node: "b".into(), gossip: b.gossip, from, to };
+        let mut members = Members::new(NodeId::test("a", 2, &["a0"], 10));
+        let t0 = now_s() * 1000;
+        members.record(&[change(None, crate::cluster::State::Alive)], t0);
+        let (view_tx, view) = watch::channel(Arc::new(members.clone()));
+        let (feed, latest) = crate::feed::Feed::new(Published::test(Policy::Normal));
+        let inputs = Inputs { cluster_events: Some(view), ..Inputs::default() };
+        let handle = spawn(latest, feed.subscribe("history"), Live::fixed(cfg), inputs);
+        let written = || Store::open_read_only(&path).and_then(|s| s.events(0, u64::MAX / 2)).unwrap_or_default();
+        let within = |n: usize| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while written().len() < n && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            written()
+        };
+        assert_eq!(within(1).len(), 1, "the join recorded before the history started");
+        let alive = crate::cluster::State::Alive;
+        members.record(&[change(Some(alive), crate::cluster::State::Suspect)], t0 + 500);
+        view_tx.send_replace(Arc::new(members.clone()));
+        let suspect = crate::cluster::State::Suspect;
+        members.record(&[change(Some(suspect), crate::cluster::State::Dead)], t0 + 2500);
+        view_tx.send_replace(Arc::new(members.clone()));
+        let got = within(3);
+        let whats: Vec<(u64, &str)> = got.iter().map(|e| (e.at_unix_ms, e.what.as_str())).collect();
+        assert_eq!(whats, [(t0, "joined"), (t0 + 500, "suspect"), (t0 + 2500, "dead")], "while the agent runs");
+        // A change the history has not read when the samples stop is written as it stops.
+        members.record(&[change(Some(crate::cluster::State::Dead), alive)], t0 + 9000);
+        view_tx.send_replace(Arc::new(members));
+        drop(feed);
+        handle.close(Duration::from_secs(5)).await;
+        let whats: Vec<String> = written().into_iter().map(|e| e.what).collect();
+        assert_eq!(whats, ["joined", "suspect", "dead", "joined"], "each once");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -623,7 +748,7 @@ mod tests {
         let mut cfg = crate::config::Config::default();
         cfg.stats.retention_days = 7;
         publisher.publish(cfg);
-        rows.send((Minute { t: now, ..Minute::default() }, labels.clone())).expect("send");
+        rows.send(Write::Minute(Minute { t: now, ..Minute::default() }, labels.clone())).expect("send");
         drop(rows);
         writer.join().expect("the writer ends with the samples");
         let read = Store::open_read_only(&path).expect("read back");

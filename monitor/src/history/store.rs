@@ -1,12 +1,16 @@
-//! The stats database: per-minute rows of the group and of each process in SQLite (WAL), with retention.
-//! Opened by the agent (writes one minute at a time from its own thread) and by `monitor report` (reads a day).
+//! The stats database: per-minute rows of the group and of each process, and the cluster membership's events, in
+//! SQLite (WAL), with retention. Opened by the agent (writes one minute at a time, and the events as they come,
+//! from its own thread) and by `monitor report` (reads a day).
 
+use super::events::ClusterEvent;
 use super::ring::{Labels, Minute, ProcMinute};
 use super::HistoryError;
 use rusqlite::{params, Connection, OpenFlags};
 use std::path::Path;
 use std::time::Duration;
 
+/// The tables. `cluster_event`'s unique key, which starts with the time, is also its index on time; its rowid keeps
+/// the order in which events of the same millisecond were seen.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS group_minute (
     t INTEGER PRIMARY KEY, usage_max INTEGER NOT NULL, usage_mean INTEGER NOT NULL, limit_bytes INTEGER NOT NULL,
@@ -17,6 +21,9 @@ CREATE TABLE IF NOT EXISTS process_minute (
     rss_mean INTEGER NOT NULL, requests INTEGER NOT NULL, errors_5xx INTEGER NOT NULL,
     inflight_max INTEGER NOT NULL, p50_us INTEGER NOT NULL, p99_us INTEGER NOT NULL, restarts INTEGER NOT NULL,
     PRIMARY KEY (t, process)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_event (
+    at_ms INTEGER NOT NULL, node TEXT NOT NULL, what TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
+    UNIQUE (at_ms, node, what));
 ";
 
 /// An open stats database.
@@ -105,12 +112,66 @@ impl Store {
         tx.commit().map_err(db)
     }
 
-    /// Deletes the rows older than `days` before `now` (Unix seconds); returns how many minutes went.
+    /// Writes cluster membership events, each once: an event already written (same time, node and what) is
+    /// passed over. Returns how many were new.
+    pub fn insert_events(&mut self, events: &[ClusterEvent]) -> Result<usize, HistoryError> {
+        let tx = self.conn.transaction().map_err(db)?;
+        let mut n = 0;
+        {
+            let mut st =
+                tx.prepare_cached("INSERT OR IGNORE INTO cluster_event VALUES (?1, ?2, ?3, ?4, ?5)").map_err(db)?;
+            for e in events {
+                n += st.execute(params![e.at_unix_ms as i64, e.node, e.what, e.from, e.to]).map_err(db)?;
+            }
+        }
+        tx.commit().map_err(db)?;
+        Ok(n)
+    }
+
+    /// The cluster membership events in `[from, to)` (Unix seconds), oldest first; none in a database written
+    /// before events were kept.
+    pub fn events(&self, from: u64, to: u64) -> Result<Vec<ClusterEvent>, HistoryError> {
+        let kept: bool = self
+            .conn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'cluster_event'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(db)?;
+        if !kept {
+            return Ok(Vec::new());
+        }
+        let ms = |s: u64| s.saturating_mul(1000).min(i64::MAX as u64) as i64;
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT at_ms, node, what, from_state, to_state FROM cluster_event WHERE at_ms >= ?1 AND at_ms < ?2 \
+                 ORDER BY at_ms, rowid",
+            )
+            .map_err(db)?;
+        let rows = st
+            .query_map([ms(from), ms(to)], |r| {
+                Ok(ClusterEvent {
+                    at_unix_ms: r.get::<_, i64>(0)? as u64,
+                    node: r.get(1)?,
+                    what: r.get(2)?,
+                    from: r.get(3)?,
+                    to: r.get(4)?,
+                })
+            })
+            .map_err(db)?;
+        rows.map(|r| r.map_err(db)).collect()
+    }
+
+    /// Deletes the rows (minutes and events) older than `days` before `now` (Unix seconds); returns how many
+    /// minutes went.
     pub fn retain(&mut self, days: u32, now: u64) -> Result<usize, HistoryError> {
         let cut = now.saturating_sub(days as u64 * 86_400) as i64;
         let tx = self.conn.transaction().map_err(db)?;
         let n = tx.execute("DELETE FROM group_minute WHERE t < ?1", [cut]).map_err(db)?;
         tx.execute("DELETE FROM process_minute WHERE t < ?1", [cut]).map_err(db)?;
+        tx.execute("DELETE FROM cluster_event WHERE at_ms < ?1", [cut.saturating_mul(1000)]).map_err(db)?;
         tx.commit().map_err(db)?;
         Ok(n)
     }
@@ -224,6 +285,58 @@ mod tests {
         assert_eq!(s.retain(2, 86_400 * 4).expect("retain"), 2);
         let left = s.minutes(0, u64::MAX / 2, &mut fresh).expect("read");
         assert_eq!(left.iter().map(|m| m.t).collect::<Vec<_>>(), vec![86_400 * 3, 86_400 * 3 + 60]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn event(at_unix_ms: u64, node: &str, what: &str, from: Option<&str>, to: &str) -> ClusterEvent {
+        let (node, what, to) = (node.to_string(), what.to_string(), to.to_string());
+        ClusterEvent { at_unix_ms, node, what, from: from.map(String::from), to }
+    }
+
+    #[test]
+    fn cluster_events_are_written_once_read_by_day_and_retained_like_the_minutes() {
+        let dir = monitor_tests::temp_dir("store-events");
+        let path = dir.join("stats.db");
+        let day = 86_400 * 20_000;
+        let joined = event(day * 1000 + 5, "b", "joined", None, "alive");
+        let suspect = event(day * 1000 + 900, "b", "suspect", Some("alive"), "suspect");
+        let dead = event(day * 1000 + 900, "b", "dead", Some("suspect"), "dead");
+        let old = event((day - 3 * 86_400) * 1000, "c", "left", Some("alive"), "left");
+        {
+            let mut s = Store::open(&path).expect("open");
+            assert_eq!(s.insert_events(&[old.clone(), joined.clone()]).expect("insert"), 2);
+            // Sent again with the next ones (a reader that lost its place): the first two are not written twice.
+            // Two events of the same millisecond keep the order they came in.
+            let again = [joined.clone(), suspect.clone(), dead.clone()];
+            assert_eq!(s.insert_events(&again).expect("insert again"), 2);
+        }
+        let mut s = Store::open(&path).expect("reopen");
+        assert_eq!(s.events(day, day + 86_400).expect("read"), [joined.clone(), suspect.clone(), dead.clone()]);
+        assert_eq!(s.events(0, day).expect("read"), [old]);
+        assert_eq!(s.retain(2, day + 3600).expect("retain"), 0, "no minutes to delete");
+        assert_eq!(s.events(0, u64::MAX / 2).expect("read"), [joined, suspect, dead], "the old event went");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_database_from_before_the_events_opens_and_reads() {
+        let dir = monitor_tests::temp_dir("store-old");
+        let path = dir.join("stats.db");
+        {
+            let old = Connection::open(&path).expect("create");
+            let before = SCHEMA.split("CREATE TABLE IF NOT EXISTS cluster_event").next().unwrap_or_default();
+            old.execute_batch(before).expect("the tables of before");
+        }
+        let mut labels = Labels::default();
+        // `monitor report` reads it as it is: no events, no error.
+        let read = Store::open_read_only(&path).expect("read only");
+        assert_eq!(read.events(0, u64::MAX / 2).expect("no table, no events"), []);
+        drop(read);
+        // The agent opens it and adds the table.
+        let mut s = Store::open(&path).expect("open an old database");
+        s.insert(&minute(60, &mut labels), &labels).expect("minutes as before");
+        assert_eq!(s.insert_events(&[event(61_000, "b", "joined", None, "alive")]).expect("events"), 1);
+        assert_eq!(s.events(0, 120).expect("read").len(), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,0 +1,111 @@
+//! Cluster membership events for the stats database: the changes of the members' states the membership keeps in
+//! memory (the last hundred, `/api/v1/cluster`'s `events`), picked out as they come so that each is written once.
+
+use crate::cluster::members::Event;
+use crate::cluster::Members;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The membership as it changes (`Membership::watch()`): the history reads its events from it.
+pub type ClusterView = watch::Receiver<Arc<Members>>;
+
+/// A change of a member's state as the stats database and the daily report keep it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterEvent {
+    /// When this node saw the change, in ms since the Unix epoch.
+    pub at_unix_ms: u64,
+    pub node: String,
+    /// `joined`, `suspect`, `alive again`, `dead` or `left`.
+    pub what: String,
+    /// The state before (`alive`, `suspect`, `dead`, `left`); None for a member not known before.
+    pub from: Option<String>,
+    /// The state after.
+    pub to: String,
+}
+
+impl From<&Event> for ClusterEvent {
+    fn from(e: &Event) -> ClusterEvent {
+        ClusterEvent {
+            at_unix_ms: e.at_unix_ms,
+            node: e.node.clone(),
+            what: e.what.clone(),
+            from: e.from.map(|s| s.as_str().to_string()),
+            to: e.to.as_str().to_string(),
+        }
+    }
+}
+
+/// Where the reading of the membership's events stands: the last event taken.
+#[derive(Debug, Default)]
+pub struct Cursor {
+    last: Option<Event>,
+}
+
+impl Cursor {
+    /// The events of `events` (oldest first, as the membership keeps them) after the last one taken, all of them
+    /// when that one is no longer kept. Taking one twice is harmless: the database keeps one row per
+    /// (time, node, what).
+    pub fn take<'a>(&mut self, events: impl Iterator<Item = &'a Event>) -> Vec<ClusterEvent> {
+        let all: Vec<&Event> = events.collect();
+        let from = match &self.last {
+            Some(last) => all.iter().rposition(|e| *e == last).map_or(0, |i| i + 1),
+            None => 0,
+        };
+        if let Some(e) = all.last() {
+            self.last = Some((*e).clone());
+        }
+        all[from..].iter().map(|e| ClusterEvent::from(*e)).collect()
+    }
+}
+
+/// Waits for the next change of the membership; false once it has stopped. Without a membership (no `[cluster]`,
+/// or no stats database) it waits for ever, so that a `select!` over it only ever takes its other branches.
+pub async fn changed(view: &mut Option<ClusterView>) -> bool {
+    match view {
+        Some(v) => v.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The events of the membership's present view not taken yet (marking the view seen).
+pub fn take(cursor: &mut Cursor, view: &mut ClusterView) -> Vec<ClusterEvent> {
+    let members = view.borrow_and_update().clone();
+    cursor.take(members.events())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::members::{Change, Members};
+    use crate::cluster::{NodeId, State};
+
+    #[test]
+    fn each_event_is_taken_once_even_past_the_hundred_kept() {
+        let b = NodeId::test("b", 3, &["b0"], 20);
+        let mut m = Members::new(NodeId::test("a", 2, &["a0"], 10));
+        let mut cursor = Cursor::default();
+        assert!(cursor.take(m.events()).is_empty(), "no events yet");
+        let change = |from, to| Change { node: "b".into(), gossip: b.gossip, from, to };
+        m.record(&[change(None, State::Alive)], 1_000);
+        let got = cursor.take(m.events());
+        let want =
+            ClusterEvent { at_unix_ms: 1_000, node: "b".into(), what: "joined".into(), from: None, to: "alive".into() };
+        assert_eq!(got, [want]);
+        assert!(cursor.take(m.events()).is_empty(), "taken once");
+        m.record(&[change(Some(State::Alive), State::Suspect), change(Some(State::Suspect), State::Dead)], 2_000);
+        let got: Vec<(u64, String, Option<String>)> =
+            cursor.take(m.events()).into_iter().map(|e| (e.at_unix_ms, e.what, e.from)).collect();
+        assert_eq!(
+            got,
+            [(2_000, "suspect".into(), Some("alive".into())), (2_000, "dead".into(), Some("suspect".into()))]
+        );
+        // More changes than the membership keeps between two reads: all those still kept are taken.
+        for i in 0..150 {
+            m.record(&[change(Some(State::Alive), State::Suspect)], 3_000 + i);
+        }
+        let got = cursor.take(m.events());
+        assert_eq!(got.len(), crate::cluster::members::EVENTS_KEPT);
+        assert_eq!(got.last().map(|e| e.at_unix_ms), Some(3_149));
+    }
+}
