@@ -176,6 +176,77 @@ pub fn render_cluster(
     s
 }
 
+/// `monitor status --cluster` from a node's `/api/v1/cluster/fleet`: one row per member with the figures it last
+/// answered, the fleet's sums, and below the table why a member's figures are not current.
+pub fn render_fleet(f: &web::view::Fleet) -> String {
+    let mut s = String::new();
+    let t = &f.total;
+    let _ = writeln!(s, "cluster  seen from {}, {} members, {} answering\n", f.node, t.nodes, t.answering);
+    let _ = writeln!(
+        s,
+        "{:<16} {:<8} {:>12} {:>12} {:>7}  {:<9} {:>5} {:>5} {:>9} {:>8} {:>8} {:>7}",
+        "NODE",
+        "STATE",
+        "MEMORY",
+        "LIMIT",
+        "RATIO",
+        "POLICY",
+        "PROCS",
+        "READY",
+        "REQUESTS",
+        "REQ/S",
+        "INFLIGHT",
+        "SHED"
+    );
+    let mut notes = Vec::new();
+    for p in &f.nodes {
+        let node: String = p.node.chars().map(|c| if c.is_control() { '?' } else { c }).take(16).collect();
+        let state = if p.this { format!("{}*", p.state) } else { p.state.clone() };
+        fleet_row(&mut s, &node, &state, p.figures.as_ref());
+        if p.stale() {
+            let since = p.no_answer_s.map(|n| format!("no answer since {n:.0} s: ")).unwrap_or_default();
+            notes.push(format!("{}: {since}{}", p.node, p.error.as_deref().unwrap_or("not asked")));
+        }
+    }
+    fleet_row(&mut s, "fleet", "", (t.answering > 0).then_some(&t.figures));
+    if !notes.is_empty() {
+        s.push('\n');
+        for n in notes {
+            let _ = writeln!(s, "{n}");
+        }
+    }
+    s
+}
+
+/// One row of [`render_fleet`]; `-` where there are no figures.
+fn fleet_row(s: &mut String, node: &str, state: &str, f: Option<&web::view::Figures>) {
+    let Some(f) = f else {
+        let _ = writeln!(
+            s,
+            "{:<16} {:<8} {:>12} {:>12} {:>7}  {:<9} {:>5} {:>5} {:>9} {:>8} {:>8} {:>7}",
+            node, state, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"
+        );
+        return;
+    };
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    let _ = writeln!(
+        s,
+        "{:<16} {:<8} {:>12} {:>12} {:>6.1}%  {:<9} {:>5} {:>5} {:>9} {:>8} {:>8} {:>7}",
+        node,
+        state,
+        size(f.usage_bytes),
+        size(f.limit_bytes),
+        f.ratio * 100.0,
+        f.policy,
+        f.processes,
+        opt(f.ready),
+        f.requests_total,
+        f.requests_per_s.map_or("-".to_string(), |r| format!("{r:.1}")),
+        f.inflight,
+        opt(f.shed_total),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +290,42 @@ mod tests {
         assert!(row("c").contains("left"), "{text}");
         assert!(text.lines().any(|l| l == "b: no answer within 3 s"), "{text}");
         assert!(!text.lines().any(|l| l.starts_with("c:")), "a member that left is not asked: {text}");
+    }
+
+    #[test]
+    fn the_fleet_table_has_a_row_per_member_the_sums_and_why_one_is_not_current() {
+        let fleet: web::view::Fleet = serde_json::from_value(serde_json::json!({
+            "node": "a",
+            "nodes": [
+                {"node": "a", "state": "alive", "url": "http://10.0.0.5:9464/", "memory_ratio": 0.25,
+                 "policy": "normal", "this": true, "figures_age_s": 0.5,
+                 "figures": {"usage_bytes": 268435456u64, "limit_bytes": 1073741824u64, "ratio": 0.25,
+                             "policy": "normal", "processes": 2, "ready": 2, "requests_total": 90,
+                             "requests_per_s": 4.5, "inflight": 1, "shed_total": 3}},
+                {"node": "b", "state": "suspect", "url": "http://10.0.0.6:9464/", "memory_ratio": null,
+                 "policy": null, "this": false, "no_answer_s": 4.2,
+                 "error": "connecting to 10.0.0.6:9464: Connection refused"}
+            ],
+            "total": {"nodes": 2, "answering": 1,
+                      "figures": {"usage_bytes": 268435456u64, "limit_bytes": 1073741824u64, "ratio": 0.25,
+                                  "policy": "normal", "processes": 2, "ready": 2, "requests_total": 90,
+                                  "requests_per_s": 4.5, "inflight": 1, "shed_total": 3}}
+        }))
+        .expect("a fleet document");
+        let text = render_fleet(&fleet);
+        let row = |node: &str| text.lines().find(|l| l.starts_with(&format!("{node} "))).unwrap_or_default();
+        assert!(text.starts_with("cluster  seen from a, 2 members, 1 answering"), "{text}");
+        let a: Vec<&str> = row("a").split_whitespace().collect();
+        assert_eq!(
+            a,
+            ["a", "alive*", "256.0", "MiB", "1.00", "GiB", "25.0%", "normal", "2", "2", "90", "4.5", "1", "3"]
+        );
+        assert!(row("b").contains("suspect") && row("b").contains(" - "), "{text}");
+        assert!(row("fleet").contains("256.0 MiB") && row("fleet").ends_with(" 3"), "{text}");
+        assert!(
+            text.lines().any(|l| l == "b: no answer since 4 s: connecting to 10.0.0.6:9464: Connection refused"),
+            "{text}"
+        );
     }
 
     #[test]
