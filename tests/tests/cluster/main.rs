@@ -4,6 +4,7 @@
 //! ids and name themselves in `X-Served-By`); and three nodes in network namespaces of their own (`netns`): forwards
 //! under load, a node killed, cut off and healed, leaving, and restarted one at a time.
 
+mod fleet;
 mod forward;
 mod membership;
 mod netns;
