@@ -177,6 +177,9 @@ pub struct Peer {
     pub policy: Option<String>,
     /// This node.
     pub this: bool,
+    /// Its front door's address, where peers forward requests for its caches (None: not told).
+    #[serde(default)]
+    pub front: Option<String>,
     /// Its group's figures as it last answered them (this node's: from its own latest sample); None: never had.
     #[serde(default)]
     pub figures: Option<Figures>,

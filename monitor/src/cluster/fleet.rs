@@ -38,12 +38,25 @@ pub struct Local {
 }
 
 impl Local {
-    /// The figures of the latest sample, with the sample's time.
+    /// The figures of the latest sample (the same sums as [`figures_of`] makes of a status document, without
+    /// building one), with the sample's time.
     fn figures(&self) -> (Figures, u64) {
         let p = self.latest.borrow().clone();
-        let mut v = crate::api::status_view(&p, &crate::policy::Thresholds::default());
-        v.launcher = self.launcher.as_ref().map(|f| f());
-        (figures_of(&v, self.shed.as_ref().map(|f| f())), v.sample.unix_ms)
+        let (s, d) = (&p.snapshot, &p.decision);
+        let ready = self.launcher.as_ref().map(|f| f().iter().filter(|l| l.state == Phase::Ready).count() as u64);
+        let f = Figures {
+            usage_bytes: s.group.usage_bytes,
+            limit_bytes: s.group.limit_bytes,
+            ratio: d.ratio,
+            policy: d.state.to_string(),
+            processes: s.processes.len() as u64,
+            ready,
+            requests_total: s.processes.iter().map(|p| p.traffic.requests_total).sum(),
+            requests_per_s: None,
+            inflight: s.processes.iter().map(|p| p.traffic.inflight).sum(),
+            shed_total: self.shed.as_ref().map(|f| f()),
+        };
+        (f, s.unix_ms)
     }
 }
 
@@ -302,6 +315,19 @@ mod tests {
         let mut row = Peer::default();
         e.fill(&mut row, t0);
         assert_eq!((row.stale(), row.no_answer_s, row.error), (false, None, None));
+    }
+
+    #[test]
+    fn this_node_s_figures_are_those_its_status_document_gives() {
+        let mut p = Published::test(State::Aborting);
+        p.snapshot.unix_ms = 77;
+        p.snapshot.group.usage_bytes = 900;
+        p.snapshot.group.limit_bytes = 1000;
+        p.decision.ratio = 0.9;
+        let (_, latest) = watch::channel(Arc::new(p.clone()));
+        let local = Local { latest, launcher: None, shed: Some(Arc::new(|| 5)) };
+        let v = crate::api::status_view(&p, &Thresholds::default());
+        assert_eq!(local.figures(), (figures_of(&v, Some(5)), 77));
     }
 
     #[test]
