@@ -170,25 +170,9 @@ impl Fleet {
             asks.spawn(async move { (node, ask(web).await) });
         }
         let answers = asks.join_all().await;
-        let now = Instant::now();
-        let (own, own_ms) = local.figures();
+        let own = local.figures();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.retain(|node, _| members.iter().any(|m| m.id.name == *node));
-        entries.entry(members.this().name.clone()).or_insert_with(|| Entry::new(now)).answered(own, own_ms, now);
-        for (node, got) in answers {
-            let e = entries.entry(node).or_insert_with(|| Entry::new(now));
-            match got {
-                Ok((v, shed)) => e.answered(figures_of(&v, shed), v.sample.unix_ms, now),
-                Err(why) => e.failed(why),
-            }
-        }
-        // A member no longer asked says so, unless its last ask already said why it failed.
-        for m in members.iter().filter(|m| !m.this && !m.state.is_live()) {
-            let e = entries.entry(m.id.name.clone()).or_insert_with(|| Entry::new(now));
-            if e.error.is_none() {
-                e.failed(format!("not asked: the node is {}", m.state.as_str()));
-            }
-        }
+        record(&mut entries, &members, own, answers, Instant::now());
     }
 
     /// Every member with what is known of it, in the membership's order.
@@ -201,6 +185,36 @@ impl Fleet {
         let nodes = self.peers();
         let total = FleetTotal::of(&nodes);
         FleetView { node: self.membership.members().this().name.clone(), nodes, total }
+    }
+}
+
+/// A member's answer: its status document and its shed count, or why there is none.
+type Answer = Result<(StatusView, Option<u64>), String>;
+
+/// Keeps one poll's outcome at `now`: this node's figures (`own`, with its sample's time), each asked member's
+/// answer, and for each member no longer asked why; members no longer listed are forgotten.
+fn record(
+    entries: &mut HashMap<String, Entry>,
+    members: &Members,
+    own: (Figures, u64),
+    answers: Vec<(String, Answer)>,
+    now: Instant,
+) {
+    entries.retain(|node, _| members.iter().any(|m| m.id.name == *node));
+    entries.entry(members.this().name.clone()).or_insert_with(|| Entry::new(now)).answered(own.0, own.1, now);
+    for (node, got) in answers {
+        let e = entries.entry(node).or_insert_with(|| Entry::new(now));
+        match got {
+            Ok((v, shed)) => e.answered(figures_of(&v, shed), v.sample.unix_ms, now),
+            Err(why) => e.failed(why),
+        }
+    }
+    // A member no longer asked says so, unless its last ask already said why it failed.
+    for m in members.iter().filter(|m| !m.this && !m.state.is_live()) {
+        let e = entries.entry(m.id.name.clone()).or_insert_with(|| Entry::new(now));
+        if e.error.is_none() {
+            e.failed(format!("not asked: the node is {}", m.state.as_str()));
+        }
     }
 }
 
@@ -222,7 +236,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
 
 /// A member's status and shed count, from its API at `web`. The shed count is left out when its `/metrics` does
 /// not give it; the status is needed.
-async fn ask(web: SocketAddr) -> Result<(StatusView, Option<u64>), String> {
+async fn ask(web: SocketAddr) -> Answer {
     let (status, metrics) = tokio::join!(fetch(web, "/api/v1/status"), fetch(web, "/metrics"));
     let body = status?;
     let v: StatusView = serde_json::from_slice(&body)
@@ -328,6 +342,50 @@ mod tests {
         let local = Local { latest, launcher: None, shed: Some(Arc::new(|| 5)) };
         let v = crate::api::status_view(&p, &Thresholds::default());
         assert_eq!(local.figures(), (figures_of(&v, Some(5)), 77));
+    }
+
+    #[test]
+    fn a_poll_keeps_answers_and_errors_and_forgets_members_no_longer_listed() {
+        use crate::cluster::{NodeId, State as Member};
+        use std::collections::HashSet;
+        let mut m = Members::new(NodeId::test("a", 2, &["a0"], 7));
+        let (b, c, d) =
+            (NodeId::test("b", 3, &["b0"], 7), NodeId::test("c", 4, &["c0"], 7), NodeId::test("d", 5, &[], 7));
+        m.update([(&b, Member::Alive), (&c, Member::Alive), (&d, Member::Dead)], &HashSet::new());
+        let status = |usage: u64| {
+            let mut p = Published::test(State::Normal);
+            p.snapshot.group.usage_bytes = usage;
+            p.snapshot.unix_ms = 1000;
+            crate::api::status_view(&p, &Thresholds::default())
+        };
+        let own = (Figures { usage_bytes: 1, ..Figures::default() }, 1000);
+        let mut entries = HashMap::new();
+        entries.insert("gone".to_string(), Entry::new(Instant::now()));
+        let t0 = Instant::now();
+        let answers = vec![
+            ("b".to_string(), Ok((status(300), Some(2)))),
+            ("c".to_string(), Err("no answer within 1 s".to_string())),
+        ];
+        record(&mut entries, &m, own.clone(), answers, t0);
+        assert!(!entries.contains_key("gone"), "a member no longer listed is forgotten");
+        let first = rows(&m, &entries, t0 + Duration::from_secs(3));
+        let row = |n: &str| first.iter().find(|r| r.node == n).cloned().unwrap_or_default();
+        assert_eq!(row("a").figures.map(|f| (f.usage_bytes, row("a").this)), Some((1, true)));
+        let b = row("b");
+        assert_eq!(b.figures.as_ref().map(|f| (f.usage_bytes, f.shed_total)), Some((300, Some(2))));
+        assert_eq!((b.stale(), b.figures_age_s, b.front.as_deref()), (false, Some(3.0), Some("127.0.0.3:8080")));
+        let c = row("c");
+        assert_eq!((c.figures, c.no_answer_s, c.error.as_deref()), (None, Some(3.0), Some("no answer within 1 s")));
+        let d = row("d");
+        assert_eq!((d.state.as_str(), d.error.as_deref()), ("dead", Some("not asked: the node is dead")));
+
+        // b stops answering: its last figures stay, with the time since they came.
+        let answers = vec![("b".to_string(), Err("connecting to 127.0.0.3:9464: refused".to_string()))];
+        record(&mut entries, &m, own, answers, t0 + Duration::from_secs(2));
+        let second = rows(&m, &entries, t0 + Duration::from_secs(5));
+        let b = second.iter().find(|r| r.node == "b").cloned().unwrap_or_default();
+        assert_eq!(b.figures.map(|f| f.usage_bytes), Some(300));
+        assert_eq!((b.no_answer_s, b.error.as_deref()), (Some(5.0), Some("connecting to 127.0.0.3:9464: refused")));
     }
 
     #[test]
