@@ -272,10 +272,19 @@ fn status(url: Option<String>, config: Option<PathBuf>, json: bool, cluster: boo
     Ok(())
 }
 
-/// `monitor status --cluster`: the cluster view of the node at `base`, then every live member's status from its own
-/// API (at most 3 s each, all at once).
+/// `monitor status --cluster`: the fleet as the node at `base` keeps it (`/api/v1/cluster/fleet`); from a node that
+/// does not serve it, or has not asked every live member yet, its cluster view and then every live member's status
+/// from its own API (at most 3 s each, all at once).
 async fn cluster_status(base: &str, json: bool) -> Result<()> {
     use monitor::cluster::api::ClusterView;
+    if !json {
+        let url = format!("{}/api/v1/cluster/fleet", base.trim_end_matches('/'));
+        let fleet = monitor::client::get(&url).await.ok().and_then(|b| serde_json::from_str(&b).ok());
+        if let Some(fleet) = fleet.filter(monitor::table::fleet_complete) {
+            print!("{}", monitor::table::render_fleet(&fleet));
+            return Ok(());
+        }
+    }
     let url = format!("{}/api/v1/cluster", base.trim_end_matches('/'));
     let body = monitor::client::get(&url).await.map_err(|e| match e {
         monitor::client::ClientError::Status(_, 404) => {

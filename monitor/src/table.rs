@@ -176,6 +176,71 @@ pub fn render_cluster(
     s
 }
 
+/// `monitor status --cluster` from a node's `/api/v1/cluster/fleet`: one row per member with the figures it last
+/// answered, the fleet's sums, and below the table why a member's figures are not current.
+pub fn render_fleet(f: &web::view::Fleet) -> String {
+    let mut s = String::new();
+    let t = &f.total;
+    let _ = writeln!(s, "cluster  seen from {}, {} members, {} answering\n", f.node, t.nodes, t.answering);
+    let _ = writeln!(
+        s,
+        "{:<16} {:<8} {:>12} {:>12} {:>7}  {:<9} {:>5} {:>5} {:>9} {:>8} {:>7}  FRONT",
+        "NODE", "STATE", "MEMORY", "LIMIT", "RATIO", "POLICY", "PROCS", "READY", "REQUESTS", "INFLIGHT", "SHED"
+    );
+    let mut notes = Vec::new();
+    for p in &f.nodes {
+        let node: String = p.node.chars().map(|c| if c.is_control() { '?' } else { c }).take(16).collect();
+        let state = if p.this { format!("{}*", p.state) } else { p.state.clone() };
+        fleet_row(&mut s, &node, &state, p.figures.as_ref(), p.front.as_deref().unwrap_or("-"));
+        if p.stale() {
+            let since = p.no_answer_s.map(|n| format!("no answer since {n:.0} s: ")).unwrap_or_default();
+            notes.push(format!("{}: {since}{}", p.node, p.error.as_deref().unwrap_or("not asked")));
+        }
+    }
+    fleet_row(&mut s, "fleet", "", (t.answering > 0).then_some(&t.figures), "");
+    if !notes.is_empty() {
+        s.push('\n');
+        for n in notes {
+            let _ = writeln!(s, "{n}");
+        }
+    }
+    s
+}
+
+/// Whether every live member of `f` has been asked (it has figures, or an error): until then `monitor status
+/// --cluster` asks the members itself.
+pub fn fleet_complete(f: &web::view::Fleet) -> bool {
+    f.nodes.iter().all(|p| p.figures.is_some() || p.stale() || !matches!(p.state.as_str(), "alive" | "suspect"))
+}
+
+/// One row of [`render_fleet`]; `-` where there are no figures.
+fn fleet_row(s: &mut String, node: &str, state: &str, f: Option<&web::view::Figures>, front: &str) {
+    let Some(f) = f else {
+        let _ = writeln!(
+            s,
+            "{:<16} {:<8} {:>12} {:>12} {:>7}  {:<9} {:>5} {:>5} {:>9} {:>8} {:>7}  {front}",
+            node, state, "-", "-", "-", "-", "-", "-", "-", "-", "-"
+        );
+        return;
+    };
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    let line = format!(
+        "{:<16} {:<8} {:>12} {:>12} {:>6.1}%  {:<9} {:>5} {:>5} {:>9} {:>8} {:>7}  {front}",
+        node,
+        state,
+        size(f.usage_bytes),
+        size(f.limit_bytes),
+        f.ratio * 100.0,
+        f.policy,
+        f.processes,
+        opt(f.ready),
+        f.requests_total,
+        f.inflight,
+        opt(f.shed_total),
+    );
+    let _ = writeln!(s, "{}", line.trim_end());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +284,48 @@ mod tests {
         assert!(row("c").contains("left"), "{text}");
         assert!(text.lines().any(|l| l == "b: no answer within 3 s"), "{text}");
         assert!(!text.lines().any(|l| l.starts_with("c:")), "a member that left is not asked: {text}");
+    }
+
+    #[test]
+    fn the_fleet_table_has_a_row_per_member_the_sums_and_why_one_is_not_current() {
+        let fleet: web::view::Fleet = serde_json::from_value(serde_json::json!({
+            "node": "a",
+            "nodes": [
+                {"node": "a", "state": "alive", "url": "http://10.0.0.5:9464/", "memory_ratio": 0.25,
+                 "policy": "normal", "this": true, "front": "10.0.0.5:8080", "figures_age_s": 0.5,
+                 "figures": {"usage_bytes": 268435456u64, "limit_bytes": 1073741824u64, "ratio": 0.25,
+                             "policy": "normal", "processes": 2, "ready": 2, "requests_total": 90,
+                             "requests_per_s": 4.5, "inflight": 1, "shed_total": 3}},
+                {"node": "b", "state": "suspect", "url": "http://10.0.0.6:9464/", "memory_ratio": null,
+                 "policy": null, "this": false, "front": "10.0.0.6:8080", "no_answer_s": 4.2,
+                 "error": "connecting to 10.0.0.6:9464: Connection refused"}
+            ],
+            "total": {"nodes": 2, "answering": 1,
+                      "figures": {"usage_bytes": 268435456u64, "limit_bytes": 1073741824u64, "ratio": 0.25,
+                                  "policy": "normal", "processes": 2, "ready": 2, "requests_total": 90,
+                                  "requests_per_s": 4.5, "inflight": 1, "shed_total": 3}}
+        }))
+        .expect("a fleet document");
+        let text = render_fleet(&fleet);
+        let row = |node: &str| text.lines().find(|l| l.starts_with(&format!("{node} "))).unwrap_or_default();
+        assert!(text.starts_with("cluster  seen from a, 2 members, 1 answering"), "{text}");
+        let a: Vec<&str> = row("a").split_whitespace().collect();
+        let want = ["a", "alive*", "256.0", "MiB", "1.00", "GiB", "25.0%", "normal", "2", "2", "90", "1", "3"];
+        assert_eq!(a, [&want[..], &["10.0.0.5:8080"]].concat());
+        assert!(row("b").contains("suspect") && row("b").contains(" - "), "{text}");
+        assert!(row("b").ends_with("10.0.0.6:8080"), "{text}");
+        assert!(row("fleet").contains("256.0 MiB") && row("fleet").ends_with(" 3"), "{text}");
+        assert!(fleet_complete(&fleet), "b was asked: it has an error");
+        let mut unasked = fleet.clone();
+        unasked.nodes[1].no_answer_s = None;
+        unasked.nodes[1].error = None;
+        assert!(!fleet_complete(&unasked), "b is live and was not asked yet");
+        unasked.nodes[1].state = "dead".into();
+        assert!(fleet_complete(&unasked), "a dead member is not asked");
+        assert!(
+            text.lines().any(|l| l == "b: no answer since 4 s: connecting to 10.0.0.6:9464: Connection refused"),
+            "{text}"
+        );
     }
 
     #[test]

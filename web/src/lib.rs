@@ -8,10 +8,13 @@
 //! `Retry-After` past a short queue.
 
 pub mod chart;
+pub mod fleet;
 pub mod page;
 pub mod pool;
 mod routes;
 pub mod view;
 
 pub use routes::{router, QUEUED, RENDERS, RETRY_AFTER_S, WAIT};
-pub use view::{BrakeNow, Dashboard, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source};
+pub use view::{
+    BrakeNow, Dashboard, Figures, Fleet, FleetTotal, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source,
+};

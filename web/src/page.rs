@@ -22,7 +22,7 @@ pub fn escape(s: &str) -> String {
 }
 
 /// Bytes as MiB with one decimal.
-fn mib(b: u64) -> String {
+pub(crate) fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
@@ -32,7 +32,7 @@ table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;paddin
 th{background:#f4f4f4}td.l{text-align:left}.state-normal{color:#080}.state-refusing{color:#c70}\
 .state-aborting{color:#c00;font-weight:bold}nav a{margin-right:.8em}nav a.on{font-weight:bold;text-decoration:none}\
 svg{max-width:100%;height:auto;display:block}.note{background:#fff3cd;padding:4px 8px;margin:4px 0}\
-.err{color:#c00}.oom{background:#c00;color:#fff;font-weight:bold;padding:6px 10px;margin:6px 0}";
+.err{color:#c00}tr.stale td{color:#999}tr.total td{font-weight:bold}.oom{background:#c00;color:#fff;font-weight:bold;padding:6px 10px;margin:6px 0}";
 
 /// Auto-refresh: every 5 s, unless the tab is hidden, the page is fetched again and its body swapped in place (no
 /// reload: no flash, the scroll position kept). The page is complete without it.
@@ -78,7 +78,7 @@ pub fn render(d: &Dashboard) -> String {
     }
     h.push_str("</nav>");
     status_strip(&mut h, d);
-    peers(&mut h, d);
+    crate::fleet::table(&mut h, &d.peers);
     let charts: [(&str, &str, DrawFn); 5] = [
         ("memory", "Group memory: processes stacked, usage, limit, refuse/abort lines, brake", chart::memory),
         ("requests", "Requests per second", chart::requests),
@@ -161,58 +161,9 @@ fn status_strip(h: &mut String, d: &Dashboard) {
     h.push_str("</table>");
 }
 
-/// In a cluster: a row per node with a link to its page, its state and the memory and policy it last told.
-fn peers(h: &mut String, d: &Dashboard) {
-    if d.peers.is_empty() {
-        return;
-    }
-    h.push_str(
-        "<h2>Cluster</h2><table id=\"peers\"><tr><th>node</th><th>state</th><th>memory</th><th>policy</th></tr>",
-    );
-    for p in &d.peers {
-        let ratio = p.memory_ratio.map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "–".into());
-        let _ = write!(
-            h,
-            "<tr><td class=\"l\"><a href=\"{}\">{}</a>{}</td><td class=\"l\">{}</td><td>{ratio}</td>\
-             <td class=\"l\">{}</td></tr>",
-            escape(&p.url),
-            escape(&p.node),
-            if p.this { " (this node)" } else { "" },
-            escape(&p.state),
-            escape(p.policy.as_deref().unwrap_or("–")),
-        );
-    }
-    h.push_str("</table>");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::view::Peer;
-
-    #[test]
-    fn peers_are_listed_with_links_only_in_a_cluster() {
-        let mut d = Dashboard::default();
-        assert!(!render(&d).contains("id=\"peers\""), "no cluster, no section");
-        d.peers = vec![
-            Peer {
-                node: "a".into(),
-                state: "alive".into(),
-                url: "http://10.0.0.5:9464/".into(),
-                memory_ratio: Some(0.5),
-                policy: Some("normal".into()),
-                this: true,
-            },
-            Peer { node: "b<".into(), state: "dead".into(), url: "http://10.0.0.6:9464/".into(), ..Peer::default() },
-        ];
-        let page = render(&d);
-        assert!(page.contains("<a href=\"http://10.0.0.5:9464/\">a</a> (this node)"), "{page}");
-        assert!(page.contains("<td>50.0%</td>") && page.contains(">normal<"), "{page}");
-        assert!(
-            page.contains("<a href=\"http://10.0.0.6:9464/\">b&lt;</a></td><td class=\"l\">dead</td><td>–</td>"),
-            "{page}"
-        );
-    }
 
     #[test]
     fn escapes_markup() {

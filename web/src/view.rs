@@ -177,6 +177,113 @@ pub struct Peer {
     pub policy: Option<String>,
     /// This node.
     pub this: bool,
+    /// Its front door's address, where peers forward requests for its caches (None: not told).
+    #[serde(default)]
+    pub front: Option<String>,
+    /// Its group's figures as it last answered them (this node's: from its own latest sample); None: never had.
+    #[serde(default)]
+    pub figures: Option<Figures>,
+    /// Seconds since those figures came.
+    #[serde(default)]
+    pub figures_age_s: Option<f64>,
+    /// Seconds since it last answered (since it was first asked, when it never did), while its latest ask failed
+    /// or it is no longer asked; None while it answers.
+    #[serde(default)]
+    pub no_answer_s: Option<f64>,
+    /// Why its latest ask failed (or why it is no longer asked).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl Peer {
+    /// Its figures are not current: its latest ask failed, or it is no longer asked.
+    pub fn stale(&self) -> bool {
+        self.no_answer_s.is_some() || self.error.is_some()
+    }
+}
+
+/// One node's group figures, from its `/api/v1/status` (and its front door's shed count).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    pub usage_bytes: u64,
+    pub limit_bytes: u64,
+    pub ratio: f64,
+    /// `normal`, `refusing` or `aborting`.
+    pub policy: String,
+    /// Processes in the group.
+    pub processes: u64,
+    /// Launched processes that are ready (None: the node launches none, `monitor agent`).
+    #[serde(default)]
+    pub ready: Option<u64>,
+    /// Requests its processes received, counted in the kernel since they started.
+    pub requests_total: u64,
+    /// Requests per second between its last two answers (None: one answer only, or a process restarted between
+    /// them).
+    #[serde(default)]
+    pub requests_per_s: Option<f64>,
+    pub inflight: u64,
+    /// Requests its front door refused with 503 (None: not known).
+    #[serde(default)]
+    pub shed_total: Option<u64>,
+}
+
+/// The fleet row: the sums of the nodes whose figures are current.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FleetTotal {
+    /// Nodes listed.
+    pub nodes: usize,
+    /// Nodes whose figures are current (summed below).
+    pub answering: usize,
+    /// Their sums; `ratio` is the summed usage over the summed limit and `policy` the worst state among them.
+    pub figures: Figures,
+}
+
+impl FleetTotal {
+    /// The sums over `peers`' current figures.
+    pub fn of(peers: &[Peer]) -> FleetTotal {
+        let mut t = FleetTotal { nodes: peers.len(), ..FleetTotal::default() };
+        let f = &mut t.figures;
+        f.policy = "normal".into();
+        let rank = |p: &str| ["normal", "refusing", "aborting"].iter().position(|x| *x == p).unwrap_or(0);
+        for x in peers.iter().filter(|p| !p.stale()) {
+            let Some(g) = &x.figures else { continue };
+            t.answering += 1;
+            f.usage_bytes = f.usage_bytes.saturating_add(g.usage_bytes);
+            f.limit_bytes = f.limit_bytes.saturating_add(g.limit_bytes);
+            if rank(&g.policy) > rank(&f.policy) {
+                f.policy.clone_from(&g.policy);
+            }
+            f.processes += g.processes;
+            f.ready = sum(f.ready, g.ready);
+            f.requests_total = f.requests_total.saturating_add(g.requests_total);
+            f.requests_per_s = match (f.requests_per_s, g.requests_per_s) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+            f.inflight += g.inflight;
+            f.shed_total = sum(f.shed_total, g.shed_total);
+        }
+        if f.limit_bytes > 0 {
+            f.ratio = f.usage_bytes as f64 / f.limit_bytes as f64;
+        }
+        t
+    }
+}
+
+fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `GET /api/v1/cluster/fleet`: every node with its figures, and the fleet's sums.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fleet {
+    /// The node that answers.
+    pub node: String,
+    pub nodes: Vec<Peer>,
+    pub total: FleetTotal,
 }
 
 /// Everything the home page shows.

@@ -255,6 +255,18 @@ impl Parts<'_> {
             let routes = crate::cluster::door::Door::new(c, m.clone(), &cfg.proxy)?;
             d.proxy.join_cluster(Arc::new(routes));
         }
+        let fleet = cluster.clone().map(|m| {
+            let local = crate::cluster::fleet::Local {
+                latest: rx.clone(),
+                launcher: door.as_ref().map(|d| d.view.clone()),
+                shed: door.as_ref().map(|d| {
+                    let p = d.proxy.clone();
+                    let f: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(move || p.shed_total());
+                    f
+                }),
+            };
+            crate::cluster::fleet::Fleet::spawn(m, local)
+        });
         let history = history::spawn(
             rx.clone(),
             feed.subscribe("history"),
@@ -268,8 +280,8 @@ impl Parts<'_> {
                 }),
                 reactions: Some(reactions.clone()),
                 reloads: Some(reloads.clone()),
-                peers: cluster.clone().map(|m| {
-                    let f: history::PeersFn = Arc::new(move || crate::cluster::api::peers(&m.members()));
+                peers: fleet.clone().map(|fl| {
+                    let f: history::PeersFn = Arc::new(move || fl.peers());
                     f
                 }),
                 cluster_events: cluster.as_ref().map(|m| m.watch()),
@@ -348,6 +360,9 @@ impl Parts<'_> {
         ));
         if let (Some(m), Some(d)) = (&cluster, &door) {
             app = app.merge(crate::cluster::api::router(m.clone(), d.view.clone()));
+        }
+        if let Some(f) = &fleet {
+            app = app.merge(crate::cluster::fleet::router(f.clone()));
         }
         let app = app.method_not_allowed_fallback(reply::method_not_allowed);
         let api = tokio::spawn(api::serve(web, app, drained.clone().started()));

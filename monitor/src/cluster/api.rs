@@ -82,6 +82,8 @@ pub fn peers(m: &Members) -> Vec<web::view::Peer> {
             memory_ratio: x.load.as_ref().map(|l| l.memory_ratio),
             policy: x.load.as_ref().map(|l| l.policy.clone()),
             this: x.this,
+            front: Some(x.id.front.to_string()),
+            ..web::view::Peer::default()
         })
         .collect()
 }

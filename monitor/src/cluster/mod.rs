@@ -10,10 +10,12 @@
 //! - [`membership`]: the driver over a tokio socket;
 //! - [`route`]: where a request for a cache goes: here, to its owner node, or a 503 (pure);
 //! - [`door`]: what the front door asks of the cluster for a request, and the forward to its owner;
-//! - [`api`]: `GET /api/v1/cluster` and the metrics' lines.
+//! - [`api`]: `GET /api/v1/cluster` and the metrics' lines;
+//! - [`fleet`]: every member's group figures, asked from its API, for the home page and `/api/v1/cluster/fleet`.
 
 pub mod api;
 pub mod door;
+pub mod fleet;
 pub mod hop;
 pub mod identity;
 pub mod load;

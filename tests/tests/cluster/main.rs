@@ -5,6 +5,7 @@
 //! under load, a node killed, cut off and healed, leaving, and restarted one at a time.
 
 mod events;
+mod fleet;
 mod forward;
 mod membership;
 mod netns;
