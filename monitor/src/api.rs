@@ -37,6 +37,8 @@ pub struct ApiState {
     pub reloads: Option<Arc<Reloads>>,
     /// Under `monitor run`: the launched processes (role from the config, state, restarts). None for `agent`.
     pub launcher: Option<Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>>,
+    /// Under `monitor run`: the front door's counts. None for `agent`.
+    pub front_door: Option<Arc<dyn Fn() -> FrontDoorView + Send + Sync>>,
 }
 
 /// Intervals without a sample after which `/healthz` calls the sampler stale (pacing only ever samples sooner
@@ -109,6 +111,19 @@ pub struct StatusView {
     /// Where the config came from and how its last reload (SIGHUP) went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ConfigStatus>,
+    /// Under `monitor run`: what the front door counted since start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub front_door: Option<FrontDoorView>,
+}
+
+/// The front door's counts since start, as `/metrics` has them (`monitor_shed_requests_total`,
+/// `monitor_cluster_forwarded_total`), in the status document so one request gives a peer the whole picture.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrontDoorView {
+    /// Requests answered 503 because the group was refusing.
+    pub shed_total: u64,
+    /// Requests sent on to the node that owns their cache (0 outside a cluster).
+    pub forwarded_total: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -261,6 +276,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
         sample: SampleView { seq: s.seq, unix_ms: s.unix_ms },
         launcher: None,
         config: None,
+        front_door: None,
     }
 }
 
@@ -280,6 +296,7 @@ fn full_status(st: &ApiState) -> StatusView {
         }
         view.launcher = Some(launched);
     }
+    view.front_door = st.front_door.as_ref().map(|f| f());
     view
 }
 
@@ -535,7 +552,13 @@ mod tests {
 
     fn app() -> Router {
         let (_tx, latest) = watch::channel(Arc::new(Published::test(PolicyState::Normal)));
-        router(ApiState { latest, config: Live::fixed(Default::default()), reloads: None, launcher: None })
+        router(ApiState {
+            latest,
+            config: Live::fixed(Default::default()),
+            reloads: None,
+            launcher: None,
+            front_door: None,
+        })
     }
 
     async fn call(method: &str, uri: &str) -> (StatusCode, String) {
@@ -609,9 +632,11 @@ mod tests {
             config: Live::fixed(Default::default()),
             reloads: Some(Arc::new(Reloads::new(Some("/etc/monitor/run.toml".into())))),
             launcher: Some(Arc::new(move || vec![launched.clone()])),
+            front_door: Some(Arc::new(|| FrontDoorView { shed_total: 7, forwarded_total: 2 })),
         };
         let v = serde_json::to_value(full_status(&st)).expect("json");
         assert_eq!((v["group"]["version"].as_str(), v["group"]["limit_source"].as_str()), (Some("v2"), Some("host")));
+        assert_eq!(v["front_door"], serde_json::json!({"shed_total": 7, "forwarded_total": 2}));
         assert_eq!(v["policy"]["state"], "aborting");
         let procs = v["processes"].as_array().expect("processes");
         let field = |k: &str| procs.iter().map(|p| p[k].as_str().unwrap_or("?").to_string()).collect::<Vec<_>>();
@@ -680,7 +705,13 @@ mod tests {
         let mut p = Published::test(PolicyState::Normal);
         p.error = Some("gone".into());
         let (_tx, latest) = watch::channel(Arc::new(p));
-        let app = router(ApiState { latest, config: Live::fixed(Default::default()), reloads: None, launcher: None });
+        let app = router(ApiState {
+            latest,
+            config: Live::fixed(Default::default()),
+            reloads: None,
+            launcher: None,
+            front_door: None,
+        });
         let req = axum::http::Request::builder().uri("/healthz").body(axum::body::Body::empty()).expect("a request");
         let resp = app.oneshot(req).await.expect("infallible");
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -344,7 +344,15 @@ impl Parts<'_> {
             sampler::status_line(&now.snapshot, &now.decision)
         };
         let view = door.as_ref().map(|d| d.view.clone());
-        let state = api::ApiState { latest: rx, config: live, reloads: Some(reloads), launcher: view };
+        let front_door = door.as_ref().map(|d| {
+            let p = d.proxy.clone();
+            let f: Arc<dyn Fn() -> api::FrontDoorView + Send + Sync> = Arc::new(move || api::FrontDoorView {
+                shed_total: p.shed_total(),
+                forwarded_total: p.forwarded_total(),
+            });
+            f
+        });
+        let state = api::ApiState { latest: rx, config: live, reloads: Some(reloads), launcher: view, front_door };
         let forwarded = door.as_ref().map(|d| d.proxy.clone());
         let more = cluster.clone().map(|m| {
             let f: metrics::MoreFn = Arc::new(move || {

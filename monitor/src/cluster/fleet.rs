@@ -1,5 +1,5 @@
-//! The fleet poller: every [`EVERY`] it asks each live member other than this node for its `/api/v1/status` (and
-//! its front door's shed count from `/metrics`), all at once, at most [`ASK_TIMEOUT`] and [`MAX_BODY`] each, and
+//! The fleet poller: every [`EVERY`] it asks each live member other than this node for its `/api/v1/status` (its
+//! front door's shed count included), all at once, at most [`ASK_TIMEOUT`] and [`MAX_BODY`] each, and
 //! keeps each node's last figures with when they came and the last error. This node's own figures come from its
 //! latest sample, without HTTP. One poll at a time: the next starts once the last has ended. The home page's
 //! Cluster table and `GET /api/v1/cluster/fleet` read what it keeps.
@@ -75,18 +75,6 @@ pub fn figures_of(v: &StatusView, shed_total: Option<u64>) -> Figures {
         inflight: v.processes.iter().map(|p| p.inflight).sum(),
         shed_total,
     }
-}
-
-/// The value of `monitor_shed_requests_total` (with or without labels) in a Prometheus text page.
-pub fn shed_in(metrics: &str) -> Option<u64> {
-    const NAME: &str = "monitor_shed_requests_total";
-    metrics.lines().find_map(|l| {
-        let rest = l.strip_prefix(NAME)?;
-        if !(rest.starts_with(' ') || rest.starts_with('{')) {
-            return None;
-        }
-        rest.split_whitespace().last()?.parse::<f64>().ok().map(|v| v as u64)
-    })
 }
 
 /// What is known of one node.
@@ -234,14 +222,13 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
     Router::new().route("/api/v1/cluster/fleet", get(move || async move { Json(fleet.view()) }))
 }
 
-/// A member's status and shed count, from its API at `web`. The shed count is left out when its `/metrics` does
-/// not give it; the status is needed.
+/// A member's status and shed count, from its API at `web` (the count is in the status document's `front_door`;
+/// a member whose document has none, an older one, has it unknown).
 async fn ask(web: SocketAddr) -> Answer {
-    let (status, metrics) = tokio::join!(fetch(web, "/api/v1/status"), fetch(web, "/metrics"));
-    let body = status?;
+    let body = fetch(web, "/api/v1/status").await?;
     let v: StatusView = serde_json::from_slice(&body)
         .map_err(|e| format!("http://{web}/api/v1/status: not a monitor status document: {e}"))?;
-    let shed = metrics.ok().and_then(|b| shed_in(&String::from_utf8_lossy(&b)));
+    let shed = v.front_door.map(|f| f.shed_total);
     Ok((v, shed))
 }
 
@@ -386,15 +373,6 @@ mod tests {
         let b = second.iter().find(|r| r.node == "b").cloned().unwrap_or_default();
         assert_eq!(b.figures.map(|f| f.usage_bytes), Some(300));
         assert_eq!((b.no_answer_s, b.error.as_deref()), (Some(5.0), Some("connecting to 127.0.0.3:9464: refused")));
-    }
-
-    #[test]
-    fn the_shed_count_is_read_with_or_without_labels() {
-        let text = "# HELP monitor_shed_requests_total x\nmonitor_shed_requests_totals 9\n\
-                    monitor_shed_requests_total{node=\"b\"} 17\n";
-        assert_eq!(shed_in(text), Some(17));
-        assert_eq!(shed_in("monitor_shed_requests_total 3\n"), Some(3));
-        assert_eq!(shed_in("monitor_up 1\n"), None);
     }
 
     /// A server on loopback that answers every connection with `answer` (after reading the request head), or
