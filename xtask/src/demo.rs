@@ -1,10 +1,12 @@
 //! `cargo xtask demo`: the whole system on this host. `monitor run` (agent + launcher + front door) over a master and
 //! two workers of the fixture backend, in a limited memory cgroup it creates (v1, or v2 on a unified-only host); a
 //! small load through the front door; the group pushed past refuse_at (85%: new requests shed with 503) and abort_at
-//! (92%: the largest process's in-flight request cancelled) and back; then SIGTERM, a drain, exit 0, and a check that
-//! nothing is left. Ctrl-C at any point drains and cleans up; a watchdog that outlives xtask cleans up if xtask is
-//! killed.
+//! (92%: the largest process's in-flight request cancelled) and back; two more `monitor run`s on 127.0.0.2 and
+//! 127.0.0.3 as a cluster (a cache of one node used through the other, a node leaving); then SIGTERM, a drain, exit
+//! 0, and a check that nothing is left. Ctrl-C at any point drains and cleans up; a watchdog that outlives xtask
+//! cleans up if xtask is killed.
 
+mod cluster;
 mod load;
 mod system;
 
@@ -16,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
-use system::{group_parent, interrupted, pause, System, MIB, PROCESSES};
+use system::{group_parent, interrupted, pause, Spec, System, MIB};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -57,9 +59,13 @@ pub fn run(args: Args) -> Result<()> {
         "--bins",
     ]))?;
     system::catch_signals();
-    let mut sys = System::start(&crate::util::target_dir().join("debug"), parent, args.limit_mib)?;
+    let bin = crate::util::target_dir().join("debug");
+    let mut sys = System::start(&bin, parent, args.limit_mib, Spec::main())?;
     banner(&sys, version);
-    let played = play(&sys, &args);
+    let played = play(&sys, &args).and_then(|()| {
+        step("5. two hosts as one cluster: nodes a and b, each a monitor run over a master and a worker");
+        cluster::play(&bin, parent)
+    });
     match &played {
         Err(_) if interrupted() => println!("\ninterrupted: stopping"),
         Err(e) => println!("\ndemo step failed: {e:#}\nstopping; monitor's log:\n{}", sys.log_tail(15)),
@@ -71,7 +77,8 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn banner(sys: &System, version: &str) {
-    let names: Vec<String> = PROCESSES.iter().zip(&sys.ports).map(|((n, r), p)| format!("{n} ({r}, :{p})")).collect();
+    let names: Vec<String> =
+        sys.processes.iter().zip(&sys.ports).map(|((n, r), p)| format!("{n} ({r}, :{p})")).collect();
     println!("\n== monitor demo: the whole system on this host");
     println!("   group       {} (cgroup {version}, limit {} MiB)", sys.cgroup.display(), sys.limit / MIB);
     println!("   processes   {} — fixture-backend", names.join(", "));
@@ -242,7 +249,7 @@ fn counts(sys: &System) -> Result<String> {
     let after: Vec<Option<u64>> = sys.ports.iter().map(|&p| own(p)).collect();
     let processes = s["processes"].as_array().cloned().unwrap_or_default();
     let mut out = Vec::new();
-    for (i, (name, _)) in PROCESSES.iter().enumerate() {
+    for (i, (name, _)) in sys.processes.iter().enumerate() {
         let pid = s["launcher"].as_array().into_iter().flatten().find(|p| p["name"] == *name).map(|p| &p["pid"]);
         let kernel = processes.iter().find(|p| Some(&p["pid"]) == pid).and_then(|p| p["requests_total"].as_u64());
         let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
@@ -259,19 +266,12 @@ fn counts(sys: &System) -> Result<String> {
 /// SIGTERM (with requests in flight after a full run): they finish, `monitor run` exits 0; then nothing may be
 /// left.
 fn stop(sys: &mut System, in_flight: bool) -> Result<()> {
-    let pids: Vec<u32> = sys
-        .status()
-        .ok()
-        .and_then(|s| s["launcher"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|p| p["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
-        .collect();
+    let pids = sys.launched_pids();
     let n = if in_flight { 3 } else { 0 };
     match n {
-        0 => step("5. SIGTERM to monitor run: it drains and exits 0"),
+        0 => step("6. SIGTERM to monitor run: it drains and exits 0"),
         n => {
-            step(&format!("5. SIGTERM to monitor run with {n} slow requests (1.5 s) in flight: it drains and exits 0"))
+            step(&format!("6. SIGTERM to monitor run with {n} slow requests (1.5 s) in flight: it drains and exits 0"))
         }
     }
     let slow: Vec<_> = (0..n).map(|_| load::slow(sys.proxy, Duration::from_millis(1500))).collect();

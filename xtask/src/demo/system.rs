@@ -80,13 +80,35 @@ fn toml_list(v: &[String]) -> String {
     format!("[{}]", items.join(", "))
 }
 
+/// What one `monitor run` of the demo is: its name (in its cgroup's and folder's names), the address its front
+/// door and API listen on, its processes (name, role), and more config text (a `[cluster]` table).
+pub struct Spec {
+    pub name: String,
+    pub ip: std::net::Ipv4Addr,
+    pub processes: Vec<(String, &'static str)>,
+    pub more: String,
+}
+
+impl Spec {
+    /// The demo's main system: m0, tx1 and tx2 on 127.0.0.1.
+    pub fn main() -> Spec {
+        Spec {
+            name: String::new(),
+            ip: std::net::Ipv4Addr::LOCALHOST,
+            processes: PROCESSES.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+            more: String::new(),
+        }
+    }
+}
+
 /// The running system; dropped = stopped and removed (the normal path calls [`System::stop`] first).
 pub struct System {
     pub cgroup: PathBuf,
     pub limit: u64,
     pub proxy: SocketAddr,
     pub web: SocketAddr,
-    /// Ports of m0, tx1, tx2.
+    /// Its processes (name, role) and their ports, in the same order.
+    pub processes: Vec<(String, &'static str)>,
     pub ports: Vec<u16>,
     pub dir: PathBuf,
     pub log: PathBuf,
@@ -97,21 +119,26 @@ pub struct System {
 
 impl System {
     /// Writes the config and starts `monitor run` (and the watchdog); waits until every process is ready.
-    pub fn start(bin: &Path, parent: &Path, limit_mib: u64) -> Result<System> {
+    pub fn start(bin: &Path, parent: &Path, limit_mib: u64, spec: Spec) -> Result<System> {
         let id = std::process::id();
-        let cgroup = parent.join(format!("monitor-demo-{id}"));
+        let name = match spec.name.as_str() {
+            "" => format!("monitor-demo-{id}"),
+            n => format!("monitor-demo-{id}-{n}"),
+        };
+        let cgroup = parent.join(&name);
         if cgroup.exists() {
             bail!("{} exists already", cgroup.display());
         }
-        let dir = std::env::temp_dir().join(format!("monitor-demo-{id}"));
+        let dir = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ports = free_ports(5)?;
-        let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let ports = free_ports(2 + spec.processes.len())?;
+        let at = |p: u16| SocketAddr::from((spec.ip, p));
         let mut sys = System {
             cgroup,
             limit: limit_mib * MIB,
             proxy: at(ports[0]),
             web: at(ports[1]),
+            processes: spec.processes,
             ports: ports[2..].to_vec(),
             log: dir.join("monitor.log"),
             dir,
@@ -120,7 +147,7 @@ impl System {
             watchdog: None,
         };
         let config = sys.dir.join("monitor.toml");
-        std::fs::write(&config, sys.config_text(&bin.join("fixture-backend")))
+        std::fs::write(&config, sys.config_text(&bin.join("fixture-backend"), &spec.more))
             .with_context(|| format!("writing {}", config.display()))?;
         sys.watchdog = Some(watchdog(&sys.cgroup)?);
         let log = std::fs::File::create(&sys.log).with_context(|| format!("creating {}", sys.log.display()))?;
@@ -144,7 +171,7 @@ impl System {
         Ok(sys)
     }
 
-    fn config_text(&self, fixture: &Path) -> String {
+    fn config_text(&self, fixture: &Path, more: &str) -> String {
         let mut t = format!(
             "# written by `cargo xtask demo`\n[group]\ncgroup = {:?}\ncreate = true\nlimit_bytes = {}\n\n\
              [web]\nlisten = \"{}\"\n\n[stats]\npath = {:?}\n\n[probes]\nenabled = true\n\n\
@@ -155,7 +182,7 @@ impl System {
             self.dir.join("stats.sqlite").display().to_string(),
             self.proxy,
         );
-        for ((name, role), port) in PROCESSES.iter().zip(&self.ports) {
+        for ((name, role), port) in self.processes.iter().zip(&self.ports) {
             let argv: Vec<String> = vec![
                 fixture.display().to_string(),
                 "--instance-code".into(),
@@ -168,6 +195,7 @@ impl System {
                 toml_list(&argv)
             ));
         }
+        t.push_str(more);
         t
     }
 
@@ -179,7 +207,7 @@ impl System {
             }
             if let Ok(s) = self.status() {
                 let launcher = s["launcher"].as_array().cloned().unwrap_or_default();
-                if launcher.len() == PROCESSES.len() && launcher.iter().all(|p| p["state"] == "ready") {
+                if launcher.len() == self.processes.len() && launcher.iter().all(|p| p["state"] == "ready") {
                     return Ok(());
                 }
             }
@@ -233,6 +261,17 @@ impl System {
     pub fn log_from(&self, mark: &str) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         text.lines().skip_while(|l| !l.contains(mark)).map(|l| format!("    {}\n", untimed(l))).collect()
+    }
+
+    /// The pids of the processes `monitor run` launched, as its status lists them.
+    pub fn launched_pids(&self) -> Vec<u32> {
+        let s = self.status().ok().and_then(|s| s["launcher"].as_array().cloned()).unwrap_or_default();
+        s.iter().filter_map(|p| p["pid"].as_u64().and_then(|p| u32::try_from(p).ok())).collect()
+    }
+
+    /// The `monitor` binary it runs.
+    pub fn monitor_bin(&self) -> &Path {
+        &self.monitor_bin
     }
 
     pub fn pid(&self) -> Option<u32> {
