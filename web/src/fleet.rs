@@ -2,7 +2,7 @@
 //! processes and requests as it last answered them, and a fleet row with their sums. A node that stopped
 //! answering keeps its last figures, greyed, with how long it has been silent and why.
 
-use crate::page::{escape, mib};
+use crate::html::{escape, mib};
 use crate::view::{Figures, FleetTotal, Peer};
 use std::fmt::Write;
 

@@ -9,6 +9,7 @@
 
 pub mod chart;
 pub mod fleet;
+pub mod html;
 pub mod page;
 pub mod pool;
 mod routes;

@@ -2,29 +2,9 @@
 //! charts inline as SVG. No external resources; readable without JavaScript (a few lines refresh it in place).
 
 use crate::chart;
+use crate::html::{escape, mib};
 use crate::view::{Dashboard, GroupNow, Range};
 use std::fmt::Write;
-
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Bytes as MiB with one decimal.
-pub(crate) fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
-}
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1em 2em;color:#222}\
 h1{font-size:1.3em;margin:.2em 0}h2{font-size:1.05em;margin:1.2em 0 .3em}\
@@ -159,14 +139,4 @@ fn status_strip(h: &mut String, d: &Dashboard) {
         h.push_str("<tr><td class=\"l\" colspan=\"8\">no processes in the group</td></tr>");
     }
     h.push_str("</table>");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(escape("<a href=\"x\">&'</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
-    }
 }
