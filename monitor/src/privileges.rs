@@ -232,12 +232,9 @@ pub fn attach_refused(errno: i32, paranoid: Option<i32>, p: &Privileges) -> Opti
 /// `attach_errno`): the `kernel.perf_event_paranoid` that refused its tracepoint and the remedy when that is the
 /// cause, `attach_error` as it is otherwise.
 pub fn forks_reason(attach_error: &str, attach_errno: Option<i32>) -> String {
-    let refused = match (attach_errno, current()) {
-        (Some(errno), Ok(p)) => forks_refused(errno, read_perf_event_paranoid(), &p),
-        _ => None,
-    };
-    match refused {
-        Some(why) => format!("{why} ({attach_error})"),
+    let (Some(errno), Ok(p)) = (attach_errno, current()) else { return attach_error.to_string() };
+    match forks_refused(errno, read_perf_event_paranoid(), &p) {
+        Some(why) => format!("{why} ({attach_error}: {})", std::io::Error::from_raw_os_error(errno)),
         None => attach_error.to_string(),
     }
 }

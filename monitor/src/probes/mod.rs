@@ -185,7 +185,11 @@ impl Probes {
         let forks_off = if pid_at == 0 || flags_at == 0 {
             Some("no pid or clone_flags field in task/task_newtask's format".to_string())
         } else {
-            attach_forks(&mut ebpf).err().map(|e| crate::privileges::forks_reason(&e.to_string(), e.attach_errno()))
+            attach_forks(&mut ebpf).err().map(|e| {
+                // Loaded but not attached: unloaded, so that the loaded programs are the ones that run.
+                unload(&mut ebpf, attach::FORK.iter().map(|&(name, _, _)| name));
+                crate::privileges::forks_reason(&e.to_string(), e.attach_errno())
+            })
         };
         if let Some(why) = &forks_off {
             tracing::warn!("forked children are not traced from their fork: {why}");
