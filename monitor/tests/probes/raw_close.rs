@@ -67,7 +67,10 @@ fn raw_close_counts_exactly_and_forgets_closed_sockets() {
     assert_eq!(left, 0, "sockets still tracked after every curl connection closed");
 
     // Many short connections, one request each, closed by the client: the server closes each socket, and the
-    // raw `sys_enter` program forgets it.
+    // raw `sys_enter` program forgets it. The kernel's run statistics, on meanwhile, show what the raw `sys_enter`
+    // program costs: it runs on every syscall entry of the host, traced or not.
+    let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| eprintln!("no run statistics: {e}")).ok();
+    let before = probes.run_stats();
     let started = Instant::now();
     for _ in 0..SHORT_CONNECTIONS {
         let mut conn = KeepAlive::connect(port);
@@ -77,6 +80,15 @@ fn raw_close_counts_exactly_and_forgets_closed_sockets() {
         sent.by_class[1] += 1;
     }
     let spent = started.elapsed();
+    if stats.is_some() {
+        for (name, time, runs) in probes.run_stats() {
+            let (t0, r0) = before.iter().find(|(n, _, _)| *n == name).map_or((Duration::ZERO, 0), |(_, t, r)| (*t, *r));
+            let (time, runs) = (time.saturating_sub(t0), runs.saturating_sub(r0));
+            let per_run = if runs > 0 { time.as_nanos() / u128::from(runs) } else { 0 };
+            eprintln!("{name}: {runs} runs in {} µs, {per_run} ns a run", time.as_micros());
+        }
+    }
+    drop(stats);
     let t = assert_counts(&mut probes, &[server.pid()], &sent, "python, short connections");
     assert_eq!(t.inflight, 0, "{t:?}");
     let left = settle_sockets(&probes, 0);
