@@ -1,4 +1,6 @@
-//! `sys_enter_close`: forget a tracked socket; a request still waiting for its response counts as unanswered.
+//! `close` at entry: forget a tracked socket; a request still waiting for its response counts as unanswered.
+//! Two hooks share [`forget`]: the `syscalls/sys_enter_close` tracepoint (`close_enter`, below) and, where that
+//! tracepoint is refused, the raw `sys_enter` tracepoint (`raw_close_enter`, `close_raw.rs`).
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use monitor_common::socks::SockKey;
@@ -19,9 +21,17 @@ fn try_close_enter(ctx: &TracePointContext) -> Result<(), i32> {
     if !traced(tgid) {
         return Ok(());
     }
-    let key = SockKey { tgid, fd: arg(ctx, 0) as u32 };
+    forget(tgid, arg(ctx, 0) as u32);
+    Ok(())
+}
+
+/// `tgid` (traced) is closing `fd`: drops its tracked socket, if any, and counts a request still waiting for its
+/// response as unanswered.
+#[inline(always)]
+pub fn forget(tgid: u32, fd: u32) {
+    let key = SockKey { tgid, fd };
     let Some(sock) = SOCKS.get_ptr(key) else {
-        return Ok(());
+        return;
     };
     // SAFETY: a pointer into our own map's value, read before the element is removed.
     // An unconfirmed (adopted, never answered) socket's requests were never counted: nothing is unanswered.
@@ -33,5 +43,4 @@ fn try_close_enter(ctx: &TracePointContext) -> Result<(), i32> {
             unsafe { (*s).unanswered += 1 };
         }
     }
-    Ok(())
 }

@@ -165,6 +165,7 @@ pub fn peek<const N: usize>(addr: u64) -> Option<[u8; N]> {
 pub mod nr {
     pub const READ: u64 = 0;
     pub const WRITE: u64 = 1;
+    pub const CLOSE: u64 = 3;
     pub const READV: u64 = 19;
     pub const WRITEV: u64 = 20;
     pub const SENDFILE: u64 = 40;

@@ -3,7 +3,8 @@
 //! Accepts record sockets; reads look for a request line; writes look for a status line; close forgets the
 //! socket. Three sets of hooks, chosen by user space: the socket-layer tracepoints (`sock.rs`, the default where
 //! the kernel has them: no syscall on the host is slowed); the raw `sys_exit` program (`sys_exit.rs`, one program
-//! for every syscall exit, x86_64) plus `close_enter`; or the per-syscall tracepoint programs, whose entries save
+//! for every syscall exit, x86_64) plus `close_enter` (or `raw_close_enter` on the raw `sys_enter` where the
+//! `close` tracepoint is refused); or the per-syscall tracepoint programs, whose entries save
 //! the buffer of a tracked socket for the exits (last fallback).
 //! A process forked by a traced one is traced from its fork (`fork.rs`). Counters go to the per-CPU `STATS`
 //! map, which user space sums.
@@ -15,6 +16,7 @@
 
 mod accept;
 mod close;
+mod close_raw;
 mod fork;
 mod io;
 mod maps;

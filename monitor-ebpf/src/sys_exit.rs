@@ -1,8 +1,8 @@
 //! Raw `sys_exit` (x86_64): one program on every syscall exit instead of 22 per-syscall tracepoint programs.
 //! It tests the tgid filter first, then reads the syscall number and arguments from the task's saved
 //! registers (still intact at exit), and hands the accept, read and write families to the same code as the
-//! tracepoint programs. `close` stays on `sys_enter_close` (`close_enter`): at exit the fd number may already
-//! belong to a socket another thread just accepted.
+//! tracepoint programs. `close` stays at entry, on `sys_enter_close` (`close_enter`) or on the raw `sys_enter`
+//! (`raw_close_enter`): at exit the fd number may already belong to a socket another thread just accepted.
 
 use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 use monitor_common::pending::kind;

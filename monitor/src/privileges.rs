@@ -225,15 +225,39 @@ fn read_perf_event_paranoid() -> Option<i32> {
 /// cause: above 2 (Debian's 3), `perf_event_open` needs CAP_SYS_ADMIN, which CAP_PERFMON does not replace; at 2 or
 /// below CAP_PERFMON is enough. `None` for other errors, as root, or with CAP_SYS_ADMIN.
 pub fn attach_refused(errno: i32, paranoid: Option<i32>, p: &Privileges) -> Option<String> {
+    paranoid_refused(errno, paranoid, p, &format!("the tracepoints do not attach and {PROBES_EFFECT}"))
+}
+
+/// Why forked children are not traced from their fork (`attach_error`: the fork program's attach failure, with
+/// `attach_errno`): the `kernel.perf_event_paranoid` that refused its tracepoint and the remedy when that is the
+/// cause, `attach_error` as it is otherwise.
+pub fn forks_reason(attach_error: &str, attach_errno: Option<i32>) -> String {
+    let (Some(errno), Ok(p)) = (attach_errno, current()) else { return attach_error.to_string() };
+    match forks_refused(errno, read_perf_event_paranoid(), &p) {
+        Some(why) => format!("{why} ({attach_error}: {})", std::io::Error::from_raw_os_error(errno)),
+        None => attach_error.to_string(),
+    }
+}
+
+/// [`attach_refused`] for the fork-following tracepoint, the one part of the probes that still needs
+/// `perf_event_open` when `close` is hooked on the raw `sys_enter` tracepoint.
+pub fn forks_refused(errno: i32, paranoid: Option<i32>, p: &Privileges) -> Option<String> {
+    paranoid_refused(errno, paranoid, p, FORKS_EFFECT)
+}
+
+/// What refusing the fork-following tracepoint costs.
+const FORKS_EFFECT: &str = "task/task_newtask does not attach and the children a traced process forks count only \
+     from the sample after they appear in the group, not from their fork";
+
+fn paranoid_refused(errno: i32, paranoid: Option<i32>, p: &Privileges, effect: &str) -> Option<String> {
     let refused = errno == libc::EACCES || errno == libc::EPERM;
     let paranoid = paranoid?;
     if !refused || paranoid <= 2 || p.euid == 0 || p.has(Cap::SysAdmin) {
         return None;
     }
     Some(format!(
-        "kernel.perf_event_paranoid is {paranoid}: above 2 perf_event_open needs CAP_SYS_ADMIN, so the tracepoints \
-         do not attach and {PROBES_EFFECT}; allow CAP_PERFMON with `kernel.perf_event_paranoid = 2` in \
-         /etc/sysctl.d/ (docs/deploy.md)"
+        "kernel.perf_event_paranoid is {paranoid}: above 2 perf_event_open needs CAP_SYS_ADMIN, so {effect}; allow \
+         CAP_PERFMON with `kernel.perf_event_paranoid = 2` in /etc/sysctl.d/ (docs/deploy.md)"
     ))
 }
 
@@ -374,6 +398,19 @@ mod tests {
                 "kernel.perf_event_paranoid is 3: above 2 perf_event_open needs CAP_SYS_ADMIN, so the tracepoints do \
                  not attach and requests are not counted in the kernel; allow CAP_PERFMON with \
                  `kernel.perf_event_paranoid = 2` in /etc/sysctl.d/ (docs/deploy.md)"
+            )
+        );
+        // The fork-following tracepoint: the same cases, its own effect.
+        for (errno, paranoid, p, named) in table {
+            assert_eq!(forks_refused(errno, paranoid, p).is_some(), named, "forks: errno {errno}, {paranoid:?}");
+        }
+        assert_eq!(
+            forks_refused(libc::EACCES, Some(3), &monitor).as_deref(),
+            Some(
+                "kernel.perf_event_paranoid is 3: above 2 perf_event_open needs CAP_SYS_ADMIN, so task/task_newtask \
+                 does not attach and the children a traced process forks count only from the sample after they \
+                 appear in the group, not from their fork; allow CAP_PERFMON with `kernel.perf_event_paranoid = 2` \
+                 in /etc/sysctl.d/ (docs/deploy.md)"
             )
         );
     }

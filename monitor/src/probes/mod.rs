@@ -11,7 +11,7 @@ mod lineage;
 pub mod object;
 
 pub use crate::config::Hooks;
-pub use attach::tracefs_reachable;
+pub use attach::{tracefs_reachable, CloseHook};
 pub use counters::percentile;
 
 use crate::snapshot::Traffic;
@@ -73,6 +73,13 @@ impl ProbeError {
         }
         None
     }
+
+    /// True when `perf_event_open` refused a tracepoint for want of privilege (EACCES or EPERM: above
+    /// `kernel.perf_event_paranoid = 2` without CAP_SYS_ADMIN), where a raw tracepoint may still attach.
+    pub fn perf_refused(&self) -> bool {
+        matches!(self, ProbeError::Attach { .. })
+            && matches!(self.attach_errno(), Some(libc::EACCES) | Some(libc::EPERM))
+    }
 }
 
 fn map_err(name: &'static str) -> impl Fn(MapError) -> ProbeError {
@@ -106,6 +113,8 @@ pub struct Probes {
     forks_off: Option<String>,
     nr_cpus: usize,
     hooks: Hooks,
+    /// Where `close` is hooked (the syscall sets), `None` with the socket set.
+    close: Option<CloseHook>,
     /// Holds the programs and their links; declared last so the maps above are closed first.
     ebpf: Ebpf,
 }
@@ -114,13 +123,20 @@ impl Probes {
     /// Loads the embedded object and attaches the programs: the first set of [`Hooks::preferred`] and its
     /// fallbacks that attaches (socket tracepoints, raw `sys_exit`, per-syscall tracepoints).
     pub fn load() -> Result<Probes, ProbeError> {
-        Probes::attach(Hooks::preferred(), true)
+        Probes::attach(Hooks::preferred(), true, None)
     }
 
     /// Like [`Probes::load`] with the given hooks and no fallback (`[probes] hooks` naming a set; benchmarks and
-    /// tests compare the sets).
+    /// tests compare the sets). The raw `sys_exit` set still hooks `close` on the raw `sys_enter` when the
+    /// `close` tracepoint is refused.
     pub fn load_with(hooks: Hooks) -> Result<Probes, ProbeError> {
-        Probes::attach(hooks, false)
+        Probes::attach(hooks, false, None)
+    }
+
+    /// Like [`Probes::load_with`], with `close` hooked where `close` says, tracepoint refused or not (tests run
+    /// the raw `sys_enter` hook on hosts that allow both).
+    pub fn load_with_close(hooks: Hooks, close: CloseHook) -> Result<Probes, ProbeError> {
+        Probes::attach(hooks, false, Some(close))
     }
 
     /// Which hooks the programs are attached to.
@@ -128,7 +144,13 @@ impl Probes {
         self.hooks
     }
 
-    fn attach(want: Hooks, fallback: bool) -> Result<Probes, ProbeError> {
+    /// Where `close` is hooked: the syscall sets' `close` tracepoint, or the raw `sys_enter` where that is
+    /// refused; `None` with the socket set, which sees sockets close in `inet_sock_set_state`.
+    pub fn close_hook(&self) -> Option<CloseHook> {
+        self.close
+    }
+
+    fn attach(want: Hooks, fallback: bool, close: Option<CloseHook>) -> Result<Probes, ProbeError> {
         if object::OBJECT.is_empty() {
             return Err(ProbeError::NotBuilt(object::SKIPPED));
         }
@@ -145,9 +167,9 @@ impl Probes {
             .load(object::OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         let mut hooks = want;
-        loop {
-            match attach_set(&mut ebpf, hooks) {
-                Ok(()) => break,
+        let close = loop {
+            match attach_set(&mut ebpf, hooks, close) {
+                Ok(close) => break close,
                 Err(e) => match hooks.fallback() {
                     Some(next) if fallback => {
                         tracing::info!("eBPF hooks {hooks:?} unavailable ({e}); trying {next:?}");
@@ -156,12 +178,22 @@ impl Probes {
                     _ => return Err(e),
                 },
             }
+        };
+        if let Some(c) = close {
+            tracing::info!(hooks = hooks.name(), close = c.name(), "eBPF hooks attached");
         }
         let forks_off = if pid_at == 0 || flags_at == 0 {
             Some("no pid or clone_flags field in task/task_newtask's format".to_string())
         } else {
-            attach_forks(&mut ebpf).err().map(|e| e.to_string())
+            attach_forks(&mut ebpf).err().map(|e| {
+                // Loaded but not attached: unloaded, so that the loaded programs are the ones that run.
+                unload(&mut ebpf, attach::FORK.iter().map(|&(name, _, _)| name));
+                crate::privileges::forks_reason(&e.to_string(), e.attach_errno())
+            })
         };
+        if let Some(why) = &forks_off {
+            tracing::warn!("forked children are not traced from their fork: {why}");
+        }
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         let Map::Array(filter) = take(filter::MAP)? else {
             return Err(ProbeError::FilterType);
@@ -188,6 +220,7 @@ impl Probes {
             forks_off,
             nr_cpus,
             hooks,
+            close,
             ebpf,
         })
     }
@@ -368,6 +401,11 @@ impl Probes {
         self.traced.iter().copied()
     }
 
+    /// How many sockets the kernel programs track now (`SOCKS` and `SOCK_BY_SK` entries): a closed socket leaves.
+    pub fn tracked_sockets(&self) -> usize {
+        self.socks.keys().filter(Result::is_ok).count() + self.socks_by_sk.keys().filter(Result::is_ok).count()
+    }
+
     /// Kernel ids of the loaded programs (as `bpftool prog list` shows them).
     pub fn program_ids(&self) -> Vec<u32> {
         self.ebpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.id()).collect()
@@ -439,16 +477,18 @@ fn attach_one(ebpf: &mut Ebpf, name: &'static str, category: &'static str, tp: &
     Ok(())
 }
 
-/// Attaches one set of hooks. When one of its programs fails to load or attach, every loaded program is unloaded
-/// again (with its links), so that a fallback set starts clean: sets are tried before anything else is loaded
-/// (the fork-following program comes after), so the loaded programs are exactly this set's.
-fn attach_set(ebpf: &mut Ebpf, hooks: Hooks) -> Result<(), ProbeError> {
+/// Attaches one set of hooks, and says where the syscall sets hooked `close`. When one of its programs fails to
+/// load or attach, every loaded program is unloaded again (with its links), so that a fallback set starts clean:
+/// sets are tried before anything else is loaded (the fork-following program comes after), so the loaded programs
+/// are exactly this set's.
+fn attach_set(ebpf: &mut Ebpf, hooks: Hooks, close: Option<CloseHook>) -> Result<Option<CloseHook>, ProbeError> {
     let r = match hooks {
-        Hooks::Sock => attach_raw(ebpf, attach::SOCK),
-        Hooks::RawSysExit => attach_tracepoints(ebpf, attach::CLOSE).and_then(|()| attach_raw(ebpf, attach::RAW_EXIT)),
-        Hooks::Tracepoints => {
-            attach_tracepoints(ebpf, attach::CLOSE).and_then(|()| attach_tracepoints(ebpf, attach::TRACEPOINTS))
+        Hooks::Sock => attach_raw(ebpf, attach::SOCK).map(|()| None),
+        Hooks::RawSysExit => {
+            attach_close(ebpf, close, true).and_then(|c| attach_raw(ebpf, attach::RAW_EXIT).map(|()| Some(c)))
         }
+        Hooks::Tracepoints => attach_close(ebpf, close, false)
+            .and_then(|c| attach_tracepoints(ebpf, attach::TRACEPOINTS).map(|()| Some(c))),
     };
     if r.is_err() {
         unload_all(ebpf);
@@ -456,9 +496,34 @@ fn attach_set(ebpf: &mut Ebpf, hooks: Hooks) -> Result<(), ProbeError> {
     r
 }
 
+/// Hooks `close` at entry, first of a syscall set, so that no socket is tracked before the program that forgets
+/// it runs: on the `close` tracepoint, or on the raw `sys_enter` when `forced` says so or, with `raw_fallback`,
+/// when `perf_event_open` refuses the tracepoint (the raw one attaches with CAP_BPF and CAP_PERFMON alone).
+fn attach_close(ebpf: &mut Ebpf, forced: Option<CloseHook>, raw_fallback: bool) -> Result<CloseHook, ProbeError> {
+    if forced != Some(CloseHook::RawSysEnter) {
+        match attach_tracepoints(ebpf, attach::CLOSE) {
+            Ok(()) => return Ok(CloseHook::Tracepoint),
+            Err(e) if forced.is_none() && raw_fallback && e.perf_refused() => {
+                tracing::info!("`close` goes on the raw sys_enter tracepoint (every syscall entry): {e}");
+                unload(ebpf, attach::CLOSE.iter().map(|&(name, _)| name));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    attach_raw(ebpf, attach::RAW_CLOSE)?;
+    Ok(CloseHook::RawSysEnter)
+}
+
 /// Unloads every loaded program (and detaches its links).
 fn unload_all(ebpf: &mut Ebpf) {
-    for (name, prog) in ebpf.programs_mut() {
+    let names: Vec<String> = ebpf.programs().map(|(name, _)| name.to_string()).collect();
+    unload(ebpf, names.iter().map(String::as_str));
+}
+
+/// Unloads the named programs that are loaded (and detaches their links).
+fn unload<'a>(ebpf: &mut Ebpf, names: impl IntoIterator<Item = &'a str>) {
+    for name in names {
+        let Some(prog) = ebpf.program_mut(name) else { continue };
         if prog.fd().is_err() {
             continue;
         }

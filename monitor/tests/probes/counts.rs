@@ -1,20 +1,22 @@
 //! Loading the probes and reading what they counted: the per-tgid traffic summed over a server's processes and
 //! compared with what the clients sent (`monitor_tests::clients::Sent`), waiting for the kernel's last exits.
 
-use monitor::probes::{Hooks, Probes};
+use monitor::probes::{CloseHook, Hooks, Probes};
 use monitor::snapshot::Traffic;
 use monitor_tests::clients::Sent;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Loads and attaches the probes, panicking with the reason (the object must be built for these tests).
-/// `PROBES_HOOKS=sock` (or `raw`, or `tracepoints`) forces one set of hooks, so the exact-count tests cover all.
+/// `PROBES_HOOKS=sock` (or `raw`, or `tracepoints`) forces one set of hooks, so the exact-count tests cover all;
+/// `raw_close` is `raw` with `close` on the raw `sys_enter` (what a host refusing the `close` tracepoint runs).
 pub fn load_probes() -> Probes {
     let p = match std::env::var("PROBES_HOOKS").as_deref() {
         Ok("tracepoints") => return load_probes_with(Hooks::Tracepoints),
         Ok("raw") => return load_probes_with(Hooks::RawSysExit),
+        Ok("raw_close") => return load_probes_raw_close(),
         Ok("sock") => return load_probes_with(Hooks::Sock),
-        Ok(other) => panic!("PROBES_HOOKS={other}: expected `sock`, `raw` or `tracepoints`"),
+        Ok(other) => panic!("PROBES_HOOKS={other}: expected `sock`, `raw`, `raw_close` or `tracepoints`"),
         Err(_) => Probes::load(),
     };
     match p {
@@ -31,6 +33,16 @@ pub fn load_probes_with(hooks: Hooks) -> Probes {
     match Probes::load_with(hooks) {
         Ok(p) => p,
         Err(e) => panic!("Probes::load_with({hooks:?}): {e} (build the object with `cargo xtask setup`)"),
+    }
+}
+
+/// Loads the raw `sys_exit` set with `close` on the raw `sys_enter` tracepoint, panicking with the reason.
+pub fn load_probes_raw_close() -> Probes {
+    match Probes::load_with_close(Hooks::RawSysExit, CloseHook::RawSysEnter) {
+        Ok(p) => p,
+        Err(e) => {
+            panic!("Probes::load_with_close(RawSysExit, RawSysEnter): {e} (build the object with `cargo xtask setup`)")
+        }
     }
 }
 

@@ -8,4 +8,5 @@ mod fork;
 mod nginx;
 mod node;
 mod python;
+mod raw_close;
 mod unix;
