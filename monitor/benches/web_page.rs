@@ -102,7 +102,7 @@ impl Feed {
         Published {
             snapshot,
             decision,
-            probes: ProbeStatus { enabled: true, reason: None, hooks: Some(monitor::config::Hooks::Sock) },
+            probes: ProbeStatus::on(monitor::config::Hooks::Sock, None),
             error: None,
             wake: monitor::feed::Wake::timer(),
             wakeups: Default::default(),

@@ -616,7 +616,7 @@ mod tests {
         p.snapshot.processes = vec![proc(10, 1), proc(11, 10), proc(20, 1)];
         p.decision.largest_pid = Some(11);
         p.decision.victim = Some(ProcId { pid: 11, start_ticks: 11 });
-        p.probes = ProbeStatus { enabled: true, reason: None, hooks: Some(crate::config::Hooks::RawSysExit) };
+        p.probes = ProbeStatus::on(crate::config::Hooks::RawSysExit, Some(crate::probes::CloseHook::RawSysEnter));
         let launched = LauncherInfo {
             name: "tx1".into(),
             role: Role::Worker,
@@ -649,7 +649,7 @@ mod tests {
         assert_ne!(procs[2]["comm"], "tx1");
         assert_eq!(field("action"), ["refuse", "abort", "refuse"]);
         assert_eq!(field("decided"), ["refuse", "abort", "refuse"]);
-        assert_eq!(v["probes"]["hooks"], "raw_sys_exit");
+        assert_eq!((&v["probes"]["hooks"], &v["probes"]["close"]), (&"raw_sys_exit".into(), &"raw_sys_enter".into()));
         assert_eq!(
             (v["launcher"][0]["role"].as_str(), v["launcher"][0]["state"].as_str()),
             (Some("worker"), Some("backing-off"))

@@ -101,6 +101,22 @@ pub struct ProbeStatus {
     /// [`crate::config::Hooks`]): anything but `sock` slows every syscall on the host.
     #[serde(default)]
     pub hooks: Option<crate::config::Hooks>,
+    /// Where the syscall sets see `close` (`tracepoint`, or `raw_sys_enter` where the kernel refuses this process
+    /// the tracepoint: Debian's `kernel.perf_event_paranoid = 3`); null for the socket set and while off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close: Option<crate::probes::CloseHook>,
+}
+
+impl ProbeStatus {
+    /// Counting, with `hooks` and the `close` hook of the syscall sets.
+    pub fn on(hooks: crate::config::Hooks, close: Option<crate::probes::CloseHook>) -> ProbeStatus {
+        ProbeStatus { enabled: true, reason: None, hooks: Some(hooks), close }
+    }
+
+    /// Not counting, and why.
+    pub fn off(reason: String) -> ProbeStatus {
+        ProbeStatus { enabled: false, reason: Some(reason), hooks: None, close: None }
+    }
 }
 
 /// What every consumer reads: the latest sample and the decision taken on it.
@@ -232,7 +248,7 @@ impl Published {
                 shadow: false,
                 changed: true,
             },
-            probes: ProbeStatus { enabled: false, reason: None, hooks: None },
+            probes: ProbeStatus { enabled: false, reason: None, hooks: None, close: None },
             error: None,
             wake: Wake::timer(),
             wakeups: Arc::new(WakeupStatus::default()),

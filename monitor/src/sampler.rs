@@ -206,10 +206,10 @@ impl Sampler {
         });
         let (probes, probe_status) = match probes {
             Ok(p) => {
-                let hooks = Some(p.hooks());
-                (Some(p), ProbeStatus { enabled: true, reason: None, hooks })
+                let status = ProbeStatus::on(p.hooks(), p.close_hook());
+                (Some(p), status)
             }
-            Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason), hooks: None }),
+            Err(reason) => (None, ProbeStatus::off(reason)),
         };
         Ok(Sampler {
             reader,
@@ -402,11 +402,11 @@ impl Sampler {
         self.synced_pids.clear();
         let (probes, status) = match load_probes(cfg) {
             Ok(p) => {
-                let hooks = Some(p.hooks());
-                tracing::info!(hooks = ?p.hooks(), "request counting is on");
-                (Some(p), ProbeStatus { enabled: true, reason: None, hooks })
+                tracing::info!(hooks = ?p.hooks(), close = ?p.close_hook(), "request counting is on");
+                let status = ProbeStatus::on(p.hooks(), p.close_hook());
+                (Some(p), status)
             }
-            Err(reason) => (None, ProbeStatus { enabled: false, reason: Some(reason), hooks: None }),
+            Err(reason) => (None, ProbeStatus::off(reason)),
         };
         self.probes = probes;
         self.probe_status = status;
@@ -509,7 +509,7 @@ impl Sampler {
             }
             Err(e) => {
                 tracing::warn!("eBPF probes stopped: {e}");
-                self.probe_status = ProbeStatus { enabled: false, reason: Some(format!("stopped: {e}")), hooks: None };
+                self.probe_status = ProbeStatus::off(format!("stopped: {e}"));
                 self.probes = None;
             }
         }

@@ -119,7 +119,7 @@ check "reads the group" "$group: $nprocs processes, limit $limit" \
     sh -c "echo '$group' | grep -q system.slice/app.service && [ '${nprocs:-0}' -ge 2 ] && [ '$limit' = 268435456 ]"
 probes=$(echo "$s" | json "d['probes']")
 check "probes on under perf_event_paranoid $paranoid" "$probes" \
-    sh -c "echo \"\$1\" | grep -q \"'enabled': True\" && echo \"\$1\" | grep -q \"'hooks': 'raw_sys_exit'\"" _ "$probes"
+    sh -c "echo \"\$1\" | grep -q \"'enabled': True\" && echo \"\$1\" | grep -q \"'hooks': 'raw_sys_exit'\" && echo \"\$1\" | grep -q \"'close': 'raw_sys_enter'\"" _ "$probes"
 names=$(prog_names)
 check "close on the raw sys_enter" "programs: ${names:-none}" \
     test "$names" = "raw_tracepoint:raw_close_enter raw_tracepoint:sys_exit"
