@@ -19,7 +19,7 @@ mod validate;
 pub use changes::{reload, Apply, Change, Reload};
 pub use check::{check, Checked, Mode};
 pub use cluster::{host_name, ClusterConfig, Fallback};
-pub use hooks::{Hooks, HooksChoice};
+pub use hooks::{CloseHook, Hooks, HooksChoice};
 pub use role::Role;
 pub use signal::Signal;
 pub use url::{HttpUrl, UrlError};

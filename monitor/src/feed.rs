@@ -104,12 +104,12 @@ pub struct ProbeStatus {
     /// Where the syscall sets see `close` (`tracepoint`, or `raw_sys_enter` where the kernel refuses this process
     /// the tracepoint: Debian's `kernel.perf_event_paranoid = 3`); null for the socket set and while off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub close: Option<crate::probes::CloseHook>,
+    pub close: Option<crate::config::CloseHook>,
 }
 
 impl ProbeStatus {
     /// Counting, with `hooks` and the `close` hook of the syscall sets.
-    pub fn on(hooks: crate::config::Hooks, close: Option<crate::probes::CloseHook>) -> ProbeStatus {
+    pub fn on(hooks: crate::config::Hooks, close: Option<crate::config::CloseHook>) -> ProbeStatus {
         ProbeStatus { enabled: true, reason: None, hooks: Some(hooks), close }
     }
 

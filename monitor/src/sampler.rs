@@ -172,8 +172,14 @@ pub fn load_probes(cfg: &crate::config::ProbesConfig) -> Result<Probes, String> 
     } else {
         Err("disabled in the config ([probes] enabled = false)".to_string())
     };
-    if let Err(reason) = &probes {
-        tracing::warn!("request counting is off: {reason}");
+    match &probes {
+        Err(reason) => tracing::warn!("request counting is off: {reason}"),
+        Ok(p) => {
+            if let Some(why) = p.forks_off() {
+                let why = crate::privileges::forks_reason(why, p.forks_errno());
+                tracing::warn!("forked children are not traced from their fork: {why}");
+            }
+        }
     }
     probes
 }

@@ -4,6 +4,26 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Where the syscall sets hook `close` (at entry both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseHook {
+    /// `close_enter` on the tracepoint `syscalls/sys_enter_close` (the probes' `attach::CLOSE`).
+    Tracepoint,
+    /// `raw_close_enter` on the raw tracepoint `sys_enter` (the probes' `attach::RAW_CLOSE`).
+    RawSysEnter,
+}
+
+impl CloseHook {
+    /// The name the status and the logs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            CloseHook::Tracepoint => "tracepoint",
+            CloseHook::RawSysEnter => "raw_sys_enter",
+        }
+    }
+}
+
 /// Which kernel hooks carry the programs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

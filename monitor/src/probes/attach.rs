@@ -43,26 +43,6 @@ pub const CLOSE: &[(&str, &[&str])] = &[("close_enter", &["sys_enter_close"])];
 /// the host, so it is the fallback, not the default.
 pub const RAW_CLOSE: &[(&str, &str)] = &[("raw_close_enter", "sys_enter")];
 
-/// Where the syscall sets hook `close` (at entry both).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CloseHook {
-    /// `close_enter` on the tracepoint `syscalls/sys_enter_close` ([`CLOSE`]).
-    Tracepoint,
-    /// `raw_close_enter` on the raw tracepoint `sys_enter` ([`RAW_CLOSE`]).
-    RawSysEnter,
-}
-
-impl CloseHook {
-    /// The name the status and the logs use.
-    pub fn name(self) -> &'static str {
-        match self {
-            CloseHook::Tracepoint => "tracepoint",
-            CloseHook::RawSysEnter => "raw_sys_enter",
-        }
-    }
-}
-
 /// Following forks, in every set: (program, category, tracepoint). `fork` traces the children of traced
 /// processes from their fork (not their threads: the record has the clone flags).
 pub const FORK: &[(&str, &str, &str)] = &[("fork", "task", "task_newtask")];

@@ -10,8 +10,8 @@ mod counters;
 mod lineage;
 pub mod object;
 
-pub use crate::config::Hooks;
-pub use attach::{tracefs_reachable, CloseHook};
+pub use crate::config::{CloseHook, Hooks};
+pub use attach::tracefs_reachable;
 pub use counters::percentile;
 
 use crate::snapshot::Traffic;
@@ -110,7 +110,8 @@ pub struct Probes {
     /// Counts of exited forked children, folded into their nearest ancestor still traced (see docs/probes.md).
     folded: HashMap<u32, Counters>,
     /// Why forks are not followed (children then count from the next sync on), or `None` when they are.
-    forks_off: Option<String>,
+    /// Why forks are not followed, and the errno of the attach that failed.
+    forks_off: Option<(String, Option<i32>)>,
     nr_cpus: usize,
     hooks: Hooks,
     /// Where `close` is hooked (the syscall sets), `None` with the socket set.
@@ -183,17 +184,14 @@ impl Probes {
             tracing::info!(hooks = hooks.name(), close = c.name(), "eBPF hooks attached");
         }
         let forks_off = if pid_at == 0 || flags_at == 0 {
-            Some("no pid or clone_flags field in task/task_newtask's format".to_string())
+            Some(("no pid or clone_flags field in task/task_newtask's format".to_string(), None))
         } else {
             attach_forks(&mut ebpf).err().map(|e| {
                 // Loaded but not attached: unloaded, so that the loaded programs are the ones that run.
                 unload(&mut ebpf, attach::FORK.iter().map(|&(name, _, _)| name));
-                crate::privileges::forks_reason(&e.to_string(), e.attach_errno())
+                (e.to_string(), e.attach_errno())
             })
         };
-        if let Some(why) = &forks_off {
-            tracing::warn!("forked children are not traced from their fork: {why}");
-        }
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         let Map::Array(filter) = take(filter::MAP)? else {
             return Err(ProbeError::FilterType);
@@ -228,7 +226,12 @@ impl Probes {
     /// `None` when the children a traced process forks are traced from their fork; otherwise why not (they then
     /// count from the sync after they appear in the group).
     pub fn forks_off(&self) -> Option<&str> {
-        self.forks_off.as_deref()
+        self.forks_off.as_ref().map(|(why, _)| why.as_str())
+    }
+
+    /// The errno of the fork-following program's failed attach, when that is why forks are not followed.
+    pub fn forks_errno(&self) -> Option<i32> {
+        self.forks_off.as_ref().and_then(|(_, errno)| *errno)
     }
 
     /// Makes the tgids user space traces equal to `pids`. New tgids start from zero counters, except forked
