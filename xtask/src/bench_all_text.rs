@@ -204,7 +204,8 @@ Forwarding: two nodes a and b; `wrk -t2 -c16` sends `/fhir/use` to b's front doo
 (served by b's process: the baseline) and with one minted on a (b forwards it, with its signed hop header, on a
 kept-alive connection, to a's front door, which serves it), interleaved rounds. Goal: forwarded p50 <= 1.6 × local
 p50. The floor of any extra hop on this machine, in the same rounds: a byte relay (tests/src/bin/byte-relay.rs:
-blocking threads, no HTTP) in front of b with b's own ids; a forward's cost is reported over it. Gossip: 3, then 50 nodes (each over one fixture master), every one listing all the others alive; each node's
+blocking threads, no HTTP) in front of b with b's own ids; a forward's cost is reported over it. Gossip: 3, then
+50 nodes (each over one fixture master), every one listing all the others alive; each node's
 `monitor_cluster_gossip_bytes_total` (UDP payloads, without the 28 bytes of IPv4 and UDP headers a datagram) read
 twice, `GOSSIP_SECONDS` apart. Knobs: `BENCH_SECONDS` (5), `BENCH_ROUNDS` (3), `GOSSIP_SECONDS` (30),
 `GOSSIP_MEMBERS` (50).
