@@ -8,36 +8,11 @@ use std::path::Path;
 
 /// `node`'s `monitor run` over a python3 http.server master and worker, with its stats database at `db`.
 fn start_with_stats(node: &Node, seeds: &[SocketAddr], dir: &Path, db: &Path) -> Launched {
-    let server = |port: u16| {
-        ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory"]
-            .into_iter()
-            .map(String::from)
-            .chain([dir.display().to_string(), port.to_string()])
-            .collect::<Vec<_>>()
-    };
-    let (m, w) = (free_port(), free_port());
-    let config = node
-        .config(seeds)
-        .stats(db)
-        .process(Process::new(&format!("{}m0", node.name), "master", server(m), m).set("health", "/"))
-        .process(Process::new(&format!("{}tx1", node.name), "worker", server(w), w).set("health", "/"));
-    node.launch(&format!("cluster-events-{}", node.name), config)
-}
-
-/// The children of `pid` (its direct ones, from every thread).
-fn children(pid: u32) -> Vec<i32> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect::<Vec<_>>());
-    tasks
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<i32>>())
-        .collect()
+    node.launch(&format!("cluster-events-{}", node.name), node.python_config(seeds, dir).stats(db))
 }
 
 fn sigkill(pid: i32) {
-    // SAFETY: kill has no memory-safety preconditions; the pids are ours (monitor and the servers it started).
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    signal(pid, libc::SIGKILL);
 }
 
 /// `monitor report --db <db> --json` (today, UTC), parsed.

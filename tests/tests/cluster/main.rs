@@ -87,6 +87,11 @@ impl Node {
     /// `monitor run` over a python3 http.server master (`<name>m0`) and worker (`<name>tx1`), its front door on
     /// this node's IP, joining through `seeds`.
     fn start(&self, seeds: &[SocketAddr], dir: &std::path::Path) -> Launched {
+        self.launch(&format!("cluster-{}", self.name), self.python_config(seeds, dir))
+    }
+
+    /// The config [`Node::start`] runs: python3 http.server serving `dir` as the master and the worker.
+    fn python_config(&self, seeds: &[SocketAddr], dir: &std::path::Path) -> Config {
         let server = |port: u16| {
             ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory"]
                 .into_iter()
@@ -95,11 +100,9 @@ impl Node {
                 .collect::<Vec<_>>()
         };
         let (m, w) = (free_port(), free_port());
-        let config = self
-            .config(seeds)
+        self.config(seeds)
             .process(Process::new(&format!("{}m0", self.name), "master", server(m), m).set("health", "/"))
-            .process(Process::new(&format!("{}tx1", self.name), "worker", server(w), w).set("health", "/"));
-        self.launch(&format!("cluster-{}", self.name), config)
+            .process(Process::new(&format!("{}tx1", self.name), "worker", server(w), w).set("health", "/"))
     }
 
     /// `monitor run` over a fixture-backend master (`<name>m0`) and worker (`<name>tx1`), signing cache ids with
@@ -152,4 +155,20 @@ fn wait_member(n: &Launched, node: &str, pred: impl Fn(&Value) -> bool, timeout:
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("{node} not as wanted within {timeout:?}; view: {last:#?}\nstderr:\n{}", n.stderr())
+}
+
+/// The children of `pid` (its direct ones, from every thread).
+fn children(pid: u32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect::<Vec<_>>());
+    tasks
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<i32>>())
+        .collect()
+}
+
+fn signal(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions; the pids are ours (monitor and the servers it started).
+    unsafe { libc::kill(pid, sig) };
 }

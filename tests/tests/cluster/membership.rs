@@ -108,22 +108,6 @@ fn two_nodes_join_list_each_other_and_a_sigterm_shows_as_left() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The children of `pid` (its direct ones, from every thread).
-fn children(pid: u32) -> Vec<i32> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect::<Vec<_>>());
-    tasks
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<i32>>())
-        .collect()
-}
-
-fn signal(pid: i32, sig: libc::c_int) {
-    // SAFETY: kill has no memory-safety preconditions; the pids are ours (monitor and the servers it started).
-    unsafe { libc::kill(pid, sig) };
-}
-
 #[test]
 fn a_killed_node_is_suspect_then_dead_after_the_dead_timeout() {
     if !require_program("a_killed_node_is_suspect_then_dead_after_the_dead_timeout", "python3") {
