@@ -60,9 +60,9 @@ impl Local {
     }
 }
 
-/// One node's figures as they come: from its status document and its shed count. The rate is left for
-/// [`Entry::answered`].
-pub fn figures_of(v: &StatusView, shed_total: Option<u64>) -> Figures {
+/// One node's figures as they come, from its status document (the shed count is its `front_door`'s: unknown for a
+/// node that has none). The rate is left for [`Entry::answered`].
+pub fn figures_of(v: &StatusView) -> Figures {
     Figures {
         usage_bytes: v.group.usage_bytes,
         limit_bytes: v.group.limit_bytes,
@@ -73,7 +73,7 @@ pub fn figures_of(v: &StatusView, shed_total: Option<u64>) -> Figures {
         requests_total: v.processes.iter().map(|p| p.requests_total).sum(),
         requests_per_s: None,
         inflight: v.processes.iter().map(|p| p.inflight).sum(),
-        shed_total,
+        shed_total: v.front_door.map(|f| f.shed_total),
     }
 }
 
@@ -176,8 +176,8 @@ impl Fleet {
     }
 }
 
-/// A member's answer: its status document and its shed count, or why there is none.
-type Answer = Result<(StatusView, Option<u64>), String>;
+/// A member's answer: its status document, or why there is none.
+type Answer = Result<StatusView, String>;
 
 /// Keeps one poll's outcome at `now`: this node's figures (`own`, with its sample's time), each asked member's
 /// answer, and for each member no longer asked why; members no longer listed are forgotten.
@@ -193,7 +193,7 @@ fn record(
     for (node, got) in answers {
         let e = entries.entry(node).or_insert_with(|| Entry::new(now));
         match got {
-            Ok((v, shed)) => e.answered(figures_of(&v, shed), v.sample.unix_ms, now),
+            Ok(v) => e.answered(figures_of(&v), v.sample.unix_ms, now),
             Err(why) => e.failed(why),
         }
     }
@@ -222,14 +222,10 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
     Router::new().route("/api/v1/cluster/fleet", get(move || async move { Json(fleet.view()) }))
 }
 
-/// A member's status and shed count, from its API at `web` (the count is in the status document's `front_door`;
-/// a member whose document has none, an older one, has it unknown).
+/// A member's status document, from its API at `web`.
 async fn ask(web: SocketAddr) -> Answer {
     let body = fetch(web, "/api/v1/status").await?;
-    let v: StatusView = serde_json::from_slice(&body)
-        .map_err(|e| format!("http://{web}/api/v1/status: not a monitor status document: {e}"))?;
-    let shed = v.front_door.map(|f| f.shed_total);
-    Ok((v, shed))
+    serde_json::from_slice(&body).map_err(|e| format!("http://{web}/api/v1/status: not a monitor status document: {e}"))
 }
 
 /// GETs `path` from `addr` on a connection of its own: the body, if it comes complete within [`ASK_TIMEOUT`] and
@@ -280,6 +276,7 @@ pub async fn fetch(addr: SocketAddr, path: &str) -> Result<Bytes, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::FrontDoorView;
     use crate::feed::Published;
     use crate::policy::{State, Thresholds};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -291,7 +288,8 @@ mod tests {
         p.snapshot.group.limit_bytes = 1000;
         let mut v = crate::api::status_view(&p, &Thresholds::default());
         v.group.ratio = 0.3;
-        let f = figures_of(&v, Some(4));
+        v.front_door = Some(FrontDoorView { shed_total: 4, forwarded_total: 1 });
+        let f = figures_of(&v);
         assert_eq!((f.usage_bytes, f.limit_bytes, f.ratio, f.policy.as_str()), (300, 1000, 0.3, "refusing"));
         assert_eq!((f.processes, f.ready, f.shed_total, f.requests_per_s), (0, None, Some(4), None));
 
@@ -327,8 +325,9 @@ mod tests {
         p.decision.ratio = 0.9;
         let (_, latest) = watch::channel(Arc::new(p.clone()));
         let local = Local { latest, launcher: None, shed: Some(Arc::new(|| 5)) };
-        let v = crate::api::status_view(&p, &Thresholds::default());
-        assert_eq!(local.figures(), (figures_of(&v, Some(5)), 77));
+        let mut v = crate::api::status_view(&p, &Thresholds::default());
+        v.front_door = Some(FrontDoorView { shed_total: 5, forwarded_total: 0 });
+        assert_eq!(local.figures(), (figures_of(&v), 77));
     }
 
     #[test]
@@ -339,20 +338,20 @@ mod tests {
         let (b, c, d) =
             (NodeId::test("b", 3, &["b0"], 7), NodeId::test("c", 4, &["c0"], 7), NodeId::test("d", 5, &[], 7));
         m.update([(&b, Member::Alive), (&c, Member::Alive), (&d, Member::Dead)], &HashSet::new());
-        let status = |usage: u64| {
+        let status = |usage: u64, shed_total: u64| {
             let mut p = Published::test(State::Normal);
             p.snapshot.group.usage_bytes = usage;
             p.snapshot.unix_ms = 1000;
-            crate::api::status_view(&p, &Thresholds::default())
+            let mut v = crate::api::status_view(&p, &Thresholds::default());
+            v.front_door = Some(FrontDoorView { shed_total, forwarded_total: 0 });
+            v
         };
         let own = (Figures { usage_bytes: 1, ..Figures::default() }, 1000);
         let mut entries = HashMap::new();
         entries.insert("gone".to_string(), Entry::new(Instant::now()));
         let t0 = Instant::now();
-        let answers = vec![
-            ("b".to_string(), Ok((status(300), Some(2)))),
-            ("c".to_string(), Err("no answer within 1 s".to_string())),
-        ];
+        let answers =
+            vec![("b".to_string(), Ok(status(300, 2))), ("c".to_string(), Err("no answer within 1 s".to_string()))];
         record(&mut entries, &m, own.clone(), answers, t0);
         assert!(!entries.contains_key("gone"), "a member no longer listed is forgotten");
         let first = rows(&m, &entries, t0 + Duration::from_secs(3));
