@@ -33,7 +33,7 @@ use body::{aborted, Lease, Outstanding, ProxyBody, Streamed};
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
 use hyper::http::uri::PathAndQuery;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use request_body::ClientBody;
@@ -529,16 +529,8 @@ impl Proxy {
                         format!("bad gateway: process {name} answered with a transfer coding besides chunked\n"),
                     );
                 }
-                if let Some(t) = &self.tokens {
-                    let id = parts.headers.get(&self.cache_header).and_then(|v| v.to_str().ok());
-                    if let Some(signed) = id.and_then(|v| t.sign(v)).and_then(|t| HeaderValue::from_str(&t).ok()) {
-                        parts.headers.insert(&self.cache_header, signed);
-                    }
-                } else if let Some(door) = self.cluster.get() {
-                    let id = parts.headers.get(&self.cache_header).and_then(|v| v.to_str().ok());
-                    if let Some(signed) = id.and_then(|v| door.sign(v)).and_then(|t| HeaderValue::from_str(&t).ok()) {
-                        parts.headers.insert(&self.cache_header, signed);
-                    }
+                if let Some(signed) = self.signed_cache_id(&parts.headers) {
+                    parts.headers.insert(&self.cache_header, signed);
                 }
                 let lease = Lease { pool: local.pool.clone(), index, tx };
                 Response::from_parts(
@@ -564,6 +556,20 @@ impl Proxy {
                 ),
             ),
         }
+    }
+
+    /// The token a process's cache id (in `headers`) goes to the client as: signed by this host's tokens, or under
+    /// `[cluster]` by the node's; None when nothing signs, or the id is not `<process>.<id>`.
+    fn signed_cache_id(&self, headers: &HeaderMap) -> Option<HeaderValue> {
+        if self.tokens.is_none() && self.cluster.get().is_none() {
+            return None;
+        }
+        let id = headers.get(&self.cache_header)?.to_str().ok()?;
+        let token = match &self.tokens {
+            Some(t) => t.sign(id),
+            None => self.cluster.get()?.sign(id),
+        }?;
+        HeaderValue::from_str(&token).ok()
     }
 
     /// One try at process `index`, counted as outstanding on it, until a response head, an error, the deadline, or
