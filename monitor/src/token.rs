@@ -13,7 +13,16 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-type HmacSha256 = Hmac<Sha256>;
+/// The mac of cache ids, and of the cluster's datagrams and hop headers.
+pub(crate) type HmacSha256 = Hmac<Sha256>;
+
+/// HMAC-SHA256 keyed with `key`.
+pub(crate) fn keyed(key: &[u8]) -> HmacSha256 {
+    match HmacSha256::new_from_slice(key) {
+        Ok(m) => m,
+        Err(_) => unreachable!("HMAC accepts keys of any length"),
+    }
+}
 
 /// Why a cache id was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,7 +47,8 @@ fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -48,7 +58,8 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+/// The bytes of a hex text (either case); None for an odd length or a character that is not a hex digit.
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
@@ -58,12 +69,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 
 impl Tokens {
     pub fn new(secret: &[u8], ttl_s: u64) -> Tokens {
-        // HMAC takes keys of any length; new_from_slice cannot fail for it.
-        let mac = match HmacSha256::new_from_slice(secret) {
-            Ok(m) => m,
-            Err(_) => unreachable!("HMAC accepts keys of any length"),
-        };
-        Tokens { mac, ttl_s }
+        Tokens { mac: keyed(secret), ttl_s }
     }
 
     /// The signed form of a process's cache id, valid for the configured lifetime.
@@ -134,11 +140,7 @@ pub struct NodeTokens {
 impl NodeTokens {
     /// `node` has no dot (a config's node name).
     pub fn new(secret: &[u8], node: &str, ttl_s: u64) -> NodeTokens {
-        let mac = match HmacSha256::new_from_slice(secret) {
-            Ok(m) => m,
-            Err(_) => unreachable!("HMAC accepts keys of any length"),
-        };
-        NodeTokens { mac, node: node.to_string(), ttl_s }
+        NodeTokens { mac: keyed(secret), node: node.to_string(), ttl_s }
     }
 
     fn mac_hex(&self, body: &str) -> String {

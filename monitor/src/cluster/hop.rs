@@ -5,10 +5,8 @@
 //! receiver's clock. A request that carries a valid one is never forwarded again. Pure: the caller gives the time.
 
 use super::wire::derive_key;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
-type HmacSha256 = Hmac<Sha256>;
+use crate::token::{hex, keyed, unhex, HmacSha256};
+use hmac::Mac;
 
 /// The header's name.
 pub const HEADER: &str = "x-monitor-hop";
@@ -43,23 +41,9 @@ pub struct Hops {
     mac: HmacSha256,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() != 64 || !s.is_ascii() {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect()
-}
-
 impl Hops {
     pub fn new(secret: &[u8]) -> Hops {
-        match HmacSha256::new_from_slice(&derive_key(secret, "monitor cluster hop v1")) {
-            Ok(mac) => Hops { mac },
-            Err(_) => unreachable!("HMAC accepts keys of any length"),
-        }
+        Hops { mac: keyed(&derive_key(secret, "monitor cluster hop v1")) }
     }
 
     fn mac(&self, node: &str, ms: u64, hop: &Hop<'_>) -> HmacSha256 {
@@ -82,7 +66,8 @@ impl Hops {
         let (rest, sig) = value.rsplit_once('.').ok_or(HopError::Malformed)?;
         let (node, ms) = rest.rsplit_once('.').ok_or(HopError::Malformed)?;
         let ms: u64 = ms.parse().map_err(|_| HopError::Malformed)?;
-        let sig = unhex(sig).ok_or(HopError::Malformed)?;
+        // A mac is 32 bytes: 64 hex digits.
+        let sig = Some(sig).filter(|s| s.len() == 64).and_then(unhex).ok_or(HopError::Malformed)?;
         if node.is_empty() {
             return Err(HopError::Malformed);
         }

@@ -2,10 +2,8 @@
 //! over kind and payload. A datagram is opened (its mac checked in constant time) before anything decodes it, so a
 //! host without the secret can neither join nor disturb the membership. Pure: no sockets.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
-type HmacSha256 = Hmac<Sha256>;
+use crate::token::{keyed, HmacSha256};
+use hmac::Mac;
 
 /// Bytes of the mac at the end of every datagram.
 pub const MAC_LEN: usize = 32;
@@ -51,14 +49,6 @@ pub enum WireError {
 #[derive(Clone)]
 pub struct Wire {
     mac: HmacSha256,
-}
-
-/// HMAC-SHA256 keyed with `key`.
-fn keyed(key: &[u8]) -> HmacSha256 {
-    match HmacSha256::new_from_slice(key) {
-        Ok(m) => m,
-        Err(_) => unreachable!("HMAC accepts keys of any length"),
-    }
 }
 
 /// A key for one use of the cluster secret (gossip, forwarded hops), so that a mac made for one is never valid for
