@@ -546,22 +546,23 @@ impl Writer {
             }
         }
         let Some(store) = self.store.as_mut() else { return };
+        // Says once that writing fails, and shows why on the home page until it works again.
+        let failed = |h: &History, e: &HistoryError, note: String| {
+            if !failing {
+                tracing::error!("history is not persisted: {e} (kept in memory, trying again)");
+            }
+            h.set_note(Some(note));
+        };
         while let Some(m) = self.pending.front() {
             if let Err(e) = store.insert(m, &self.labels) {
-                if !failing {
-                    tracing::error!("history is not persisted: {e} (kept in memory, trying again)");
-                }
-                self.h.set_note(Some(format!("history is not persisted since minute {}: {e}", m.t)));
+                failed(&self.h, &e, format!("history is not persisted since minute {}: {e}", m.t));
                 return;
             }
             self.pending.pop_front();
         }
         if !self.pending_events.is_empty() {
             if let Err(e) = store.insert_events(self.pending_events.make_contiguous()) {
-                if !failing {
-                    tracing::error!("history is not persisted: {e} (kept in memory, trying again)");
-                }
-                self.h.set_note(Some(format!("history is not persisted: writing cluster events: {e}")));
+                failed(&self.h, &e, format!("history is not persisted: writing cluster events: {e}"));
                 return;
             }
             self.pending_events.clear();
