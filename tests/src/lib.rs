@@ -1,8 +1,9 @@
 //! The support every monitor test uses: requirement checks (`require`), cgroup v1/v2 groups with drop guards
 //! (`cgroup`, `cgroup2`, `group`), child-process guards (`child`), the fixtures' drivers (`hog`, `reaction`), real
-//! servers and clients (`servers`, `clients`), alert hooks (`hooks`), systemd's notification socket (`notify`), a tiny HTTP client (`http`), network namespaces with a bridge (`netns`), the agent and `monitor run` as children
-//! (`agent`, `run`), the config builder they are started with (`config`), and the memory scenario that runs on
-//! both hierarchies (`scenario`).
+//! servers and clients (`servers`, `clients`), alert hooks (`hooks`) and a webhook recorder (`recorder`), systemd's
+//! notification socket (`notify`), a tiny HTTP client (`http`), network namespaces with a bridge (`netns`), the
+//! agent and `monitor run` as children (`agent`, `run`), the config builder they are started with (`config`), and
+//! the memory scenario that runs on both hierarchies (`scenario`).
 //!
 //! Every guard cleans up on drop (children killed and reaped, cgroups removed), so a failing test leaves nothing
 //! behind. Declare guards in the order they depend on each other: cgroup first, then the processes in it, then
@@ -23,6 +24,7 @@ pub mod netns;
 pub mod notify;
 pub mod proc;
 pub mod reaction;
+pub mod recorder;
 pub mod require;
 pub mod run;
 pub mod scenario;
@@ -34,6 +36,7 @@ pub use agent::{monitor_bin, run_monitor, workspace_root, Agent, Finished};
 pub use cgroup::CgroupV1;
 pub use child::{join_cgroup_at_exec, spawn_in_cgroup, ChildGuard};
 pub use hog::Hog;
+pub use recorder::Recorder;
 pub use require::{in_ci, is_root, on_path, require, require_program, require_root, require_v1};
 pub use temp::{temp_dir, TempDir};
 

@@ -499,28 +499,6 @@ mod tests {
         assert_eq!(get("MONITOR_ANNOTATION_SUMMARY"), Some("a \"quoted\"\nname; $(rm -rf /)"));
     }
 
-    /// A webhook built on python's `http.server` that answers 500 to its first two POSTs, then 200, writing one
-    /// line per POST (`<status> <body>`) to the file named by its second argument.
-    const FLAKY_WEBHOOK: &str = r#"
-import sys, http.server
-port, log = int(sys.argv[1]), sys.argv[2]
-seen = 0
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        global seen
-        body = self.rfile.read(int(self.headers.get('content-length', 0)))
-        seen += 1
-        status = 500 if seen <= 2 else 200
-        with open(log, 'a') as f:
-            f.write('%d %s\n' % (status, body.decode()))
-        self.send_response(status)
-        self.send_header('content-length', '0')
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
-"#;
-
     /// A webhook that answers 500 is retried with backoff (0.5 s, then 1 s) until it takes the batch, which
     /// arrives whole; the next batch goes out at once.
     #[tokio::test(flavor = "current_thread")]
@@ -532,19 +510,10 @@ http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
         ) {
             return;
         }
-        let dir = std::env::temp_dir().join(format!("monitor-flaky-webhook-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let log = dir.join("posts.txt");
-        let port = monitor_tests::agent::free_port();
-        let _server = monitor_tests::ChildGuard::spawn(std::process::Command::new("python3").args([
-            "-c",
-            FLAKY_WEBHOOK,
-            &port.to_string(),
-            &log.display().to_string(),
-        ]));
-        monitor_tests::http::wait_port(port);
-        let posts = || std::fs::read_to_string(&log).unwrap_or_default();
-        let url: HttpUrl = format!("http://127.0.0.1:{port}/hook").parse().expect("a webhook URL");
+        // The shared webhook recorder (python's http.server): 500 to the first two POSTs, then 200.
+        let hook = monitor_tests::Recorder::start(&[500, 500], 200);
+        let posts = || hook.requests();
+        let url: HttpUrl = hook.url("/hook").parse().expect("a webhook URL");
         let sink = http(
             "webhook",
             url,
@@ -554,26 +523,25 @@ http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
         );
         let started = std::time::Instant::now();
         sink.push(vec![n(Status::Firing)]);
-        while posts().lines().count() < 3 && started.elapsed() < Duration::from_secs(10) {
+        while posts().len() < 3 && started.elapsed() < Duration::from_secs(10) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let took = started.elapsed();
-        let lines: Vec<String> = posts().lines().map(String::from).collect();
-        assert_eq!(lines.len(), 3, "two refusals and the delivery: {lines:?}");
-        let statuses: Vec<&str> = lines.iter().map(|l| &l[..3]).collect();
-        assert_eq!(statuses, ["500", "500", "200"]);
+        let got = posts();
+        assert_eq!(got.len(), 3, "two refusals and the delivery: {got:#?}");
+        let statuses: Vec<u16> = got.iter().map(|r| r.status).collect();
+        assert_eq!(statuses, [500, 500, 200]);
+        assert!(got.iter().all(|r| r.method == "POST" && r.path == "/hook"), "{got:#?}");
         // Backoff: 0.5 s after the first refusal, 1 s after the second.
         assert!(took >= Duration::from_millis(1400), "retried without backing off: {took:?}");
-        let delivered: Value = serde_json::from_str(&lines[2][4..]).unwrap_or_else(|e| panic!("{e}: {}", lines[2]));
-        assert_eq!(delivered["alerts"][0]["labels"]["alertname"], "MonitorGroupRefusing");
-        assert_eq!(lines[0][4..], lines[2][4..], "each attempt sends the same document");
+        assert_eq!(got[2].json()["alerts"][0]["labels"]["alertname"], "MonitorGroupRefusing");
+        assert_eq!(got[0].body, got[2].body, "each attempt sends the same document");
         // Reachable again: the next batch needs one POST.
         sink.push(vec![n(Status::Resolved)]);
-        while posts().lines().count() < 4 && started.elapsed() < Duration::from_secs(15) {
+        while posts().len() < 4 && started.elapsed() < Duration::from_secs(15) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let last = posts().lines().nth(3).map(String::from).unwrap_or_default();
-        assert!(last.starts_with("200 ") && last.contains("\"resolved\""), "{last}");
-        let _ = std::fs::remove_dir_all(&dir);
+        let last = posts().into_iter().nth(3);
+        assert!(last.as_ref().is_some_and(|r| r.status == 200 && r.body.contains("\"resolved\"")), "{last:?}");
     }
 }

@@ -2,15 +2,16 @@
 //! that records the signals it gets and an `alloc-hog` share a 256 MiB group: the hog grows to 86% (every process
 //! refuses: the recorder gets `refuse_signal`), then to 96% (the hog, the largest, gets `abort_signal`, SIGUSR2,
 //! which ends it), and the group is back to normal (the recorder gets `serve_signal`). A twin recorder outside the
-//! group gets nothing. Every change is also POSTed to `post_url` (python's `http.server` with a handler that
-//! writes down each body). Shadow mode sends and posts nothing. With `[actions] admin_path`, each process that
-//! listens is POSTed its own changes on its own port.
+//! group gets nothing. Every change is also POSTed to `post_url` (the shared webhook [`Recorder`], python's
+//! `http.server`, answering 204). Shadow mode sends and posts nothing. With `[actions] admin_path`, each process
+//! that listens is POSTed its own changes on its own port.
 
 use monitor_tests::agent::process;
 use monitor_tests::config::Config;
-use monitor_tests::{require_v1, spawn_in_cgroup, temp_dir, Agent, CgroupV1, ChildGuard, Hog, MIB};
+use monitor_tests::recorder::Request;
+use monitor_tests::{require_v1, spawn_in_cgroup, temp_dir, Agent, CgroupV1, ChildGuard, Hog, Recorder, MIB};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,51 +29,23 @@ while True:
     time.sleep(1)
 "#;
 
-/// Writes down the body of every POST, one per line, in the file `argv[2]`; answers 204.
-const POST_RECORDER: &str = r#"
-import http.server, sys
-out = open(sys.argv[2], "a", buffering=1)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        out.write(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode() + "\n")
-        self.send_response(204)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"#;
-
-/// The POST recorder on a free port, writing to `dir/posts.log`: (server, port, file).
-fn post_recorder(dir: &Path) -> (ChildGuard, u16, PathBuf) {
-    let (port, posts) = (monitor_tests::agent::free_port(), dir.join("posts.log"));
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", POST_RECORDER, &port.to_string()]).arg(&posts).stdout(Stdio::null()).stderr(Stdio::null());
-    let server = ChildGuard::spawn(&mut cmd);
-    monitor_tests::http::wait_port(port);
-    (server, port, posts)
-}
-
 /// The actions posted so far for `pid`, in the order they were posted.
-fn posted_for(file: &Path, pid: u32) -> Vec<String> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let j: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("posted {l:?}: {e}"));
-            (j["pid"].as_u64() == Some(u64::from(pid))).then(|| j["action"].as_str().unwrap_or("").to_string())
-        })
+fn posted_for(hook: &Recorder, pid: u32) -> Vec<String> {
+    hook.requests()
+        .iter()
+        .map(Request::json)
+        .filter(|j| j["pid"].as_u64() == Some(u64::from(pid)))
+        .map(|j| j["action"].as_str().unwrap_or("").to_string())
         .collect()
 }
 
 /// The (pid, action) of every change posted so far, sorted.
-fn posted(file: &Path) -> Vec<(u64, String)> {
-    let mut v: Vec<(u64, String)> = std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            let j: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("posted {l:?}: {e}"));
-            (j["pid"].as_u64().unwrap_or(0), j["action"].as_str().unwrap_or("").to_string())
-        })
+fn posted(hook: &Recorder) -> Vec<(u64, String)> {
+    let mut v: Vec<(u64, String)> = hook
+        .requests()
+        .iter()
+        .map(Request::json)
+        .map(|j| (j["pid"].as_u64().unwrap_or(0), j["action"].as_str().unwrap_or("").to_string()))
         .collect();
     v.sort();
     v
@@ -122,12 +95,12 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
     let rec = recorder(&inside, Some(cg.path()));
     let _twin = recorder(&outside, None);
     let mut hog = Hog::spawn(HOG, cg.path(), 64, false);
-    let (_post_server, port, posts) = post_recorder(&dir);
+    let posts = Recorder::start(&[], 204);
     let config = Config::new()
         .set("actions", "refuse_signal", "SIGWINCH")
         .set("actions", "abort_signal", "SIGUSR2")
         .set("actions", "serve_signal", "SIGCONT")
-        .set("actions", "post_url", format!("http://127.0.0.1:{port}/actions"));
+        .set("actions", "post_url", posts.url("/actions"));
     let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
     let listed = |s: &Value, pid: u32| process(s, pid).is_some();
     agent.wait_for(|s| state(s) == Some("normal") && listed(s, rec.pid()) && listed(s, hog.pid()), SETTLE);
@@ -176,12 +149,12 @@ fn shadow_mode_sends_no_signal() {
     let log = dir.join("inside.log");
     let _rec = recorder(&log, Some(cg.path()));
     let mut hog = Hog::spawn(HOG, cg.path(), 215, false);
-    let (_post_server, port, posts) = post_recorder(&dir);
+    let posts = Recorder::start(&[], 204);
     let config = Config::new()
         .set("policy", "shadow", true)
         .set("actions", "refuse_signal", "SIGWINCH")
         .set("actions", "abort_signal", "SIGUSR2")
-        .set("actions", "post_url", format!("http://127.0.0.1:{port}/actions"));
+        .set("actions", "post_url", posts.url("/actions"));
     let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
     agent.wait_for(|s| state(s) == Some("refusing"), SETTLE);
     hog.set_mib(240);

@@ -1,42 +1,16 @@
-//! Alerts over https: a webhook on loopback served by python's http.server behind TLS, its certificate signed by a
-//! CA made for the test (openssl) and given to the agent in `[alerts] ca_file`, with a bearer token from
-//! `[alerts] bearer_token_file`. The webhook refuses the first alert with 400: the agent does not send it again;
-//! it accepts the next one, which arrives with the token.
+//! Alerts over https: a webhook on loopback (the shared [`Recorder`], python's http.server behind TLS), its
+//! certificate signed by a CA made for the test (openssl) and given to the agent in `[alerts] ca_file`, with a
+//! bearer token from `[alerts] bearer_token_file`. The webhook refuses the first alert with 400: the agent does not
+//! send it again; it accepts the next one, which arrives with the token.
 
 use monitor_tests::config::Config;
-use monitor_tests::{json_lines, require, require_root, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog};
+use monitor_tests::{require, require_root, temp_dir, Agent, CgroupV1, Hog, Recorder};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
-
-/// The webhook: python's http.server over TLS. Each POST is appended to a file as one JSON line (its body and its
-/// Authorization header); the first is answered 400, the others 200.
-const WEBHOOK: &str = r#"
-import http.server, json, ssl, sys
-out, cert, key, port_file = sys.argv[1:5]
-class Hook(http.server.BaseHTTPRequestHandler):
-    seen = 0
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        with open(out, "a") as f:
-            f.write(json.dumps({"body": json.loads(body), "authorization": self.headers.get("Authorization")}) + "\n")
-        Hook.seen += 1
-        self.send_response(400 if Hook.seen == 1 else 200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(cert, key)
-server.socket = ctx.wrap_socket(server.socket, server_side=True)
-with open(port_file, "w") as f:
-    f.write(str(server.server_address[1]))
-server.serve_forever()
-"#;
 
 /// A CA and a certificate for 127.0.0.1 signed by it: (CA certificate, server certificate, server key).
 fn certificates(dir: &Path) -> (String, String, String) {
@@ -71,20 +45,12 @@ fn an_https_webhook_behind_a_private_ca_gets_the_alert_with_its_token_and_a_400_
     }
     let dir = temp_dir("alerts-tls");
     let (ca, cert, key) = certificates(&dir);
-    let out = dir.join("webhook.jsonl");
-    let port_file = dir.join("port");
-    let _hook = ChildGuard::spawn(
-        Command::new("python3")
-            .args(["-c", WEBHOOK, &out.display().to_string(), &cert, &key, &port_file.display().to_string()])
-            .stdout(Stdio::null()),
-    );
-    let port: u16 = wait_until("the webhook to listen", Duration::from_secs(10), || {
-        std::fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse().ok())
-    });
+    // The webhook refuses the first POST with 400 and takes the others.
+    let hook = Recorder::start_tls(&[400], 200, Path::new(&cert), Path::new(&key));
     let token = dir.join("token");
     std::fs::write(&token, "s3cret-token\n").unwrap_or_else(|e| panic!("{e}"));
     let config = Config::new()
-        .set("alerts", "webhook", format!("https://127.0.0.1:{port}/hook"))
+        .set("alerts", "webhook", hook.url("/hook"))
         .set("alerts", "ca_file", ca.as_str())
         .set("alerts", "bearer_token_file", token.display().to_string())
         .set("alerts", "quiet_s", 1)
@@ -104,25 +70,24 @@ fn an_https_webhook_behind_a_private_ca_gets_the_alert_with_its_token_and_a_400_
     // Refusing: the first alert reaches the webhook over TLS and is refused with 400.
     big.set_mib(225);
     agent.wait_for(state("refusing"), Duration::from_secs(10));
-    let first = wait_until("the webhook to get the first alert", Duration::from_secs(10), || {
-        json_lines(&out).into_iter().next()
-    });
-    assert_eq!(first["body"]["alerts"][0]["labels"]["alertname"], "MonitorGroupRefusing", "{first}");
-    assert_eq!(first["authorization"], "Bearer s3cret-token", "{first}");
+    let first = hook.wait_for(1, Duration::from_secs(10)).remove(0);
+    assert_eq!(first.status, 400, "{first:?}");
+    assert_eq!(first.json()["alerts"][0]["labels"]["alertname"], "MonitorGroupRefusing", "{first:?}");
+    assert_eq!(first.header("authorization"), Some("Bearer s3cret-token"), "{first:?}");
     // Past the sink's whole retry schedule (0.5 + 1 + 2 + 4 s): no second POST of that batch.
     std::thread::sleep(Duration::from_secs(8));
-    assert_eq!(json_lines(&out).len(), 1, "a 400 is not retried: {:?}", json_lines(&out));
+    assert_eq!(hook.requests().len(), 1, "a 400 is not retried: {:#?}", hook.requests());
 
     // Aborting: the next alert is accepted.
     big.set_mib(240);
     agent.wait_for(state("aborting"), Duration::from_secs(10));
-    let second = wait_until("the webhook to get the aborting alert", Duration::from_secs(10), || {
-        json_lines(&out).into_iter().nth(1)
-    });
-    assert_eq!(second["body"]["alerts"][0]["labels"]["alertname"], "MonitorGroupAborting", "{second}");
-    assert_eq!(second["authorization"], "Bearer s3cret-token");
+    let second = hook.wait_for(2, Duration::from_secs(10)).remove(1);
+    let body = second.json();
+    assert_eq!(second.status, 200, "{second:?}");
+    assert_eq!(body["alerts"][0]["labels"]["alertname"], "MonitorGroupAborting", "{body}");
+    assert_eq!(second.header("authorization"), Some("Bearer s3cret-token"));
     let instance = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    assert_eq!(second["body"]["alerts"][0]["labels"]["instance"], instance.trim(), "{second}");
+    assert_eq!(body["alerts"][0]["labels"]["instance"], instance.trim(), "{body}");
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,7 +6,7 @@
 use monitor_tests::agent::{free_port, process};
 use monitor_tests::config::Config;
 use monitor_tests::{
-    require, require_v1, run_monitor, spawn_in_cgroup, temp_dir, wait_until, Agent, CgroupV1, ChildGuard,
+    require, require_v1, run_monitor, spawn_in_cgroup, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Recorder,
 };
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -229,23 +229,6 @@ fn a_garbage_database_is_said_once_and_left_untouched() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A recorder for POSTs (an Alertmanager stand-in): appends each body as one line to argv[2].
-const RECORDER: &str = r#"
-import sys, http.server
-port, log = int(sys.argv[1]), sys.argv[2]
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get('content-length', 0)))
-        with open(log, 'a') as f:
-            f.write(body.decode().replace('\n', ' ') + '\n')
-        self.send_response(200)
-        self.send_header('content-length', '0')
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
-"#;
-
 /// Accepts connections and never answers (nor reads), holding each one open.
 const SILENT: &str = r#"
 import socket, sys, time
@@ -276,16 +259,10 @@ fn hung_refused_and_failing_sinks_block_nothing_and_are_said_once() {
         return;
     }
     let dir = temp_dir("sinks");
-    let recorded = dir.join("am.jsonl");
-    let am_port = free_port();
-    let _am = ChildGuard::spawn(
-        Command::new("python3")
-            .args(["-c", RECORDER, &am_port.to_string(), &recorded.display().to_string()])
-            .stderr(Stdio::null()),
-    );
+    // An Alertmanager stand-in that takes every batch.
+    let am = Recorder::start(&[], 200);
     let silent_port = free_port();
     let _silent = ChildGuard::spawn(Command::new("python3").args(["-c", SILENT, &silent_port.to_string()]));
-    monitor_tests::http::wait_port(am_port);
     monitor_tests::http::wait_port(silent_port);
     let refused_port = free_port(); // nothing listens there
 
@@ -294,13 +271,13 @@ fn hung_refused_and_failing_sinks_block_nothing_and_are_said_once() {
     let _p = sleeper(&cg);
     let alerts = format!(
         "command = [\"sleep\", \"600\"]\ncommand_timeout_s = 1\nwebhook = \"http://127.0.0.1:{silent_port}/hook\"\n\
-         alertmanager = \"http://127.0.0.1:{am_port}\"\n"
+         alertmanager = \"{am}\"\n",
+        am = am.url("")
     );
     let agent = alerting_agent(&dir, &cg, &alerts);
     let started = Instant::now();
-    let lines = || std::fs::read_to_string(&recorded).unwrap_or_default();
     wait_until("the working sink to get the alerts", Duration::from_secs(5), || {
-        lines().contains("MonitorGroupAborting").then_some(())
+        am.requests().iter().any(|r| r.body.contains("MonitorGroupAborting")).then_some(())
     });
     assert!(started.elapsed() < Duration::from_secs(4), "the working sink waited {:?}", started.elapsed());
     // The sampler never waited: a sample every 50 ms throughout.
@@ -310,7 +287,7 @@ fn hung_refused_and_failing_sinks_block_nothing_and_are_said_once() {
     assert!(now["sample"]["seq"].as_u64().unwrap_or(0) >= seq + 50, "sampling slowed: {seq} -> {now}");
     web_still_works(&agent);
     // The Alertmanager re-sends kept arriving (resend_s = 1) despite the hung sinks.
-    assert!(lines().lines().count() >= 4, "re-sends: {}", lines());
+    assert!(am.requests().len() >= 4, "re-sends: {:#?}", am.requests());
     // The command timed out for each notification it got, and said so as a warning each time; the webhook is
     // reported down once.
     let log = agent.stderr();
