@@ -423,7 +423,7 @@ mod tests {
         assert_eq!(retry(&refused(429, None)), Retry::Backoff);
         assert_eq!(retry(&refused(503, Some(Duration::from_secs(1)))), Retry::After(Duration::from_secs(1)));
         assert_eq!(retry(&refused(500, None)), Retry::Backoff);
-        assert_eq!(retry(&crate::client::ClientError::Timeout("u".into())), Retry::Backoff);
+        assert_eq!(retry(&crate::client::ClientError::Timeout("u".into(), Duration::from_secs(5))), Retry::Backoff);
     }
 
     #[test]

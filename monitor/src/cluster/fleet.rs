@@ -7,11 +7,12 @@
 use super::members::Members;
 use super::Membership;
 use crate::api::StatusView;
+use crate::client::Bounds;
+use crate::config::{HttpUrl, UrlError};
 use crate::feed::Published;
 use crate::launcher::{LauncherInfo, Phase};
 use axum::routing::get;
 use axum::{Json, Router};
-use http_body_util::{BodyExt, Empty, LengthLimitError, Limited};
 use hyper::body::Bytes;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,6 +27,8 @@ pub const EVERY: Duration = Duration::from_secs(2);
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The largest answer read from a member; a larger one is an error, not read further.
 pub const MAX_BODY: usize = 1 << 20;
+/// One member's ask: [`ASK_TIMEOUT`] and [`MAX_BODY`].
+pub const BOUNDS: Bounds = Bounds { timeout: ASK_TIMEOUT, max_body: MAX_BODY };
 
 /// What this node's own figures are made of.
 pub struct Local {
@@ -228,49 +231,11 @@ async fn ask(web: SocketAddr) -> Answer {
     serde_json::from_slice(&body).map_err(|e| format!("http://{web}/api/v1/status: not a monitor status document: {e}"))
 }
 
-/// GETs `path` from `addr` on a connection of its own: the body, if it comes complete within [`ASK_TIMEOUT`] and
-/// holds at most [`MAX_BODY`] bytes. (`client::get` reads any body whole; a member's answer must be bounded.)
+/// GETs `path` from a member's API at `addr` on a connection of its own, within [`BOUNDS`]: the body, if it comes
+/// complete within [`ASK_TIMEOUT`] and holds at most [`MAX_BODY`] bytes.
 pub async fn fetch(addr: SocketAddr, path: &str) -> Result<Bytes, String> {
-    let url = format!("http://{addr}{path}");
-    let work = async {
-        let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.map_err(|e| format!("{url}: {e}"))?;
-        let req = hyper::Request::get(path)
-            .header(hyper::header::HOST, addr.to_string())
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| format!("{url}: {e}"))?;
-        let url = url.as_str();
-        let answer = async move {
-            let resp = sender.send_request(req).await.map_err(|e| format!("{url}: {e}"))?;
-            drop(sender);
-            if !resp.status().is_success() {
-                return Err(format!("{url}: HTTP {}", resp.status().as_u16()));
-            }
-            let over = |n: u64| n > MAX_BODY as u64;
-            if let Some(n) = resp.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()) {
-                if n.parse::<u64>().is_ok_and(over) {
-                    return Err(format!("{url}: an answer of {n} bytes, over the bound of {MAX_BODY}"));
-                }
-            }
-            match Limited::new(resp.into_body(), MAX_BODY).collect().await {
-                Ok(b) => Ok(b.to_bytes()),
-                Err(e) if e.is::<LengthLimitError>() => Err(format!("{url}: an answer over {MAX_BODY} bytes")),
-                Err(e) => Err(format!("{url}: {e}")),
-            }
-        };
-        // The connection is driven beside the answer and dropped with it; should it end first, the answer has
-        // what it sent.
-        let (mut answer, mut conn) = (std::pin::pin!(answer), std::pin::pin!(conn));
-        tokio::select! {
-            got = &mut answer => got,
-            _ = &mut conn => answer.await,
-        }
-    };
-    match tokio::time::timeout(ASK_TIMEOUT, work).await {
-        Ok(got) => got,
-        Err(_) => Err(format!("{url}: no answer within {} s", ASK_TIMEOUT.as_secs())),
-    }
+    let url: HttpUrl = format!("http://{addr}{path}").parse().map_err(|e: UrlError| e.to_string())?;
+    crate::client::fetch(&url, BOUNDS).await.map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

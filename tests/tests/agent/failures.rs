@@ -442,7 +442,7 @@ fn status_against_nothing_or_not_a_monitor_fails_with_one_clear_line() {
     let _silent = ChildGuard::spawn(Command::new("python3").args(["-c", SILENT, &port.to_string()]));
     monitor_tests::http::wait_port(port);
     let out = run_monitor(&["status", "--url", &url], t);
-    assert_one_clear_line(&out, "a server that never answers", &[&url, "timed out"]);
+    assert_one_clear_line(&out, "a server that never answers", &[&url, "no answer within 10 s"]);
     assert!(out.elapsed < Duration::from_secs(15), "took {:?}", out.elapsed);
     let _ = std::fs::remove_dir_all(&dir);
 }
