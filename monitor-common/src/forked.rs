@@ -5,6 +5,10 @@
 
 /// Name of the map in the object.
 pub const MAP: &str = "FORKED";
+/// Name of the one-word, memory-mappable array whose word 0 the `fork` program adds 1 to after each entry it
+/// writes: user space drains `FORKED` only when the count moved, since walking an empty hash map visits every
+/// bucket.
+pub const COUNT_MAP: &str = "FORK_COUNT";
 /// Capacity (an LRU map): forks by traced processes between two samples.
 pub const MAX_ENTRIES: u32 = 16_384;
 

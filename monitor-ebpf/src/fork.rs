@@ -4,12 +4,12 @@
 //! syscall tracepoint, so it slows no syscall.
 
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::tracepoint, programs::TracePointContext};
-use core::intrinsics::{atomic_or, AtomicOrdering};
+use core::intrinsics::{atomic_or, atomic_xadd, AtomicOrdering};
 use monitor_common::{filter, forked::CLONE_THREAD, stats::Counters};
 
 use crate::{
     io::{current, status, traced},
-    maps::{FILTER, FORKED, STATS},
+    maps::{FILTER, FORKED, FORK_COUNT, STATS},
 };
 
 /// Offsets of `pid_t pid` and `u64 clone_flags` in the `task_newtask` record, read by user space from the event's
@@ -52,6 +52,10 @@ fn try_fork(ctx: &TracePointContext) -> Result<(), i32> {
     // space learns of every child it traces. BPF_NOEXIST: a fork never resets counters.
     let _ = STATS.insert(child, Counters::ZERO, BPF_NOEXIST as u64);
     FORKED.insert(child, tgid, 0)?;
+    if let Some(n) = FORK_COUNT.get_ptr_mut(0) {
+        // SAFETY: word 0 of our own array map, 8-byte aligned; other forks add concurrently.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(n, 1) };
+    }
     let (word, bit) = filter::slot(child);
     if let Some(w) = FILTER.get_ptr_mut(word) {
         // An atomic OR (BPF_ATOMIC | BPF_OR; `AtomicU64::fetch_or` is not offered on this target): other forks

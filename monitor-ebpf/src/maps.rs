@@ -16,6 +16,10 @@ pub static FILTER: Array<u64> = Array::with_max_entries(filter::MAX_ENTRIES, BPF
 #[map(name = "FORKED")]
 pub static FORKED: LruHashMap<forked::Key, forked::Value> = LruHashMap::with_max_entries(forked::MAX_ENTRIES, 0);
 
+/// How many entries the `fork` program wrote to `FORKED` (word 0, wrapping), read by user space from memory.
+#[map(name = "FORK_COUNT")]
+pub static FORK_COUNT: Array<u64> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+
 /// Accepted sockets of traced tgids.
 #[map(name = "SOCKS")]
 pub static SOCKS: LruHashMap<socks::SockKey, socks::SockState> = LruHashMap::with_max_entries(socks::MAX_ENTRIES, 0);

@@ -10,7 +10,7 @@
 //! of the agent; the processes past that (or met when fds run out) are read by open-read-close at each sample, their
 //! start time checked each time, so that no listed process is left out for want of a descriptor.
 
-use crate::kernfile::pread_all;
+use crate::kernfile::pread_record;
 use crate::snapshot::{ProcSample, Traffic};
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,8 +18,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// How often a process's name is read again from `/proc/<pid>/comm`: a process that execs is named after its new
-/// program within this time.
+/// program within this time. The name is read only when the process's size (`statm`'s first field) changed since it
+/// was last read, as it does at an exec, which replaces the whole address space; and at least every [`NAME_ANYWAY`].
+/// A group of idle processes then costs no `/proc/<pid>/comm` open a second.
 pub const NAME_EVERY: Duration = Duration::from_secs(1);
+/// The longest a name goes unread (see [`NAME_EVERY`]).
+pub const NAME_ANYWAY: Duration = Duration::from_secs(10);
 
 /// `/proc/<pid>/statm` fields, in pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +132,17 @@ struct Entry {
     stat: StatInfo,
     /// When `stat.comm` was read.
     named: Instant,
+    /// The process's size in pages (`statm`) at the last read, and when `stat.comm` was read.
+    size: u64,
+    named_size: u64,
+}
+
+impl Entry {
+    /// Whether the name is due to be read again at `now` (see [`NAME_EVERY`]).
+    fn name_due(&self, now: Instant) -> bool {
+        let since = now.saturating_duration_since(self.named);
+        since >= NAME_EVERY && (self.size != self.named_size || since >= NAME_ANYWAY)
+    }
 }
 
 /// Why a process could not be read. A process that exits mid-sample is [`ReadError::Gone`] and is dropped silently.
@@ -278,7 +293,7 @@ impl ProcTable {
                 "more processes than file descriptors to keep: the others are read by open-read-close"
             );
         }
-        Ok(Entry { statm, stat, named: Instant::now() })
+        Ok(Entry { statm, stat, named: Instant::now(), size: 0, named_size: 0 })
     }
 
     fn forget(&mut self, e: &Entry) {
@@ -297,11 +312,11 @@ impl ProcTable {
         pid: u32,
     ) -> Result<(u64, u64), ReadError> {
         match &e.statm {
-            Some(f) => pread_all(f, buf).map_err(classify)?,
+            Some(f) => pread_record(f, buf).map_err(classify)?,
             None => {
                 let dir = proc_root.join(pid.to_string());
                 let f = File::open(dir.join("statm")).map_err(classify)?;
-                pread_all(&f, buf).map_err(classify)?;
+                pread_record(&f, buf).map_err(classify)?;
                 drop(f);
                 let text = std::fs::read_to_string(dir.join("stat")).map_err(classify)?;
                 let stat = parse_stat(&text).map_err(ReadError::Other)?;
@@ -315,6 +330,7 @@ impl ProcTable {
             return Err(ReadError::Gone);
         }
         let statm = parse_statm(&String::from_utf8_lossy(buf)).map_err(ReadError::Other)?;
+        e.size = statm.size;
         Ok((statm.resident.saturating_mul(page), statm.anon_pages().saturating_mul(page)))
     }
 
@@ -346,7 +362,7 @@ impl ProcTable {
             };
             match Self::read_entry(&mut self.buf, &mut entry, self.page_size, &self.proc_root, pid) {
                 Ok((rss, anon)) => {
-                    if now.saturating_duration_since(entry.named) >= NAME_EVERY {
+                    if entry.name_due(now) {
                         self.rename(pid, &mut entry, now);
                     }
                     out.push(ProcSample {
@@ -378,7 +394,7 @@ impl ProcTable {
     fn rename(&mut self, pid: u32, entry: &mut Entry, now: Instant) {
         let path = self.proc_root.join(pid.to_string()).join("comm");
         if let Ok(f) = File::open(path) {
-            if pread_all(&f, &mut self.buf).is_ok() && !self.buf.is_empty() {
+            if pread_record(&f, &mut self.buf).is_ok() && !self.buf.is_empty() {
                 let name = String::from_utf8_lossy(&self.buf);
                 let name = name.strip_suffix('\n').unwrap_or(&name);
                 if name != entry.stat.comm {
@@ -387,6 +403,7 @@ impl ProcTable {
             }
         }
         entry.named = now;
+        entry.named_size = entry.size;
     }
 
     /// The name of `pid` read now (for a process a decision names, whose exec may be newer than [`NAME_EVERY`]), and
@@ -491,6 +508,19 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         f()
+    }
+
+    #[test]
+    fn a_name_is_read_again_after_a_second_when_the_size_moved_and_after_ten_when_it_did_not() {
+        let t0 = Instant::now();
+        let stat = parse_stat("7 (sh) S 1 7 7 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 42 0 0").expect("stat");
+        let mut e = Entry { statm: None, stat, named: t0, size: 730, named_size: 730 };
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(!e.name_due(at(500)) && !e.name_due(at(5_000)), "an unchanged size waits for NAME_ANYWAY");
+        assert!(e.name_due(at(10_000)));
+        e.size = 1_200; // an exec replaced the address space
+        assert!(!e.name_due(at(999)), "never sooner than NAME_EVERY");
+        assert!(e.name_due(at(1_000)));
     }
 
     #[test]

@@ -147,15 +147,22 @@ fn file_costs() -> Result<()> {
     Ok(())
 }
 
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let close = text.rfind(')').context("bad stat")?;
-    let f: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    // After ")": state is index 0; utime (field 14) is index 11, stime (15) index 12.
-    let utime: u64 = f.get(11).context("no utime")?.parse()?;
-    let stime: u64 = f.get(12).context("no stime")?.parse()?;
-    Ok(utime + stime)
+/// CPU time of each thread of a process so far, by thread name, in nanoseconds: the first field of
+/// `/proc/<pid>/task/<tid>/schedstat` (the scheduler's own count, exact, where utime and stime are 10 ms ticks
+/// sampled at the timer). Threads of one name are summed.
+fn cpu_ns_by_thread(pid: u32) -> Result<std::collections::BTreeMap<String, u64>> {
+    let mut out = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let dir = task?.path();
+        let (Ok(name), Ok(stat)) =
+            (std::fs::read_to_string(dir.join("comm")), std::fs::read_to_string(dir.join("schedstat")))
+        else {
+            continue; // a thread that ended meanwhile
+        };
+        let ns: u64 = stat.split_whitespace().next().context("empty schedstat")?.parse()?;
+        *out.entry(name.trim().to_string()).or_default() += ns;
+    }
+    Ok(out)
 }
 
 fn agent_cpu(seconds: u64) -> Result<()> {
@@ -179,25 +186,28 @@ fn agent_cpu(seconds: u64) -> Result<()> {
     if agent.wait_timeout(Duration::from_millis(1)).is_some() {
         bail!("the agent exited at start");
     }
-    // SAFETY: sysconf has no preconditions.
-    let hz = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
-        v if v > 0 => v as f64,
-        _ => 100.0,
-    };
     let t0 = Instant::now();
-    let c0 = cpu_ticks(agent.pid())?;
+    let c0 = cpu_ns_by_thread(agent.pid())?;
     // The baseline in the same run: this xtask process sleeping for the same time.
-    let me0 = cpu_ticks(std::process::id())?;
+    let me0: u64 = cpu_ns_by_thread(std::process::id())?.values().sum();
     std::thread::sleep(Duration::from_secs(seconds));
-    let c1 = cpu_ticks(agent.pid())?;
-    let me1 = cpu_ticks(std::process::id())?;
-    let wall = t0.elapsed().as_secs_f64();
-    let pct = (c1 - c0) as f64 / hz / wall * 100.0;
-    let base = (me1 - me0) as f64 / hz / wall * 100.0;
+    let c1 = cpu_ns_by_thread(agent.pid())?;
+    let me1: u64 = cpu_ns_by_thread(std::process::id())?.values().sum();
+    let wall = t0.elapsed().as_secs_f64() * 1e9;
+    let pct = |ns: u64| ns as f64 / wall * 100.0;
+    let spent: Vec<(&String, u64)> =
+        c1.iter().map(|(name, &ns)| (name, ns.saturating_sub(c0.get(name).copied().unwrap_or(0)))).collect();
+    let total: u64 = spent.iter().map(|(_, ns)| ns).sum();
+    let threads: Vec<String> =
+        spent.iter().filter(|(_, ns)| *ns > 0).map(|(name, ns)| format!("{name} {:.3}%", pct(*ns))).collect();
     println!(
-        "agent at 100 ms, 16 processes, {wall:.0} s: {} ticks = {pct:.3}% of one core (goal < 0.5%); \
-         idle baseline (this sleeping process): {base:.3}%",
-        c1 - c0
+        "agent at 100 ms, 16 processes, {:.0} s: {:.1} ms of CPU = {:.3}% of one core (goal < 0.5%); by thread: {}; \
+         idle baseline (this sleeping process): {:.3}%",
+        wall / 1e9,
+        total as f64 / 1e6,
+        pct(total),
+        threads.join(", "),
+        pct(me1.saturating_sub(me0))
     );
     Ok(())
 }

@@ -8,7 +8,7 @@ pub mod mounts;
 pub mod v1;
 pub mod v2;
 
-use crate::kernfile::pread_all;
+use crate::kernfile::{pread_all, pread_record};
 use crate::snapshot::CgroupVersion;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -165,7 +165,14 @@ impl OpenFile {
         }
     }
 
+    /// The whole text of a file the kernel writes in one piece (every cgroup file but the pid lists).
     fn read<'a>(&self, buf: &'a mut Vec<u8>) -> Result<&'a str, CgroupError> {
+        pread_record(&self.file, buf).map_err(|e| CgroupError::io(&self.path, e))?;
+        self.text(buf)
+    }
+
+    /// The whole text of a pid list (`cgroup.procs`), which the kernel hands out in pieces.
+    fn read_list<'a>(&self, buf: &'a mut Vec<u8>) -> Result<&'a str, CgroupError> {
         self.read_from(&self.file, buf)
     }
 
@@ -177,9 +184,13 @@ impl OpenFile {
         self.read_from(&file, buf)
     }
 
-    /// The whole text of `file` (this file, opened once or anew).
+    /// The whole text of `file` (this pid list, opened once or anew).
     fn read_from<'a>(&self, file: &File, buf: &'a mut Vec<u8>) -> Result<&'a str, CgroupError> {
         pread_all(file, buf).map_err(|e| CgroupError::io(&self.path, e))?;
+        self.text(buf)
+    }
+
+    fn text<'a>(&self, buf: &'a [u8]) -> Result<&'a str, CgroupError> {
         std::str::from_utf8(buf).map_err(|_| CgroupError::Parse { path: self.path.clone(), msg: "not UTF-8".into() })
     }
 }
@@ -311,7 +322,7 @@ impl GroupReader {
         out.clear();
         let fresh = self.group.version == CgroupVersion::V1;
         for (n, f) in self.procs_files.iter().enumerate() {
-            let text = match if fresh { f.read_fresh(&mut self.buf) } else { f.read(&mut self.buf) } {
+            let text = match if fresh { f.read_fresh(&mut self.buf) } else { f.read_list(&mut self.buf) } {
                 Ok(t) => t,
                 Err(e) if n == 0 => return Err(e),
                 Err(_) => continue, // a descendant removed since the last rescan

@@ -23,15 +23,7 @@ impl Bitmap {
     /// Maps the first `len` words of an array map created with `BPF_F_MMAPABLE`.
     pub fn map(map: MapData, len: u32) -> std::io::Result<Bitmap> {
         let len = len as usize;
-        let fd = map.fd().as_fd().as_raw_fd();
-        // SAFETY: a new shared mapping of a BPF array fd; the kernel checks the length against the map.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len * 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let words = NonNull::new(p.cast::<AtomicU64>()).ok_or_else(|| std::io::Error::other("mmap returned null"))?;
+        let words = mmap_words(&map, len)?;
         Ok(Bitmap { words, len, _map: map })
     }
 
@@ -57,6 +49,47 @@ impl Bitmap {
         if let Some((w, bit)) = self.word(tgid) {
             w.fetch_and(!bit, Ordering::SeqCst);
         }
+    }
+}
+
+/// A shared mapping of the first `len` words of a `BPF_F_MMAPABLE` array map.
+fn mmap_words(map: &MapData, len: usize) -> std::io::Result<NonNull<AtomicU64>> {
+    let fd = map.fd().as_fd().as_raw_fd();
+    // SAFETY: a new shared mapping of a BPF array fd; the kernel checks the length against the map.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len * 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    NonNull::new(p.cast::<AtomicU64>()).ok_or_else(|| std::io::Error::other("mmap returned null"))
+}
+
+/// A counter the kernel adds to (word 0 of a one-word `BPF_F_MMAPABLE` array), read from our memory without a
+/// system call.
+pub struct Counter {
+    word: NonNull<AtomicU64>,
+    _map: MapData,
+}
+
+// SAFETY: as for `Bitmap`: shared memory touched only through atomics.
+unsafe impl Send for Counter {}
+
+impl Counter {
+    pub fn map(map: MapData) -> std::io::Result<Counter> {
+        Ok(Counter { word: mmap_words(&map, 1)?, _map: map })
+    }
+
+    pub fn load(&self) -> u64 {
+        // SAFETY: word 0 of a live mapping, page-aligned.
+        unsafe { self.word.as_ref() }.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.word.as_ptr().cast(), 8) };
     }
 }
 

@@ -51,10 +51,10 @@ pub enum ProbeError {
     Tracefs(#[source] std::io::Error),
     #[error("counting possible CPUs: {0}")]
     Cpus(#[source] std::io::Error),
-    #[error("eBPF map `FILTER` is not an array")]
-    FilterType,
-    #[error("mapping the eBPF map `FILTER` into memory: {0}")]
-    FilterMmap(#[source] std::io::Error),
+    #[error("eBPF map `{0}` is not an array")]
+    NotArray(&'static str),
+    #[error("mapping the eBPF map `{name}` into memory: {source}")]
+    Mmap { name: &'static str, source: std::io::Error },
 }
 
 impl ProbeError {
@@ -91,13 +91,18 @@ pub struct Probes {
     /// Bitmap of traced tgids: bit `tgid % 64` of word `tgid / 64`, shared with the kernel's `fork` program.
     filter: bitmap::Bitmap,
     stats: PerCpuHashMap<MapData, u32, Counters>,
-    /// Counter slots (`STATS_SLOTS`), and which tgid holds each slot user space gave out.
+    /// Counter slots (`STATS_SLOTS`), and the claim on each slot user space gave out.
     slots: PerCpuArray<MapData, Slot>,
-    claimed: HashMap<u32, u32>,
+    claimed: HashMap<u32, Claim>,
+    /// How many times [`Probes::read`] ran: claims are dated with it.
+    reads: u64,
     socks: BpfHashMap<MapData, SockKey, SockState>,
     socks_by_sk: BpfHashMap<MapData, SkKey, SockState>,
     /// Children the `fork` program started tracing, with their parent (drained every read).
     forked: BpfHashMap<MapData, forked::Key, forked::Value>,
+    /// How many entries the kernel wrote to `forked`, and that count when it was last drained.
+    fork_count: bitmap::Counter,
+    forks_drained: u64,
     /// The tgids user space put in `filter`: the group's pids at the last sync.
     traced: BTreeSet<u32>,
     /// Tgids traced ahead of the sync ([`Probes::trace_now`]), with when: kept while they are not (yet) in the
@@ -118,6 +123,29 @@ pub struct Probes {
     close: Option<CloseHook>,
     /// Holds the programs and their links; declared last so the maps above are closed first.
     ebpf: Ebpf,
+}
+
+/// A counter slot given to a tgid, and its `STATS` entry as last read.
+struct Claim {
+    pid: u32,
+    /// [`Probes::reads`] when the slot was given.
+    at: u64,
+    /// The tgid's `STATS` entry: what it counted before it held the slot (a forked child counts there from its
+    /// fork until it is given one). Once the slot is its, the kernel counts in the slot and the entry stops
+    /// changing; but a program that looked at the slot just before it was given may still add to the entry.
+    hash: Counters,
+}
+
+/// A slot holder's `STATS` entry is read again once every this many reads (once a second at the default 100 ms).
+const HASH_REREAD: u64 = 10;
+
+impl Claim {
+    /// Whether the entry is read at read number `reads`: at the first reads after the claim, until any program
+    /// that missed the claim has long finished, then once every [`HASH_REREAD`] reads, so that even a count such a
+    /// program added late shows up within a second.
+    fn hash_due(&self, reads: u64) -> bool {
+        reads <= self.at + 2 || reads.is_multiple_of(HASH_REREAD)
+    }
 }
 
 impl Probes {
@@ -194,22 +222,31 @@ impl Probes {
         };
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         let Map::Array(filter) = take(filter::MAP)? else {
-            return Err(ProbeError::FilterType);
+            return Err(ProbeError::NotArray(filter::MAP));
         };
-        let filter = bitmap::Bitmap::map(filter, words).map_err(ProbeError::FilterMmap)?;
+        let filter =
+            bitmap::Bitmap::map(filter, words).map_err(|source| ProbeError::Mmap { name: filter::MAP, source })?;
         let stats = PerCpuHashMap::try_from(take(stats::MAP)?).map_err(map_err(stats::MAP))?;
         let slots = PerCpuArray::try_from(take(stats::SLOTS_MAP)?).map_err(map_err(stats::SLOTS_MAP))?;
         let socks = BpfHashMap::try_from(take(socks::MAP)?).map_err(map_err(socks::MAP))?;
         let socks_by_sk = BpfHashMap::try_from(take(socks::BY_SK_MAP)?).map_err(map_err(socks::BY_SK_MAP))?;
         let forked = BpfHashMap::try_from(take(forked::MAP)?).map_err(map_err(forked::MAP))?;
+        let Map::Array(fork_count) = take(forked::COUNT_MAP)? else {
+            return Err(ProbeError::NotArray(forked::COUNT_MAP));
+        };
+        let fork_count =
+            bitmap::Counter::map(fork_count).map_err(|source| ProbeError::Mmap { name: forked::COUNT_MAP, source })?;
         Ok(Probes {
             filter,
             stats,
             slots,
             claimed: HashMap::new(),
+            reads: 0,
             socks,
             socks_by_sk,
             forked,
+            fork_count,
+            forks_drained: 0,
             traced: BTreeSet::new(),
             pinned: HashMap::new(),
             children: BTreeSet::new(),
@@ -296,6 +333,12 @@ impl Probes {
     /// Drains `FORKED`: each child the kernel started tracing joins the lineage, and `children` unless user space
     /// already traces it.
     fn collect_forks(&mut self) -> Result<(), ProbeError> {
+        // Read before the drain: an entry written after it is counted after it, and drained next time.
+        let count = self.fork_count.load();
+        if count == self.forks_drained {
+            return Ok(());
+        }
+        self.forks_drained = count;
         let entries: Vec<(u32, u32)> = self.forked.iter().filter_map(Result::ok).collect();
         for (child, parent) in entries {
             remove_present(&mut self.forked, &child).map_err(map_err(forked::MAP))?;
@@ -326,7 +369,7 @@ impl Probes {
     fn retire(&mut self, pid: u32) -> Result<(), ProbeError> {
         // Filter first, so the kernel stops counting before the counters are read.
         self.filter.clear(pid);
-        let mut last = self.counters_of(pid)?;
+        let mut last = self.counters_of(pid, true)?;
         remove_present_percpu(&mut self.stats, &pid).map_err(map_err(stats::MAP))?;
         self.release(pid)?;
         if let Some(f) = self.folded.remove(&pid) {
@@ -343,11 +386,13 @@ impl Probes {
     /// Per-tgid counters summed over CPUs, for every traced tgid, with the counts of its exited forked children.
     /// Also learns of new forked children and retires those that exited.
     pub fn read(&mut self) -> Result<HashMap<u32, Traffic>, ProbeError> {
+        self.reads += 1;
         self.collect_forks()?;
         self.reap_children()?;
         let mut out = HashMap::with_capacity(self.traced.len() + self.children.len());
-        for &pid in self.traced.iter().chain(&self.children) {
-            let mut c = self.counters_of(pid)?;
+        let pids: Vec<u32> = self.traced.iter().chain(&self.children).copied().collect();
+        for pid in pids {
+            let mut c = self.counters_of(pid, false)?;
             if let Some(f) = self.folded.get(&pid) {
                 counters::add(&mut c, f);
             }
@@ -356,19 +401,24 @@ impl Probes {
         Ok(out)
     }
 
-    /// The kernel's counters of `pid`, summed over CPUs: its `STATS` entry plus its slot when it holds one.
-    fn counters_of(&self, pid: u32) -> Result<Counters, ProbeError> {
-        let mut c = match self.stats.get(&pid, 0) {
-            Ok(per_cpu) => counters::sum(&per_cpu),
-            Err(MapError::KeyNotFound) => Counters::ZERO,
-            Err(e) => return Err(map_err(stats::MAP)(e)),
+    /// The kernel's counters of `pid`, summed over CPUs: its `STATS` entry plus its slot when it holds one. The
+    /// `STATS` entry of a slot holder is read only when [`Claim::hash_due`] says (always when `fresh`): one map
+    /// lookup a sample instead of two.
+    fn counters_of(&mut self, pid: u32, fresh: bool) -> Result<Counters, ProbeError> {
+        let hash = |stats: &PerCpuHashMap<MapData, u32, Counters>| match stats.get(&pid, 0) {
+            Ok(per_cpu) => Ok(counters::sum(&per_cpu)),
+            Err(MapError::KeyNotFound) => Ok(Counters::ZERO),
+            Err(e) => Err(map_err(stats::MAP)(e)),
         };
         let i = slot_of(pid);
-        if self.claimed.get(&i) == Some(&pid) {
-            let per_cpu = self.slots.get(&i, 0).map_err(map_err(stats::SLOTS_MAP))?;
-            for slot in per_cpu.iter().filter(|s| s.tgid == pid) {
-                counters::add(&mut c, &slot.counters);
-            }
+        let Some(claim) = self.claimed.get_mut(&i).filter(|c| c.pid == pid) else { return hash(&self.stats) };
+        if fresh || claim.hash_due(self.reads) {
+            claim.hash = hash(&self.stats)?;
+        }
+        let mut c = claim.hash;
+        let per_cpu = self.slots.get(&i, 0).map_err(map_err(stats::SLOTS_MAP))?;
+        for slot in per_cpu.iter().filter(|s| s.tgid == pid) {
+            counters::add(&mut c, &slot.counters);
         }
         Ok(c)
     }
@@ -383,14 +433,14 @@ impl Probes {
         let held = Slot { tgid: pid, ..Slot::FREE };
         let values = PerCpuValues::try_from(vec![held; self.nr_cpus]).map_err(ProbeError::Cpus)?;
         self.slots.set(i, values, 0).map_err(map_err(stats::SLOTS_MAP))?;
-        self.claimed.insert(i, pid);
+        self.claimed.insert(i, Claim { pid, at: self.reads, hash: Counters::ZERO });
         Ok(())
     }
 
     /// Frees `pid`'s slot, if it holds one (its counters were read by the caller).
     fn release(&mut self, pid: u32) -> Result<(), ProbeError> {
         let i = slot_of(pid);
-        if self.claimed.get(&i) != Some(&pid) {
+        if self.claimed.get(&i).is_none_or(|c| c.pid != pid) {
             return Ok(());
         }
         let values = PerCpuValues::try_from(vec![Slot::FREE; self.nr_cpus]).map_err(ProbeError::Cpus)?;
@@ -581,5 +631,17 @@ fn remove_present_percpu(m: &mut PerCpuHashMap<MapData, u32, Counters>, k: &u32)
         Err(MapError::KeyNotFound) => Ok(()),
         Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_holders_hash_entry_is_read_right_after_the_claim_then_once_a_second() {
+        let c = Claim { pid: 7, at: 5, hash: Counters::ZERO };
+        let due: Vec<u64> = (5..=31).filter(|&r| c.hash_due(r)).collect();
+        assert_eq!(due, [5, 6, 7, 10, 20, 30]);
     }
 }
