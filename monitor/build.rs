@@ -44,6 +44,10 @@ fn main() -> Result<()> {
     // aya-build runs `cargo build --package monitor-ebpf` in the current directory; monitor-ebpf is excluded
     // from our workspace, so run it from its own folder where it is the root package.
     env::set_current_dir(&ebpf_dir).with_context(|| format!("cd {}", ebpf_dir.display()))?;
+    // aya-build hands every line the inner cargo prints to cargo as a warning: on a first build that is one
+    // "warning: Compiling …" per crate of the eBPF build. Quiet, the inner cargo prints only what went wrong.
+    // The build script is single-threaded here; the variable is read by the cargo it starts.
+    env::set_var("CARGO_TERM_QUIET", "true");
     let dir = ebpf_dir.to_str().ok_or_else(|| anyhow!("non-UTF-8 path {}", ebpf_dir.display()))?;
     let package = aya_build::Package { name: "monitor-ebpf", root_dir: dir, ..Default::default() };
     aya_build::build_ebpf([package], aya_build::Toolchain::Nightly).context("building monitor-ebpf")?;
