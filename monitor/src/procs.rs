@@ -132,8 +132,9 @@ struct Entry {
     stat: StatInfo,
     /// When `stat.comm` was read.
     named: Instant,
-    /// The process's size in pages (`statm`) at the last read, and when `stat.comm` was read.
+    /// The process's size in pages (`statm`'s first field) at the last read.
     size: u64,
+    /// `size` when `stat.comm` was last read: a change is an exec to look for (see [`NAME_EVERY`]).
     named_size: u64,
 }
 

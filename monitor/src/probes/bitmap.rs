@@ -1,6 +1,9 @@
-//! The tgid filter (`FILTER`), mapped into our memory. The kernel's `fork` program sets the bits of children
-//! while user space sets and clears the group's; both change single bits with atomic operations, so neither
-//! undoes a change the other made to the same word.
+//! Array maps created with `BPF_F_MMAPABLE`, mapped into our memory and touched only through atomics, so that the
+//! kernel's programs and user space change them side by side:
+//! - the tgid filter (`FILTER`): the kernel's `fork` program sets the bits of children while user space sets and
+//!   clears the group's; both change single bits with atomic operations, so neither undoes a change the other made
+//!   to the same word;
+//! - the fork count (`FORK_COUNT`): the `fork` program adds to it, user space reads it without a system call.
 
 use aya::maps::MapData;
 use std::os::fd::AsFd as _;
@@ -8,8 +11,8 @@ use std::os::fd::AsRawFd as _;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The mapped bitmap: bit `tgid % 64` of word `tgid / 64`.
-pub struct Bitmap {
+/// The first `len` words of an array map, mapped shared; unmapped on drop.
+struct Words {
     words: NonNull<AtomicU64>,
     len: usize,
     /// Keeps the map's fd open as long as the mapping (the mapping alone would keep the map, too).
@@ -17,24 +20,48 @@ pub struct Bitmap {
 }
 
 // SAFETY: the mapping is plain shared memory touched only through atomics; it moves with its owner.
-unsafe impl Send for Bitmap {}
+unsafe impl Send for Words {}
+
+impl Words {
+    fn map(map: MapData, len: usize) -> std::io::Result<Words> {
+        let fd = map.fd().as_fd().as_raw_fd();
+        // SAFETY: a new shared mapping of a BPF array fd; the kernel checks the length against the map.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len * 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let words = NonNull::new(p.cast::<AtomicU64>()).ok_or_else(|| std::io::Error::other("mmap returned null"))?;
+        Ok(Words { words, len, _map: map })
+    }
+
+    /// Word `w`, when the mapping has it.
+    fn get(&self, w: usize) -> Option<&AtomicU64> {
+        // SAFETY: `w < len` words of a live mapping, page-aligned so every word is 8-byte aligned.
+        (w < self.len).then(|| unsafe { &*self.words.as_ptr().add(w) })
+    }
+}
+
+impl Drop for Words {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.words.as_ptr().cast(), self.len * 8) };
+    }
+}
+
+/// The mapped bitmap: bit `tgid % 64` of word `tgid / 64`.
+pub struct Bitmap(Words);
 
 impl Bitmap {
     /// Maps the first `len` words of an array map created with `BPF_F_MMAPABLE`.
     pub fn map(map: MapData, len: u32) -> std::io::Result<Bitmap> {
-        let len = len as usize;
-        let words = mmap_words(&map, len)?;
-        Ok(Bitmap { words, len, _map: map })
+        Words::map(map, len as usize).map(Bitmap)
     }
 
     fn word(&self, tgid: u32) -> Option<(&AtomicU64, u64)> {
         let (w, bit) = monitor_common::filter::slot(tgid);
-        let w = w as usize;
-        if w >= self.len {
-            return None;
-        }
-        // SAFETY: `w < len` words of a live mapping, page-aligned so every word is 8-byte aligned.
-        Some((unsafe { &*self.words.as_ptr().add(w) }, bit))
+        self.0.get(w as usize).map(|w| (w, bit))
     }
 
     /// Traces `tgid` (tgids at or past `pid_max` do not exist and are ignored).
@@ -52,50 +79,16 @@ impl Bitmap {
     }
 }
 
-/// A shared mapping of the first `len` words of a `BPF_F_MMAPABLE` array map.
-fn mmap_words(map: &MapData, len: usize) -> std::io::Result<NonNull<AtomicU64>> {
-    let fd = map.fd().as_fd().as_raw_fd();
-    // SAFETY: a new shared mapping of a BPF array fd; the kernel checks the length against the map.
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len * 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    NonNull::new(p.cast::<AtomicU64>()).ok_or_else(|| std::io::Error::other("mmap returned null"))
-}
-
 /// A counter the kernel adds to (word 0 of a one-word `BPF_F_MMAPABLE` array), read from our memory without a
 /// system call.
-pub struct Counter {
-    word: NonNull<AtomicU64>,
-    _map: MapData,
-}
-
-// SAFETY: as for `Bitmap`: shared memory touched only through atomics.
-unsafe impl Send for Counter {}
+pub struct Counter(Words);
 
 impl Counter {
     pub fn map(map: MapData) -> std::io::Result<Counter> {
-        Ok(Counter { word: mmap_words(&map, 1)?, _map: map })
+        Words::map(map, 1).map(Counter)
     }
 
     pub fn load(&self) -> u64 {
-        // SAFETY: word 0 of a live mapping, page-aligned.
-        unsafe { self.word.as_ref() }.load(Ordering::Acquire)
-    }
-}
-
-impl Drop for Counter {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.word.as_ptr().cast(), 8) };
-    }
-}
-
-impl Drop for Bitmap {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.words.as_ptr().cast(), self.len * 8) };
+        self.0.get(0).map_or(0, |w| w.load(Ordering::Acquire))
     }
 }

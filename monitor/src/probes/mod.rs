@@ -369,7 +369,7 @@ impl Probes {
     fn retire(&mut self, pid: u32) -> Result<(), ProbeError> {
         // Filter first, so the kernel stops counting before the counters are read.
         self.filter.clear(pid);
-        let mut last = self.counters_of(pid, true)?;
+        let mut last = self.counters_of(pid)?;
         remove_present_percpu(&mut self.stats, &pid).map_err(map_err(stats::MAP))?;
         self.release(pid)?;
         if let Some(f) = self.folded.remove(&pid) {
@@ -389,11 +389,11 @@ impl Probes {
         self.reads += 1;
         self.collect_forks()?;
         self.reap_children()?;
-        let mut out = HashMap::with_capacity(self.traced.len() + self.children.len());
-        let pids: Vec<u32> = self.traced.iter().chain(&self.children).copied().collect();
-        for pid in pids {
-            let mut c = self.counters_of(pid, false)?;
-            if let Some(f) = self.folded.get(&pid) {
+        let Probes { traced, children, stats, slots, claimed, reads, folded, .. } = self;
+        let mut out = HashMap::with_capacity(traced.len() + children.len());
+        for &pid in traced.iter().chain(children.iter()) {
+            let mut c = counters_in(stats, slots, claimed, *reads, pid, false)?;
+            if let Some(f) = folded.get(&pid) {
                 counters::add(&mut c, f);
             }
             out.insert(pid, counters::traffic(&c));
@@ -401,26 +401,9 @@ impl Probes {
         Ok(out)
     }
 
-    /// The kernel's counters of `pid`, summed over CPUs: its `STATS` entry plus its slot when it holds one. The
-    /// `STATS` entry of a slot holder is read only when [`Claim::hash_due`] says (always when `fresh`): one map
-    /// lookup a sample instead of two.
-    fn counters_of(&mut self, pid: u32, fresh: bool) -> Result<Counters, ProbeError> {
-        let hash = |stats: &PerCpuHashMap<MapData, u32, Counters>| match stats.get(&pid, 0) {
-            Ok(per_cpu) => Ok(counters::sum(&per_cpu)),
-            Err(MapError::KeyNotFound) => Ok(Counters::ZERO),
-            Err(e) => Err(map_err(stats::MAP)(e)),
-        };
-        let i = slot_of(pid);
-        let Some(claim) = self.claimed.get_mut(&i).filter(|c| c.pid == pid) else { return hash(&self.stats) };
-        if fresh || claim.hash_due(self.reads) {
-            claim.hash = hash(&self.stats)?;
-        }
-        let mut c = claim.hash;
-        let per_cpu = self.slots.get(&i, 0).map_err(map_err(stats::SLOTS_MAP))?;
-        for slot in per_cpu.iter().filter(|s| s.tgid == pid) {
-            counters::add(&mut c, &slot.counters);
-        }
-        Ok(c)
+    /// The kernel's counters of `pid` now, its `STATS` entry read afresh (see [`counters_in`]).
+    fn counters_of(&mut self, pid: u32) -> Result<Counters, ProbeError> {
+        counters_in(&self.stats, &self.slots, &mut self.claimed, self.reads, pid, true)
     }
 
     /// Gives `pid` its counter slot when no other traced tgid holds it: the slot is written, zeroed and naming
@@ -632,6 +615,35 @@ fn remove_present_percpu(m: &mut PerCpuHashMap<MapData, u32, Counters>, k: &u32)
         Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         r => r,
     }
+}
+
+/// The kernel's counters of `pid`, summed over CPUs: its `STATS` entry plus its slot when it holds one. The
+/// `STATS` entry of a slot holder is read only when [`Claim::hash_due`] says at read number `reads` (always when
+/// `fresh`): one map lookup a sample instead of two.
+fn counters_in(
+    stats_map: &PerCpuHashMap<MapData, u32, Counters>,
+    slots: &PerCpuArray<MapData, Slot>,
+    claimed: &mut HashMap<u32, Claim>,
+    reads: u64,
+    pid: u32,
+    fresh: bool,
+) -> Result<Counters, ProbeError> {
+    let hash = || match stats_map.get(&pid, 0) {
+        Ok(per_cpu) => Ok(counters::sum(&per_cpu)),
+        Err(MapError::KeyNotFound) => Ok(Counters::ZERO),
+        Err(e) => Err(map_err(stats::MAP)(e)),
+    };
+    let i = slot_of(pid);
+    let Some(claim) = claimed.get_mut(&i).filter(|c| c.pid == pid) else { return hash() };
+    if fresh || claim.hash_due(reads) {
+        claim.hash = hash()?;
+    }
+    let mut c = claim.hash;
+    let per_cpu = slots.get(&i, 0).map_err(map_err(stats::SLOTS_MAP))?;
+    for slot in per_cpu.iter().filter(|s| s.tgid == pid) {
+        counters::add(&mut c, &slot.counters);
+    }
+    Ok(c)
 }
 
 #[cfg(test)]
