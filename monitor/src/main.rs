@@ -299,13 +299,19 @@ async fn cluster_status(base: &str, json: bool) -> Result<()> {
     let view: ClusterView =
         serde_json::from_str(&body).with_context(|| format!("{url}: not a monitor cluster document"))?;
     let mut asks = tokio::task::JoinSet::new();
+    // Patient beside the fleet poller's 1 s: a person waits for this once.
+    let bounds =
+        monitor::client::Bounds { timeout: std::time::Duration::from_secs(3), ..monitor::cluster::fleet::BOUNDS };
     for m in view.members.iter().filter(|m| m.state.is_live()) {
         let (node, url) = (m.node.clone(), format!("http://{}/api/v1/status", m.web));
         asks.spawn(async move {
-            let got = match tokio::time::timeout(std::time::Duration::from_secs(3), monitor::client::get(&url)).await {
-                Ok(Ok(body)) => serde_json::from_str::<StatusView>(&body).map_err(|e| format!("{url}: {e}")),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("{url}: no answer within 3 s")),
+            let asked = async {
+                let parsed: monitor::config::HttpUrl = url.parse()?;
+                monitor::client::fetch(&parsed, bounds).await
+            };
+            let got = match asked.await {
+                Ok(body) => serde_json::from_slice::<StatusView>(&body).map_err(|e| format!("{url}: {e}")),
+                Err(e) => Err(e.to_string()),
             };
             (node, got)
         });
