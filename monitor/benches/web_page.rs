@@ -96,6 +96,7 @@ impl Feed {
             },
             processes,
             agent_pid: 0,
+            protected: Vec::new(),
         };
         let (policy, decision) = decide(&self.policy, &snapshot, &self.thresholds);
         self.policy = policy;
@@ -108,6 +109,7 @@ impl Feed {
             wakeups: Default::default(),
             brake: None,
             next_sample_ms: 100,
+            kill: None,
         }
     }
 }

@@ -100,6 +100,20 @@ pub struct PolicyConfig {
     /// instead of killing it at the limit, which gives the abort time to land. Above abort_at and below 1. The old
     /// value is put back on exit (and at the next start after a crash); `memory.max` is never touched. Default: off.
     pub brake_at: Option<f64>,
+    /// The last resort: the agent SIGKILLs the process told to abort when it cannot obey (see `kill_at` and
+    /// `kill_after_ms`), before the kernel's OOM killer acts on the whole group. Default true.
+    pub kill: bool,
+    /// At or above this fraction of the limit the agent kills the victim at once. Above abort_at and below 1.
+    /// Default 0.97.
+    pub kill_at: f64,
+    /// Still aborting this long after the abort was sent while the victim's anon memory has not fallen: the agent
+    /// kills it, wherever the ratio is (a grower held at the brake's `memory.high` is not left hanging), in
+    /// milliseconds. Default 2000.
+    pub kill_after_ms: u64,
+    /// At most one kill this often, in milliseconds, so the memory a kill frees is seen before the next. After
+    /// three kills that did not bring the ratio below abort_at the agent stops killing and alerts
+    /// (`MonitorKillIneffective`). Default 1000.
+    pub kill_repeat_ms: u64,
 }
 
 /// A kernel wake-up source of the sampler (`[policy] wakeups`).
@@ -141,6 +155,10 @@ impl Default for PolicyConfig {
             min_interval_ms: 5,
             fill_rate_mib_s: 2048,
             brake_at: None,
+            kill: true,
+            kill_at: 0.97,
+            kill_after_ms: 2000,
+            kill_repeat_ms: 1000,
         }
     }
 }
@@ -153,6 +171,10 @@ impl PolicyConfig {
             hysteresis: self.hysteresis,
             abort_repeat_ms: self.abort_repeat_ms,
             shadow: self.shadow,
+            kill: self.kill,
+            kill_at: self.kill_at,
+            kill_after_ms: self.kill_after_ms,
+            kill_repeat_ms: self.kill_repeat_ms,
         }
     }
 }
@@ -335,6 +357,10 @@ pub struct ProcessConfig {
     /// Default: the user's primary group, else monitor's own.
     #[serde(default)]
     pub group: Option<crate::accounts::Account>,
+    /// The guard's last resort spares this process while another process of the group holds memory, as it spares
+    /// every master. Default false.
+    #[serde(default)]
+    pub protect: bool,
 }
 
 fn default_health_interval_ms() -> u64 {

@@ -136,6 +136,8 @@ pub struct Published {
     pub brake: Option<BrakeStatus>,
     /// The interval until the next timed sample, in milliseconds, as pacing chose it.
     pub next_sample_ms: u64,
+    /// The last resort's kill carried out (or, in shadow mode, decided) on this sample.
+    pub kill: Option<crate::guard::KillRecord>,
 }
 
 /// Samples a slow consumer may fall behind by before it loses some (at the default 100 ms interval, 6.4 s). The
@@ -238,6 +240,7 @@ impl Published {
                 },
                 processes: Vec::new(),
                 agent_pid: 0,
+                protected: Vec::new(),
             },
             decision: Decision {
                 state,
@@ -247,6 +250,8 @@ impl Published {
                 abort_round: 0,
                 shadow: false,
                 changed: true,
+                kill: None,
+                kills_halted: false,
             },
             probes: ProbeStatus { enabled: false, reason: None, hooks: None, close: None },
             error: None,
@@ -254,6 +259,7 @@ impl Published {
             wakeups: Arc::new(WakeupStatus::default()),
             brake: None,
             next_sample_ms: 100,
+            kill: None,
         }
     }
 

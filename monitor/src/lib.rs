@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod config;
 pub mod docs;
 pub mod feed;
+pub mod guard;
 pub mod hangup;
 pub mod history;
 pub mod kernfile;

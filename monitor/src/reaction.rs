@@ -1,7 +1,8 @@
 //! Reaction times: how long the agent took from the sampler's wake-up (`Published::wake.at`) to each action it led
-//! to. Three kinds: `signal` (a refuse or abort signal sent by [`crate::actions`]), `post` (a refuse or abort change
+//! to. Four kinds: `signal` (a refuse or abort signal sent by [`crate::actions`]), `post` (a refuse or abort change
 //! POSTed to `post_url` or a process's admin path, timed when the receiver has answered it with 2xx) and `shed`
-//! (the front door's first 503 after the group entered refusing or aborting).
+//! (the front door's first 503 after the group entered refusing or aborting); and `kill`, the last resort's SIGKILL
+//! sent by the sampler thread ([`crate::guard`]).
 //!
 //! One [`Reactions`] is made per agent and shared (`Arc`) by the actions task, the front door and `/metrics`.
 //! Recording is lock-free (relaxed atomic adds), and the front door's per-request cost is one relaxed load
@@ -20,10 +21,12 @@ pub enum Kind {
     Post,
     /// The front door's first 503 after the group entered refusing or aborting.
     Shed,
+    /// The last resort's SIGKILL sent to a process that could not obey its abort.
+    Kill,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Signal, Kind::Post, Kind::Shed];
+    pub const ALL: [Kind; 4] = [Kind::Signal, Kind::Post, Kind::Shed, Kind::Kill];
 
     /// The `action` label of `monitor_reaction_seconds`.
     pub fn as_str(self) -> &'static str {
@@ -31,6 +34,7 @@ impl Kind {
             Kind::Signal => "signal",
             Kind::Post => "post",
             Kind::Shed => "shed",
+            Kind::Kill => "kill",
         }
     }
 
@@ -39,6 +43,7 @@ impl Kind {
             Kind::Signal => 0,
             Kind::Post => 1,
             Kind::Shed => 2,
+            Kind::Kill => 3,
         }
     }
 }
@@ -108,7 +113,7 @@ impl Counts {
 
 /// The agent's reaction times, per [`Kind`].
 pub struct Reactions {
-    hists: [Histogram; 3],
+    hists: [Histogram; 4],
     /// A first 503 is awaited: the group entered refusing or aborting and the front door has not refused since.
     shed_armed: AtomicBool,
     /// The wake-up of the sample that entered refusing or aborting (read when the first 503 is sent).

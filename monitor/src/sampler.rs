@@ -6,6 +6,7 @@
 use crate::brake::Brake;
 use crate::cgroup::{CgroupError, Group, GroupReader};
 use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeSource, WakeupStatus};
+use crate::guard::{KillBook, KillRecord, Roster};
 use crate::live::Live;
 use crate::pacing::{Pacer, Pacing};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
@@ -93,8 +94,16 @@ pub struct Sampler {
     wakeups: Wakeups,
     /// The interval until the next timed sample.
     pacer: Pacer,
-    /// The lines pacing and the v1 thresholds watch: refuse_at and abort_at.
-    lines: [f64; 2],
+    /// The lines pacing and the v1 thresholds watch: refuse_at, abort_at and kill_at.
+    lines: [f64; 3],
+    /// The hysteresis: roles and the protected pids are read from this far below refuse_at.
+    hysteresis: f64,
+    /// Under `monitor run`: the launched processes (names, roles, `protect`); else roles are inferred.
+    roster: Option<Roster>,
+    /// The last resort's kills, shared with the launcher, the front door and `/metrics`.
+    kills: Arc<KillBook>,
+    /// Where the kill's reaction time is recorded.
+    reactions: Option<Arc<crate::reaction::Reactions>>,
     /// When the last sample was taken.
     last_sample: Instant,
     /// `[policy] brake_at`, where the brake may be set (cgroup v2, not in shadow mode).
@@ -235,7 +244,11 @@ impl Sampler {
             early: None,
             wakeups,
             pacer,
-            lines: [policy.refuse_at, policy.abort_at],
+            lines: [policy.refuse_at, policy.abort_at, policy.kill_at],
+            hysteresis: policy.hysteresis,
+            roster: None,
+            kills: Arc::new(KillBook::default()),
+            reactions: None,
             last_sample: Instant::now(),
             brake_at,
             brake: None,
@@ -247,6 +260,91 @@ impl Sampler {
 
     pub fn group(&self) -> &Group {
         self.reader.group()
+    }
+
+    /// The kills of the last resort, for the launcher, the front door and `/metrics`.
+    pub fn kill_book(&self) -> Arc<KillBook> {
+        self.kills.clone()
+    }
+
+    /// Under `monitor run`: the launched processes, whose roles and `protect` the last resort follows, and the
+    /// reactions the kill's time is recorded in.
+    pub fn set_roster(&mut self, roster: Roster) {
+        self.roster = Some(roster);
+    }
+
+    /// Where the kill's reaction time is recorded (`monitor_reaction_seconds{action="kill"}`).
+    pub fn set_reactions(&mut self, reactions: Arc<crate::reaction::Reactions>) {
+        self.reactions = Some(reactions);
+    }
+
+    /// Near the lines (from `hysteresis` below the lowest), the processes' roles and the pids the last resort
+    /// spares are read into `snap.protected`; far from them they are not needed and cost nothing.
+    fn protect(&self, snap: &mut Snapshot) -> Vec<crate::snapshot::ProcessRole> {
+        if snap.group.ratio() < self.lines[0] - self.hysteresis {
+            return Vec::new();
+        }
+        let (roles, protected) = crate::guard::roles_and_protected(snap, self.roster.as_ref());
+        snap.protected = protected;
+        roles
+    }
+
+    /// Carries out the kill `d` orders (outside shadow mode), on this thread, on the wake-up that decided it; records
+    /// it in the kill book and logs it. Returns the record for the published sample.
+    fn carry_out(
+        &mut self,
+        d: &Decision,
+        snap: &Snapshot,
+        roles: &[crate::snapshot::ProcessRole],
+        wake: &Wake,
+        kill_at: f64,
+    ) -> Option<KillRecord> {
+        let order = d.kill.as_ref()?;
+        let role = crate::guard::role_of(snap, roles, order.target.pid);
+        let mut rec = KillRecord::of(order, snap, role, kill_at, d.shadow)?;
+        if d.shadow {
+            tracing::warn!(
+                pid = rec.pid,
+                name = %rec.name,
+                role = %rec.role,
+                why = rec.why,
+                ratio = format!("{:.3}", rec.ratio),
+                "shadow: would kill (not enforced): {}",
+                rec.reason
+            );
+        } else {
+            // In the book before the signal: the front door and the launcher may see the process die before this
+            // thread runs again.
+            self.kills.record(rec.clone());
+            match crate::guard::kill(order, &self.reader.group().dir) {
+                Ok(()) => {
+                    if let Some(r) = &self.reactions {
+                        r.record_since(crate::reaction::Kind::Kill, wake.at);
+                    }
+                    tracing::warn!(
+                        pid = rec.pid,
+                        name = %rec.name,
+                        role = %rec.role,
+                        rss_bytes = rec.rss_bytes,
+                        anon_bytes = rec.anon_bytes,
+                        ratio = format!("{:.3}", rec.ratio),
+                        why = rec.why,
+                        round = rec.round,
+                        woken_by = wake.source.as_str(),
+                        "killed: {}",
+                        rec.reason
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(pid = rec.pid, name = %rec.name, why = rec.why, "kill not sent: {e}");
+                    rec.error = Some(e.to_string());
+                    self.kills.failed(rec.pid, rec.start_ticks, e.to_string());
+                }
+            }
+            return Some(rec);
+        }
+        self.kills.record(rec.clone());
+        Some(rec)
     }
 
     /// A [`Tracer`] served by this sampler's thread (a no-op one when the probes are off).
@@ -392,7 +490,8 @@ impl Sampler {
             self.brake_limit = 0;
             self.brake_failed_at = None;
         }
-        self.lines = [policy.refuse_at, policy.abort_at];
+        self.lines = [policy.refuse_at, policy.abort_at, policy.kill_at];
+        self.hysteresis = policy.hysteresis;
         self.limit_override = policy.limit_bytes;
         self.pacer.set_bounds(
             Duration::from_millis(policy.interval_ms),
@@ -489,6 +588,7 @@ impl Sampler {
             },
             processes: self.samples.clone(),
             agent_pid: self.agent_pid,
+            protected: Vec::new(),
         })
     }
 
@@ -568,9 +668,11 @@ pub fn spawn(
                     if recovered {
                         tracing::info!(cgroup = %sampler.group().dir.display(), "group readable again");
                     }
+                    let roles = sampler.protect(&mut snap);
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
                     sampler.name_victim(&decision, &mut snap);
+                    let kill = sampler.carry_out(&decision, &snap, &roles, &wake, thresholds.kill_at);
                     log_decision(&decision, &snap, &wake);
                     if decision.changed || recovered {
                         crate::notify::status(&status_line(&snap, &decision));
@@ -587,6 +689,7 @@ pub fn spawn(
                         wakeups: sampler.wakeup_status(),
                         brake: sampler.brake_status(),
                         next_sample_ms: paced.as_millis() as u64,
+                        kill,
                     }));
                 }
                 Err(e) => {
@@ -599,6 +702,7 @@ pub fn spawn(
                     let mut p = (*feed.current()).clone();
                     p.error = Some(e.to_string());
                     p.wake = wake;
+                    p.kill = None;
                     feed.publish(Arc::new(p));
                 }
             }
@@ -621,9 +725,12 @@ pub fn status_line(snap: &Snapshot, d: &Decision) -> String {
 /// Takes the first sample synchronously (so start-up fails fast on an unreadable group) and decides on it.
 pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicyState, Published), CgroupError> {
     let mut snap = sampler.sample()?;
+    let roles = sampler.protect(&mut snap);
     let (state, decision) = decide(&PolicyState::default(), &snap, thresholds);
     sampler.name_victim(&decision, &mut snap);
-    log_decision(&decision, &snap, &Wake::timer());
+    let wake = Wake::timer();
+    let kill = sampler.carry_out(&decision, &snap, &roles, &wake, thresholds.kill_at);
+    log_decision(&decision, &snap, &wake);
     let probes = sampler.probe_status().clone();
     let next = sampler.paced(&snap);
     let published = Published {
@@ -635,6 +742,7 @@ pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicySt
         wakeups: sampler.wakeup_status(),
         brake: sampler.brake_status(),
         next_sample_ms: next.as_millis() as u64,
+        kill,
     };
     Ok((state, published))
 }

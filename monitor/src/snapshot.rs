@@ -148,6 +148,9 @@ pub struct Snapshot {
     /// but it is never the process told to abort, and the probes never trace it (its own front door's traffic
     /// is not the group's).
     pub agent_pid: u32,
+    /// The pids the guard's last resort spares while another process holds memory: the masters (launched as such
+    /// under `monitor run`, else inferred from the process tree) and `[[process]] protect = true`.
+    pub protected: Vec<u32>,
 }
 
 /// A process's role as the status shows it: under `monitor run` the config's `Role` of a launched process, else

@@ -3,6 +3,7 @@
 
 use crate::actions::AdminUrl;
 use crate::config::Config;
+use crate::guard::{KillBook, LaunchedProc, Roster};
 use crate::history::LauncherFn;
 use crate::launcher::{Launcher, Member};
 use crate::proxy::{Proxy, ProxyError};
@@ -20,7 +21,7 @@ pub struct FrontDoor {
 }
 
 impl FrontDoor {
-    pub fn new(cfg: &Config, reactions: Arc<Reactions>) -> Result<FrontDoor, ProxyError> {
+    pub fn new(cfg: &Config, reactions: Arc<Reactions>, kills: Arc<KillBook>) -> Result<FrontDoor, ProxyError> {
         let members = Launcher::members_of(&cfg.processes);
         let admins: Vec<(usize, String)> = cfg
             .processes
@@ -30,10 +31,26 @@ impl FrontDoor {
             .collect();
         // The admin endpoints are never refused by the front door: they are where the action changes are POSTed.
         let own_admin: Vec<String> = admins.iter().map(|(_, path)| path.clone()).collect();
-        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions)?);
+        let mut proxy = Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions)?;
+        proxy.set_kill_book(kills);
+        let proxy = Arc::new(proxy);
         let view_of = members.clone();
         let view: LauncherFn = Arc::new(move || view_of.iter().map(|m| m.info()).collect());
         Ok(FrontDoor { members, proxy, view, admins })
+    }
+
+    /// The launched processes as the guard's last resort sees them: pid, name, role and `[[process]] protect`.
+    pub fn roster(&self, cfg: &Config) -> Roster {
+        let members = self.members.clone();
+        let protect: Vec<bool> = cfg.processes.iter().map(|p| p.protect).collect();
+        Arc::new(move || {
+            members
+                .iter()
+                .zip(&protect)
+                .filter(|(m, _)| m.pid() != 0)
+                .map(|(m, &protect)| LaunchedProc { pid: m.pid(), name: m.name.clone(), role: m.role.into(), protect })
+                .collect()
+        })
     }
 
     /// The URL of a launched process's own admin endpoint, found by its pid (None when no process has one).

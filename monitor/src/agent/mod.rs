@@ -244,10 +244,17 @@ impl Parts<'_> {
         // Everything that follows the group knows its processes, and reads the samples, from before the first of
         // them starts: a decision taken while they start is alerted, told and kept like any other.
         let reactions = Arc::new(reaction::Reactions::new());
+        // The last resort kills on the sampler thread: its time goes into the same reactions, and its kills into
+        // a book the launcher and the front door read (a guard's kill is not a crash, nor a process's 502).
+        sampler.set_reactions(reactions.clone());
+        let kills = sampler.kill_book();
         let door = match self.launching {
-            true => Some(FrontDoor::new(cfg, reactions.clone())?),
+            true => Some(FrontDoor::new(cfg, reactions.clone(), kills.clone())?),
             false => None,
         };
+        if let Some(d) = &door {
+            sampler.set_roster(d.roster(cfg));
+        }
         if let Some(d) = &door {
             tokio::spawn(proxy::shed::follow(d.proxy.clone(), rx.clone()));
         }
@@ -326,6 +333,7 @@ impl Parts<'_> {
                     backoff_reset: Duration::from_secs(cfg.proxy.backoff_reset_s),
                     stop_grace: Duration::from_secs(cfg.proxy.stop_grace_s),
                     tracer,
+                    kills: kills.clone(),
                 };
                 self.launched.store(true, Ordering::Relaxed);
                 match Launcher::start(&cfg.processes, d.members.clone(), opts, drained.clone().started()).await {

@@ -164,7 +164,7 @@ mod tests {
     #[test]
     fn a_live_value_against_a_kept_one_is_refused_at_its_line() {
         let (r, live, path) = reloader("clash", "[policy]\nabort_at = 0.9\nbrake_at = 0.95\n");
-        std::fs::write(&path, "[policy]\nabort_at = 0.97\nbrake_at = 0.98\n").expect("write");
+        std::fs::write(&path, "[policy]\nabort_at = 0.97\nbrake_at = 0.98\nkill_at = 0.99\n").expect("write");
         assert_eq!(r.apply(), "config reload failed, the running config is kept");
         let e = r.reloads.status().error.unwrap_or_default();
         let want = format!("{}:3: policy.brake_at: 0.95 must be above abort_at (0.97) and below 1", path.display());

@@ -58,7 +58,7 @@ pub fn launcher_conditions(
         let at_cap = capped.entry(i.name.clone()).or_insert(false);
         if i.state == Phase::Ready {
             *at_cap = false;
-        } else if i.state == Phase::BackingOff {
+        } else if matches!(i.state, Phase::BackingOff | Phase::Killed) {
             if let Some(next) = i.next_retry_unix_ms {
                 if next.saturating_sub(now_ms) >= CAP_FROM_MS {
                     *at_cap = true;

@@ -87,6 +87,10 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "policy.min_interval_ms" => Live policy.min_interval_ms;
         "policy.fill_rate_mib_s" => Live policy.fill_rate_mib_s;
         "policy.brake_at" => Restart policy.brake_at;
+        "policy.kill" => Live policy.kill;
+        "policy.kill_at" => Live policy.kill_at;
+        "policy.kill_after_ms" => Live policy.kill_after_ms;
+        "policy.kill_repeat_ms" => Live policy.kill_repeat_ms;
         "web.listen" => Restart web.listen;
         "web.external_url" => Live web.external_url;
         "stats.path" => Restart stats.path;
@@ -217,7 +221,7 @@ mod tests {
     #[test]
     fn a_live_value_can_clash_with_a_kept_one() {
         let running = cfg("[policy]\nabort_at = 0.9\nbrake_at = 0.95\n");
-        let new = cfg("[policy]\nabort_at = 0.97\nbrake_at = 0.98\n");
+        let new = cfg("[policy]\nabort_at = 0.97\nbrake_at = 0.98\nkill_at = 0.99\n");
         let r = reload(&running, &new, Mode::Run);
         assert_eq!(r.config.policy.brake_at, Some(0.95));
         assert!(!r.config.validate().is_empty(), "abort_at 0.97 above the brake kept at 0.95 is refused");

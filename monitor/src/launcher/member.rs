@@ -18,6 +18,8 @@ pub enum Phase {
     Unhealthy,
     /// Exited; restarted at `next_retry_unix_ms`.
     BackingOff,
+    /// Killed by the memory guard's last resort (not a crash); restarted at `next_retry_unix_ms` like any exit.
+    Killed,
     /// Stopped by the launcher (drain).
     Stopped,
 }
@@ -29,6 +31,7 @@ impl Phase {
             Phase::Ready => "ready",
             Phase::Unhealthy => "unhealthy",
             Phase::BackingOff => "backing-off",
+            Phase::Killed => "killed",
             Phase::Stopped => "stopped",
         }
     }
@@ -49,7 +52,8 @@ pub struct LauncherInfo {
     pub port: u16,
     /// The running process's pid (None while backing off).
     pub pid: Option<u32>,
-    /// `starting`, `ready`, `unhealthy`, `backing-off` or `stopped`.
+    /// `starting`, `ready`, `unhealthy`, `backing-off`, `killed` (by the memory guard, until its restart) or
+    /// `stopped`.
     pub state: Phase,
     /// When the next start is due (Unix ms), while backing off.
     pub next_retry_unix_ms: Option<u64>,

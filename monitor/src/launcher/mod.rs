@@ -3,7 +3,8 @@
 //! workers, made ready the same way; keeps
 //! checking each ready process's health path every `health_interval_ms` (one that fails `health_failures` checks in
 //! a row is `unhealthy`, out of the proxy's pool, until a check passes); restarts a process that exits after 1, 2,
-//! 4 … 60 s (back to 1 s once it has been healthy for `backoff_reset_s`); on stop, SIGTERMs every child and SIGKILLs
+//! 4 … 60 s (back to 1 s once it has been healthy for `backoff_reset_s`; one the memory guard killed is `killed`,
+//! not a crash, until it is started again); on stop, SIGTERMs every child and SIGKILLs
 //! those still running after the grace. Children die with the launcher.
 
 mod member;
@@ -58,6 +59,8 @@ pub struct Options {
     /// Traces each process the moment it is started (before its first health check), so that the kernel counts
     /// everything it serves; `Tracer::none()` without probes.
     pub tracer: crate::sampler::Tracer,
+    /// The guard's kills: a process that exits by the guard's hand is `killed`, not a crash.
+    pub kills: std::sync::Arc<crate::guard::KillBook>,
 }
 
 /// The running group.
@@ -195,9 +198,17 @@ async fn supervise(
             backoff = Duration::from_secs(1);
         }
         let next = SystemTime::now() + backoff;
-        m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
         let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
-        tracing::warn!(name = %p.name, pid, %status, backoff_s = backoff.as_secs(), "process exited; restarting");
+        match opts.kills.killed(pid) {
+            Some(k) => {
+                m.set(Phase::Killed, 0, Some(unix_ms(next)));
+                tracing::warn!(name = %p.name, pid, backoff_s = backoff.as_secs(), "killed by the memory guard ({}); restarting", k.reason);
+            }
+            None => {
+                m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
+                tracing::warn!(name = %p.name, pid, %status, backoff_s = backoff.as_secs(), "process exited; restarting");
+            }
+        }
         match restart_loop(m, &p, &mut backoff, &mut stop, opts).await {
             Some(c) => {
                 child = c;

@@ -120,6 +120,8 @@ enum Attempt {
     TimedOut,
     /// The memory guard told the process to abort.
     Aborted,
+    /// The memory guard killed the process (its last resort): the reason, for the client's 503.
+    Killed(String),
     /// The client's body failed while it was streamed on (its held part was sound).
     ClientBody(String),
 }
@@ -157,6 +159,8 @@ pub struct Proxy {
     retry_after: HeaderValue,
     retry_after_s: u64,
     upstream_timeout: Duration,
+    /// The guard's kills: a request whose process the guard killed is answered 503 with the reason, not 502.
+    kills: Arc<crate::guard::KillBook>,
     tokens: Option<HostTokens>,
     /// 503s sent by the memory guard (refused new requests and cancelled in-flight ones).
     shed: AtomicU64,
@@ -259,7 +263,14 @@ impl Proxy {
             started: std::time::Instant::now(),
             cluster: std::sync::OnceLock::new(),
             forwarded: AtomicU64::new(0),
+            kills: Arc::new(crate::guard::KillBook::default()),
         })
+    }
+
+    /// The guard's kills, shared with the sampler: a request whose process the guard killed gets 503 with the reason
+    /// and is never retried on another process (it may be what grew the one killed).
+    pub fn set_kill_book(&mut self, kills: Arc<crate::guard::KillBook>) {
+        self.kills = kills;
     }
 
     /// What one front-door thread keeps for itself: a new, empty set of upstream pools, and its own copy of the
@@ -496,7 +507,14 @@ impl Proxy {
     async fn upstream(&self, local: &Local, to: &Target, out: Outbound) -> (usize, Attempt) {
         let deadline = tokio::time::Instant::now() + self.upstream_timeout;
         let mut index = to.index;
+        let pid = self.members[index].pid();
         let mut outcome = self.attempt(local, index, out.req, deadline).await;
+        if let Attempt::Failed(e) = &outcome {
+            if let Some(k) = self.kills.killed(pid) {
+                tracing::debug!(name = %self.members[index].name, pid, "upstream failed after the guard's kill: {e}");
+                return (index, Attempt::Killed(k.reason));
+            }
+        }
         if let (Attempt::Failed(e), Some(mut r)) = (&outcome, out.retry) {
             let next = local.table.retry(to.rule, to.exempt, |i| self.live(i), to.rotor.wrapping_add(1), index);
             tracing::debug!(from = %self.members[index].name, to = %self.members[next].name, "retrying once after: {e}");
@@ -539,6 +557,7 @@ impl Proxy {
                 )
             }
             Attempt::Aborted => self.aborted(name),
+            Attempt::Killed(reason) => self.killed(name, &reason),
             Attempt::ClientBody(msg) => self.bad_body(&msg),
             Attempt::Failed(msg) => {
                 tracing::warn!(name = %name, "upstream request failed: {msg}");

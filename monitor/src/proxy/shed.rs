@@ -115,6 +115,17 @@ impl Proxy {
         guard_response(StatusCode::SERVICE_UNAVAILABLE, body, &self.retry_after)
     }
 
+    /// 503 for a request whose process the memory guard killed (its last resort), with the reason.
+    pub(super) fn killed(&self, name: &str, reason: &str) -> Response<ProxyBody> {
+        self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let body = format!(
+            "memory guard: request cancelled: process {name} was killed to keep the group under its memory limit \
+             ({reason}); retry after {} s\n",
+            self.retry_after_s
+        );
+        guard_response(StatusCode::SERVICE_UNAVAILABLE, body, &self.retry_after)
+    }
+
     /// 503 when no process can take the request (not the memory guard: nothing is ready).
     pub(super) fn unavailable(&self, what: &str) -> Response<ProxyBody> {
         guard_response(StatusCode::SERVICE_UNAVAILABLE, format!("{what}\n"), &self.retry_after)

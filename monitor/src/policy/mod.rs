@@ -2,9 +2,13 @@
 //!
 //! ratio >= refuse_at: every process refuses new requests. ratio >= abort_at: the process with the largest RSS
 //! aborts its in-flight work, the others refuse; if still >= abort_at after `abort_repeat_ms`, the (new) largest
-//! is aborted again. Leaving a state needs the ratio to fall `hysteresis` below its threshold.
+//! is aborted again. Leaving a state needs the ratio to fall `hysteresis` below its threshold. When the process
+//! told to abort cannot obey, the last resort ([`kill`]) orders it killed before the kernel's OOM killer acts.
+
+pub mod kill;
 
 use crate::snapshot::{ProcSample, Snapshot};
+pub use kill::{KillOrder, KillState, KillWhy};
 use serde::Serialize;
 
 /// The thresholds and switches of the policy (`[policy]` in the config).
@@ -15,11 +19,26 @@ pub struct Thresholds {
     pub hysteresis: f64,
     pub abort_repeat_ms: u64,
     pub shadow: bool,
+    /// The last resort ([`kill`]): on, its line, how long an abort may go unobeyed, how often it may kill.
+    pub kill: bool,
+    pub kill_at: f64,
+    pub kill_after_ms: u64,
+    pub kill_repeat_ms: u64,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Thresholds { refuse_at: 0.85, abort_at: 0.92, hysteresis: 0.02, abort_repeat_ms: 5000, shadow: false }
+        Thresholds {
+            refuse_at: 0.85,
+            abort_at: 0.92,
+            hysteresis: 0.02,
+            abort_repeat_ms: 5000,
+            shadow: false,
+            kill: true,
+            kill_at: 0.97,
+            kill_after_ms: 2000,
+            kill_repeat_ms: 1000,
+        }
     }
 }
 
@@ -91,6 +110,8 @@ pub struct PolicyState {
     pub victim_since_ms: u64,
     /// How many victims have been chosen since entering `aborting` (1 = the first).
     pub abort_round: u32,
+    /// The last resort's memory.
+    pub kill: KillState,
 }
 
 /// The policy's output for one sample.
@@ -107,6 +128,10 @@ pub struct Decision {
     pub shadow: bool,
     /// The state or the victim changed with this sample.
     pub changed: bool,
+    /// The last resort: a process to kill now (carried out by the sampler unless in shadow mode).
+    pub kill: Option<KillOrder>,
+    /// The last resort has halted: its kills freed nothing (`MonitorKillIneffective`).
+    pub kills_halted: bool,
 }
 
 impl Decision {
@@ -158,6 +183,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
     };
 
     let mut next = PolicyState { state, ..PolicyState::default() };
+    let mut new_victim = false;
     if state == State::Aborting {
         let entering = prev.state != State::Aborting;
         let repeat_due =
@@ -166,6 +192,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
             next.victim = big.map(id);
             next.victim_since_ms = now;
             next.abort_round = if entering { 1 } else { prev.abort_round + 1 };
+            new_victim = true;
         } else {
             next.victim = prev.victim;
             next.victim_since_ms = prev.victim_since_ms;
@@ -173,6 +200,16 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         }
     }
 
+    let step = kill::Step {
+        snap,
+        ratio,
+        aborting: state == State::Aborting,
+        victim: next.victim,
+        victim_since_ms: next.victim_since_ms,
+        new_victim,
+    };
+    let (kill_state, kill) = kill::decide(&prev.kill, &step, t);
+    next.kill = kill_state;
     let changed = next.state != prev.state || next.victim != prev.victim;
     let decision = Decision {
         state,
@@ -182,6 +219,8 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         abort_round: next.abort_round,
         shadow: t.shadow,
         changed,
+        kill,
+        kills_halted: next.kill.halted,
     };
     (next, decision)
 }
@@ -251,6 +290,7 @@ mod tests {
             },
             processes: procs,
             agent_pid: 0,
+            protected: Vec::new(),
         }
     }
 
@@ -412,6 +452,8 @@ mod tests {
             abort_round: 0,
             shadow: false,
             changed: false,
+            kill: None,
+            kills_halted: false,
         };
         let mut c = Decisions::default();
         for x in [

@@ -1,0 +1,240 @@
+//! The last resort, carried out: the sampler thread kills the process the policy's kill step names
+//! ([`crate::policy::kill`]) on the same wake-up that decided it, and records the kill in the [`KillBook`] that the
+//! launcher (a guard's kill is not a crash), the front door (the victim's clients get 503 with the reason, not 502)
+//! and `/metrics` read.
+//!
+//! The kill goes through a pidfd opened on the pid; it is sent only when the process behind that pidfd has the
+//! sampled start time and is still listed in the group's tree, so a reused pid or a process that left the group is
+//! never hit. The agent never kills itself.
+
+use crate::policy::KillOrder;
+use crate::snapshot::{ProcSample, ProcessRole, Snapshot};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+
+/// Kills kept for the launcher and the front door to recognise (older ones only count).
+const RECENT: usize = 32;
+
+/// One kill, sent or (in shadow mode) only decided.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KillRecord {
+    pub pid: u32,
+    #[serde(skip)]
+    pub start_ticks: u64,
+    pub name: String,
+    pub role: ProcessRole,
+    pub rss_bytes: u64,
+    pub anon_bytes: u64,
+    /// The group's ratio when the kill was decided.
+    pub ratio: f64,
+    /// `over_kill_at` or `abort_not_obeyed`.
+    pub why: &'static str,
+    /// In words (with the wait, for an abort not obeyed).
+    pub reason: String,
+    /// 1..=3: the kills since the ratio was last below `abort_at`.
+    pub round: u32,
+    pub unix_ms: u64,
+    /// False in shadow mode: decided and recorded, never sent.
+    pub enforced: bool,
+    /// Why the SIGKILL was not sent, when it was not (the process was gone, another process has its pid, …).
+    pub error: Option<String>,
+}
+
+impl KillRecord {
+    /// The kill order for `order` as the sample shows its target (None when the target is not in the sample).
+    pub fn of(order: &KillOrder, snap: &Snapshot, role: ProcessRole, kill_at: f64, shadow: bool) -> Option<Self> {
+        let p: &ProcSample =
+            snap.processes.iter().find(|p| p.pid == order.target.pid && p.start_ticks == order.target.start_ticks)?;
+        Some(KillRecord {
+            pid: p.pid,
+            start_ticks: p.start_ticks,
+            name: p.name.clone(),
+            role,
+            rss_bytes: p.rss_bytes,
+            anon_bytes: p.anon_bytes,
+            ratio: snap.group.ratio(),
+            why: order.why.as_str(),
+            reason: order.why.describe(kill_at),
+            round: order.round,
+            unix_ms: snap.unix_ms,
+            enforced: !shadow,
+            error: None,
+        })
+    }
+
+    /// Sent and not failed: the process is gone by the guard's hand.
+    pub fn done(&self) -> bool {
+        self.enforced && self.error.is_none()
+    }
+}
+
+/// Why a kill was not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error("the agent never kills itself")]
+    Itself,
+    #[error("pid {pid} is gone")]
+    Gone { pid: u32 },
+    #[error("pid {pid} is another process now")]
+    Reused { pid: u32 },
+    #[error("pid {pid} is no longer in the group")]
+    Left { pid: u32 },
+    #[error("reading the group's processes: {0}")]
+    Group(String),
+    #[error("pidfd_open({pid}): {source}")]
+    Open { pid: u32, source: std::io::Error },
+    #[error("pidfd_send_signal({pid}, SIGKILL): {source}")]
+    Send { pid: u32, source: std::io::Error },
+}
+
+/// SIGKILLs the process `order` names if, through a pidfd, it is still the sampled process and a member of the group
+/// `dir` (or a cgroup below it).
+pub fn kill(order: &KillOrder, dir: &Path) -> Result<(), GuardError> {
+    let pid = order.target.pid;
+    if pid == std::process::id() {
+        return Err(GuardError::Itself);
+    }
+    let fd = crate::pidfd::open(pid).map_err(|source| match source.raw_os_error() {
+        Some(libc::ESRCH) => GuardError::Gone { pid },
+        _ => GuardError::Open { pid, source },
+    })?;
+    match crate::procs::start_ticks(pid) {
+        Ok(t) if t == order.target.start_ticks => {}
+        Ok(_) => return Err(GuardError::Reused { pid }),
+        Err(_) => return Err(GuardError::Gone { pid }),
+    }
+    let listed = crate::cgroup::kill::members(dir).map_err(|e| GuardError::Group(e.to_string()))?;
+    if listed.binary_search(&pid).is_err() {
+        return Err(GuardError::Left { pid });
+    }
+    crate::pidfd::send_signal(&fd, libc::SIGKILL).map_err(|source| match source.raw_os_error() {
+        Some(libc::ESRCH) => GuardError::Gone { pid },
+        _ => GuardError::Send { pid, source },
+    })
+}
+
+/// Every kill the guard made since the agent started: the recent ones in full, counts by process name.
+#[derive(Debug, Default)]
+pub struct KillBook {
+    inner: Mutex<Book>,
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    recent: VecDeque<KillRecord>,
+    /// Kills sent, by process name (`monitor_guard_kills_total{process}`).
+    by_name: BTreeMap<String, u64>,
+    /// Kill orders decided in shadow mode, and kills that could not be sent.
+    not_enforced: u64,
+    failed: u64,
+}
+
+/// The kill counts as `/metrics` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KillCounts {
+    pub by_name: BTreeMap<String, u64>,
+    pub not_enforced: u64,
+    pub failed: u64,
+}
+
+impl KillBook {
+    /// Notes one kill, sent or not.
+    pub fn record(&self, rec: KillRecord) {
+        let mut b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if rec.done() {
+            *b.by_name.entry(rec.name.clone()).or_default() += 1;
+        } else if !rec.enforced {
+            b.not_enforced += 1;
+        } else {
+            b.failed += 1;
+        }
+        if b.recent.len() == RECENT {
+            b.recent.pop_front();
+        }
+        b.recent.push_back(rec);
+    }
+
+    /// A kill about to be sent did not go out: the record says why, and it counts as failed, not done.
+    pub fn failed(&self, pid: u32, start_ticks: u64, error: String) {
+        let mut b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(i) = b.recent.iter().rposition(|r| r.pid == pid && r.start_ticks == start_ticks && r.done()) else {
+            return;
+        };
+        let name = b.recent[i].name.clone();
+        b.recent[i].error = Some(error);
+        if let Some(n) = b.by_name.get_mut(&name) {
+            *n = n.saturating_sub(1);
+        }
+        b.failed += 1;
+    }
+
+    /// The kill the guard sent to `pid`, if it is among the recent ones (the launcher asks when a process exits, the
+    /// front door when an upstream connection breaks).
+    pub fn killed(&self, pid: u32) -> Option<KillRecord> {
+        let b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        b.recent.iter().rev().find(|r| r.pid == pid && r.done()).cloned()
+    }
+
+    /// The counts, for `/metrics`.
+    pub fn counts(&self) -> KillCounts {
+        let b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        KillCounts { by_name: b.by_name.clone(), not_enforced: b.not_enforced, failed: b.failed }
+    }
+
+    /// The recent kills, oldest first.
+    pub fn recent(&self) -> Vec<KillRecord> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).recent.iter().cloned().collect()
+    }
+}
+
+/// One process `monitor run` launched, as the guard sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchedProc {
+    pub pid: u32,
+    pub name: String,
+    pub role: ProcessRole,
+    /// `[[process]] protect = true`.
+    pub protect: bool,
+}
+
+/// The launched processes, read by the sampler when the group nears its lines (under `monitor run`; the agent
+/// infers roles from the process tree instead).
+pub type Roster = std::sync::Arc<dyn Fn() -> Vec<LaunchedProc> + Send + Sync>;
+
+/// Each process's role, and the pids the last resort spares: under `monitor run` the launched masters and
+/// `[[process]] protect`; else the masters inferred from the process tree.
+pub fn roles_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (Vec<ProcessRole>, Vec<u32>) {
+    match roster {
+        Some(f) => {
+            let launched = f();
+            let mut roles = Vec::with_capacity(snap.processes.len());
+            let mut protected = Vec::new();
+            for p in &snap.processes {
+                let l = launched.iter().find(|l| l.pid == p.pid);
+                roles.push(l.map_or(ProcessRole::Process, |l| l.role));
+                if l.is_some_and(|l| l.protect || l.role == ProcessRole::Master) {
+                    protected.push(p.pid);
+                }
+            }
+            (roles, protected)
+        }
+        None => {
+            let roles = crate::snapshot::infer_roles(&snap.processes);
+            let protected = snap
+                .processes
+                .iter()
+                .zip(&roles)
+                .filter(|(_, r)| **r == ProcessRole::Master)
+                .map(|(p, _)| p.pid)
+                .collect();
+            (roles, protected)
+        }
+    }
+}
+
+/// The role of `pid` in `snap` (for the kill record).
+pub fn role_of(snap: &Snapshot, roles: &[ProcessRole], pid: u32) -> ProcessRole {
+    snap.processes.iter().position(|p| p.pid == pid).and_then(|i| roles.get(i).copied()).unwrap_or(ProcessRole::Process)
+}

@@ -1,0 +1,314 @@
+//! The last resort, decided: when the process told to abort cannot obey (a native allocation loop, an event loop
+//! that never turns, a process that ignores the signal), the agent kills that one process itself before the
+//! kernel's OOM killer acts on the whole group (systemd's `OOMPolicy=stop` stops the unit, `memory.oom.group=1`
+//! kills the container). Pure: the sampler carries the order out ([`crate::guard`]).
+//!
+//! - ratio >= `kill_at`: kill now.
+//! - aborting `kill_after_ms` after the abort while the victim's anon has not fallen below what it was then: kill,
+//!   wherever the ratio is (a grower held at the brake's `memory.high` never reaches `kill_at`).
+//! - At most one kill per `kill_repeat_ms`. After [`MAX_KILLS`] kills without the ratio falling below `abort_at`
+//!   (memory held by tmpfs, shared memory or the kernel, which no kill frees) the step halts until it does.
+//! - The target is the abort's victim when it may be killed, else the largest by anon that may be. Never the agent;
+//!   a protected process (a master, `[[process]] protect`) only while no other process holds memory.
+//! - In shadow mode the order is decided and logged, never sent, and does not count toward the halt.
+
+use super::ProcId;
+use crate::snapshot::{ProcSample, Snapshot};
+use serde::Serialize;
+
+/// Kills without the ratio falling below `abort_at` after which the step halts.
+pub const MAX_KILLS: u32 = 3;
+
+/// Why the agent kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum KillWhy {
+    /// The ratio reached `kill_at`.
+    OverKillAt,
+    /// The victim was told to abort this long ago and its anon has not fallen.
+    AbortNotObeyed { after_ms: u64 },
+}
+
+impl KillWhy {
+    /// `over_kill_at` or `abort_not_obeyed`, for labels and the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KillWhy::OverKillAt => "over_kill_at",
+            KillWhy::AbortNotObeyed { .. } => "abort_not_obeyed",
+        }
+    }
+
+    /// In words, for alerts and the log.
+    pub fn describe(self, kill_at: f64) -> String {
+        match self {
+            KillWhy::OverKillAt => format!("the group reached kill_at ({:.0}% of its limit)", kill_at * 100.0),
+            KillWhy::AbortNotObeyed { after_ms } => {
+                format!("the abort was not obeyed: its memory had not fallen {after_ms} ms after it was sent")
+            }
+        }
+    }
+}
+
+/// One kill the policy orders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KillOrder {
+    pub target: ProcId,
+    pub why: KillWhy,
+    /// 1 for the first kill since the ratio was last below `abort_at`, up to [`MAX_KILLS`].
+    pub round: u32,
+}
+
+/// What the kill step remembers between samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KillState {
+    /// The victim's anon when it was told to abort (to see whether it obeyed).
+    pub abort_anon: u64,
+    /// When the last kill was ordered (monotonic ms).
+    pub last_ms: Option<u64>,
+    /// Kills ordered (outside shadow mode) since the ratio was last below `abort_at`.
+    pub unrelieved: u32,
+    /// The step has halted: [`MAX_KILLS`] kills freed nothing.
+    pub halted: bool,
+}
+
+/// The process the kill step would target now: the abort's `victim` when it may be killed, else the largest by anon
+/// that may be (an unprotected one holding memory first; `snap.protected` lists the masters and `[[process]]
+/// protect`). Never the agent.
+pub fn target(snap: &Snapshot, victim: Option<ProcId>) -> Option<&ProcSample> {
+    let protected = |p: &ProcSample| snap.protected.contains(&p.pid);
+    let candidates = || snap.processes.iter().filter(|p| p.pid != snap.agent_pid);
+    let free = candidates().filter(|p| !protected(p) && p.anon_bytes > 0);
+    let by_anon = |a: &&ProcSample, b: &&ProcSample| a.anon_bytes.cmp(&b.anon_bytes).then(b.pid.cmp(&a.pid));
+    let largest_free = free.max_by(by_anon);
+    let named = victim.and_then(|v| candidates().find(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
+    match (named, largest_free) {
+        (Some(v), _) if !protected(v) => Some(v),
+        (_, Some(free)) => Some(free),
+        // Nobody else holds memory: a protected process may be killed, the largest first.
+        (_, None) => candidates().max_by(by_anon),
+    }
+}
+
+/// The inputs of one kill decision.
+pub struct Step<'a> {
+    pub snap: &'a Snapshot,
+    pub ratio: f64,
+    pub aborting: bool,
+    /// The abort's victim and when it was told (monotonic ms).
+    pub victim: Option<ProcId>,
+    pub victim_since_ms: u64,
+    /// The victim was chosen with this sample.
+    pub new_victim: bool,
+}
+
+/// The kill step: the state to keep and the order, if any.
+pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, Option<KillOrder>) {
+    let now = s.snap.mono_ms;
+    let mut next = *prev;
+    if s.ratio < t.abort_at {
+        next.unrelieved = 0;
+        next.halted = false;
+    }
+    let victim_now =
+        s.victim.and_then(|v| s.snap.processes.iter().find(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
+    if s.new_victim {
+        next.abort_anon = victim_now.map_or(0, |p| p.anon_bytes);
+    }
+    if !t.kill || !s.aborting || next.halted {
+        return (next, None);
+    }
+    if next.last_ms.is_some_and(|last| now.saturating_sub(last) < t.kill_repeat_ms) {
+        return (next, None);
+    }
+    let waited = now.saturating_sub(s.victim_since_ms);
+    let why = if s.ratio >= t.kill_at {
+        KillWhy::OverKillAt
+    } else if !s.new_victim
+        && waited >= t.kill_after_ms
+        && victim_now.is_some_and(|v| v.anon_bytes >= next.abort_anon && v.anon_bytes > 0)
+    {
+        KillWhy::AbortNotObeyed { after_ms: waited }
+    } else {
+        return (next, None);
+    };
+    let Some(p) = target(s.snap, s.victim) else { return (next, None) };
+    if next.unrelieved >= MAX_KILLS {
+        next.halted = true;
+        return (next, None);
+    }
+    next.last_ms = Some(now);
+    if !t.shadow {
+        next.unrelieved += 1;
+    }
+    let order =
+        KillOrder { target: ProcId { pid: p.pid, start_ticks: p.start_ticks }, why, round: next.unrelieved.max(1) };
+    (next, Some(order))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{decide as policy, Decision, PolicyState, State, Thresholds};
+    use super::*;
+    use crate::snapshot::{CgroupVersion, GroupSample, LimitSource, Traffic};
+
+    fn proc(pid: u32, anon: u64) -> ProcSample {
+        ProcSample {
+            pid,
+            name: format!("p{pid}"),
+            start_ticks: 1000 + u64::from(pid),
+            ppid: 1,
+            rss_bytes: anon,
+            anon_bytes: anon,
+            traffic: Traffic::default(),
+        }
+    }
+
+    /// A group of limit 1000 at `usage`, at `ms`: pid 10 a master (protected) of 100, 11 of 300, 12 of 200.
+    fn snap(usage: u64, ms: u64, procs: Vec<ProcSample>) -> Snapshot {
+        Snapshot {
+            seq: 0,
+            unix_ms: ms,
+            mono_ms: ms,
+            group: GroupSample {
+                cgroup: "/g".into(),
+                version: CgroupVersion::V1,
+                usage_bytes: usage,
+                limit_bytes: 1000,
+                limit_source: LimitSource::Cgroup,
+                oom_kills: None,
+                processes_listed: procs.len(),
+                processes_sampled: procs.len(),
+                pressure: None,
+            },
+            processes: procs,
+            agent_pid: 0,
+            protected: vec![10],
+        }
+    }
+
+    fn three() -> Vec<ProcSample> {
+        vec![proc(10, 100), proc(11, 300), proc(12, 200)]
+    }
+
+    /// Runs the policy over (usage, ms, processes) steps; returns each decision.
+    fn run(t: &Thresholds, steps: &[(u64, u64, Vec<ProcSample>)]) -> Vec<Decision> {
+        let mut st = PolicyState::default();
+        steps
+            .iter()
+            .map(|(u, ms, procs)| {
+                let (n, d) = policy(&st, &snap(*u, *ms, procs.clone()), t);
+                st = n;
+                d
+            })
+            .collect()
+    }
+
+    fn kills(ds: &[Decision]) -> Vec<Option<(u32, &'static str)>> {
+        ds.iter().map(|d| d.kill.map(|k| (k.target.pid, k.why.as_str()))).collect()
+    }
+
+    #[test]
+    fn over_kill_at_the_victim_is_killed_at_once_then_at_most_once_per_repeat() {
+        let t = Thresholds::default();
+        let ds = run(
+            &t,
+            &[
+                (930, 0, three()),                               // aborting: 11 told
+                (970, 100, three()),                             // kill_at: 11 killed
+                (975, 200, three()),                             // within kill_repeat_ms: no second kill
+                (975, 1100, vec![proc(10, 100), proc(12, 200)]), // 11 gone, still over: the largest that may be, 12
+            ],
+        );
+        assert_eq!(kills(&ds), [None, Some((11, "over_kill_at")), None, Some((12, "over_kill_at"))]);
+        assert_eq!((ds[1].kill.map(|k| k.round), ds[3].kill.map(|k| k.round)), (Some(1), Some(2)));
+        // Straight from normal to over kill_at: the largest is told and killed on the same sample.
+        let ds = run(&t, &[(100, 0, three()), (990, 100, three())]);
+        assert_eq!((ds[1].state, ds[1].victim.map(|v| v.pid)), (State::Aborting, Some(11)));
+        assert_eq!(kills(&ds), [None, Some((11, "over_kill_at"))]);
+    }
+
+    #[test]
+    fn an_abort_not_obeyed_is_a_kill_after_kill_after_ms_wherever_the_ratio_is() {
+        let t = Thresholds::default();
+        let grown = || vec![proc(10, 100), proc(11, 320), proc(12, 200)];
+        let ds = run(
+            &t,
+            &[
+                (930, 0, three()),
+                (935, 1000, grown()),
+                (925, 1999, grown()),
+                // Held at the brake below kill_at, in the hysteresis band: still killed once the wait is over.
+                (910, 2000, grown()),
+            ],
+        );
+        assert_eq!(kills(&ds), [None, None, None, Some((11, "abort_not_obeyed"))]);
+        assert_eq!(ds[3].kill.map(|k| k.why), Some(KillWhy::AbortNotObeyed { after_ms: 2000 }));
+        // A victim that freed some memory obeyed: no kill.
+        let freed = vec![proc(10, 100), proc(11, 250), proc(12, 200)];
+        let ds = run(&t, &[(930, 0, three()), (930, 2500, freed)]);
+        assert_eq!(kills(&ds), [None, None]);
+        // Refusing again: no kill.
+        let ds = run(&t, &[(930, 0, three()), (880, 2500, three())]);
+        assert_eq!(kills(&ds), [None, None]);
+    }
+
+    #[test]
+    fn the_master_is_spared_while_another_process_holds_memory() {
+        let t = Thresholds::default();
+        // The master (10) is the largest and so the abort's victim; the kill takes the largest other.
+        let big_master = || vec![proc(10, 700), proc(11, 100), proc(12, 150)];
+        let ds = run(&t, &[(980, 0, big_master())]);
+        assert_eq!(ds[0].victim.map(|v| v.pid), Some(10));
+        assert_eq!(kills(&ds), [Some((12, "over_kill_at"))]);
+        // Alone with memory, the master may be killed.
+        let ds = run(&t, &[(980, 0, vec![proc(10, 700), proc(11, 0)])]);
+        assert_eq!(kills(&ds), [Some((10, "over_kill_at"))]);
+        // The agent itself never.
+        let mut s = snap(980, 0, vec![proc(5, 900)]);
+        s.agent_pid = 5;
+        assert_eq!(target(&s, None), None);
+    }
+
+    #[test]
+    fn three_kills_that_free_nothing_halt_the_step_until_the_ratio_falls() {
+        let t = Thresholds::default();
+        // tmpfs holds the group over kill_at: each kill frees nothing.
+        let steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..8).map(|i| (985, i * 1000, three())).collect();
+        let ds = run(&t, &steps);
+        let ordered = ds.iter().filter(|d| d.kill.is_some()).count();
+        assert_eq!(ordered, MAX_KILLS as usize, "{:?}", kills(&ds));
+        assert_eq!(
+            ds.iter().map(|d| d.kills_halted).collect::<Vec<_>>(),
+            [false, false, false, true, true, true, true, true]
+        );
+        // Below abort_at the count starts again.
+        let mut steps = steps;
+        steps.push((800, 9000, three()));
+        steps.push((985, 10000, three()));
+        let ds = run(&t, &steps);
+        assert_eq!((ds[8].kills_halted, ds[9].kill.map(|k| k.round)), (false, Some(1)));
+    }
+
+    #[test]
+    fn off_and_shadow() {
+        let off = Thresholds { kill: false, ..Thresholds::default() };
+        assert_eq!(kills(&run(&off, &[(990, 0, three())])), [None]);
+        // Shadow: decided each kill_repeat_ms, never counted toward the halt (nothing was sent).
+        let shadow = Thresholds { shadow: true, ..Thresholds::default() };
+        let steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..6).map(|i| (990, i * 1000, three())).collect();
+        let ds = run(&shadow, &steps);
+        assert!(ds.iter().all(|d| d.kill.is_some() && !d.kills_halted), "{:?}", kills(&ds));
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_the_abort_victim_named() {
+        let t = Thresholds::default();
+        let (st, d) = policy(&PolicyState::default(), &snap(930, 0, three()), &t);
+        assert_eq!(d.victim.map(|v| v.pid), Some(11));
+        // 11 exited and its pid was reused by a new small process: the kill takes the largest that may be.
+        let mut reused = proc(11, 50);
+        reused.start_ticks += 7;
+        let (_, d) = policy(&st, &snap(975, 100, vec![proc(10, 100), reused, proc(12, 200)]), &t);
+        assert_eq!(d.kill.map(|k| k.target.pid), Some(12));
+    }
+}
