@@ -87,6 +87,7 @@ impl Feed {
                 cgroup: PathBuf::from("/sys/fs/cgroup/memory/bench-web"),
                 version: CgroupVersion::V1,
                 usage_bytes: usage,
+                shmem_bytes: 0,
                 limit_bytes: LIMIT,
                 limit_source: LimitSource::Cgroup,
                 oom_kills: None,

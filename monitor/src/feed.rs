@@ -231,6 +231,7 @@ impl Published {
                     cgroup: "/g".into(),
                     version: crate::snapshot::CgroupVersion::V1,
                     usage_bytes: 0,
+                    shmem_bytes: 0,
                     limit_bytes: 1,
                     limit_source: crate::snapshot::LimitSource::Cgroup,
                     oom_kills: None,

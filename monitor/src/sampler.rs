@@ -579,6 +579,7 @@ impl Sampler {
                 cgroup: group.dir.clone(),
                 version: group.version,
                 usage_bytes: mem.usage_bytes,
+                shmem_bytes: mem.shmem_bytes,
                 limit_bytes,
                 limit_source,
                 oom_kills: mem.oom_kills,

@@ -61,8 +61,12 @@ impl std::fmt::Display for LimitSource {
 pub struct GroupSample {
     pub cgroup: PathBuf,
     pub version: CgroupVersion,
-    /// v2 `memory.stat anon`; v1 `memory.stat total_rss`.
+    /// What no reclaim frees without swap: v2 `memory.stat` `anon + shmem`; v1 `total_rss + total_shmem`. The
+    /// shmem part (tmpfs files, shared memory) is charged to the limit like anon, so the kernel's OOM killer counts
+    /// it; it is usually near 0.
     pub usage_bytes: u64,
+    /// The shmem part of `usage_bytes`.
+    pub shmem_bytes: u64,
     pub limit_bytes: u64,
     pub limit_source: LimitSource,
     /// How many processes of the group the kernel's OOM killer has killed since the group was created (v2

@@ -143,7 +143,10 @@ pub fn parse_procs(text: &str, out: &mut Vec<u32>) -> Result<(), String> {
 /// The group's memory at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Memory {
+    /// What no reclaim frees without swap: anon (v2 `anon`, v1 `total_rss`) plus shmem (`shmem`, `total_shmem`).
     pub usage_bytes: u64,
+    /// The shmem part of the usage: tmpfs files, shared memory, shared anonymous mappings.
+    pub shmem_bytes: u64,
     /// None when no cgroup up the tree sets a limit.
     pub limit_bytes: Option<u64>,
     /// The kernel's count of OOM kills in the group (None where the kernel has no such count).
@@ -293,10 +296,18 @@ impl GroupReader {
         match self.group.version {
             CgroupVersion::V1 => {
                 let stat = v1::parse_memory_stat(text).map_err(|msg| self.parse_err(msg))?;
-                Ok(Memory { usage_bytes: stat.total_rss, limit_bytes: stat.limit_bytes, oom_kills, pressure })
+                Ok(Memory {
+                    usage_bytes: stat.total_rss + stat.total_shmem,
+                    shmem_bytes: stat.total_shmem,
+                    limit_bytes: stat.limit_bytes,
+                    oom_kills,
+                    pressure,
+                })
             }
             CgroupVersion::V2 => {
-                let usage_bytes = v2::parse_anon(text).map_err(|msg| self.parse_err(msg))?;
+                let parsed = v2::parse_anon(text).and_then(|anon| Ok((anon, v2::parse_shmem(text)?)));
+                let (anon, shmem_bytes) = parsed.map_err(|msg| self.parse_err(msg))?;
+                let usage_bytes = anon + shmem_bytes;
                 let mut limit: Option<u64> = None;
                 for f in &self.max_files {
                     let text = f.read(&mut self.buf)?;
@@ -304,7 +315,7 @@ impl GroupReader {
                         v2::parse_memory_max(text).map_err(|msg| CgroupError::Parse { path: f.path.clone(), msg })?;
                     limit = v2::min_limit(limit, max);
                 }
-                Ok(Memory { usage_bytes, limit_bytes: limit, oom_kills, pressure })
+                Ok(Memory { usage_bytes, shmem_bytes, limit_bytes: limit, oom_kills, pressure })
             }
         }
     }
@@ -435,7 +446,13 @@ mod tests {
         let m = r.memory().expect("memory");
         assert_eq!(
             m,
-            Memory { usage_bytes: 41996288, limit_bytes: Some(402653184), oom_kills: Some(2), pressure: None }
+            Memory {
+                usage_bytes: 41996288,
+                shmem_bytes: 0,
+                limit_bytes: Some(402653184),
+                oom_kills: Some(2),
+                pressure: None
+            }
         );
         let mut pids = Vec::new();
         r.pids(&mut pids).expect("pids");

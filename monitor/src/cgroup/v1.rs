@@ -1,5 +1,5 @@
-//! cgroup v1 memory controller: `memory.stat` gives the hierarchical usage (`total_rss`) and limit
-//! (`hierarchical_memory_limit`) in one file.
+//! cgroup v1 memory controller: `memory.stat` gives the hierarchical usage (`total_rss`, plus `total_shmem`) and
+//! limit (`hierarchical_memory_limit`) in one file.
 
 /// Values at or above this mean "no limit" (the kernel reports PAGE_COUNTER_MAX in bytes, ~2^63).
 pub const UNLIMITED_FROM: u64 = 1 << 60;
@@ -9,6 +9,9 @@ pub const UNLIMITED_FROM: u64 = 1 << 60;
 pub struct V1Stat {
     /// Anonymous and swap-cache memory of the group and its descendants, THP included (`total_rss`).
     pub total_rss: u64,
+    /// tmpfs, shared memory and shared anonymous mappings of the group and its descendants (`total_shmem`; 0 on
+    /// kernels that do not report it): charged to the limit, and no reclaim frees it without swap.
+    pub total_shmem: u64,
     /// `hierarchical_memory_limit`, None when unlimited.
     pub limit_bytes: Option<u64>,
 }
@@ -17,7 +20,8 @@ pub struct V1Stat {
 pub fn parse_memory_stat(text: &str) -> Result<V1Stat, String> {
     let total_rss = super::v2::keyed(text, "total_rss")?.ok_or("no total_rss line")?;
     let limit = super::v2::keyed(text, "hierarchical_memory_limit")?.ok_or("no hierarchical_memory_limit line")?;
-    Ok(V1Stat { total_rss, limit_bytes: (limit < UNLIMITED_FROM).then_some(limit) })
+    let total_shmem = super::v2::keyed(text, "total_shmem")?.unwrap_or(0);
+    Ok(V1Stat { total_rss, total_shmem, limit_bytes: (limit < UNLIMITED_FROM).then_some(limit) })
 }
 
 #[cfg(test)]
@@ -28,7 +32,7 @@ mod tests {
     fn captured_child_with_limit() {
         // Captured on this project's host: a python process holding a touched 64 MiB bytearray (RssAnon 72408 kB).
         let s = parse_memory_stat(include_str!("../../../tests/fixtures/v1/child-limited.memory.stat")).expect("parse");
-        assert_eq!(s, V1Stat { total_rss: 72408 * 1024, limit_bytes: Some(128 << 20) });
+        assert_eq!(s, V1Stat { total_rss: 72408 * 1024, total_shmem: 0, limit_bytes: Some(128 << 20) });
         let p =
             parse_memory_stat(include_str!("../../../tests/fixtures/v1/parent-limited.memory.stat")).expect("parse");
         assert_eq!(p.limit_bytes, Some(256 << 20));

@@ -34,6 +34,11 @@ pub fn parse_anon(text: &str) -> Result<u64, String> {
     keyed(text, "anon")?.ok_or_else(|| "no anon line".to_string())
 }
 
+/// The `shmem` value of a v2 `memory.stat` (tmpfs, shared memory, shared anonymous mappings), 0 when absent.
+pub fn parse_shmem(text: &str) -> Result<u64, String> {
+    Ok(keyed(text, "shmem")?.unwrap_or(0))
+}
+
 /// A `memory.max` file: a number of bytes, or `max` for none.
 pub fn parse_memory_max(text: &str) -> Result<Option<u64>, String> {
     match text.trim() {

@@ -173,6 +173,7 @@ mod tests {
                 cgroup: "/g".into(),
                 version: CgroupVersion::V1,
                 usage_bytes: usage,
+                shmem_bytes: 0,
                 limit_bytes: 1000,
                 limit_source: LimitSource::Cgroup,
                 oom_kills: None,

@@ -281,6 +281,7 @@ mod tests {
                 cgroup: "/g".into(),
                 version: CgroupVersion::V1,
                 usage_bytes: usage,
+                shmem_bytes: 0,
                 limit_bytes: limit,
                 limit_source: LimitSource::Cgroup,
                 oom_kills: None,
