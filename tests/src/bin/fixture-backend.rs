@@ -14,6 +14,8 @@
 //! - `?grow_mib=N` grows inside the request, as a runaway request would: it allocates and touches 4 MiB chunks up
 //!   to N MiB, at `grow_mib_s` MiB/s (0 or absent: as fast as it can), yielding between chunks so that a client
 //!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer.
+//! - `?grow_sync_mib=N` grows the same way without ever yielding, as a handler stuck in a native allocation loop (or
+//!   a Node worker whose event loop never turns) would: a cancelled request cannot stop it, only the process's end.
 //! - `?drop_on=NAME`: the process named NAME closes the connection without answering (counted as `dropped` in
 //!   `/stats`); the others answer as usual.
 //! - `GET /hang-health?ms=N`: for the next N ms `/health` hangs until the N ms are over, then answers 503.
@@ -208,9 +210,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
         Some(mib) => touched(usize::try_from(mib).unwrap_or(0).saturating_mul(MIB)),
         None => Vec::new(),
     };
-    let grown = match query_u64(&query, "grow_mib") {
-        Some(mib) => grow(mib, query_u64(&query, "grow_mib_s").unwrap_or(0)).await,
-        None => Vec::new(),
+    let grown = match (query_u64(&query, "grow_mib"), query_u64(&query, "grow_sync_mib")) {
+        (Some(mib), _) => grow(mib, query_u64(&query, "grow_mib_s").unwrap_or(0)).await,
+        (None, Some(mib)) => grow_sync(mib),
+        (None, None) => Vec::new(),
     };
     if let Some(ms) = query_u64(&query, "sleep_ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -332,6 +335,11 @@ async fn grow(mib: u64, rate_mib_s: u64) -> Vec<Vec<u8>> {
         held.push(touched(CHUNK_MIB as usize * MIB));
     }
     held
+}
+
+/// Grows to `mib` MiB in touched 4 MiB chunks as fast as it can, never yielding: nothing outside can stop it.
+fn grow_sync(mib: u64) -> Vec<Vec<u8>> {
+    (0..mib.div_ceil(4)).map(|_| touched(4 * MIB)).collect()
 }
 
 /// `bytes` of memory with every page written once: resident and private, at the speed of the page faults (a

@@ -3,6 +3,7 @@
 //! The tests take turns (`TURNS`): each measures time and wants the machine to itself.
 
 mod agent;
+mod last_resort;
 mod run;
 
 /// Held by each test for its whole run.

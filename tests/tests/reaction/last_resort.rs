@@ -1,0 +1,77 @@
+//! `monitor run`'s last resort: a worker whose request handler allocates toward twice the limit without ever
+//! yielding (the fixture backend's `?grow_sync_mib`, as a Node worker whose event loop never turns) cannot be
+//! stopped by cancelling its request. The guard kills that one worker before the kernel's OOM killer acts (the
+//! group's own OOM count stays 0): its request is answered with the guard's 503 (cancelled at the abort, or failed
+//! at the kill), never a 502; the launcher restarts it (state `killed`, not a crash), and the master and the other
+//! worker keep their pids.
+
+use monitor_tests::require_v1;
+use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// A cache id issued by the worker named `name` (asked until that worker answers).
+fn cache_id_of(run: &Run, name: &str) -> String {
+    for _ in 0..40 {
+        let r = run.get("/r4/x?cache=start", &[]);
+        if served_by(&r) == name {
+            return r.header("x-cache-id").unwrap_or_else(|| panic!("no cache id from {name}")).to_string();
+        }
+    }
+    panic!("{name} never issued a cache id");
+}
+
+fn pid_of(status: &Value, name: &str) -> u64 {
+    member(status, name)["pid"].as_u64().unwrap_or_else(|| panic!("{name} has no pid:\n{status:#}"))
+}
+
+#[test]
+fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
+    if !require_v1("a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer") {
+        return;
+    }
+    let _turn = crate::turn();
+    let spec = Spec {
+        workers: 2,
+        limit_mib: 512,
+        proxy: "master_serves_tx = false".into(),
+        policy: "interval_ms = 100".into(),
+        ..Spec::default()
+    };
+    let run = Run::start("run-last-resort", &spec);
+    let tx1 = cache_id_of(&run, "tx1");
+    let before = run.status();
+    let (m0, tx1_pid, tx2_pid) = (pid_of(&before, "m0"), pid_of(&before, "tx1"), pid_of(&before, "tx2"));
+    let kills = run.cg.oom_kills();
+
+    // 1,024 MiB in one request, twice the limit, and nothing in tx1 can notice the request was cancelled.
+    let t0 = Instant::now();
+    let grow = run.get("/r4/x?grow_sync_mib=1024", &[("X-Cache-Id", &tx1)]);
+    let took = t0.elapsed();
+    assert_eq!(grow.status, 503, "the growing request: {} {}\n{}", grow.status, grow.text(), run.stderr());
+    // Cancelled when tx1 was told to abort, or failed when it was killed: either way the guard's 503, never a 502.
+    assert!(grow.text().starts_with("memory guard:"), "{}", grow.text());
+    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+    // The launcher knows the guard killed it: `killed` until the restart (1 s of backoff), not a crash.
+    run.wait_for("tx1 killed", |s| member(s, "tx1")["state"] == "killed", Duration::from_secs(3));
+    assert!(run.stderr().contains("killed: "), "the agent logs the kill:\n{}", run.stderr());
+
+    // tx1 comes back as a new process; the master and tx2 are the processes they were.
+    let status = run.wait_for(
+        "tx1 restarted and ready",
+        |s| {
+            let m = member(s, "tx1");
+            m["state"] == "ready" && m["pid"].as_u64().is_some_and(|p| p != tx1_pid)
+        },
+        TIMEOUT,
+    );
+    assert_eq!(member(&status, "tx1")["restarts"], 1, "{status:#}");
+    assert_eq!((pid_of(&status, "m0"), pid_of(&status, "tx2")), (m0, tx2_pid), "only tx1 was killed:\n{status:#}");
+    assert_eq!(member(&status, "m0")["restarts"], 0, "{status:#}");
+    assert_eq!(member(&status, "tx2")["restarts"], 0, "{status:#}");
+    let r = run.get("/r4/x", &[]);
+    assert_eq!(r.status, 200, "the group serves again: {}", r.text());
+    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+    std::thread::sleep(Duration::from_millis(200));
+    eprintln!("tx1 grew without yielding: killed by the guard and answered 503 after {took:?}; OOM kills 0");
+}
