@@ -137,7 +137,7 @@ pub struct Published {
     /// The interval until the next timed sample, in milliseconds, as pacing chose it.
     pub next_sample_ms: u64,
     /// The last resort's kill carried out (or, in shadow mode, decided) on this sample.
-    pub kill: Option<crate::guard::KillRecord>,
+    pub kill: Option<crate::policy::kill::KillRecord>,
 }
 
 /// Samples a slow consumer may fall behind by before it loses some (at the default 100 ms interval, 6.4 s). The

@@ -13,7 +13,7 @@
 //! - In shadow mode the order is decided and logged, never sent, and does not count toward the halt.
 
 use super::ProcId;
-use crate::snapshot::{ProcSample, Snapshot};
+use crate::snapshot::{ProcSample, ProcessRole, Snapshot};
 use serde::Serialize;
 
 /// Kills without the ratio falling below `abort_at` after which the step halts.
@@ -143,6 +143,59 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
     let order =
         KillOrder { target: ProcId { pid: p.pid, start_ticks: p.start_ticks }, why, round: next.unrelieved.max(1) };
     (next, Some(order))
+}
+
+/// One kill, sent or (in shadow mode) only decided.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KillRecord {
+    pub pid: u32,
+    #[serde(skip)]
+    pub start_ticks: u64,
+    pub name: String,
+    pub role: ProcessRole,
+    pub rss_bytes: u64,
+    pub anon_bytes: u64,
+    /// The group's ratio when the kill was decided.
+    pub ratio: f64,
+    /// `over_kill_at` or `abort_not_obeyed`.
+    pub why: &'static str,
+    /// In words (with the wait, for an abort not obeyed).
+    pub reason: String,
+    /// 1..=3: the kills since the ratio was last below `abort_at`.
+    pub round: u32,
+    pub unix_ms: u64,
+    /// False in shadow mode: decided and recorded, never sent.
+    pub enforced: bool,
+    /// Why the SIGKILL was not sent, when it was not (the process was gone, another process has its pid, …).
+    pub error: Option<String>,
+}
+
+impl KillRecord {
+    /// The kill order for `order` as the sample shows its target (None when the target is not in the sample).
+    pub fn of(order: &KillOrder, snap: &Snapshot, role: ProcessRole, kill_at: f64, shadow: bool) -> Option<Self> {
+        let p =
+            snap.processes.iter().find(|p| p.pid == order.target.pid && p.start_ticks == order.target.start_ticks)?;
+        Some(KillRecord {
+            pid: p.pid,
+            start_ticks: p.start_ticks,
+            name: p.name.clone(),
+            role,
+            rss_bytes: p.rss_bytes,
+            anon_bytes: p.anon_bytes,
+            ratio: snap.group.ratio(),
+            why: order.why.as_str(),
+            reason: order.why.describe(kill_at),
+            round: order.round,
+            unix_ms: snap.unix_ms,
+            enforced: !shadow,
+            error: None,
+        })
+    }
+
+    /// Sent and not failed: the process is gone by the guard's hand.
+    pub fn done(&self) -> bool {
+        self.enforced && self.error.is_none()
+    }
 }
 
 #[cfg(test)]
