@@ -116,15 +116,6 @@ fn policy(p: &PolicyConfig, out: &mut Vec<Problem>) {
             format!("{} must be above abort_at ({}) and below 1", p.kill_at, p.abort_at),
         ));
     }
-    for (key, ms) in [("kill_after_ms", p.kill_after_ms), ("kill_repeat_ms", p.kill_repeat_ms)] {
-        if ms < p.interval_ms {
-            out.push(problem_with(
-                &at(key),
-                &at("interval_ms"),
-                format!("{ms} is below interval_ms ({})", p.interval_ms),
-            ));
-        }
-    }
     if let Some(b) = p.brake_at {
         if !(b > p.abort_at && b < 1.0) {
             out.push(problem_with(

@@ -91,6 +91,8 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
         .set("alerts", "alertmanagers", monitor_tests::config::strings([format!("http://127.0.0.1:{am2_port}")]))
         .set("alerts", "quiet_s", 1)
         .set("alerts", "resend_s", 2)
+        // The hog held over abort_at for seconds must stay alive: the last resort is tested on its own.
+        .set("policy", "kill", false)
         .probes(false);
 
     // The group: 256 MiB; the process with the nasty name is the largest.
@@ -132,6 +134,7 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
         .lines("alerts", "labels = { instance = \"peer\" }")
         .set("alerts", "quiet_s", 1)
         .set("alerts", "resend_s", 2)
+        .set("policy", "kill", false)
         .probes(false);
     let peer_dir = dir.join("peer");
     std::fs::create_dir_all(&peer_dir).unwrap_or_else(|e| panic!("{e}"));

@@ -36,6 +36,8 @@ fn a_grower_killed_by_the_kernel_is_counted_exported_and_paged() {
         .alert_command(["sh", "-c", "cat >> \"$0\"; echo >> \"$0\"", &out.display().to_string()])
         .set("alerts", "quiet_s", 1)
         .set("actions", "abort_signal", "SIGUSR2")
+        // The kernel's kill is what this test is about: the agent's last resort stays off.
+        .set("policy", "kill", false)
         .probes(false);
 
     let cg = CgroupV1::create("oom-kills", Some(LIMIT));

@@ -28,6 +28,8 @@ fn the_agent_in_its_own_group_is_listed_never_aborted_never_traced() {
     // A limit far below what the group uses: the policy is in `aborting` from the first sample.
     let config = Config::new()
         .set("policy", "limit_bytes", 1_048_576)
+        // Who is named to abort is what this test is about: the last resort would kill the server it then asks.
+        .set("policy", "kill", false)
         .write(std::env::temp_dir().join(format!("monitor-own-group-{}.toml", std::process::id())));
     let web = monitor_tests::agent::free_port();
     let args: Vec<String> = ["agent", "--cgroup", "auto", "--interval-ms", "50", "--config"]
