@@ -139,6 +139,8 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("role-unknown.toml", &["role"], &[3]),
     ("refuse-above-default-abort.toml", &["refuse_at", "abort_at at its default"], &[3]),
     ("brake-below-abort.toml", &["brake_at", "above abort_at"], &[2, 3]),
+    ("kill-below-abort.toml", &["kill_at", "above abort_at"], &[2, 3]),
+    ("abort-above-default-kill.toml", &["abort_at", "kill_at at its default"], &[2]),
     ("wakeup-unknown.toml", &["inotify"], &[3]),
     ("min-interval-above-interval.toml", &["min_interval_ms"], &[3]),
     ("webhook-https-ca-missing.toml", &["alerts.ca_file", "/nonexistent/monitor-test-ca.pem"], &[5]),
