@@ -28,6 +28,16 @@ pub fn pread_record(file: &File, buf: &mut Vec<u8>) -> std::io::Result<()> {
     read_from_zero(file, buf, true)
 }
 
+/// Reads a whole `/proc` or cgroup file as text, any bytes that are not UTF-8 replaced: a process chooses its own
+/// name (`prctl(PR_SET_NAME)`, any bytes), and a name must never make its process unreadable to the guard.
+pub fn read_lossy(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
 fn read_from_zero(file: &File, buf: &mut Vec<u8>, short_is_whole: bool) -> std::io::Result<()> {
     buf.clear();
     if buf.capacity() < 4096 {

@@ -81,7 +81,7 @@ pub struct StatInfo {
 
 /// The start time of process `pid` (`/proc/<pid>/stat` field 22, clock ticks since boot).
 pub fn start_ticks(pid: u32) -> Result<u64, String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    let text = crate::kernfile::read_lossy(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
     parse_stat(&text).map(|s| s.start_ticks)
 }
 
@@ -108,7 +108,7 @@ pub fn with_descendants(proc_root: &Path, pid: u32) -> std::collections::HashSet
     if let Ok(dir) = std::fs::read_dir(proc_root) {
         for e in dir.flatten() {
             let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let Ok(text) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+            let Ok(text) = crate::kernfile::read_lossy(e.path().join("stat")) else { continue };
             if let Ok(s) = parse_stat(&text) {
                 children.entry(s.ppid).or_default().push(p);
             }
@@ -283,7 +283,7 @@ impl ProcTable {
         } else {
             None
         };
-        let text = std::fs::read_to_string(dir.join("stat")).map_err(classify)?;
+        let text = crate::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
         let stat = parse_stat(&text).map_err(ReadError::Other)?;
         if statm.is_some() {
             self.kept += 1;
@@ -319,7 +319,7 @@ impl ProcTable {
                 let f = File::open(dir.join("statm")).map_err(classify)?;
                 pread_record(&f, buf).map_err(classify)?;
                 drop(f);
-                let text = std::fs::read_to_string(dir.join("stat")).map_err(classify)?;
+                let text = crate::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
                 let stat = parse_stat(&text).map_err(ReadError::Other)?;
                 if stat.start_ticks != e.stat.start_ticks || stat.comm != e.stat.comm {
                     e.stat = stat;
@@ -582,6 +582,34 @@ mod tests {
         assert_eq!(t.len(), 1);
         t.sample(&[], &mut out);
         assert!(out.is_empty() && t.is_empty());
+    }
+
+    #[test]
+    fn a_process_named_with_bytes_that_are_not_utf8_is_sampled() {
+        // Any process may name itself with any bytes (prctl PR_SET_NAME): it must not hide from the guard.
+        let script = "import ctypes,sys,time\nctypes.CDLL(None).prctl(15, b'\\xff\\xfe\\xfd\\x80hide', 0, 0, 0)\n\
+                      print('named', flush=True)\ntime.sleep(30)\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        let out_pipe = child.stdout.take().expect("stdout");
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out_pipe), &mut line);
+        assert_eq!(line.trim(), "named");
+        let pid = child.id();
+        let raw = std::fs::read(format!("/proc/{pid}/stat")).expect("stat");
+        assert!(std::str::from_utf8(&raw).is_err(), "the name is not UTF-8: {raw:?}");
+        let mut t = ProcTable::new();
+        let mut out = Vec::new();
+        t.sample(&[pid], &mut out);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(out.len(), 1, "sampled despite its name");
+        assert!(out[0].name.ends_with("hide") && out[0].name.contains('\u{fffd}'), "{:?}", out[0].name);
+        assert!(out[0].rss_bytes > 0);
+        assert!(start_ticks(pid).is_ok() || std::fs::metadata(format!("/proc/{pid}")).is_err());
     }
 
     #[test]

@@ -154,7 +154,7 @@ pub fn holders(proc_root: &Path, inodes: &HashSet<u64>) -> Vec<Holder> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(mine) = socket_inodes(proc_root, pid) else { continue };
         if !mine.is_disjoint(inodes) {
-            let comm = std::fs::read_to_string(e.path().join("comm")).ok().map(|c| c.trim_end().to_string());
+            let comm = crate::kernfile::read_lossy(e.path().join("comm")).ok().map(|c| c.trim_end().to_string());
             out.push(Holder { pid, comm });
         }
     }
