@@ -28,6 +28,7 @@ pub mod launcher;
 pub mod live;
 pub mod logs;
 pub mod metrics;
+pub mod nocaps;
 pub mod notify;
 pub mod pacing;
 pub mod pidfd;

@@ -264,6 +264,12 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // The command gets none of the agent's capabilities (crate::nocaps).
+    let last_cap = crate::nocaps::last_cap();
+    // SAFETY: the closure runs between fork and exec and only makes the async-signal-safe calls of `drop_all`.
+    unsafe {
+        cmd.pre_exec(move || crate::nocaps::drop_all(last_cap));
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
