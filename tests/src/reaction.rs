@@ -9,13 +9,19 @@
 //! line and when the signal came, from its own `CLOCK_MONOTONIC`) or dies (the kernel's OOM killer). The group's own
 //! OOM count (`memory.oom_control` / `memory.events` `oom_kill`) is read before and after, apart from the agent.
 //! The agent's idle CPU is measured once per mode, in its first run, before the grower starts.
+//!
+//! Mode `stubborn` runs the uncooperative grower (`--ignore-all`: every signal it can ignore is ignored) under the
+//! default policy: only the agent's last resort, a SIGKILL at `kill_at`, stops it before the kernel does. Its
+//! stamps, printed as it grows, give when the group crossed `kill_at`; its output closing (after its exit freed its
+//! memory) gives its death.
 
 mod grower;
 mod run;
 mod summary;
 
 pub use grower::{parse_report, timing, Grower, GrowerReport, Timing};
-pub use run::{cpu_of, parse_stat_ticks, run_once, Bins, Group, Idle, Outcome, Run};
+pub use run::{alive, cpu_of, kill_timing, log_says_killed, parse_stat_ticks, run_once};
+pub use run::{Bins, Death, Group, Idle, KillTiming, Outcome, Run};
 use summary::opt;
 pub use summary::{percentile, table, Summary};
 
@@ -30,6 +36,8 @@ use std::time::Duration;
 pub const LIMIT: u64 = 512 * MIB;
 /// The agent's abort line (its default `abort_at`), as a fraction of the limit.
 pub const ABORT_AT: f64 = 0.92;
+/// The agent's kill line (its default `kill_at`), as a fraction of the limit.
+pub const KILL_AT: f64 = 0.97;
 /// The bystanders' sizes, MiB.
 pub const BYSTANDERS_MIB: [u64; 2] = [40, 40];
 /// How far the grower would grow, MiB: past the limit, so only a signal or the OOM killer stops it.
@@ -43,6 +51,11 @@ pub fn line_bytes() -> u64 {
     (ABORT_AT * LIMIT as f64).ceil() as u64
 }
 
+/// The kill line in bytes.
+pub fn kill_line_bytes() -> u64 {
+    (KILL_AT * LIMIT as f64).ceil() as u64
+}
+
 pub use crate::group::Hierarchy;
 
 /// How the agent is configured.
@@ -54,16 +67,19 @@ pub enum Mode {
     Events,
     /// The defaults plus `brake_at = 0.96` (cgroup v2 only).
     Brake,
+    /// The defaults, and a grower that ignores every signal: only the agent's SIGKILL stops it.
+    Stubborn,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Timer, Mode::Events, Mode::Brake];
+    pub const ALL: [Mode; 4] = [Mode::Timer, Mode::Events, Mode::Brake, Mode::Stubborn];
 
     pub fn name(self) -> &'static str {
         match self {
             Mode::Timer => "timer",
             Mode::Events => "events",
             Mode::Brake => "brake",
+            Mode::Stubborn => "stubborn",
         }
     }
 
@@ -77,6 +93,7 @@ impl Mode {
             Mode::Timer => "timer only (100 ms)",
             Mode::Events => "events + pacing (defaults)",
             Mode::Brake => "events + pacing + brake_at 0.96",
+            Mode::Stubborn => "events + pacing (defaults), grower ignores every signal",
         }
     }
 
@@ -93,7 +110,7 @@ impl Mode {
                 .set("policy", "interval_ms", 100)
                 .set("policy", "wakeups", strings::<&str>([]))
                 .set("policy", "pacing", false),
-            Mode::Events => config,
+            Mode::Events | Mode::Stubborn => config,
             Mode::Brake => config.set("policy", "brake_at", 0.96),
         };
         config.render()
@@ -230,7 +247,23 @@ pub fn run_suite(plan: &Plan, bins: &Bins, group: &str) -> Vec<Summary> {
 /// One line about a run.
 pub fn describe(run: &Run) -> String {
     let peak = run.peak_usage.map_or(String::new(), |p| format!(", group peak {:.1} MiB", p as f64 / MIB as f64));
-    let oom = format!("{} OOM kill(s){peak}", run.oom_kills);
+    let lost =
+        if run.bystanders_lost > 0 { format!(", {} bystander(s) lost", run.bystanders_lost) } else { String::new() };
+    let oom = format!("{} OOM kill(s){peak}{lost}", run.oom_kills);
+    if let (Outcome::Died(d), true) = (&run.outcome, run.killed_by_agent) {
+        let held = d.chunks.last().map_or(0, |&(_, b)| b);
+        return match run.kill_timing() {
+            Some(t) => format!(
+                "killed by the agent, dead {:.1} ms after crossing kill_at, base {} MiB + grower {} MiB at its last \
+                 chunk, grower at {} MB/s, {oom}",
+                t.latency_ns as f64 / 1e6,
+                run.base / MIB,
+                held / MIB,
+                opt(t.rate_bytes_s.map(|r| r / 1e6), 0),
+            ),
+            None => format!("killed by the agent before crossing kill_at (held {} MiB), {oom}", held / MIB),
+        };
+    }
     match (&run.outcome, run.timing()) {
         (Outcome::Report(_), Some(t)) => format!(
             "signalled {:.1} ms after the line{}, base {} MiB + grower {} MiB: overshoot {:.1} MiB, grower at {} MB/s, \
@@ -303,5 +336,8 @@ mod tests {
         let labels: Vec<String> = Speed::ALL.iter().map(|s| s.label()).collect();
         assert_eq!(labels, ["200 MB/s", "1 GB/s", "full speed"]);
         assert_eq!(line_bytes(), 493_921_240);
+        assert_eq!(kill_line_bytes(), 520_764_785);
+        assert_eq!(Mode::from_name("stubborn"), Some(Mode::Stubborn));
+        assert!(!Mode::Stubborn.needs_v2());
     }
 }

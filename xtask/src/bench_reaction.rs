@@ -1,13 +1,14 @@
 //! `cargo xtask bench reaction`: the grower suite (tests/src/reaction.rs). Does the agent abort a fast grower before
 //! the kernel's OOM killer acts, and how soon after the group crosses 92%?
 //!
-//! On this host (cgroup v1): modes `timer` and `events`, speeds 200 MB/s, 1 GB/s and full speed, release binaries
-//! from target/release. Then in the test VM (cgroup v2, qemu with software emulation, xtask/src/vmtest/): the same
+//! On this host (cgroup v1): modes `timer`, `events` and `stubborn` (a grower that ignores every signal, so only
+//! the agent's SIGKILL at kill_at stops it), speeds 200 MB/s, 1 GB/s and full speed, release binaries from
+//! target/release. Then in the test VM (cgroup v2, qemu with software emulation, xtask/src/vmtest/): the same
 //! cells plus `brake`, through `vm-suite bench-reaction`, whose summaries come back on the serial console.
 //!
 //! `BENCH_REACTION_RUNS` (default 20) runs per cell, `BENCH_REACTION_IDLE_S` (10) idle seconds per mode,
-//! `BENCH_REACTION_MODES` / `BENCH_REACTION_SPEEDS` (e.g. `timer` / `200,0`) to run fewer cells, and
-//! `BENCH_REACTION_VM` = `6.1`, `6.12`, `all` (default) or `none` for the kernels booted.
+//! `BENCH_REACTION_MODES` / `BENCH_REACTION_SPEEDS` (e.g. `timer` / `200,0`, or `stubborn` / `300,0`) to run fewer
+//! cells, and `BENCH_REACTION_VM` = `6.1`, `6.12`, `all` (default) or `none` for the kernels booted.
 
 use crate::util::{root, run as sh};
 use crate::vmtest::{self, image, kernel, qemu};

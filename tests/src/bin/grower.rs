@@ -1,5 +1,5 @@
-//! `grower [--rate-mib-s N | --rate-mb-s N] [--chunk-mib N] [--max-mib N] [--ignore-signal]`: a fixture process
-//! that grows its anonymous memory as fast as a runaway server would, for the reaction tests and
+//! `grower [--rate-mib-s N | --rate-mb-s N] [--chunk-mib N] [--max-mib N] [--ignore-signal | --ignore-all]`: a
+//! fixture process that grows its anonymous memory as fast as a runaway server would, for the reaction tests and
 //! `cargo xtask bench reaction`.
 //!
 //! It prints `ready <pid>`, waits for a line on stdin, then maps and touches `--chunk-mib` (default 4) MiB chunks
@@ -14,6 +14,11 @@
 //! the signal, or until stdin closes (then it prints the same line with `signal_ns` null and exits 0). With
 //! `--ignore-signal` it ignores SIGUSR2, so the kernel's OOM killer ends it if the group's limit is below
 //! `--max-mib`.
+//!
+//! With `--ignore-all` it is the uncooperative grower: it ignores every signal it can (1..=64 but SIGKILL and
+//! SIGSTOP; the few the C library keeps for itself are left as they are), so only SIGKILL stops it, and it prints
+//! one line per chunk as it goes, `chunk <t_ns> <bytes_after>`, written straight to fd 1, so the stamps of the
+//! chunks it made before a SIGKILL survive it.
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -44,14 +49,19 @@ struct Args {
     chunk_mib: usize,
     max_mib: usize,
     ignore_signal: bool,
+    ignore_all: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { rate_bytes_s: 0, chunk_mib: 4, max_mib: 700, ignore_signal: false };
+    let mut a = Args { rate_bytes_s: 0, chunk_mib: 4, max_mib: 700, ignore_signal: false, ignore_all: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--ignore-signal" {
             a.ignore_signal = true;
+            continue;
+        }
+        if flag == "--ignore-all" {
+            a.ignore_all = true;
             continue;
         }
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -93,6 +103,31 @@ fn chunk(bytes: usize, page: usize) -> Option<*mut u8> {
     Some(p)
 }
 
+/// Ignores every signal that can be ignored: all but SIGKILL and SIGSTOP (which the kernel refuses) and those the C
+/// library reserves for its threads (it refuses them too); the refusals are not errors here.
+fn ignore_all_signals() {
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_IGN for a signal number; a number the kernel or libc refuses returns SIG_ERR, harmlessly.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
+/// Writes `chunk <t_ns> <bytes>` to fd 1 in one write(2), from a stack buffer: nothing allocated, nothing left in a
+/// buffer when a SIGKILL comes.
+fn stamp_line(t_ns: u64, bytes: u64) {
+    let mut buf = [0u8; 64];
+    let mut w: &mut [u8] = &mut buf;
+    if writeln!(w, "chunk {t_ns} {bytes}").is_err() {
+        return;
+    }
+    let n = 64 - w.len();
+    // SAFETY: buf holds n initialized bytes; fd 1 is ours (a closed pipe gives EPIPE, SIGPIPE being ignored).
+    unsafe { libc::write(1, buf.as_ptr().cast(), n) };
+}
+
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
@@ -104,6 +139,9 @@ fn main() -> ExitCode {
     let handler = if args.ignore_signal { libc::SIG_IGN } else { on_abort as extern "C" fn(libc::c_int) as usize };
     // SAFETY: installing a handler that only stores to atomics, or SIG_IGN.
     unsafe { libc::signal(libc::SIGUSR2, handler) };
+    if args.ignore_all {
+        ignore_all_signals();
+    }
     // SAFETY: sysconf has no preconditions.
     let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
         p if p > 0 => p as usize,
@@ -139,7 +177,11 @@ fn main() -> ExitCode {
             Some(p) => maps.push(p),
             None => break,
         }
-        stamps.push((now_ns(), (maps.len() * chunk_bytes) as u64));
+        let stamp = (now_ns(), (maps.len() * chunk_bytes) as u64);
+        stamps.push(stamp);
+        if args.ignore_all {
+            stamp_line(stamp.0, stamp.1);
+        }
     }
     let peak_bytes = maps.len() * chunk_bytes;
     // Hold until the signal, or until stdin closes (the test or bench is done with it).

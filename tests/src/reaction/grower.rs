@@ -6,10 +6,11 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use super::{Outcome, Speed, GROWER_MAX_MIB};
+use super::{Death, Outcome, Speed, GROWER_MAX_MIB};
 
 /// The grower's closing line.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,11 +80,29 @@ pub fn timing(report: &GrowerReport, base: u64, line: u64) -> Option<Timing> {
     Some(Timing { latency_ns, before_line, held_bytes: held, overshoot_bytes, rate_bytes_s })
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds, the clock the grower stamps its chunks with.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Parses the uncooperative grower's `chunk <t_ns> <bytes>` line.
+pub fn parse_chunk(line: &str) -> Option<(u64, u64)> {
+    match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["chunk", t, b] => Some((t.parse().ok()?, b.parse().ok()?)),
+        _ => None,
+    }
+}
+
 /// A running grower (killed on drop), its output lines read on a thread.
 pub struct Grower {
     pub child: ChildGuard,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
+    /// When its output closed (`CLOCK_MONOTONIC` ns; 0: not yet): it exited, its memory freed.
+    closed_ns: Arc<AtomicU64>,
 }
 
 impl Grower {
@@ -91,6 +110,12 @@ impl Grower {
     pub fn spawn(bin: &Path, cgroup: &Path, speed: Speed) -> Result<Grower, String> {
         let (max, rate) = (GROWER_MAX_MIB.to_string(), speed.0.to_string());
         Self::spawn_args(bin, cgroup, &["--max-mib", &max, "--rate-mb-s", &rate])
+    }
+
+    /// Starts the uncooperative grower (`--ignore-all`: only SIGKILL stops it) up to `max_mib` at `speed`.
+    pub fn spawn_stubborn(bin: &Path, cgroup: &Path, speed: Speed, max_mib: u64) -> Result<Grower, String> {
+        let (max, rate) = (max_mib.to_string(), speed.0.to_string());
+        Self::spawn_args(bin, cgroup, &["--ignore-all", "--max-mib", &max, "--rate-mb-s", &rate])
     }
 
     /// Starts `grower <args…>` in `cgroup` and waits for its `ready` line.
@@ -102,19 +127,23 @@ impl Grower {
             return Err("grower started without pipes".into());
         };
         let (tx, lines) = mpsc::channel();
+        let closed_ns = Arc::new(AtomicU64::new(0));
+        let closed = closed_ns.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if tx.send(line).is_err() {
-                    break;
+                    return;
                 }
             }
+            // Stamped before the channel disconnects, so `finish` sees it.
+            closed.store(now_ns(), Ordering::SeqCst);
         });
         let first = lines.recv_timeout(Duration::from_secs(10)).map_err(|e| format!("grower never ready: {e}"))?;
         if !first.starts_with("ready ") {
             return Err(format!("grower said {first:?}, not `ready <pid>`"));
         }
-        Ok(Grower { child, stdin: Some(stdin), lines })
+        Ok(Grower { child, stdin: Some(stdin), lines, closed_ns })
     }
 
     pub fn start(&mut self) -> Result<(), String> {
@@ -124,15 +153,22 @@ impl Grower {
 
     /// Waits for the report or the grower's death; past `timeout`, closes its stdin (it then reports unsignalled).
     pub fn finish(&mut self, timeout: Duration) -> Result<Outcome, String> {
+        use std::os::unix::process::ExitStatusExt;
         let mut closed = false;
         let mut deadline = Instant::now() + timeout;
+        let mut chunks = Vec::new();
         loop {
             match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(line) if line.starts_with('{') => return parse_report(&line).map(Outcome::Report),
-                Ok(_) => {}
+                Ok(line) => chunks.extend(parse_chunk(&line)),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let status = self.child.wait_timeout(Duration::from_secs(10));
-                    return Ok(Outcome::Died(status.map_or("did not exit".into(), |s| s.to_string())));
+                    return Ok(Outcome::Died(Death {
+                        how: status.map_or("did not exit".into(), |s| s.to_string()),
+                        signal: status.and_then(|s| s.signal()),
+                        closed_ns: self.closed_ns.load(Ordering::SeqCst),
+                        chunks,
+                    }));
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) if !closed => {
                     self.stdin = None;
@@ -187,5 +223,12 @@ mod tests {
         let t = timing(&report(Some(5), &[(10, 20)]), 60, line).expect("signalled");
         assert_eq!((t.overshoot_bytes, t.rate_bytes_s), (-40, None));
         assert_eq!(timing(&report(None, &[(10, 20)]), 60, line), None);
+    }
+
+    #[test]
+    fn parses_chunk_lines() {
+        assert_eq!(parse_chunk("chunk 123 4194304"), Some((123, 4_194_304)));
+        assert_eq!(parse_chunk("ready 7"), None);
+        assert_eq!(parse_chunk("chunk 1"), None);
     }
 }

@@ -10,15 +10,81 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::grower::{timing, Grower, GrowerReport, Timing};
-use super::{line_bytes, Mode, Plan, Speed, BYSTANDERS_MIB, LIMIT};
+use super::{kill_line_bytes, line_bytes, Mode, Plan, Speed, BYSTANDERS_MIB, GROWER_MAX_MIB, LIMIT};
 
 /// How a run ended for the grower.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// It printed its report (`signal_ns` None: never signalled; the bench closed its stdin after the time limit).
     Report(GrowerReport),
-    /// It died without a report; how (e.g. `signal: 9 (SIGKILL)`).
-    Died(String),
+    /// It died without a report.
+    Died(Death),
+}
+
+/// How a grower died without a report, and the chunks it stamped on its way (`--ignore-all` prints them as it goes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Death {
+    /// E.g. `signal: 9 (SIGKILL)`.
+    pub how: String,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// When its output closed (`CLOCK_MONOTONIC` ns; 0: unknown): it had exited and its memory was freed.
+    pub closed_ns: u64,
+    /// (stamp ns, bytes held after the chunk), one per chunk it printed.
+    pub chunks: Vec<(u64, u64)>,
+}
+
+impl std::fmt::Display for Death {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.how)
+    }
+}
+
+/// What the chunk stamps of a killed grower say: from crossing `kill_at` to its death.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KillTiming {
+    /// The crossing of the kill line to the grower's output closing, ns.
+    pub latency_ns: u64,
+    /// The grower's speed from its first to its last chunk, bytes/s (None: under two chunks).
+    pub rate_bytes_s: Option<f64>,
+}
+
+/// From the moment `base` + the grower's bytes reached `line` to `death.closed_ns`. A chunk is stamped once it is
+/// all touched, and the agent kills within the chunk that crosses, often before its stamp: the crossing is placed
+/// inside the chunk by the grower's speed, from the stamp before it (the chunk that crossed, or the one under way
+/// at the kill). None when the grower stayed short of the line by more than a chunk, or its death was not stamped.
+pub fn kill_timing(death: &Death, base: u64, line: u64) -> Option<KillTiming> {
+    if death.closed_ns == 0 {
+        return None;
+    }
+    let c = &death.chunks;
+    let rate_bytes_s = match (c.first(), c.last()) {
+        (Some(&(t0, b0)), Some(&(t1, b1))) if t1 > t0 => Some((b1 - b0) as f64 / ((t1 - t0) as f64 / 1e9)),
+        _ => None,
+    };
+    let crossing = match c.iter().position(|&(_, b)| base + b >= line) {
+        // Crossed in the first chunk: at most its stamp.
+        Some(0) => c[0].0,
+        // Between the stamps of the chunk before and the chunk that crossed.
+        Some(i) => {
+            let ((t0, b0), (t1, b1)) = (c[i - 1], c[i]);
+            t0 + ((line - base - b0) as f64 / (b1 - b0) as f64 * (t1 - t0) as f64) as u64
+        }
+        // Inside the chunk under way at the kill: at the grower's speed from the last stamp.
+        None => {
+            let &(t, b) = c.last()?;
+            let chunk = match c.as_slice() {
+                [.., (_, a), (_, z)] => z - a,
+                _ => b,
+            };
+            let missing = line.checked_sub(base + b)?;
+            if missing > chunk {
+                return None;
+            }
+            t + (missing as f64 / rate_bytes_s? * 1e9) as u64
+        }
+    };
+    Some(KillTiming { latency_ns: death.closed_ns.saturating_sub(crossing), rate_bytes_s })
 }
 
 /// One run's result.
@@ -31,6 +97,10 @@ pub struct Run {
     /// The kernel's high-water mark of the group's usage, when it keeps one: a check on the grower's stamps.
     pub peak_usage: Option<u64>,
     pub outcome: Outcome,
+    /// The grower died by SIGKILL and the agent's log says it killed it.
+    pub killed_by_agent: bool,
+    /// Bystanders gone by the end of the run.
+    pub bystanders_lost: usize,
 }
 
 impl Run {
@@ -48,6 +118,38 @@ impl Run {
             Outcome::Report(r) => timing(r, self.base, line_bytes()),
             Outcome::Died(_) => None,
         }
+    }
+
+    /// Crossing `kill_at` to the grower's death, for a grower that died.
+    pub fn kill_timing(&self) -> Option<KillTiming> {
+        match &self.outcome {
+            Outcome::Died(d) => kill_timing(d, self.base, kill_line_bytes()),
+            Outcome::Report(_) => None,
+        }
+    }
+}
+
+/// True while `pid` runs (not gone, not a zombie).
+pub fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next().map(|st| st != "Z")))
+        .unwrap_or(false)
+}
+
+/// True when the agent's log at `path` has a `killed:` line for `pid` (waits up to a second for it).
+pub fn log_says_killed(path: &Path, pid: u32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let field = format!("pid={pid} ");
+    loop {
+        let text = fs::read_to_string(path).unwrap_or_default();
+        if text.lines().any(|l| l.contains("killed:") && !l.contains("shadow") && l.contains(&field)) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -168,9 +270,13 @@ pub fn run_once(
     idle: Option<Duration>,
 ) -> Result<(Run, Option<Idle>), String> {
     let group = Group::create(plan.hierarchy, &format!("reaction-{}", mode.name()), LIMIT);
-    let _bystanders: Vec<Hog> =
+    let bystanders: Vec<Hog> =
         BYSTANDERS_MIB.iter().map(|&mib| Hog::spawn(&bins.alloc_hog, group.path(), mib, false)).collect();
-    let mut grower = Grower::spawn(&bins.grower, group.path(), speed)?;
+    let mut grower = match mode {
+        Mode::Stubborn => Grower::spawn_stubborn(&bins.grower, group.path(), speed, GROWER_MAX_MIB)?,
+        _ => Grower::spawn(&bins.grower, group.path(), speed)?,
+    };
+    let grower_pid = grower.child.pid();
     let config = plan.work.join(format!("{}.toml", mode.name()));
     fs::write(&config, mode.config()).map_err(|e| format!("{}: {e}", config.display()))?;
     let log_path = plan.work.join("agent.log");
@@ -227,10 +333,13 @@ pub fn run_once(
     grower.child.kill();
     let oom_kills = group.oom_kills()?.saturating_sub(oom_before);
     let peak_usage = group.peak_usage();
+    let bystanders_lost = bystanders.iter().filter(|h| !alive(h.pid())).count();
+    let killed_by_agent = matches!(&outcome, Outcome::Died(d) if d.signal == Some(libc::SIGKILL))
+        && log_says_killed(&log_path, grower_pid);
     if let Some(status) = agent.wait_timeout(Duration::ZERO) {
         return Err(format!("the agent exited ({status}) during the run:\n{}", tail(&log_path, 20)));
     }
-    Ok((Run { base, oom_kills, peak_usage, outcome }, idle))
+    Ok((Run { base, oom_kills, peak_usage, outcome, killed_by_agent, bystanders_lost }, idle))
 }
 
 #[cfg(test)]
@@ -243,5 +352,24 @@ mod tests {
         assert_eq!(parse_stat_ticks(stat), Some(22));
         assert_eq!(parse_stat_ticks("42 (x) S 1"), None);
         assert!(cpu_of(std::process::id()).is_ok());
+    }
+
+    #[test]
+    fn times_a_kill_from_the_crossing_chunk_to_the_death() {
+        let death = |closed_ns| Death {
+            how: "signal: 9 (SIGKILL)".into(),
+            signal: Some(9),
+            closed_ns,
+            chunks: vec![(10, 20), (20, 30), (30, 40), (40, 44)],
+        };
+        // base 60, line 95: crossed halfway through the chunk stamped at 30 (30 -> 40 bytes from t=20 to t=30),
+        // at t=25; its output closed at 55.
+        let t = kill_timing(&death(55), 60, 95).expect("crossed");
+        assert_eq!(t.latency_ns, 30);
+        assert_eq!(t.rate_bytes_s, Some(24.0 / 30e-9));
+        // line 106: 2 bytes past the last stamp (44 at t=40), inside the chunk under way at 0.8 bytes/ns: t=42.5.
+        assert_eq!(kill_timing(&death(55), 60, 106).map(|t| t.latency_ns), Some(13));
+        assert_eq!(kill_timing(&death(55), 60, 200), None, "more than a chunk short of the line");
+        assert_eq!(kill_timing(&death(0), 60, 95), None, "death not stamped");
     }
 }

@@ -4,7 +4,7 @@
 use crate::MIB;
 use serde_json::{json, Value};
 
-use super::{Idle, Mode, Run, Speed, Timing, GOAL_IDLE_PCT, GOAL_P99_MS};
+use super::{Idle, KillTiming, Mode, Run, Speed, Timing, GOAL_IDLE_PCT, GOAL_P99_MS};
 
 /// One cell's figures: what the bench prints and the VM sends to the host (as JSON).
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +32,13 @@ pub struct Summary {
     pub idle_pct_ns: Option<f64>,
     pub idle_own_pct: Option<f64>,
     pub idle_seconds: Option<f64>,
+    /// Runs in which the grower died by the agent's SIGKILL (its log says so).
+    pub killed_by_agent: usize,
+    /// Bystanders gone, over all runs.
+    pub bystanders_lost: usize,
+    /// Crossing `kill_at` to the grower's death, over the runs it died in after crossing, ms.
+    pub kill_p50_ms: Option<f64>,
+    pub kill_p99_ms: Option<f64>,
 }
 
 /// The nearest-rank percentile `q` (0..=1) of `v`; None when empty.
@@ -50,7 +57,12 @@ impl Summary {
         let timings: Vec<Timing> = runs.iter().filter_map(Run::timing).collect();
         let ms: Vec<f64> = timings.iter().map(|t| t.latency_ns as f64 / 1e6).collect();
         let over: Vec<f64> = timings.iter().map(|t| t.overshoot_bytes as f64 / MIB as f64).collect();
-        let rates: Vec<f64> = timings.iter().filter_map(|t| t.rate_bytes_s).map(|r| r / 1e6).collect();
+        let mut rates: Vec<f64> = timings.iter().filter_map(|t| t.rate_bytes_s).map(|r| r / 1e6).collect();
+        let kills: Vec<KillTiming> = runs.iter().filter_map(Run::kill_timing).collect();
+        let kill_ms: Vec<f64> = kills.iter().map(|t| t.latency_ns as f64 / 1e6).collect();
+        if mode == Mode::Stubborn {
+            rates = kills.iter().filter_map(|t| t.rate_bytes_s).map(|r| r / 1e6).collect();
+        }
         Summary {
             group: group.to_string(),
             mode,
@@ -70,6 +82,10 @@ impl Summary {
             idle_pct_ns: idle.and_then(Idle::agent_pct_ns),
             idle_own_pct: idle.map(Idle::own_pct),
             idle_seconds: idle.map(|i| i.seconds),
+            killed_by_agent: runs.iter().filter(|r| r.killed_by_agent).count(),
+            bystanders_lost: runs.iter().map(|r| r.bystanders_lost).sum(),
+            kill_p50_ms: percentile(&kill_ms, 0.5),
+            kill_p99_ms: percentile(&kill_ms, 0.99),
         }
     }
 
@@ -77,6 +93,19 @@ impl Summary {
     /// `idle` (>= 0.5% of a core).
     pub fn missed(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
+        if self.mode == Mode::Stubborn {
+            // The agent's SIGKILL ends the grower in every run, the kernel kills nobody, the bystanders stay.
+            if self.oom_kills > 0 || self.killed_by_agent < self.runs || self.errors > 0 || self.runs == 0 {
+                out.push("OOM");
+            }
+            if self.bystanders_lost > 0 {
+                out.push("bystanders");
+            }
+            if self.idle_pct.is_some_and(|p| p >= GOAL_IDLE_PCT) {
+                out.push("idle");
+            }
+            return out;
+        }
         if self.oom_kills > 0 || self.acted_first < self.runs || self.errors > 0 || self.runs == 0 {
             out.push("OOM");
         }
@@ -98,6 +127,8 @@ impl Summary {
             "overshoot_p50_mib": self.overshoot_p50_mib, "overshoot_max_mib": self.overshoot_max_mib,
             "rate_mb_s": self.rate_mb_s, "idle_pct": self.idle_pct, "idle_pct_ns": self.idle_pct_ns,
             "idle_own_pct": self.idle_own_pct, "idle_seconds": self.idle_seconds,
+            "killed_by_agent": self.killed_by_agent, "bystanders_lost": self.bystanders_lost,
+            "kill_p50_ms": self.kill_p50_ms, "kill_p99_ms": self.kill_p99_ms,
         })
     }
 
@@ -124,6 +155,11 @@ impl Summary {
             idle_pct_ns: f("idle_pct_ns"),
             idle_own_pct: f("idle_own_pct"),
             idle_seconds: f("idle_seconds"),
+            // Absent from the summaries of a VM built before the stubborn cells.
+            killed_by_agent: v.get("killed_by_agent").and_then(Value::as_u64).unwrap_or(0) as usize,
+            bystanders_lost: v.get("bystanders_lost").and_then(Value::as_u64).unwrap_or(0) as usize,
+            kill_p50_ms: f("kill_p50_ms"),
+            kill_p99_ms: f("kill_p99_ms"),
         })
     }
 }
@@ -132,8 +168,76 @@ pub(crate) fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".to_string(), |x| format!("{x:.digits$}"))
 }
 
-/// The cells as a Markdown table, the goals beside the figures.
+fn idle_cell(c: &Summary) -> String {
+    match c.idle_pct {
+        Some(p) => {
+            format!("{p:.3}% / {}% ({}%, {} s)", opt(c.idle_pct_ns, 3), opt(c.idle_own_pct, 3), opt(c.idle_seconds, 0))
+        }
+        None => "-".to_string(),
+    }
+}
+
+fn missed_cell(c: &Summary) -> String {
+    let missed = c.missed();
+    if missed.is_empty() {
+        "none".to_string()
+    } else {
+        missed.join(", ")
+    }
+}
+
+/// The cells as Markdown tables, the goals beside the figures: the abort cells, then the stubborn ones (when run).
 pub fn table(cells: &[Summary]) -> String {
+    let (stubborn, abort): (Vec<&Summary>, Vec<&Summary>) = cells.iter().partition(|c| c.mode == Mode::Stubborn);
+    let mut out = String::new();
+    if !abort.is_empty() || stubborn.is_empty() {
+        out.push_str(&abort_table(&abort));
+    }
+    if !stubborn.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&stubborn_table(&stubborn));
+    }
+    out
+}
+
+/// The stubborn cells: the grower ignores the abort, so the agent's SIGKILL at kill_at is what stops it.
+fn stubborn_table(cells: &[&Summary]) -> String {
+    let mut out = String::from(
+        "| group | mode | grower | killed by the agent | kernel OOM kills | bystanders lost \
+         | crossing 97% -> grower dead p50 / p99 | grower's own speed (median) \
+         | agent idle CPU: ticks / run time (baseline) | goals missed |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for c in cells {
+        let errors = if c.errors > 0 { format!(" ({} runs failed)", c.errors) } else { String::new() };
+        out.push_str(&format!(
+            "| {} | {} | {} | {}/{}{errors} | {} | {} | {} / {} ms | {} MB/s | {} | {} |\n",
+            c.group,
+            c.mode.describe(),
+            c.speed.label(),
+            c.killed_by_agent,
+            c.runs + c.errors,
+            c.oom_kills,
+            c.bystanders_lost,
+            opt(c.kill_p50_ms, 1),
+            opt(c.kill_p99_ms, 1),
+            opt(c.rate_mb_s, 0),
+            idle_cell(c),
+            missed_cell(c),
+        ));
+    }
+    out.push_str(
+        "\nGoals (stubborn): the agent's SIGKILL ends the grower and the kernel kills nobody in every run; both \
+         bystanders live. The grower ignores every signal it can; crossing -> dead runs from the group crossing \
+         kill_at (0.97 of the limit, with the group's anon before it started; placed inside the crossing chunk by the \
+         grower's speed) to its output closing, which comes after its exit has freed its memory.\n",
+    );
+    out
+}
+
+fn abort_table(cells: &[&Summary]) -> String {
     let mut out = String::from(
         "| group | mode | grower | agent acted first | kernel OOM kills | crossing 92% -> signal p50 / p99 \
          | overshoot past the line at the signal p50 / max | grower's own speed (median) \
@@ -150,16 +254,7 @@ pub fn table(cells: &[Summary]) -> String {
             notes.push(format!("{} before the line", c.before_line));
         }
         let before = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
-        let idle = match c.idle_pct {
-            Some(p) => format!(
-                "{p:.3}% / {}% ({}%, {} s)",
-                opt(c.idle_pct_ns, 3),
-                opt(c.idle_own_pct, 3),
-                opt(c.idle_seconds, 0)
-            ),
-            None => "-".to_string(),
-        };
-        let missed = c.missed();
+        let idle = idle_cell(c);
         out.push_str(&format!(
             "| {} | {} | {} | {}/{}{errors} | {} | {} / {} ms{before} | {} / {} MiB | {} MB/s | {idle} | {} |\n",
             c.group,
@@ -173,7 +268,7 @@ pub fn table(cells: &[Summary]) -> String {
             opt(c.overshoot_p50_mib, 1),
             opt(c.overshoot_max_mib, 1),
             opt(c.rate_mb_s, 0),
-            if missed.is_empty() { "none".to_string() } else { missed.join(", ") },
+            missed_cell(c),
         ));
     }
     out.push_str(&format!(
@@ -187,7 +282,7 @@ pub fn table(cells: &[Summary]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reaction::{GrowerReport, Outcome};
+    use crate::reaction::{Death, GrowerReport, Outcome};
 
     fn report(signal: Option<u64>, chunks: &[(u64, u64)]) -> GrowerReport {
         GrowerReport { signal_ns: signal, freed_ns: 0, peak_bytes: 0, chunks: chunks.to_vec() }
@@ -210,12 +305,16 @@ mod tests {
                 oom_kills: 0,
                 peak_usage: None,
                 outcome: Outcome::Report(report(Some(45), &[(30, 420 * MIB)])),
+                killed_by_agent: false,
+                bystanders_lost: 0,
             },
             Run {
                 base: 80 * MIB,
                 oom_kills: 1,
                 peak_usage: None,
-                outcome: Outcome::Died("signal: 9 (SIGKILL)".into()),
+                outcome: Outcome::Died(death(0, &[])),
+                killed_by_agent: false,
+                bystanders_lost: 0,
             },
         ];
         let idle = Idle { seconds: 10.0, agent_ticks: 3, own_ticks: 0, agent_ns: Some(25_000_000), hz: 100.0 };
@@ -226,5 +325,35 @@ mod tests {
         assert_eq!(Summary::from_json(&s.to_json()), Ok(s.clone()));
         let t = table(&[s]);
         assert!(t.contains("| 1/3 (1 runs failed) | 1 |"), "{t}");
+    }
+
+    fn death(closed_ns: u64, chunks: &[(u64, u64)]) -> Death {
+        Death { how: "signal: 9 (SIGKILL)".into(), signal: Some(9), closed_ns, chunks: chunks.to_vec() }
+    }
+
+    #[test]
+    fn stubborn_cells_count_the_agents_kills_and_time_them_from_kill_at() {
+        // base 80 MiB: the chunk holding 420 MiB is past kill_at (0.97 × 512 MiB = 496.6 MiB), stamped at 1 ms;
+        // 416.6 MiB was reached at 0.83 ms.
+        let chunks = [(0, 400 * MIB), (1_000_000, 420 * MIB)];
+        let run = |closed_ns: u64, by_agent: bool, lost: usize| Run {
+            base: 80 * MIB,
+            oom_kills: u64::from(!by_agent),
+            peak_usage: None,
+            outcome: Outcome::Died(death(closed_ns, &chunks)),
+            killed_by_agent: by_agent,
+            bystanders_lost: lost,
+        };
+        let runs = [run(4_000_000, true, 0), run(9_000_000, true, 0), run(3_000_000, false, 1)];
+        let s = Summary::new("v1, Linux 6.18 (host)", Mode::Stubborn, Speed(300), &runs, 0, None);
+        assert_eq!((s.killed_by_agent, s.oom_kills, s.bystanders_lost), (2, 1, 1));
+        let ms = |x: Option<f64>| x.map(|v| (v * 100.0).round() / 100.0);
+        assert_eq!((ms(s.kill_p50_ms), ms(s.kill_p99_ms)), (Some(3.17), Some(8.17)));
+        assert_eq!(s.rate_mb_s, Some(20.0 * MIB as f64 / 1e-3 / 1e6));
+        assert_eq!(s.missed(), vec!["OOM", "bystanders"]);
+        assert_eq!(Summary::from_json(&s.to_json()), Ok(s.clone()));
+        let t = table(&[s]);
+        assert!(t.contains("| 2/3 | 1 | 1 | 3.2 / 8.2 ms |"), "{t}");
+        assert!(!t.contains("agent acted first"), "only the stubborn table: {t}");
     }
 }

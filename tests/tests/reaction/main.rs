@@ -1,8 +1,10 @@
 //! How fast the guard reacts to memory growing faster than its sampling interval: the agent signalling a grower
-//! (`agent`) and the front door cancelling a growing request (`run`), both before the kernel's OOM killer acts.
+//! (`agent`) and the front door cancelling a growing request (`run`), both before the kernel's OOM killer acts; the
+//! agent's last resort, a SIGKILL for the process that cannot obey (`kill`; under `monitor run`, `last_resort`).
 //! The tests take turns (`TURNS`): each measures time and wants the machine to itself.
 
 mod agent;
+mod kill;
 mod last_resort;
 mod run;
 

@@ -1,0 +1,212 @@
+//! The last resort on a real cgroup v1 memory group (root): a grower that ignores every signal it can is SIGKILLed
+//! by the agent before the kernel's OOM killer acts, its bystanders (a master and its worker) left alone; memory
+//! that no kill frees (a tmpfs file the group wrote) costs at most three kills, then the agent stops killing; and
+//! in shadow mode the kill is decided and logged, never sent.
+
+use monitor_tests::config::Config;
+use monitor_tests::reaction::{alive, Grower, Outcome, Speed};
+use monitor_tests::{require_v1, spawn_in_cgroup, Agent, CgroupV1, ChildGuard, MIB};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
+const GROWER: &str = env!("CARGO_BIN_EXE_grower");
+
+/// An agent on `cg` with the `[policy]` lines `policy` and the abort signal SIGUSR2, its config in `dir`.
+fn agent(cg: &CgroupV1, dir: &Path, policy: &str) -> Agent {
+    let config = Config::new()
+        .lines("policy", policy)
+        .probes(false)
+        .set("actions", "abort_signal", "SIGUSR2")
+        .write(dir.join("agent.toml"));
+    let port = monitor_tests::agent::free_port();
+    let args = vec![
+        "agent".to_string(),
+        "--config".into(),
+        config.display().to_string(),
+        "--cgroup".into(),
+        cg.path().display().to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    Agent::start_args(args, port)
+}
+
+/// The agent's `killed:` lines (the kills it sent, not the shadow ones).
+fn kill_lines(agent: &Agent) -> Vec<String> {
+    agent.stderr().lines().filter(|l| l.contains("killed:") && !l.contains("shadow")).map(str::to_string).collect()
+}
+
+/// The group's anon and shmem, as the agent counts its usage.
+fn counted(cg: &CgroupV1) -> u64 {
+    cg.stat("total_rss").unwrap_or(0) + cg.stat("total_shmem").unwrap_or(0)
+}
+
+/// A master holding 40 MiB and its worker holding 40 MiB, two `alloc-hog`s in `cg`: `sh` starts the worker in the
+/// background, then becomes the master (exec), so the worker's parent is the master. Both end when `stdin` closes;
+/// the group's guard kills what is left.
+struct Family {
+    master: ChildGuard,
+    _stdin: ChildStdin,
+    worker: u32,
+}
+
+impl Family {
+    fn spawn(cg: &CgroupV1) -> Family {
+        let script = r#"exec 3<&0; "$0" 40 <&3 3<&- & exec "$0" 40 3<&-"#;
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script, HOG]).stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut master = spawn_in_cgroup(&mut cmd, cg.path());
+        let (Some(stdin), Some(stdout)) = (master.stdin.take(), master.stdout.take()) else {
+            panic!("the family started without pipes");
+        };
+        let mut out = BufReader::new(stdout);
+        for _ in 0..2 {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap_or_else(|e| panic!("reading the family's output: {e}"));
+            assert_eq!(line.trim(), format!("ready {}", 40 * MIB), "an alloc-hog of the family");
+        }
+        let pid = master.pid();
+        let worker = cg.procs().into_iter().find(|&p| p != pid).unwrap_or_else(|| panic!("no worker in the group"));
+        Family { master, _stdin: stdin, worker }
+    }
+
+    fn alive(&self) -> bool {
+        alive(self.master.pid()) && alive(self.worker)
+    }
+}
+
+/// A file on /dev/shm (a tmpfs), removed on drop.
+struct ShmFile(PathBuf);
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn stubborn_grower_is_killed_by_the_agent() {
+    if !require_v1("stubborn_grower_is_killed_by_the_agent") {
+        return;
+    }
+    let _turn = crate::turn();
+    let cg = CgroupV1::create("kill-stubborn", Some(512 * MIB));
+    let family = Family::spawn(&cg);
+    let dir = monitor_tests::temp_dir("kill-stubborn");
+    let agent = agent(&cg, &dir, "");
+    // Up to 700 MiB at full speed: past the limit, so only a SIGKILL stops it before the kernel does.
+    let mut grower =
+        Grower::spawn_stubborn(GROWER.as_ref(), cg.path(), Speed(0), 700).unwrap_or_else(|e| panic!("{e}"));
+    let pid = grower.child.pid();
+    agent.wait_for(|s| monitor_tests::agent::process(s, pid).is_some(), Duration::from_secs(10));
+    let kills = cg.oom_kills();
+    grower.start().unwrap_or_else(|e| panic!("{e}"));
+    let outcome = grower.finish(Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
+    let death = match outcome {
+        Outcome::Died(d) => d,
+        Outcome::Report(r) => panic!("the grower reported instead of dying: {r:?}\n{}", agent.stderr()),
+    };
+    assert_eq!(cg.oom_kills(), kills, "the kernel's OOM killer acted ({death}):\n{}", agent.stderr());
+    assert_eq!(death.signal, Some(libc::SIGKILL), "the grower died by SIGKILL: {death}");
+    let field = format!("pid={pid} ");
+    let lines = monitor_tests::wait_until("the agent's kill line", Duration::from_secs(2), || {
+        Some(kill_lines(&agent)).filter(|l| l.iter().any(|l| l.contains(&field)))
+    });
+    assert_eq!(lines.len(), 1, "one kill, the grower's: {lines:#?}");
+    assert!(family.alive(), "both bystanders live:\n{}", agent.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tmpfs_at_most_three_kills_then_halted() {
+    if !require_v1("tmpfs_at_most_three_kills_then_halted") {
+        return;
+    }
+    let _turn = crate::turn();
+    const LIMIT: u64 = 128 * MIB;
+    let cg = CgroupV1::create("kill-tmpfs", Some(LIMIT));
+    // Four small processes that ignore every signal they can: each one the agent kills frees almost nothing.
+    let growers: Vec<Grower> = (0..4)
+        .map(|_| {
+            let args = ["--ignore-all", "--max-mib", "1", "--chunk-mib", "1"];
+            let mut g = Grower::spawn_args(GROWER.as_ref(), cg.path(), &args).unwrap_or_else(|e| panic!("{e}"));
+            g.start().unwrap_or_else(|e| panic!("{e}"));
+            g
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // A process of the group fills a tmpfs file to 98.5% of the limit, counted as shmem, then exits. The agent is
+    // started after it, so that the writer is never its target.
+    let file = ShmFile(PathBuf::from(format!("/dev/shm/monitor-test-{}-kill-tmpfs", std::process::id())));
+    let fill_mib = ((0.985 * LIMIT as f64) as u64).saturating_sub(counted(&cg)) / MIB;
+    let mut dd = Command::new("dd");
+    dd.args(["if=/dev/zero", "bs=64k", "status=none"])
+        .arg(format!("of={}", file.0.display()))
+        .arg(format!("count={}", fill_mib * 16))
+        .stdin(Stdio::null());
+    let mut writer = spawn_in_cgroup(&mut dd, cg.path());
+    let status = writer.wait_timeout(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "dd wrote {fill_mib} MiB to {}: {status:?}", file.0.display());
+    let shmem = cg.stat("total_shmem").unwrap_or(0);
+    assert!(shmem >= fill_mib * MIB, "the file is charged to the group as shmem: {shmem} bytes");
+    let kills = cg.oom_kills();
+
+    let dir = monitor_tests::temp_dir("kill-tmpfs");
+    // Once the abort's victim is killed, the next victim is chosen abort_repeat_ms later (default 5 s) and killed
+    // kill_after_ms after that while the ratio is below kill_at. kill_after_ms must stay below abort_repeat_ms: the
+    // repeated abort re-chooses the victim and restarts its wait.
+    let agent = agent(&cg, &dir, "kill_repeat_ms = 300\nkill_after_ms = 300\nabort_repeat_ms = 600");
+    // Three kills, then none: watch for five seconds past the third.
+    let third = monitor_tests::wait_until("three kills", Duration::from_secs(8), || {
+        (kill_lines(&agent).len() >= 3).then(Instant::now)
+    });
+    while third.elapsed() < Duration::from_secs(5) {
+        let n = kill_lines(&agent).len();
+        assert!(n <= 3, "a kill past the third:\n{}", agent.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = agent.status();
+    let ratio = status.pointer("/group/ratio").and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+    assert!(ratio >= 0.92, "the file still holds the group past abort_at: {ratio}\n{status:#}");
+    if let Some(halted) = status.pointer("/policy/kills_halted") {
+        assert_eq!(halted, true, "{status:#}");
+    }
+    let left = growers.iter().filter(|g| alive(g.child.pid())).count();
+    assert_eq!(left, 1, "three of the four were killed, the fourth spared:\n{}", agent.stderr());
+    assert_eq!(cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", agent.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn shadow_decided_never_sent() {
+    if !require_v1("shadow_decided_never_sent") {
+        return;
+    }
+    let _turn = crate::turn();
+    const LIMIT: u64 = 256 * MIB;
+    let cg = CgroupV1::create("kill-shadow", Some(LIMIT));
+    let dir = monitor_tests::temp_dir("kill-shadow");
+    let agent = agent(&cg, &dir, "shadow = true");
+    // The grower stops at 98% of the limit (past kill_at, short of the limit) and holds: nothing kills it, not even
+    // the kernel.
+    let base = counted(&cg);
+    let max_mib = ((0.98 * LIMIT as f64) as u64).saturating_sub(base) / MIB;
+    let mut grower =
+        Grower::spawn_stubborn(GROWER.as_ref(), cg.path(), Speed(0), max_mib).unwrap_or_else(|e| panic!("{e}"));
+    let pid = grower.child.pid();
+    agent.wait_for(|s| monitor_tests::agent::process(s, pid).is_some(), Duration::from_secs(10));
+    let kills = cg.oom_kills();
+    grower.start().unwrap_or_else(|e| panic!("{e}"));
+    monitor_tests::wait_until("the shadow kill line", Duration::from_secs(5), || {
+        agent.stderr().contains("shadow: would kill (not enforced)").then_some(())
+    });
+    // A second's more of decisions (one each kill_repeat_ms), none sent.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(grower.child.try_wait().ok().flatten().is_none(), "the grower lives:\n{}", agent.stderr());
+    assert!(kill_lines(&agent).is_empty(), "nothing was killed:\n{}", agent.stderr());
+    assert_eq!(cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", agent.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
