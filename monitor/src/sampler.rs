@@ -639,6 +639,7 @@ pub fn spawn(
         let mut interval = Duration::from_millis(applied.policy.interval_ms);
         let mut next = Instant::now() + interval;
         let mut failing = false;
+        let mut halted = false;
         // systemd's watchdog is fed from this loop: a sampler that hangs stops feeding it.
         let mut watchdog = crate::notify::Watchdog::from_env();
         while !stop.load(Ordering::Relaxed) {
@@ -675,6 +676,10 @@ pub fn spawn(
                     sampler.name_victim(&decision, &mut snap);
                     let kill = sampler.carry_out(&decision, &snap, &roles, &wake, thresholds.kill_at);
                     log_decision(&decision, &snap, &wake);
+                    if decision.kills_halted != halted {
+                        halted = decision.kills_halted;
+                        log_halt(halted, &decision);
+                    }
                     if decision.changed || recovered {
                         crate::notify::status(&status_line(&snap, &decision));
                     }
@@ -775,6 +780,23 @@ pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, Cgrou
         "watching group"
     );
     Ok(Started { sampler, thresholds, state, first })
+}
+
+/// Logs the last resort halting (its kills freed nothing) and resuming.
+fn log_halt(halted: bool, d: &Decision) {
+    if halted {
+        tracing::error!(
+            ratio = format!("{:.3}", d.ratio),
+            "the last resort stopped: {} kills did not bring the group below abort_at; the memory is held by what no \
+             kill frees (tmpfs, shared memory, the kernel)",
+            crate::policy::kill::MAX_KILLS
+        );
+    } else {
+        tracing::info!(
+            ratio = format!("{:.3}", d.ratio),
+            "the last resort may kill again: the group fell below abort_at"
+        );
+    }
 }
 
 /// Logs a decision once, when it changes, with what woke the sampler for it.

@@ -61,6 +61,9 @@ pub struct KillOrder {
 /// What the kill step remembers between samples.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KillState {
+    /// The process told to abort and when it was first told (monotonic ms): a repeat that names the same process
+    /// again does not restart its wait.
+    pub told: Option<(ProcId, u64)>,
     /// The victim's anon when it was told to abort (to see whether it obeyed).
     pub abort_anon: u64,
     /// When the last kill was ordered (monotonic ms).
@@ -94,10 +97,9 @@ pub struct Step<'a> {
     pub snap: &'a Snapshot,
     pub ratio: f64,
     pub aborting: bool,
-    /// The abort's victim and when it was told (monotonic ms).
+    /// The abort's victim.
     pub victim: Option<ProcId>,
-    pub victim_since_ms: u64,
-    /// The victim was chosen with this sample.
+    /// The victim was chosen (or chosen again) with this sample.
     pub new_victim: bool,
 }
 
@@ -111,7 +113,10 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
     }
     let victim_now =
         s.victim.and_then(|v| s.snap.processes.iter().find(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
-    if s.new_victim {
+    if !s.aborting {
+        next.told = None;
+    } else if s.new_victim && next.told.map(|(id, _)| id) != s.victim {
+        next.told = s.victim.map(|v| (v, now));
         next.abort_anon = victim_now.map_or(0, |p| p.anon_bytes);
     }
     if !t.kill || !s.aborting || next.halted {
@@ -120,10 +125,10 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
     if next.last_ms.is_some_and(|last| now.saturating_sub(last) < t.kill_repeat_ms) {
         return (next, None);
     }
-    let waited = now.saturating_sub(s.victim_since_ms);
+    let waited = next.told.map_or(0, |(_, since)| now.saturating_sub(since));
     let why = if s.ratio >= t.kill_at {
         KillWhy::OverKillAt
-    } else if !s.new_victim
+    } else if next.told.is_some()
         && waited >= t.kill_after_ms
         && victim_now.is_some_and(|v| v.anon_bytes >= next.abort_anon && v.anon_bytes > 0)
     {
@@ -304,6 +309,34 @@ mod tests {
         // Refusing again: no kill.
         let ds = run(&t, &[(930, 0, three()), (880, 2500, three())]);
         assert_eq!(kills(&ds), [None, None]);
+    }
+
+    #[test]
+    fn a_repeat_naming_the_same_victim_does_not_restart_its_wait() {
+        // kill_after_ms above abort_repeat_ms: the repeat names 11 again at 600 and 1200, yet the wait runs from 0.
+        let t = Thresholds { abort_repeat_ms: 600, kill_after_ms: 1000, ..Thresholds::default() };
+        let steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..5).map(|i| (950, i * 300, three())).collect();
+        let ds = run(&t, &steps);
+        assert_eq!(kills(&ds), [None, None, None, None, Some((11, "abort_not_obeyed"))]);
+    }
+
+    #[test]
+    fn after_a_kill_the_next_largest_is_told_at_once_and_killed_after_its_own_wait() {
+        let t = Thresholds::default();
+        let without_11 = || vec![proc(10, 100), proc(12, 200)];
+        let ds = run(
+            &t,
+            &[
+                (950, 0, three()),
+                (950, 2000, three()),      // 11 killed: abort not obeyed
+                (950, 2100, without_11()), // 11 gone, still over: 12 told at once
+                (950, 3900, without_11()), // 12's wait is not over
+                (950, 4100, without_11()), // now it is
+            ],
+        );
+        assert_eq!(kills(&ds)[1], Some((11, "abort_not_obeyed")));
+        assert_eq!((ds[2].victim.map(|v| v.pid), ds[2].abort_round), (Some(12), 2));
+        assert_eq!(kills(&ds)[3..], [None, Some((12, "abort_not_obeyed"))]);
     }
 
     #[test]

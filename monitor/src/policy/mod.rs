@@ -188,7 +188,12 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         let entering = prev.state != State::Aborting;
         let repeat_due =
             !entering && ratio >= t.abort_at && now.saturating_sub(prev.victim_since_ms) >= t.abort_repeat_ms;
-        if entering || repeat_due || prev.victim.is_none() && ratio >= t.abort_at {
+        // The victim gone (it exited, or the last resort killed it) while the group is still over the line: the
+        // new largest is told at once, not after the repeat time.
+        let gone = prev
+            .victim
+            .is_some_and(|v| !snap.processes.iter().any(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
+        if entering || repeat_due || (prev.victim.is_none() || gone) && ratio >= t.abort_at {
             next.victim = big.map(id);
             next.victim_since_ms = now;
             next.abort_round = if entering { 1 } else { prev.abort_round + 1 };
@@ -200,14 +205,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         }
     }
 
-    let step = kill::Step {
-        snap,
-        ratio,
-        aborting: state == State::Aborting,
-        victim: next.victim,
-        victim_since_ms: next.victim_since_ms,
-        new_victim,
-    };
+    let step = kill::Step { snap, ratio, aborting: state == State::Aborting, victim: next.victim, new_victim };
     let (kill_state, kill) = kill::decide(&prev.kill, &step, t);
     next.kill = kill_state;
     let changed = next.state != prev.state || next.victim != prev.victim;
