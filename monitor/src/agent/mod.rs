@@ -292,6 +292,7 @@ impl Parts<'_> {
                     f
                 }),
                 cluster_events: cluster.as_ref().map(|m| m.watch()),
+                kills: Some(kills.clone()),
             },
         );
         // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the

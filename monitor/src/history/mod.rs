@@ -71,6 +71,8 @@ pub struct Inputs {
     pub peers: Option<PeersFn>,
     /// In a cluster: the membership, whose events are written to the stats database.
     pub cluster_events: Option<ClusterView>,
+    /// The last resort's kills, for `/metrics`.
+    pub kills: Option<Arc<crate::guard::KillBook>>,
 }
 
 /// What the database thread is handed.
@@ -298,6 +300,11 @@ impl History {
     /// The agent's reaction times, when it keeps them.
     pub fn reactions(&self) -> Option<&crate::reaction::Reactions> {
         self.inputs.reactions.as_deref()
+    }
+
+    /// The last resort's kill counts, when the kills are kept.
+    pub fn kill_counts(&self) -> Option<crate::guard::KillCounts> {
+        self.inputs.kills.as_ref().map(|k| k.counts())
     }
 
     /// The latest published sample.
