@@ -6,6 +6,7 @@
 
 use crate::config::Role;
 use crate::feed::{BrakeStatus, ProbeStatus, Published, WakeupOff};
+use crate::guard::{KillBook, KillRecord};
 use crate::launcher::LauncherInfo;
 use crate::live::{ConfigStatus, Live, Reloads};
 use crate::policy::{self, Action, ProcId, Thresholds};
@@ -39,6 +40,8 @@ pub struct ApiState {
     pub launcher: Option<Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>>,
     /// Under `monitor run`: the front door's counts. None for `agent`.
     pub front_door: Option<Arc<dyn Fn() -> FrontDoorView + Send + Sync>>,
+    /// The last resort's kills: the recent ones and the counts by name (None: no kills shown).
+    pub kills: Option<Arc<KillBook>>,
 }
 
 /// Intervals without a sample after which `/healthz` calls the sampler stale (pacing only ever samples sooner
@@ -114,6 +117,53 @@ pub struct StatusView {
     /// Under `monitor run`: what the front door counted since start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub front_door: Option<FrontDoorView>,
+    /// The last resort's recent kills (sent, failed, or decided in shadow mode), oldest first.
+    #[serde(default)]
+    pub kills: Vec<KillView>,
+}
+
+/// One kill of the last resort as the status shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillView {
+    pub pid: u32,
+    /// The command name.
+    pub name: String,
+    pub role: ProcessRole,
+    pub rss_bytes: u64,
+    pub anon_bytes: u64,
+    /// The group's ratio when the kill was decided.
+    pub ratio: f64,
+    /// `over_kill_at` or `abort_not_obeyed`.
+    pub why: String,
+    /// In words.
+    pub reason: String,
+    /// 1..=3: the kills since the group was last below `abort_at`.
+    pub round: u32,
+    pub unix_ms: u64,
+    /// False in shadow mode: decided, never sent.
+    pub enforced: bool,
+    /// Why the SIGKILL was not sent, when it was not.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl From<&KillRecord> for KillView {
+    fn from(r: &KillRecord) -> KillView {
+        KillView {
+            pid: r.pid,
+            name: r.name.clone(),
+            role: r.role,
+            rss_bytes: r.rss_bytes,
+            anon_bytes: r.anon_bytes,
+            ratio: r.ratio,
+            why: r.why.to_string(),
+            reason: r.reason.clone(),
+            round: r.round,
+            unix_ms: r.unix_ms,
+            enforced: r.enforced,
+            error: r.error.clone(),
+        }
+    }
 }
 
 /// The front door's counts since start, as `/metrics` has them (`monitor_shed_requests_total`,
@@ -131,6 +181,9 @@ pub struct GroupView {
     pub cgroup: PathBuf,
     pub version: CgroupVersion,
     pub usage_bytes: u64,
+    /// The shmem part of the usage (tmpfs, shared memory).
+    #[serde(default)]
+    pub shmem_bytes: u64,
     pub limit_bytes: u64,
     pub limit_source: LimitSource,
     pub ratio: f64,
@@ -169,6 +222,16 @@ pub struct PolicyView {
     pub victim_pid: Option<u32>,
     pub abort_round: u32,
     pub shadow: bool,
+    /// The last resort (`[policy] kill`): on, its line, how long an abort may go unobeyed.
+    #[serde(default)]
+    pub kill: bool,
+    #[serde(default)]
+    pub kill_at: f64,
+    #[serde(default)]
+    pub kill_after_ms: u64,
+    /// The last resort has halted: three kills did not bring the group below `abort_at`.
+    #[serde(default)]
+    pub kills_halted: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -195,6 +258,9 @@ pub struct ProcessView {
     pub latency_p50_us: Option<u64>,
     pub latency_p99_us: Option<u64>,
     pub restarts: u32,
+    /// Kills the last resort sent to processes of this command name since the agent started.
+    #[serde(default)]
+    pub kills: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -222,6 +288,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             cgroup: s.group.cgroup.clone(),
             version: s.group.version,
             usage_bytes: s.group.usage_bytes,
+            shmem_bytes: s.group.shmem_bytes,
             limit_bytes: s.group.limit_bytes,
             limit_source: s.group.limit_source,
             ratio: d.ratio,
@@ -243,6 +310,10 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             victim_pid: d.victim.map(|v| v.pid),
             abort_round: d.abort_round,
             shadow: d.shadow,
+            kill: t.kill,
+            kill_at: t.kill_at,
+            kill_after_ms: t.kill_after_ms,
+            kills_halted: d.kills_halted,
         },
         processes: s
             .processes
@@ -269,6 +340,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
                     latency_p50_us: t.latency_p50_us,
                     latency_p99_us: t.latency_p99_us,
                     restarts: 0,
+                    kills: 0,
                 }
             })
             .collect(),
@@ -277,6 +349,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
         launcher: None,
         config: None,
         front_door: None,
+        kills: Vec::new(),
     }
 }
 
@@ -297,6 +370,13 @@ fn full_status(st: &ApiState) -> StatusView {
         view.launcher = Some(launched);
     }
     view.front_door = st.front_door.as_ref().map(|f| f());
+    if let Some(book) = &st.kills {
+        let counts = book.counts();
+        for proc in &mut view.processes {
+            proc.kills = counts.by_name.get(&proc.comm).copied().unwrap_or(0);
+        }
+        view.kills = book.recent().iter().map(KillView::from).collect();
+    }
     view
 }
 
@@ -558,6 +638,7 @@ mod tests {
             reloads: None,
             launcher: None,
             front_door: None,
+            kills: None,
         })
     }
 
@@ -633,6 +714,7 @@ mod tests {
             reloads: Some(Arc::new(Reloads::new(Some("/etc/monitor/run.toml".into())))),
             launcher: Some(Arc::new(move || vec![launched.clone()])),
             front_door: Some(Arc::new(|| FrontDoorView { shed_total: 7, forwarded_total: 2 })),
+            kills: None,
         };
         let v = serde_json::to_value(full_status(&st)).expect("json");
         assert_eq!((v["group"]["version"].as_str(), v["group"]["limit_source"].as_str()), (Some("v2"), Some("host")));
@@ -661,6 +743,76 @@ mod tests {
         assert_eq!(back.processes[2].role, ProcessRole::Worker);
         let inferred = infer_roles(&[proc(10, 1), proc(11, 10), proc(20, 1)]);
         assert_eq!(inferred, [ProcessRole::Master, ProcessRole::Worker, ProcessRole::Process]);
+    }
+
+    #[test]
+    fn the_status_shows_the_last_resort_and_its_kills() {
+        use crate::snapshot::Traffic;
+        let mut p = Published::test(PolicyState::Aborting);
+        p.snapshot.group.shmem_bytes = 8192;
+        p.decision.kills_halted = true;
+        let proc = |pid: u32, name: &str| ProcSample {
+            pid,
+            name: name.into(),
+            start_ticks: u64::from(pid),
+            ppid: 1,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            traffic: Traffic::default(),
+        };
+        p.snapshot.processes = vec![proc(10, "node"), proc(11, "php")];
+        let book = Arc::new(KillBook::default());
+        let rec = |pid: u32, enforced: bool| KillRecord {
+            pid,
+            start_ticks: 5,
+            name: "node".into(),
+            role: ProcessRole::Worker,
+            rss_bytes: 300,
+            anon_bytes: 280,
+            ratio: 0.97,
+            why: "over_kill_at",
+            reason: "the group reached kill_at (97% of its limit)".into(),
+            round: 1,
+            unix_ms: 1_000,
+            enforced,
+            error: None,
+        };
+        book.record(rec(20, true));
+        book.record(rec(21, true));
+        book.record(rec(22, false));
+        let (_tx, latest) = watch::channel(Arc::new(p));
+        let st = ApiState {
+            latest,
+            config: Live::fixed(Default::default()),
+            reloads: None,
+            launcher: None,
+            front_door: None,
+            kills: Some(book),
+        };
+        let v = serde_json::to_value(full_status(&st)).expect("json");
+        assert_eq!(v["group"]["shmem_bytes"], 8192);
+        let pol = &v["policy"];
+        assert_eq!((pol["kill"].as_bool(), pol["kill_at"].as_f64()), (Some(true), Some(0.97)));
+        assert_eq!((pol["kill_after_ms"].as_u64(), pol["kills_halted"].as_bool()), (Some(2000), Some(true)));
+        let kills: Vec<u64> =
+            v["processes"].as_array().into_iter().flatten().filter_map(|p| p["kills"].as_u64()).collect();
+        assert_eq!(kills, [2, 0], "sent kills by command name; the shadow one is not sent");
+        assert_eq!(v["kills"].as_array().map(Vec::len), Some(3));
+        assert_eq!(
+            (v["kills"][0]["why"].as_str(), v["kills"][2]["enforced"].as_bool()),
+            (Some("over_kill_at"), Some(false))
+        );
+        let back: StatusView = serde_json::from_value(v.clone()).expect("read back");
+        assert_eq!(back.kills[1].pid, 21);
+        // An older agent's document has none of these: read with defaults.
+        let mut old = v;
+        old.as_object_mut().map(|o| o.remove("kills"));
+        for k in ["kill", "kill_at", "kill_after_ms", "kills_halted"] {
+            old["policy"].as_object_mut().map(|o| o.remove(k));
+        }
+        old["group"].as_object_mut().map(|o| o.remove("shmem_bytes"));
+        let old: StatusView = serde_json::from_value(old).expect("an older agent's document");
+        assert!(old.kills.is_empty() && !old.policy.kill && !old.policy.kills_halted);
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -711,6 +863,7 @@ mod tests {
             reloads: None,
             launcher: None,
             front_door: None,
+            kills: None,
         });
         let req = axum::http::Request::builder().uri("/healthz").body(axum::body::Body::empty()).expect("a request");
         let resp = app.oneshot(req).await.expect("infallible");
