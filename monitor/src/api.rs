@@ -210,6 +210,29 @@ pub struct GroupView {
     pub processes_listed: usize,
     #[serde(default)]
     pub processes_sampled: usize,
+    /// cgroup v2 `memory.oom.group` (true: a kernel OOM kill takes the whole group); null on v1 or unknown.
+    #[serde(default)]
+    pub oom_group: Option<bool>,
+    /// What a kernel OOM kill would cost, in words ([`kernel_oom_cost`]).
+    #[serde(default)]
+    pub kernel_oom_cost: Option<String>,
+}
+
+/// What a kernel OOM kill in the group `cgroup` costs: the whole systemd unit when the agent runs under systemd and
+/// the group is (or is inside) a `.service` unit's cgroup (systemd's default `OOMPolicy=stop` stops the unit on any
+/// kernel OOM kill in it), the whole group with `memory.oom.group` 1, else one process.
+pub fn kernel_oom_cost(oom_group: Option<bool>, cgroup: &std::path::Path, systemd: bool) -> String {
+    let unit = cgroup.components().any(|c| c.as_os_str().to_string_lossy().ends_with(".service"));
+    match (systemd && unit, oom_group) {
+        (true, _) => "whole unit (systemd OOMPolicy=stop unless the unit sets otherwise)".to_string(),
+        (false, Some(true)) => "whole group".to_string(),
+        (false, _) => "one process".to_string(),
+    }
+}
+
+/// Whether the agent runs as a systemd service (systemd sets `INVOCATION_ID` for each).
+fn under_systemd() -> bool {
+    std::env::var_os("INVOCATION_ID").is_some()
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -300,6 +323,8 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             next_sample_ms: p.next_sample_ms,
             processes_listed: s.group.processes_listed,
             processes_sampled: s.group.processes_sampled,
+            oom_group: s.group.oom_group,
+            kernel_oom_cost: Some(kernel_oom_cost(s.group.oom_group, &s.group.cgroup, false)),
         },
         policy: PolicyView {
             state: d.state,
@@ -358,6 +383,8 @@ fn full_status(st: &ApiState) -> StatusView {
     let p = st.latest.borrow().clone();
     let mut view = status_view(&p, &st.config.thresholds());
     view.config = st.reloads.as_ref().map(|r| r.status());
+    view.group.kernel_oom_cost =
+        Some(kernel_oom_cost(p.snapshot.group.oom_group, &p.snapshot.group.cgroup, under_systemd()));
     if let Some(launched) = st.launcher.as_ref().map(|f| f()) {
         // A launched process's name, role and restarts come from the launcher, not the process tree.
         for proc in &mut view.processes {
@@ -743,6 +770,29 @@ mod tests {
         assert_eq!(back.processes[2].role, ProcessRole::Worker);
         let inferred = infer_roles(&[proc(10, 1), proc(11, 10), proc(20, 1)]);
         assert_eq!(inferred, [ProcessRole::Master, ProcessRole::Worker, ProcessRole::Process]);
+    }
+
+    #[test]
+    fn the_cost_of_a_kernel_oom_kill_in_words() {
+        use std::path::Path;
+        let unit = Path::new("/system.slice/app.service");
+        assert_eq!(kernel_oom_cost(Some(false), unit, false), "one process");
+        assert_eq!(kernel_oom_cost(None, unit, false), "one process", "v1: the kernel kills one");
+        assert_eq!(kernel_oom_cost(Some(true), unit, false), "whole group");
+        let whole_unit = "whole unit (systemd OOMPolicy=stop unless the unit sets otherwise)";
+        assert_eq!(kernel_oom_cost(Some(false), unit, true), whole_unit);
+        assert_eq!(kernel_oom_cost(Some(false), &unit.join("workers"), true), whole_unit, "inside the unit too");
+        assert_eq!(kernel_oom_cost(Some(true), Path::new("/user.slice/x.scope"), true), "whole group");
+        let mut p = Published::test(PolicyState::Normal);
+        p.snapshot.group.oom_group = Some(true);
+        let v = serde_json::to_value(status_view(&p, &Thresholds::default())).expect("json");
+        assert_eq!(
+            (v["group"]["oom_group"].as_bool(), v["group"]["kernel_oom_cost"].as_str()),
+            (Some(true), Some("whole group"))
+        );
+        p.snapshot.group.oom_group = None;
+        let v = serde_json::to_value(status_view(&p, &Thresholds::default())).expect("json");
+        assert!(v["group"]["oom_group"].is_null(), "v1: null");
     }
 
     #[test]
