@@ -6,6 +6,7 @@
 
 use crate::config::Role;
 use crate::feed::{BrakeStatus, ProbeStatus, Published, WakeupOff};
+use crate::guard::{KillBook, KillRecord};
 use crate::launcher::LauncherInfo;
 use crate::live::{ConfigStatus, Live, Reloads};
 use crate::policy::{self, Action, ProcId, Thresholds};
@@ -39,6 +40,8 @@ pub struct ApiState {
     pub launcher: Option<Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>>,
     /// Under `monitor run`: the front door's counts. None for `agent`.
     pub front_door: Option<Arc<dyn Fn() -> FrontDoorView + Send + Sync>>,
+    /// The last resort's kills: the recent ones and the counts by name (None: no kills shown).
+    pub kills: Option<Arc<KillBook>>,
 }
 
 /// Intervals without a sample after which `/healthz` calls the sampler stale (pacing only ever samples sooner
@@ -114,6 +117,53 @@ pub struct StatusView {
     /// Under `monitor run`: what the front door counted since start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub front_door: Option<FrontDoorView>,
+    /// The last resort's recent kills (sent, failed, or decided in shadow mode), oldest first.
+    #[serde(default)]
+    pub kills: Vec<KillView>,
+}
+
+/// One kill of the last resort as the status shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillView {
+    pub pid: u32,
+    /// The command name.
+    pub name: String,
+    pub role: ProcessRole,
+    pub rss_bytes: u64,
+    pub anon_bytes: u64,
+    /// The group's ratio when the kill was decided.
+    pub ratio: f64,
+    /// `over_kill_at` or `abort_not_obeyed`.
+    pub why: String,
+    /// In words.
+    pub reason: String,
+    /// 1..=3: the kills since the group was last below `abort_at`.
+    pub round: u32,
+    pub unix_ms: u64,
+    /// False in shadow mode: decided, never sent.
+    pub enforced: bool,
+    /// Why the SIGKILL was not sent, when it was not.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl From<&KillRecord> for KillView {
+    fn from(r: &KillRecord) -> KillView {
+        KillView {
+            pid: r.pid,
+            name: r.name.clone(),
+            role: r.role,
+            rss_bytes: r.rss_bytes,
+            anon_bytes: r.anon_bytes,
+            ratio: r.ratio,
+            why: r.why.to_string(),
+            reason: r.reason.clone(),
+            round: r.round,
+            unix_ms: r.unix_ms,
+            enforced: r.enforced,
+            error: r.error.clone(),
+        }
+    }
 }
 
 /// The front door's counts since start, as `/metrics` has them (`monitor_shed_requests_total`,
@@ -131,6 +181,9 @@ pub struct GroupView {
     pub cgroup: PathBuf,
     pub version: CgroupVersion,
     pub usage_bytes: u64,
+    /// The shmem part of the usage (tmpfs, shared memory).
+    #[serde(default)]
+    pub shmem_bytes: u64,
     pub limit_bytes: u64,
     pub limit_source: LimitSource,
     pub ratio: f64,
@@ -157,6 +210,29 @@ pub struct GroupView {
     pub processes_listed: usize,
     #[serde(default)]
     pub processes_sampled: usize,
+    /// cgroup v2 `memory.oom.group` (true: a kernel OOM kill takes the whole group); null on v1 or unknown.
+    #[serde(default)]
+    pub oom_group: Option<bool>,
+    /// What a kernel OOM kill would cost, in words ([`kernel_oom_cost`]).
+    #[serde(default)]
+    pub kernel_oom_cost: Option<String>,
+}
+
+/// What a kernel OOM kill in the group `cgroup` costs: the whole systemd unit when the agent runs under systemd and
+/// the group is (or is inside) a `.service` unit's cgroup (systemd's default `OOMPolicy=stop` stops the unit on any
+/// kernel OOM kill in it), the whole group with `memory.oom.group` 1, else one process.
+pub fn kernel_oom_cost(oom_group: Option<bool>, cgroup: &std::path::Path, systemd: bool) -> String {
+    let unit = cgroup.components().any(|c| c.as_os_str().to_string_lossy().ends_with(".service"));
+    match (systemd && unit, oom_group) {
+        (true, _) => "whole unit (systemd OOMPolicy=stop unless the unit sets otherwise)".to_string(),
+        (false, Some(true)) => "whole group".to_string(),
+        (false, _) => "one process".to_string(),
+    }
+}
+
+/// Whether the agent runs as a systemd service (systemd sets `INVOCATION_ID` for each).
+fn under_systemd() -> bool {
+    std::env::var_os("INVOCATION_ID").is_some()
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -169,6 +245,16 @@ pub struct PolicyView {
     pub victim_pid: Option<u32>,
     pub abort_round: u32,
     pub shadow: bool,
+    /// The last resort (`[policy] kill`): on, its line, how long an abort may go unobeyed.
+    #[serde(default)]
+    pub kill: bool,
+    #[serde(default)]
+    pub kill_at: f64,
+    #[serde(default)]
+    pub kill_after_ms: u64,
+    /// The last resort has halted: three kills did not bring the group below `abort_at`.
+    #[serde(default)]
+    pub kills_halted: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -195,6 +281,9 @@ pub struct ProcessView {
     pub latency_p50_us: Option<u64>,
     pub latency_p99_us: Option<u64>,
     pub restarts: u32,
+    /// Kills the last resort sent to processes of this command name since the agent started.
+    #[serde(default)]
+    pub kills: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -222,6 +311,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             cgroup: s.group.cgroup.clone(),
             version: s.group.version,
             usage_bytes: s.group.usage_bytes,
+            shmem_bytes: s.group.shmem_bytes,
             limit_bytes: s.group.limit_bytes,
             limit_source: s.group.limit_source,
             ratio: d.ratio,
@@ -233,6 +323,8 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             next_sample_ms: p.next_sample_ms,
             processes_listed: s.group.processes_listed,
             processes_sampled: s.group.processes_sampled,
+            oom_group: s.group.oom_group,
+            kernel_oom_cost: Some(kernel_oom_cost(s.group.oom_group, &s.group.cgroup, false)),
         },
         policy: PolicyView {
             state: d.state,
@@ -243,6 +335,10 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             victim_pid: d.victim.map(|v| v.pid),
             abort_round: d.abort_round,
             shadow: d.shadow,
+            kill: t.kill,
+            kill_at: t.kill_at,
+            kill_after_ms: t.kill_after_ms,
+            kills_halted: d.kills_halted,
         },
         processes: s
             .processes
@@ -269,6 +365,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
                     latency_p50_us: t.latency_p50_us,
                     latency_p99_us: t.latency_p99_us,
                     restarts: 0,
+                    kills: 0,
                 }
             })
             .collect(),
@@ -277,6 +374,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
         launcher: None,
         config: None,
         front_door: None,
+        kills: Vec::new(),
     }
 }
 
@@ -285,6 +383,8 @@ fn full_status(st: &ApiState) -> StatusView {
     let p = st.latest.borrow().clone();
     let mut view = status_view(&p, &st.config.thresholds());
     view.config = st.reloads.as_ref().map(|r| r.status());
+    view.group.kernel_oom_cost =
+        Some(kernel_oom_cost(p.snapshot.group.oom_group, &p.snapshot.group.cgroup, under_systemd()));
     if let Some(launched) = st.launcher.as_ref().map(|f| f()) {
         // A launched process's name, role and restarts come from the launcher, not the process tree.
         for proc in &mut view.processes {
@@ -297,6 +397,13 @@ fn full_status(st: &ApiState) -> StatusView {
         view.launcher = Some(launched);
     }
     view.front_door = st.front_door.as_ref().map(|f| f());
+    if let Some(book) = &st.kills {
+        let counts = book.counts();
+        for proc in &mut view.processes {
+            proc.kills = counts.by_name.get(&proc.comm).copied().unwrap_or(0);
+        }
+        view.kills = book.recent().iter().map(KillView::from).collect();
+    }
     view
 }
 
@@ -558,6 +665,7 @@ mod tests {
             reloads: None,
             launcher: None,
             front_door: None,
+            kills: None,
         })
     }
 
@@ -633,6 +741,7 @@ mod tests {
             reloads: Some(Arc::new(Reloads::new(Some("/etc/monitor/run.toml".into())))),
             launcher: Some(Arc::new(move || vec![launched.clone()])),
             front_door: Some(Arc::new(|| FrontDoorView { shed_total: 7, forwarded_total: 2 })),
+            kills: None,
         };
         let v = serde_json::to_value(full_status(&st)).expect("json");
         assert_eq!((v["group"]["version"].as_str(), v["group"]["limit_source"].as_str()), (Some("v2"), Some("host")));
@@ -661,6 +770,99 @@ mod tests {
         assert_eq!(back.processes[2].role, ProcessRole::Worker);
         let inferred = infer_roles(&[proc(10, 1), proc(11, 10), proc(20, 1)]);
         assert_eq!(inferred, [ProcessRole::Master, ProcessRole::Worker, ProcessRole::Process]);
+    }
+
+    #[test]
+    fn the_cost_of_a_kernel_oom_kill_in_words() {
+        use std::path::Path;
+        let unit = Path::new("/system.slice/app.service");
+        assert_eq!(kernel_oom_cost(Some(false), unit, false), "one process");
+        assert_eq!(kernel_oom_cost(None, unit, false), "one process", "v1: the kernel kills one");
+        assert_eq!(kernel_oom_cost(Some(true), unit, false), "whole group");
+        let whole_unit = "whole unit (systemd OOMPolicy=stop unless the unit sets otherwise)";
+        assert_eq!(kernel_oom_cost(Some(false), unit, true), whole_unit);
+        assert_eq!(kernel_oom_cost(Some(false), &unit.join("workers"), true), whole_unit, "inside the unit too");
+        assert_eq!(kernel_oom_cost(Some(true), Path::new("/user.slice/x.scope"), true), "whole group");
+        let mut p = Published::test(PolicyState::Normal);
+        p.snapshot.group.oom_group = Some(true);
+        let v = serde_json::to_value(status_view(&p, &Thresholds::default())).expect("json");
+        assert_eq!(
+            (v["group"]["oom_group"].as_bool(), v["group"]["kernel_oom_cost"].as_str()),
+            (Some(true), Some("whole group"))
+        );
+        p.snapshot.group.oom_group = None;
+        let v = serde_json::to_value(status_view(&p, &Thresholds::default())).expect("json");
+        assert!(v["group"]["oom_group"].is_null(), "v1: null");
+    }
+
+    #[test]
+    fn the_status_shows_the_last_resort_and_its_kills() {
+        use crate::snapshot::Traffic;
+        let mut p = Published::test(PolicyState::Aborting);
+        p.snapshot.group.shmem_bytes = 8192;
+        p.decision.kills_halted = true;
+        let proc = |pid: u32, name: &str| ProcSample {
+            pid,
+            name: name.into(),
+            start_ticks: u64::from(pid),
+            ppid: 1,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            traffic: Traffic::default(),
+        };
+        p.snapshot.processes = vec![proc(10, "node"), proc(11, "php")];
+        let book = Arc::new(KillBook::default());
+        let rec = |pid: u32, enforced: bool| KillRecord {
+            pid,
+            start_ticks: 5,
+            name: "node".into(),
+            role: ProcessRole::Worker,
+            rss_bytes: 300,
+            anon_bytes: 280,
+            ratio: 0.97,
+            why: "over_kill_at",
+            reason: "the group reached kill_at (97% of its limit)".into(),
+            round: 1,
+            unix_ms: 1_000,
+            enforced,
+            error: None,
+        };
+        book.record(rec(20, true));
+        book.record(rec(21, true));
+        book.record(rec(22, false));
+        let (_tx, latest) = watch::channel(Arc::new(p));
+        let st = ApiState {
+            latest,
+            config: Live::fixed(Default::default()),
+            reloads: None,
+            launcher: None,
+            front_door: None,
+            kills: Some(book),
+        };
+        let v = serde_json::to_value(full_status(&st)).expect("json");
+        assert_eq!(v["group"]["shmem_bytes"], 8192);
+        let pol = &v["policy"];
+        assert_eq!((pol["kill"].as_bool(), pol["kill_at"].as_f64()), (Some(true), Some(0.97)));
+        assert_eq!((pol["kill_after_ms"].as_u64(), pol["kills_halted"].as_bool()), (Some(2000), Some(true)));
+        let kills: Vec<u64> =
+            v["processes"].as_array().into_iter().flatten().filter_map(|p| p["kills"].as_u64()).collect();
+        assert_eq!(kills, [2, 0], "sent kills by command name; the shadow one is not sent");
+        assert_eq!(v["kills"].as_array().map(Vec::len), Some(3));
+        assert_eq!(
+            (v["kills"][0]["why"].as_str(), v["kills"][2]["enforced"].as_bool()),
+            (Some("over_kill_at"), Some(false))
+        );
+        let back: StatusView = serde_json::from_value(v.clone()).expect("read back");
+        assert_eq!(back.kills[1].pid, 21);
+        // An older agent's document has none of these: read with defaults.
+        let mut old = v;
+        old.as_object_mut().map(|o| o.remove("kills"));
+        for k in ["kill", "kill_at", "kill_after_ms", "kills_halted"] {
+            old["policy"].as_object_mut().map(|o| o.remove(k));
+        }
+        old["group"].as_object_mut().map(|o| o.remove("shmem_bytes"));
+        let old: StatusView = serde_json::from_value(old).expect("an older agent's document");
+        assert!(old.kills.is_empty() && !old.policy.kill && !old.policy.kills_halted);
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -711,6 +913,7 @@ mod tests {
             reloads: None,
             launcher: None,
             front_door: None,
+            kills: None,
         });
         let req = axum::http::Request::builder().uri("/healthz").body(axum::body::Body::empty()).expect("a request");
         let resp = app.oneshot(req).await.expect("infallible");

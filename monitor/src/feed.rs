@@ -232,6 +232,7 @@ impl Published {
                     version: crate::snapshot::CgroupVersion::V1,
                     usage_bytes: 0,
                     shmem_bytes: 0,
+                    oom_group: None,
                     limit_bytes: 1,
                     limit_source: crate::snapshot::LimitSource::Cgroup,
                     oom_kills: None,

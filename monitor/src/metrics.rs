@@ -3,6 +3,7 @@
 //! thread of its own, a bounded number of scrapes at a time.
 
 use crate::feed::Published;
+use crate::guard::KillCounts;
 use crate::history::History;
 use crate::policy::{Decisions, Thresholds};
 use crate::reaction::{Counts, Kind, BOUNDS_NS};
@@ -105,6 +106,7 @@ fn text(h: &History) -> String {
         thresholds: h.thresholds(),
         reloads: h.reloads().map(|r| r.counts()),
         decisions: h.decisions(),
+        kills: h.kill_counts(),
         now_unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -139,6 +141,8 @@ pub struct Extra {
     pub decisions: Decisions,
     /// The config's reloads since start, (good, failed) (none: the family is left out).
     pub reloads: Option<(u64, u64)>,
+    /// The last resort's kills since start (none: the counters are left out).
+    pub kills: Option<KillCounts>,
     /// The time of the scrape, for the sample's age (0: left out).
     pub now_unix_ms: u64,
 }
@@ -182,9 +186,16 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
         &mut o,
         "monitor_group_memory_usage_bytes",
         "gauge",
-        "The group's anonymous memory (v2 anon, v1 total_rss).",
+        "The group's unreclaimable memory: anon plus shmem (v2 anon + shmem, v1 total_rss + total_shmem).",
     );
     let _ = writeln!(o, "monitor_group_memory_usage_bytes {}", g.usage_bytes);
+    family(
+        &mut o,
+        "monitor_group_shmem_bytes",
+        "gauge",
+        "The shmem part of the usage: tmpfs files and shared memory, which killing a process may not free.",
+    );
+    let _ = writeln!(o, "monitor_group_shmem_bytes {}", g.shmem_bytes);
     family(&mut o, "monitor_group_memory_limit_bytes", "gauge", "The group's memory limit (cgroup, config or host).");
     let _ = writeln!(o, "monitor_group_memory_limit_bytes {}", g.limit_bytes);
     family(&mut o, "monitor_group_memory_ratio", "gauge", "Usage divided by the limit.");
@@ -196,6 +207,7 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
     family(&mut o, "monitor_policy_abort_round", "gauge", "Victims chosen since entering aborting.");
     let _ = writeln!(o, "monitor_policy_abort_round {}", p.decision.abort_round);
     policy_lines(&mut o, &extra.thresholds, &extra.decisions);
+    guard_lines(&mut o, p.decision.kills_halted, extra.kills.as_ref());
     if let Some((ok, failed)) = extra.reloads {
         family(
             &mut o,
@@ -390,6 +402,33 @@ fn policy_lines(o: &mut String, t: &Thresholds, d: &Decisions) {
     let _ = writeln!(o, "monitor_policy_victims_total {}", d.victims);
 }
 
+/// The last resort: kills sent per process name, those not enforced (shadow) or not sent, and whether it halted.
+fn guard_lines(o: &mut String, halted: bool, kills: Option<&KillCounts>) {
+    family(o, "monitor_guard_kills_halted", "gauge", "1 while the last resort has halted: its kills freed nothing.");
+    let _ = writeln!(o, "monitor_guard_kills_halted {}", u8::from(halted));
+    let Some(k) = kills else { return };
+    if !k.by_name.is_empty() {
+        family(o, "monitor_guard_kills_total", "counter", "Processes the guard's last resort killed, by name.");
+        for (name, n) in &k.by_name {
+            let _ = writeln!(o, "monitor_guard_kills_total{{process=\"{}\"}} {n}", escape_label(name));
+        }
+    }
+    family(
+        o,
+        "monitor_guard_kills_not_enforced_total",
+        "counter",
+        "Kills the last resort decided in shadow mode and did not send.",
+    );
+    let _ = writeln!(o, "monitor_guard_kills_not_enforced_total {}", k.not_enforced);
+    family(
+        o,
+        "monitor_guard_kills_failed_total",
+        "counter",
+        "Kills the last resort could not send (the process was gone, its pid reused, or it left the group).",
+    );
+    let _ = writeln!(o, "monitor_guard_kills_failed_total {}", k.failed);
+}
+
 /// The log2 histogram's bucket bounds exported: every other power of two of microseconds, from 2 µs to 2^25 µs
 /// (33.6 s), 13 buckets and +Inf per process. Each is a bound of the log2 histogram, so the counts stay exact.
 const EXPORTED_BOUNDS: usize = 25;
@@ -556,6 +595,40 @@ mod tests {
                 "monitor_memory_pressure_seconds_total{kind=\"full\"} 0.001"
             ]
         );
+    }
+
+    #[test]
+    fn guard_kills_by_name_shadow_failed_and_halted() {
+        let mut p = Published::test(State::Aborting);
+        p.snapshot.group.shmem_bytes = 4096;
+        let text = render(&p, &[], &Extra::default());
+        assert_eq!(lines_of(&text, "monitor_group_shmem_bytes "), ["monitor_group_shmem_bytes 4096"]);
+        assert_eq!(lines_of(&text, "monitor_guard_kills_halted "), ["monitor_guard_kills_halted 0"]);
+        assert!(!text.contains("monitor_guard_kills_total"), "no book, no counters: {text}");
+        assert!(!text.contains("monitor_guard_kills_failed_total"), "{text}");
+        // A book with nothing killed yet: the shadow and failed counters start at 0, no series by name.
+        let empty = Extra { kills: Some(KillCounts::default()), ..Extra::default() };
+        let text = render(&p, &[], &empty);
+        assert!(!text.contains("monitor_guard_kills_total"), "{text}");
+        assert_eq!(lines_of(&text, "monitor_guard_kills_failed_total "), ["monitor_guard_kills_failed_total 0"]);
+        let kills = KillCounts {
+            by_name: [("tx\"1".to_string(), 2), ("tx2".to_string(), 1)].into_iter().collect(),
+            not_enforced: 3,
+            failed: 1,
+        };
+        p.decision.kills_halted = true;
+        let text = render(&p, &[], &Extra { kills: Some(kills), ..Extra::default() });
+        assert!(text.contains("# TYPE monitor_guard_kills_total counter\n"), "{text}");
+        assert_eq!(
+            lines_of(&text, "monitor_guard_kills_total{"),
+            ["monitor_guard_kills_total{process=\"tx\\\"1\"} 2", "monitor_guard_kills_total{process=\"tx2\"} 1"]
+        );
+        assert_eq!(
+            lines_of(&text, "monitor_guard_kills_not_enforced_total "),
+            ["monitor_guard_kills_not_enforced_total 3"]
+        );
+        assert_eq!(lines_of(&text, "monitor_guard_kills_failed_total "), ["monitor_guard_kills_failed_total 1"]);
+        assert_eq!(lines_of(&text, "monitor_guard_kills_halted "), ["monitor_guard_kills_halted 1"]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 #[path = "report_png.rs"]
 pub mod png;
 
-use crate::history::events::ClusterEvent;
+use crate::history::events::{ClusterEvent, KillEvent};
 use crate::history::ring::{Labels, Minute};
 use crate::history::store::Store;
 use crate::history::HistoryError;
@@ -63,6 +63,10 @@ pub struct DayReport {
     /// single host, and in a report of a database from before they were kept).
     #[serde(default)]
     pub cluster_events: Vec<ClusterEvent>,
+    /// The guard's kills that day (sent, not sent, or decided in shadow mode), oldest first (empty in a report of a
+    /// database from before they were kept).
+    #[serde(default)]
+    pub kills: Vec<KillEvent>,
 }
 
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
@@ -172,6 +176,7 @@ pub fn summarize(date: &str, minutes: &[Minute], labels: &Labels) -> DayReport {
         restarts: processes.iter().map(|p| p.restarts).sum(),
         processes,
         cluster_events: Vec::new(),
+        kills: Vec::new(),
     }
 }
 
@@ -193,8 +198,9 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
     let mut labels = Labels::default();
     let minutes = store.minutes(day_start, day_start + 86_400, &mut labels).map_err(not_a_database)?;
     let events = store.events(day_start, day_start + 86_400).map_err(not_a_database)?;
+    let kills = store.kills(day_start, day_start + 86_400).map_err(not_a_database)?;
     let date = civil_from_days((day_start / 86_400) as i64);
-    let report = DayReport { cluster_events: events, ..summarize(&date, &minutes, &labels) };
+    let report = DayReport { cluster_events: events, kills, ..summarize(&date, &minutes, &labels) };
     Ok((report, minutes, labels))
 }
 
@@ -236,8 +242,43 @@ pub fn text(r: &DayReport) -> String {
             p.restarts
         );
     }
+    kills_text(&mut o, &r.kills);
     cluster_text(&mut o, &r.cluster_events);
     o
+}
+
+/// The "kills" section: the day's kills of the guard's last resort, each with its time, process and reason;
+/// nothing when there are none.
+fn kills_text(o: &mut String, kills: &[KillEvent]) {
+    if kills.is_empty() {
+        return;
+    }
+    let sent = kills.iter().filter(|k| k.enforced && k.error.is_none()).count();
+    let shadow = kills.iter().filter(|k| !k.enforced).count();
+    let failed = kills.len() - sent - shadow;
+    let _ = writeln!(
+        o,
+        "\nkills: {} by the guard's last resort ({sent} sent, {shadow} shadow: not enforced, {failed} not sent)",
+        kills.len()
+    );
+    let _ = writeln!(o, "{:<14} {:<20} {:>8} {:>12}  REASON", "TIME (UTC)", "PROCESS", "PID", "RSS");
+    for k in kills {
+        let note = match (&k.error, k.enforced) {
+            (_, false) => " (shadow: not enforced)".to_string(),
+            (Some(e), true) => format!(" (not sent: {e})"),
+            (None, true) => String::new(),
+        };
+        let process: String = k.process.chars().map(|c| if c.is_control() { '?' } else { c }).take(20).collect();
+        let _ = writeln!(
+            o,
+            "{:<14} {:<20} {:>8} {:>12}  {}{note}",
+            time_of_day(k.at_unix_ms),
+            process,
+            k.pid,
+            crate::units::size(k.rss_bytes),
+            k.reason
+        );
+    }
 }
 
 /// The kinds of cluster events in the order a member goes through them.
@@ -356,6 +397,57 @@ mod tests {
     }
 
     #[test]
+    fn the_days_kills_are_counted_and_listed_with_their_reason() {
+        let dir = monitor_tests::temp_dir("report-kills");
+        let path = dir.join("stats.db");
+        let day = parse_date("2024-03-01").expect("a date");
+        let kill = |at_s: u64, pid: u32, enforced: bool, error: Option<&str>| KillEvent {
+            at_unix_ms: at_s * 1000 + 250,
+            pid,
+            process: "node".into(),
+            role: "worker".into(),
+            why: "abort_not_obeyed".into(),
+            reason: "the abort was not obeyed".into(),
+            rss_bytes: 300 << 20,
+            anon_bytes: 280 << 20,
+            ratio: 0.95,
+            round: 1,
+            enforced,
+            error: error.map(String::from),
+        };
+        let kills = [
+            kill(day + 3_600, 11, true, None),
+            kill(day + 7_200, 12, false, None),
+            kill(day + 7_300, 13, true, Some("pid 13 is gone")),
+        ];
+        {
+            let mut store = Store::open(&path).expect("open");
+            store.insert_kills(&[kill(day - 10, 9, true, None), kill(day + 86_400, 10, true, None)]).expect("around");
+            store.insert_kills(&kills).expect("kills");
+        }
+        let (r, _, _) = load(&path, day).expect("load");
+        assert_eq!(r.kills, kills, "the day's, oldest first");
+        let text = text(&r);
+        let section: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("kills:")).collect();
+        assert_eq!(
+            section.first(),
+            Some(&"kills: 3 by the guard's last resort (1 sent, 1 shadow: not enforced, 1 not sent)"),
+            "{text}"
+        );
+        assert!(
+            section.get(2).is_some_and(|l| l.starts_with("01:00:00.250   node")
+                && l.contains(" 11 ")
+                && l.ends_with("the abort was not obeyed")),
+            "{text}"
+        );
+        assert!(section.get(3).is_some_and(|l| l.ends_with("(shadow: not enforced)")), "{text}");
+        assert!(section.get(4).is_some_and(|l| l.ends_with("(not sent: pid 13 is gone)")), "{text}");
+        let json = serde_json::to_value(&r).expect("json");
+        assert_eq!(json["kills"][0]["reason"], "the abort was not obeyed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_single_host_prints_no_cluster_section() {
         let r = summarize("2024-03-01", &[], &Labels::default());
         assert!(!text(&r).contains("cluster"), "{}", text(&r));
@@ -364,6 +456,7 @@ mod tests {
         // A report written before the events were kept reads back with none.
         let mut old = json;
         old.as_object_mut().map(|o| o.remove("cluster_events"));
+        old.as_object_mut().map(|o| o.remove("kills"));
         let back: DayReport = serde_json::from_value(old).expect("an older report");
         assert_eq!(back, r);
     }

@@ -580,6 +580,7 @@ impl Sampler {
                 version: group.version,
                 usage_bytes: mem.usage_bytes,
                 shmem_bytes: mem.shmem_bytes,
+                oom_group: mem.oom_group,
                 limit_bytes,
                 limit_source,
                 oom_kills: mem.oom_kills,

@@ -67,6 +67,8 @@ pub struct GroupSample {
     pub usage_bytes: u64,
     /// The shmem part of `usage_bytes`.
     pub shmem_bytes: u64,
+    /// cgroup v2 `memory.oom.group`: true when a kernel OOM kill takes the whole group (None on v1 or unknown).
+    pub oom_group: Option<bool>,
     pub limit_bytes: u64,
     pub limit_source: LimitSource,
     /// How many processes of the group the kernel's OOM killer has killed since the group was created (v2

@@ -80,8 +80,8 @@ pub fn render(v: &StatusView) -> String {
     s.push('\n');
     let _ = writeln!(
         s,
-        "{:>8}  {:<16} {:<8} {:>12} {:>12}  {:<7} {:>9} {:>8} {:>8}",
-        "PID", "NAME", "ROLE", "RSS", "ANON", "ACTION", "REQUESTS", "INFLIGHT", "RESTARTS"
+        "{:>8}  {:<16} {:<8} {:>12} {:>12}  {:<7} {:>9} {:>8} {:>8} {:>5}",
+        "PID", "NAME", "ROLE", "RSS", "ANON", "ACTION", "REQUESTS", "INFLIGHT", "RESTARTS", "KILLS"
     );
     for p in &v.processes {
         // Under `monitor run` a process is shown by its name in the config (m0, tx1), else by its command name.
@@ -90,7 +90,7 @@ pub fn render(v: &StatusView) -> String {
             launched.unwrap_or(&p.name).chars().map(|c| if c.is_control() { '?' } else { c }).take(16).collect();
         let _ = writeln!(
             s,
-            "{:>8}  {:<16} {:<8} {:>12} {:>12}  {:<7} {:>9} {:>8} {:>8}",
+            "{:>8}  {:<16} {:<8} {:>12} {:>12}  {:<7} {:>9} {:>8} {:>8} {:>5}",
             p.pid,
             name,
             p.role,
@@ -99,7 +99,8 @@ pub fn render(v: &StatusView) -> String {
             p.action,
             p.requests_total,
             p.inflight,
-            p.restarts
+            p.restarts,
+            p.kills
         );
     }
     if v.processes.is_empty() {
@@ -115,7 +116,36 @@ pub fn render(v: &StatusView) -> String {
             .unwrap_or_default();
         let _ = writeln!(s, "{:>8}  {:<16} {:<8} {}{retry}, restarts {}", "-", l.name, l.role, l.state, l.restarts);
     }
+    if let Some(k) = last_kill(v, now_ms) {
+        let _ = writeln!(s, "\n{k}");
+    }
     s
+}
+
+/// The last resort's latest kill in a line, `now_ms` being the time of the reading (None when it killed nothing).
+fn last_kill(v: &StatusView, now_ms: u64) -> Option<String> {
+    let k = v.kills.last()?;
+    let name: String = k.name.chars().map(|c| if c.is_control() { '?' } else { c }).take(32).collect();
+    let ago = ago(now_ms.saturating_sub(k.unix_ms));
+    let who = format!("{name} (pid {})", k.pid);
+    let mut line = match (&k.error, k.enforced) {
+        (_, false) => format!("shadow: would have killed {who} {ago} (not enforced): {}", k.reason),
+        (Some(e), true) => format!("kill of {who} not sent {ago} ({e}): {}", k.reason),
+        (None, true) => format!("killed {who} {ago}: {}", k.reason),
+    };
+    if v.policy.kills_halted {
+        line.push_str("\nkills halted: three kills did not bring the group below abort_at");
+    }
+    Some(line)
+}
+
+/// `3 s ago`, `4 min ago`, `2 h ago`.
+fn ago(ms: u64) -> String {
+    match ms / 1000 {
+        s if s < 120 => format!("{s} s ago"),
+        s if s < 7200 => format!("{} min ago", s / 60),
+        s => format!("{} h ago", s / 3600),
+    }
 }
 
 /// `monitor status --cluster`: one row per member, from the cluster view of the node asked and each member's own
@@ -370,6 +400,54 @@ mod tests {
         assert_eq!(line(&text, "wake-ups "), Some("timer only; next sample in 100 ms"));
         assert_eq!(line(&text, "brake "), None, "{text}");
         assert_eq!(line(&text, "config "), None, "nothing to say of a config that was never reloaded: {text}");
+    }
+
+    #[test]
+    fn each_process_shows_its_kills_and_the_last_kill_is_said_under_the_table() {
+        let mut p = Published::test(State::Aborting);
+        p.snapshot.processes = vec![crate::snapshot::ProcSample {
+            pid: 123,
+            name: "node".into(),
+            start_ticks: 1,
+            ppid: 1,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            traffic: Default::default(),
+        }];
+        let mut v = crate::api::status_view(&p, &Thresholds::default());
+        let text = render(&v);
+        assert!(text.lines().any(|l| l.trim_end().ends_with("RESTARTS KILLS")), "{text}");
+        assert!(!text.contains("killed"), "no kill, no line: {text}");
+        v.processes[0].kills = 2;
+        let kill = |pid: u32, unix_ms: u64, enforced: bool| crate::api::KillView {
+            pid,
+            name: "tx1".into(),
+            role: crate::snapshot::ProcessRole::Worker,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            ratio: 0.97,
+            why: "abort_not_obeyed".into(),
+            reason: "the abort was not obeyed".into(),
+            round: 1,
+            unix_ms,
+            enforced,
+            error: None,
+        };
+        v.kills = vec![kill(100, 0, true), kill(123, 10_000, true)];
+        let text = render(&v);
+        let row = text.lines().find(|l| l.trim_start().starts_with("123")).unwrap_or_default();
+        assert!(row.ends_with("        0     2"), "restarts 0, kills 2: {row:?}");
+        assert_eq!(last_kill(&v, 13_400).as_deref(), Some("killed tx1 (pid 123) 3 s ago: the abort was not obeyed"));
+        assert!(text.contains("\nkilled tx1 (pid 123) "), "{text}");
+        v.kills[1].enforced = false;
+        v.policy.kills_halted = true;
+        let line = last_kill(&v, 10_000 + 300_000).unwrap_or_default();
+        assert!(line.starts_with("shadow: would have killed tx1 (pid 123) 5 min ago (not enforced)"), "{line}");
+        assert!(line.ends_with("kills halted: three kills did not bring the group below abort_at"), "{line}");
+        v.kills[1].enforced = true;
+        v.kills[1].error = Some("pid 123 is gone".into());
+        let line = last_kill(&v, 10_000 + 3 * 3_600_000).unwrap_or_default();
+        assert!(line.starts_with("kill of tx1 (pid 123) not sent 3 h ago (pid 123 is gone)"), "{line}");
     }
 
     #[test]

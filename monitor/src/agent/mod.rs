@@ -292,6 +292,7 @@ impl Parts<'_> {
                     f
                 }),
                 cluster_events: cluster.as_ref().map(|m| m.watch()),
+                kills: Some(kills.clone()),
             },
         );
         // Alerts, actions and history read every sample from the first on; the Raiser is for other parts (the
@@ -360,7 +361,14 @@ impl Parts<'_> {
             });
             f
         });
-        let state = api::ApiState { latest: rx, config: live, reloads: Some(reloads), launcher: view, front_door };
+        let state = api::ApiState {
+            latest: rx,
+            config: live,
+            reloads: Some(reloads),
+            launcher: view,
+            front_door,
+            kills: Some(kills.clone()),
+        };
         let forwarded = door.as_ref().map(|d| d.proxy.clone());
         let more = cluster.clone().map(|m| {
             let f: metrics::MoreFn = Arc::new(move || {

@@ -3,6 +3,7 @@
 //! incident, and sent to any combination of sinks (a command, a webhook, an Alertmanager).
 
 pub mod engine;
+pub mod kill;
 pub mod names;
 pub mod oom;
 pub mod sinks;

@@ -9,6 +9,10 @@ pub const GROUP_REFUSING: &str = "MonitorGroupRefusing";
 pub const GROUP_ABORTING: &str = "MonitorGroupAborting";
 /// The kernel's OOM killer killed a process of the group.
 pub const OOM_KILL: &str = "MonitorOomKill";
+/// The guard's last resort killed a process (or, in shadow mode, would have).
+pub const PROCESS_KILLED: &str = "MonitorProcessKilled";
+/// The last resort has halted: its kills did not bring the group below `abort_at`.
+pub const KILL_INEFFECTIVE: &str = "MonitorKillIneffective";
 /// Under `monitor run`: a process exited and is being restarted.
 pub const PROCESS_RESTARTING: &str = "MonitorProcessRestarting";
 /// Under `monitor run`: a process keeps exiting; its restart backoff is at its cap.
@@ -26,10 +30,12 @@ pub const STATS_DATABASE_FAILING: &str = "MonitorStatsDatabaseFailing";
 pub const CLUSTER_MEMBER_DOWN: &str = "MonitorClusterMemberDown";
 
 /// Every alert the agent raises itself.
-pub const RAISED_BY_AGENT: [&str; 10] = [
+pub const RAISED_BY_AGENT: [&str; 12] = [
     GROUP_REFUSING,
     GROUP_ABORTING,
     OOM_KILL,
+    PROCESS_KILLED,
+    KILL_INEFFECTIVE,
     PROCESS_RESTARTING,
     PROCESS_CRASH_LOOP,
     PROCESS_UNHEALTHY,

@@ -1,9 +1,10 @@
-//! The alerts task: derives conditions from each published decision and from the group's OOM kill count
-//! ([`OomWatch`]), merges those raised by other parts (the launcher's crashes and crash loops, the stats database),
+//! The alerts task: derives conditions from each published decision, from the group's OOM kill count
+//! ([`OomWatch`]) and from the guard's own kills ([`KillWatch`]), merges those raised by other parts (the launcher's crashes and crash loops, the stats database),
 //! runs the [`Book`](super::engine::Book) and hands notifications to the sinks. It reads every published sample in
 //! order ([`Samples`]), so a decision that lasted a single sample is alerted too; it never blocks the sampler.
 
 use super::engine::Book;
+use super::kill::KillWatch;
 use super::oom::OomWatch;
 use super::sinks::{self, SinkHandle};
 use super::{names, Condition};
@@ -66,6 +67,7 @@ pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
         }
         out.push(usage(c));
     }
+    out.extend(super::kill::ineffective(p));
     if probes_wanted && !p.probes.enabled {
         out.push(
             Condition::new(names::PROBES_DISABLED)
@@ -152,6 +154,7 @@ pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Sampl
         let mut labels = fleet_labels(&applied.alerts.labels, &host, node.as_deref());
         let mut book = Book::new(Duration::from_secs(applied.alerts.quiet_s));
         let mut oom = OomWatch::default();
+        let mut kills = KillWatch::default();
         let started = Instant::now();
         let mut external: BTreeMap<String, Condition> = BTreeMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -188,7 +191,9 @@ pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Sampl
                 }
             }
             let mut conds = conditions(samples.latest(), applied.probes.enabled);
-            conds.extend(oom.conditions(samples.latest(), started.elapsed().as_millis() as u64));
+            let now_ms = started.elapsed().as_millis() as u64;
+            conds.extend(oom.conditions(samples.latest(), now_ms));
+            conds.extend(kills.conditions(samples.latest(), now_ms));
             conds.extend(external.values().cloned());
             for c in &mut conds {
                 for (k, v) in &labels {

@@ -153,6 +153,8 @@ pub struct Memory {
     pub oom_kills: Option<u64>,
     /// The group's memory stall totals (v2 with PSI; None otherwise).
     pub pressure: Option<crate::snapshot::Pressure>,
+    /// v2 `memory.oom.group` as last read (at the start and each rescan); None on v1 or without the file.
+    pub oom_group: Option<bool>,
 }
 
 struct OpenFile {
@@ -211,6 +213,8 @@ pub struct GroupReader {
     oom_file: Option<OpenFile>,
     /// v2 `memory.pressure` (None on v1, or when the kernel has no PSI).
     pressure_file: Option<OpenFile>,
+    /// v2 `memory.oom.group`, read at the start and each rescan.
+    oom_group: Option<bool>,
     buf: Vec<u8>,
 }
 
@@ -246,6 +250,7 @@ impl GroupReader {
             procs_files: Vec::new(),
             oom_file,
             pressure_file,
+            oom_group: None,
             buf: Vec::with_capacity(8192),
         };
         reader.rescan()?;
@@ -280,6 +285,10 @@ impl GroupReader {
             }
         }
         self.procs_files = files;
+        self.oom_group = match self.group.version {
+            CgroupVersion::V2 => v2::read_oom_group(&self.group.dir),
+            CgroupVersion::V1 => None,
+        };
         Ok(())
     }
 
@@ -302,6 +311,7 @@ impl GroupReader {
                     limit_bytes: stat.limit_bytes,
                     oom_kills,
                     pressure,
+                    oom_group: None,
                 })
             }
             CgroupVersion::V2 => {
@@ -315,7 +325,14 @@ impl GroupReader {
                         v2::parse_memory_max(text).map_err(|msg| CgroupError::Parse { path: f.path.clone(), msg })?;
                     limit = v2::min_limit(limit, max);
                 }
-                Ok(Memory { usage_bytes, shmem_bytes, limit_bytes: limit, oom_kills, pressure })
+                Ok(Memory {
+                    usage_bytes,
+                    shmem_bytes,
+                    limit_bytes: limit,
+                    oom_kills,
+                    pressure,
+                    oom_group: self.oom_group,
+                })
             }
         }
     }
@@ -451,7 +468,8 @@ mod tests {
                 shmem_bytes: 0,
                 limit_bytes: Some(402653184),
                 oom_kills: Some(2),
-                pressure: None
+                pressure: None,
+                oom_group: Some(false)
             }
         );
         let mut pids = Vec::new();

@@ -1,5 +1,6 @@
 //! cgroup v2 memory controller: usage is `memory.stat anon`; the limit is the smallest `memory.max` from the
-//! group up to the hierarchy's root (`max` = none).
+//! group up to the hierarchy's root (`max` = none); `memory.oom.group` says whether a kernel OOM kill takes the whole
+//! group.
 
 use std::path::{Path, PathBuf};
 
@@ -45,6 +46,23 @@ pub fn parse_memory_max(text: &str) -> Result<Option<u64>, String> {
         "max" => Ok(None),
         t => t.parse().map(Some).map_err(|_| format!("memory.max is neither a number nor max: {t:?}")),
     }
+}
+
+/// A `memory.oom.group` file: `1` when the kernel's OOM killer kills the whole group at once, `0` when it kills
+/// one process.
+pub fn parse_oom_group(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        t => Err(format!("memory.oom.group is neither 0 nor 1: {t:?}")),
+    }
+}
+
+/// The group `dir`'s `memory.oom.group`; None when the file is missing (a kernel before 4.19), unreadable or not
+/// understood.
+pub fn read_oom_group(dir: &Path) -> Option<bool> {
+    let text = std::fs::read_to_string(dir.join("memory.oom.group")).ok()?;
+    parse_oom_group(&text).ok()
 }
 
 /// The smaller of two optional limits (None = unlimited).
@@ -95,6 +113,17 @@ mod tests {
     }
 
     #[test]
+    fn oom_group_from_fixtures() {
+        let nested = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/v2/nested/system.slice");
+        assert_eq!(read_oom_group(&nested.join("app.service")), Some(true));
+        assert_eq!(read_oom_group(&nested.join("app.service/workers")), Some(false));
+        assert_eq!(read_oom_group(&nested), None, "no file: not known");
+        assert_eq!(parse_oom_group("1\n"), Ok(true));
+        assert!(parse_oom_group("").is_err());
+        assert!(parse_oom_group("2\n").is_err());
+    }
+
+    #[test]
     fn memory_max_values() {
         assert_eq!(parse_memory_max("max\n"), Ok(None));
         assert_eq!(parse_memory_max("536870912\n"), Ok(Some(512 << 20)));
@@ -123,6 +152,7 @@ mod tests {
         fn never_panics(s in "\\PC{0,300}") {
             let _ = parse_anon(&s);
             let _ = parse_memory_max(&s);
+            let _ = parse_oom_group(&s);
             let _ = keyed(&s, "x");
         }
     }

@@ -1,5 +1,6 @@
-//! Cluster membership events for the stats database: the changes of the members' states the membership keeps in
-//! memory (the last hundred, `/api/v1/cluster`'s `events`), picked out as they come so that each is written once.
+//! Events for the stats database: the cluster membership's changes of the members' states (the last hundred the
+//! membership keeps in memory, `/api/v1/cluster`'s `events`), picked out as they come so that each is written once,
+//! and the guard's kills as the published samples carry them.
 
 use crate::cluster::members::Event;
 use crate::cluster::Members;
@@ -22,6 +23,47 @@ pub struct ClusterEvent {
     pub from: Option<String>,
     /// The state after.
     pub to: String,
+}
+
+/// A kill of the guard's last resort as the stats database and the daily report keep it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillEvent {
+    /// When the kill was decided, in ms since the Unix epoch.
+    pub at_unix_ms: u64,
+    pub pid: u32,
+    /// The command name.
+    pub process: String,
+    pub role: String,
+    /// `over_kill_at` or `abort_not_obeyed`, and in words.
+    pub why: String,
+    pub reason: String,
+    pub rss_bytes: u64,
+    pub anon_bytes: u64,
+    pub ratio: f64,
+    pub round: u32,
+    /// False in shadow mode: decided, never sent.
+    pub enforced: bool,
+    /// Why the SIGKILL was not sent, when it was not.
+    pub error: Option<String>,
+}
+
+impl From<&crate::guard::KillRecord> for KillEvent {
+    fn from(r: &crate::guard::KillRecord) -> KillEvent {
+        KillEvent {
+            at_unix_ms: r.unix_ms,
+            pid: r.pid,
+            process: r.name.clone(),
+            role: r.role.to_string(),
+            why: r.why.to_string(),
+            reason: r.reason.clone(),
+            rss_bytes: r.rss_bytes,
+            anon_bytes: r.anon_bytes,
+            ratio: r.ratio,
+            round: r.round,
+            enforced: r.enforced,
+            error: r.error.clone(),
+        }
+    }
 }
 
 impl From<&Event> for ClusterEvent {

@@ -18,7 +18,7 @@ use crate::launcher::LauncherInfo;
 use crate::live::Live;
 use crate::policy::{Decisions, ProcId, Thresholds};
 use crate::snapshot::infer_roles;
-use events::{ClusterEvent, ClusterView};
+use events::{ClusterEvent, ClusterView, KillEvent};
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -39,6 +39,8 @@ const REOPEN_EVERY: Duration = Duration::from_secs(5);
 const PENDING_KEPT: usize = 1440;
 /// Cluster events kept while the database cannot be written, written when it can be again.
 const PENDING_EVENTS_KEPT: usize = 1000;
+/// Kills kept while the database cannot be written (the last resort kills at most once a second).
+const PENDING_KILLS_KEPT: usize = 1000;
 
 /// What can go wrong with the stats database.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +73,8 @@ pub struct Inputs {
     pub peers: Option<PeersFn>,
     /// In a cluster: the membership, whose events are written to the stats database.
     pub cluster_events: Option<ClusterView>,
+    /// The last resort's kills, for `/metrics`.
+    pub kills: Option<Arc<crate::guard::KillBook>>,
 }
 
 /// What the database thread is handed.
@@ -79,6 +83,8 @@ enum Write {
     Minute(Minute, Labels),
     /// Cluster events not handed over before.
     Events(Vec<ClusterEvent>),
+    /// A kill of the guard's last resort, as its sample carried it.
+    Kill(KillEvent),
 }
 
 /// The cluster's nodes as the home page lists them.
@@ -300,6 +306,11 @@ impl History {
         self.inputs.reactions.as_deref()
     }
 
+    /// The last resort's kill counts, when the kills are kept.
+    pub fn kill_counts(&self) -> Option<crate::guard::KillCounts> {
+        self.inputs.kills.as_ref().map(|k| k.counts())
+    }
+
     /// The latest published sample.
     pub fn latest(&self) -> Arc<Published> {
         self.latest.borrow().clone()
@@ -425,6 +436,9 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
                 if last_seq != Some(p.snapshot.seq) && p.error.is_none() {
                     last_seq = Some(p.snapshot.seq);
                     h.lock().decisions.observe(&p.decision);
+                    if let Some(k) = &p.kill {
+                        let _ = tx.send(Write::Kill(KillEvent::from(k)));
+                    }
                     let (sec, min) = agg.push(&h.input(&p));
                     if let Some((m, labels)) = h.keep(sec, min) {
                         let _ = tx.send(Write::Minute(m, labels));
@@ -460,6 +474,8 @@ struct Writer {
     pending: VecDeque<Minute>,
     /// Cluster events not written yet, oldest first.
     pending_events: VecDeque<ClusterEvent>,
+    /// Kills not written yet, oldest first.
+    pending_kills: VecDeque<KillEvent>,
     /// The latest labels (they only grow, so they name every pending minute's processes).
     labels: Labels,
     /// How often a database that cannot be opened or written is tried again ([`REOPEN_EVERY`]).
@@ -477,6 +493,7 @@ impl Writer {
             retained_for,
             pending: VecDeque::new(),
             pending_events: VecDeque::new(),
+            pending_kills: VecDeque::new(),
             labels: Labels::default(),
             retry: REOPEN_EVERY,
         }
@@ -485,7 +502,7 @@ impl Writer {
     fn run(mut self, rows: mpsc::Receiver<Write>) {
         let mut last_retain = std::time::Instant::now();
         loop {
-            let idle = self.pending.is_empty() && self.pending_events.is_empty();
+            let idle = self.pending.is_empty() && self.pending_events.is_empty() && self.pending_kills.is_empty();
             let row = if idle && self.store.is_some() {
                 rows.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
             } else {
@@ -507,6 +524,13 @@ impl Writer {
                         }
                         self.pending_events.push_back(e);
                     }
+                    false
+                }
+                Ok(Write::Kill(k)) => {
+                    if self.pending_kills.len() >= PENDING_KILLS_KEPT {
+                        self.pending_kills.pop_front();
+                    }
+                    self.pending_kills.push_back(k);
                     false
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => false,
@@ -566,6 +590,13 @@ impl Writer {
                 return;
             }
             self.pending_events.clear();
+        }
+        if !self.pending_kills.is_empty() {
+            if let Err(e) = store.insert_kills(self.pending_kills.make_contiguous()) {
+                failed(&self.h, &e, format!("history is not persisted: writing the guard's kills: {e}"));
+                return;
+            }
+            self.pending_kills.clear();
         }
         if failing {
             tracing::info!("stats database writable again: history is persisted");
@@ -727,6 +758,41 @@ mod tests {
         handle.close(Duration::from_secs(5)).await;
         let whats: Vec<String> = written().into_iter().map(|e| e.what).collect();
         assert_eq!(whats, ["joined", "suspect", "dead", "joined"], "each once");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A kill a published sample carries is written to the database once, however often its sample is read.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_kill_is_written_once() {
+        let dir = monitor_tests::temp_dir("history-kills");
+        let path = dir.join("stats.db");
+        let mut cfg = crate::config::Config::default();
+        cfg.stats.path = Some(path.clone());
+        let (feed, latest) = crate::feed::Feed::new(Published::test(State::Aborting));
+        let handle = spawn(latest, feed.subscribe("history"), Live::fixed(cfg), Inputs::default());
+        let mut p = Published::test(State::Aborting);
+        p.snapshot.seq = 1;
+        p.snapshot.unix_ms = now_s() * 1000;
+        p.kill = Some(crate::guard::KillRecord {
+            pid: 11,
+            start_ticks: 5,
+            name: "node".into(),
+            role: crate::snapshot::ProcessRole::Worker,
+            rss_bytes: 300,
+            anon_bytes: 280,
+            ratio: 0.975,
+            why: "over_kill_at",
+            reason: "the group reached kill_at (97% of its limit)".into(),
+            round: 1,
+            unix_ms: p.snapshot.unix_ms,
+            enforced: true,
+            error: None,
+        });
+        feed.publish(Arc::new(p));
+        drop(feed);
+        handle.close(Duration::from_secs(5)).await;
+        let kills = Store::open_read_only(&path).and_then(|s| s.kills(0, u64::MAX / 2)).expect("kills");
+        assert_eq!(kills.iter().map(|k| (k.pid, k.process.as_str())).collect::<Vec<_>>(), [(11, "node")]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

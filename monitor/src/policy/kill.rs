@@ -232,6 +232,7 @@ mod tests {
                 version: CgroupVersion::V1,
                 usage_bytes: usage,
                 shmem_bytes: 0,
+                oom_group: None,
                 limit_bytes: 1000,
                 limit_source: LimitSource::Cgroup,
                 oom_kills: None,
