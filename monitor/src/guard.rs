@@ -150,22 +150,44 @@ pub struct LaunchedProc {
 /// infers roles from the process tree instead).
 pub type Roster = std::sync::Arc<dyn Fn() -> Vec<LaunchedProc> + Send + Sync>;
 
-/// Each process's role, and the pids the last resort spares: under `monitor run` the launched masters and
-/// `[[process]] protect`; else the masters inferred from the process tree.
-pub fn roles_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (Vec<ProcessRole>, Vec<u32>) {
+/// What the sampler knows of each process beyond its sample, near the lines: its role, and under `monitor run` its
+/// configured name (kills are counted by it, as every other per-process series).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Known {
+    /// By the sample's order of processes.
+    pub roles: Vec<ProcessRole>,
+    pub names: Vec<Option<String>>,
+}
+
+impl Known {
+    /// The role and the name to record for `pid` (the sample's name when none is configured).
+    pub fn of(&self, snap: &Snapshot, pid: u32) -> (ProcessRole, Option<String>) {
+        match snap.processes.iter().position(|p| p.pid == pid) {
+            Some(i) => {
+                (self.roles.get(i).copied().unwrap_or(ProcessRole::Process), self.names.get(i).cloned().flatten())
+            }
+            None => (ProcessRole::Process, None),
+        }
+    }
+}
+
+/// Each process's role (and configured name), and the pids the last resort spares: under `monitor run` the launched
+/// masters and `[[process]] protect`; else the masters inferred from the process tree.
+pub fn known_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (Known, Vec<u32>) {
     match roster {
         Some(f) => {
             let launched = f();
-            let mut roles = Vec::with_capacity(snap.processes.len());
+            let mut known = Known::default();
             let mut protected = Vec::new();
             for p in &snap.processes {
                 let l = launched.iter().find(|l| l.pid == p.pid);
-                roles.push(l.map_or(ProcessRole::Process, |l| l.role));
+                known.roles.push(l.map_or(ProcessRole::Process, |l| l.role));
+                known.names.push(l.map(|l| l.name.clone()));
                 if l.is_some_and(|l| l.protect || l.role == ProcessRole::Master) {
                     protected.push(p.pid);
                 }
             }
-            (roles, protected)
+            (known, protected)
         }
         None => {
             let roles = crate::snapshot::infer_roles(&snap.processes);
@@ -176,12 +198,7 @@ pub fn roles_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (Vec<Pro
                 .filter(|(_, r)| **r == ProcessRole::Master)
                 .map(|(p, _)| p.pid)
                 .collect();
-            (roles, protected)
+            (Known { names: vec![None; roles.len()], roles }, protected)
         }
     }
-}
-
-/// The role of `pid` in `snap` (for the kill record).
-pub fn role_of(snap: &Snapshot, roles: &[ProcessRole], pid: u32) -> ProcessRole {
-    snap.processes.iter().position(|p| p.pid == pid).and_then(|i| roles.get(i).copied()).unwrap_or(ProcessRole::Process)
 }

@@ -280,13 +280,13 @@ impl Sampler {
 
     /// Near the lines (from `hysteresis` below the lowest), the processes' roles and the pids the last resort
     /// spares are read into `snap.protected`; far from them they are not needed and cost nothing.
-    fn protect(&self, snap: &mut Snapshot) -> Vec<crate::snapshot::ProcessRole> {
+    fn protect(&self, snap: &mut Snapshot) -> crate::guard::Known {
         if snap.group.ratio() < self.lines[0] - self.hysteresis {
-            return Vec::new();
+            return crate::guard::Known::default();
         }
-        let (roles, protected) = crate::guard::roles_and_protected(snap, self.roster.as_ref());
+        let (known, protected) = crate::guard::known_and_protected(snap, self.roster.as_ref());
         snap.protected = protected;
-        roles
+        known
     }
 
     /// Carries out the kill `d` orders (outside shadow mode), on this thread, on the wake-up that decided it; records
@@ -295,13 +295,16 @@ impl Sampler {
         &mut self,
         d: &Decision,
         snap: &Snapshot,
-        roles: &[crate::snapshot::ProcessRole],
+        known: &crate::guard::Known,
         wake: &Wake,
         kill_at: f64,
     ) -> Option<KillRecord> {
         let order = d.kill.as_ref()?;
-        let role = crate::guard::role_of(snap, roles, order.target.pid);
+        let (role, name) = known.of(snap, order.target.pid);
         let mut rec = KillRecord::of(order, snap, role, kill_at, d.shadow)?;
+        if let Some(name) = name {
+            rec.name = name;
+        }
         if d.shadow {
             tracing::warn!(
                 pid = rec.pid,
@@ -671,11 +674,11 @@ pub fn spawn(
                     if recovered {
                         tracing::info!(cgroup = %sampler.group().dir.display(), "group readable again");
                     }
-                    let roles = sampler.protect(&mut snap);
+                    let known = sampler.protect(&mut snap);
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
                     sampler.name_victim(&decision, &mut snap);
-                    let kill = sampler.carry_out(&decision, &snap, &roles, &wake, thresholds.kill_at);
+                    let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
                     log_decision(&decision, &snap, &wake);
                     if decision.kills_halted != halted {
                         halted = decision.kills_halted;
@@ -732,11 +735,11 @@ pub fn status_line(snap: &Snapshot, d: &Decision) -> String {
 /// Takes the first sample synchronously (so start-up fails fast on an unreadable group) and decides on it.
 pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicyState, Published), CgroupError> {
     let mut snap = sampler.sample()?;
-    let roles = sampler.protect(&mut snap);
+    let known = sampler.protect(&mut snap);
     let (state, decision) = decide(&PolicyState::default(), &snap, thresholds);
     sampler.name_victim(&decision, &mut snap);
     let wake = Wake::timer();
-    let kill = sampler.carry_out(&decision, &snap, &roles, &wake, thresholds.kill_at);
+    let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
     log_decision(&decision, &snap, &wake);
     let probes = sampler.probe_status().clone();
     let next = sampler.paced(&snap);

@@ -72,6 +72,9 @@ pub struct KillState {
     pub unrelieved: u32,
     /// The step has halted: [`MAX_KILLS`] kills freed nothing.
     pub halted: bool,
+    /// Shadow mode: the process a kill was last decided for (it lives on, so it is not decided again until the
+    /// group leaves aborting).
+    pub shadowed: Option<ProcId>,
 }
 
 /// The process the kill step would target now: the abort's `victim` when it may be killed, else the largest by anon
@@ -115,6 +118,7 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
         s.victim.and_then(|v| s.snap.processes.iter().find(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
     if !s.aborting {
         next.told = None;
+        next.shadowed = None;
     } else if s.new_victim && next.told.map(|(id, _)| id) != s.victim {
         next.told = s.victim.map(|v| (v, now));
         next.abort_anon = victim_now.map_or(0, |p| p.anon_bytes);
@@ -137,12 +141,18 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
         return (next, None);
     };
     let Some(p) = target(s.snap, s.victim) else { return (next, None) };
+    let id = ProcId { pid: p.pid, start_ticks: p.start_ticks };
+    if t.shadow && next.shadowed == Some(id) {
+        return (next, None);
+    }
     if next.unrelieved >= MAX_KILLS {
         next.halted = true;
         return (next, None);
     }
     next.last_ms = Some(now);
-    if !t.shadow {
+    if t.shadow {
+        next.shadowed = Some(id);
+    } else {
         next.unrelieved += 1;
     }
     let order =
@@ -381,11 +391,16 @@ mod tests {
     fn off_and_shadow() {
         let off = Thresholds { kill: false, ..Thresholds::default() };
         assert_eq!(kills(&run(&off, &[(990, 0, three())])), [None]);
-        // Shadow: decided each kill_repeat_ms, never counted toward the halt (nothing was sent).
+        // Shadow: decided once for each process it would kill (that process lives on), never counted toward the
+        // halt (nothing was sent); decided again after the group left aborting.
         let shadow = Thresholds { shadow: true, ..Thresholds::default() };
-        let steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..6).map(|i| (990, i * 1000, three())).collect();
+        let mut steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..6).map(|i| (990, i * 1000, three())).collect();
+        steps.push((800, 6000, three()));
+        steps.push((990, 7000, three()));
         let ds = run(&shadow, &steps);
-        assert!(ds.iter().all(|d| d.kill.is_some() && !d.kills_halted), "{:?}", kills(&ds));
+        let want = [Some((11, "over_kill_at")), None, None, None, None, None, None, Some((11, "over_kill_at"))];
+        assert_eq!(kills(&ds), want);
+        assert!(ds.iter().all(|d| !d.kills_halted));
     }
 
     #[test]
