@@ -400,7 +400,8 @@ fn full_status(st: &ApiState) -> StatusView {
     if let Some(book) = &st.kills {
         let counts = book.counts();
         for proc in &mut view.processes {
-            proc.kills = counts.by_name.get(&proc.comm).copied().unwrap_or(0);
+            // Kills are counted by the configured name under `monitor run`, by the process's own name otherwise.
+            proc.kills = counts.by_name.get(&proc.name).copied().unwrap_or(0);
         }
         view.kills = book.recent().iter().map(KillView::from).collect();
     }

@@ -63,7 +63,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut sys = System::start(&bin, parent, args.limit_mib, Spec::main())?;
     banner(&sys, version);
     let played = play(&sys, &args).and_then(|()| {
-        step("5. two hosts as one cluster: nodes a and b, each a monitor run over a master and a worker");
+        step("6. two hosts as one cluster: nodes a and b, each a monitor run over a master and a worker");
         cluster::play(&bin, parent)
     });
     match &played {
@@ -215,6 +215,8 @@ fn play(sys: &System, args: &Args) -> Result<()> {
     println!("   {}", counts(sys)?);
     load.hold(false);
 
+    last_resort(sys, tx2, &load)?;
+
     if args.keep || args.hold.is_some() {
         load.set_pace(Duration::from_millis(500));
         let until = match args.hold {
@@ -229,6 +231,53 @@ fn play(sys: &System, args: &Args) -> Result<()> {
         let t = load.take();
         println!("\n   while holding: {}", t.statuses());
     }
+    Ok(())
+}
+
+/// The last resort: a request on tx2 allocates twice the limit without ever yielding, so cancelling it cannot stop
+/// it; the guard kills tx2 itself before the kernel's OOM killer acts, its client gets the guard's 503, and the
+/// launcher starts tx2 again.
+fn last_resort(sys: &System, tx2: &str, load: &Load) -> Result<()> {
+    let mib = sys.limit * 2 / MIB;
+    step(&format!("5. a request makes tx2 allocate {mib} MiB without ever yielding: the guard kills tx2 itself"));
+    let before = sys.status()?;
+    let pid = |s: &Value| {
+        s["launcher"].as_array().and_then(|l| l.iter().find(|m| m["name"] == "tx2")).and_then(|m| m["pid"].as_u64())
+    };
+    let old = pid(&before);
+    let oom = before["group"]["oom_kills"].as_u64();
+    let path = format!("/fhir/ValueSet/$expand?grow_sync_mib={mib}");
+    let r = monitor_tests::http::request(sys.proxy, "GET", &path, &[("X-Cache-Id", tx2)], load::TIMEOUT)
+        .map_err(anyhow::Error::msg)?;
+    println!("   tx2's client: {} {:?}", r.status, r.text().trim());
+    if r.status != 503 {
+        check(!interrupted())?;
+        bail!("the growing request was answered {}, not the guard's 503", r.status);
+    }
+    let s = sys.wait_for(Duration::from_secs(10), |s| pid(s).is_some_and(|p| Some(p) != old) && state(s) == "normal");
+    check(!interrupted())?;
+    let Some(s) = s else { bail!("tx2 was not started again within 10 s") };
+    if let Some(k) = s["kills"].as_array().and_then(|k| k.last()) {
+        println!(
+            "   killed: {} (pid {}), {} MiB, {}",
+            k["name"],
+            k["pid"],
+            k["rss_bytes"].as_u64().unwrap_or(0) / MIB,
+            k["reason"].as_str().unwrap_or("")
+        );
+    }
+    println!(
+        "   the kernel's OOM kills in the group: {} before, {} after; tx2 restarted as pid {}",
+        oom.map_or("-".into(), |n| n.to_string()),
+        s["group"]["oom_kills"].as_u64().map_or("-".into(), |n| n.to_string()),
+        pid(&s).unwrap_or(0)
+    );
+    if s["group"]["oom_kills"].as_u64() != oom {
+        bail!("the kernel's OOM killer acted");
+    }
+    sys.print_table()?;
+    let t = load.take();
+    println!("   clients meanwhile: {}", t.statuses());
     Ok(())
 }
 
@@ -269,9 +318,9 @@ fn stop(sys: &mut System, in_flight: bool) -> Result<()> {
     let pids = sys.launched_pids();
     let n = if in_flight { 3 } else { 0 };
     match n {
-        0 => step("6. SIGTERM to monitor run: it drains and exits 0"),
+        0 => step("7. SIGTERM to monitor run: it drains and exits 0"),
         n => {
-            step(&format!("6. SIGTERM to monitor run with {n} slow requests (1.5 s) in flight: it drains and exits 0"))
+            step(&format!("7. SIGTERM to monitor run with {n} slow requests (1.5 s) in flight: it drains and exits 0"))
         }
     }
     let slow: Vec<_> = (0..n).map(|_| load::slow(sys.proxy, Duration::from_millis(1500))).collect();
