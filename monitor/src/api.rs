@@ -145,6 +145,9 @@ pub struct KillView {
     /// Why the SIGKILL was not sent, when it was not.
     #[serde(default)]
     pub error: Option<String>,
+    /// When the SIGKILL was sent, `CLOCK_MONOTONIC` nanoseconds of this host.
+    #[serde(default)]
+    pub sent_mono_ns: Option<u64>,
 }
 
 impl From<&KillRecord> for KillView {
@@ -162,6 +165,7 @@ impl From<&KillRecord> for KillView {
             unix_ms: r.unix_ms,
             enforced: r.enforced,
             error: r.error.clone(),
+            sent_mono_ns: r.sent_mono_ns,
         }
     }
 }
@@ -827,6 +831,7 @@ mod tests {
             unix_ms: 1_000,
             enforced,
             error: None,
+            sent_mono_ns: None,
         };
         book.record(rec(20, true));
         book.record(rec(21, true));

@@ -17,6 +17,14 @@ use std::sync::{Mutex, PoisonError};
 /// Kills kept for the launcher and the front door to recognise (older ones only count).
 const RECENT: usize = 32;
 
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
 /// Why a kill was not sent.
 #[derive(Debug, thiserror::Error)]
 pub enum GuardError {
@@ -115,6 +123,14 @@ impl KillBook {
             *n = n.saturating_sub(1);
         }
         b.failed += 1;
+    }
+
+    /// The kill of `pid` went out at `mono_ns` (`CLOCK_MONOTONIC`).
+    pub fn sent(&self, pid: u32, start_ticks: u64, mono_ns: u64) {
+        let mut b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(r) = b.recent.iter_mut().rev().find(|r| r.pid == pid && r.start_ticks == start_ticks) {
+            r.sent_mono_ns = Some(mono_ns);
+        }
     }
 
     /// The kill the guard sent to `pid`, if it is among the recent ones (the launcher asks when a process exits, the

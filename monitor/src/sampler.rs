@@ -321,6 +321,9 @@ impl Sampler {
             self.kills.record(rec.clone());
             match crate::guard::kill(order, &self.reader.group().dir) {
                 Ok(()) => {
+                    let at = crate::guard::mono_ns();
+                    rec.sent_mono_ns = Some(at);
+                    self.kills.sent(rec.pid, rec.start_ticks, at);
                     if let Some(r) = &self.reactions {
                         r.record_since(crate::reaction::Kind::Kill, wake.at);
                     }

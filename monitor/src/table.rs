@@ -432,6 +432,7 @@ mod tests {
             unix_ms,
             enforced,
             error: None,
+            sent_mono_ns: None,
         };
         v.kills = vec![kill(100, 0, true), kill(123, 10_000, true)];
         let text = render(&v);

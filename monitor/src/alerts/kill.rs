@@ -116,6 +116,7 @@ mod tests {
             unix_ms: 1_000,
             enforced,
             error: None,
+            sent_mono_ns: None,
         }
     }
 

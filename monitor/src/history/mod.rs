@@ -787,6 +787,7 @@ mod tests {
             unix_ms: p.snapshot.unix_ms,
             enforced: true,
             error: None,
+            sent_mono_ns: None,
         });
         feed.publish(Arc::new(p));
         drop(feed);

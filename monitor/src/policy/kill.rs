@@ -183,6 +183,8 @@ pub struct KillRecord {
     pub enforced: bool,
     /// Why the SIGKILL was not sent, when it was not (the process was gone, another process has its pid, …).
     pub error: Option<String>,
+    /// When the SIGKILL was sent, `CLOCK_MONOTONIC` nanoseconds (what a benchmark times it against).
+    pub sent_mono_ns: Option<u64>,
 }
 
 impl KillRecord {
@@ -204,6 +206,7 @@ impl KillRecord {
             unix_ms: snap.unix_ms,
             enforced: !shadow,
             error: None,
+            sent_mono_ns: None,
         })
     }
 

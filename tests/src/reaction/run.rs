@@ -43,6 +43,8 @@ impl std::fmt::Display for Death {
 /// What the chunk stamps of a killed grower say: from crossing `kill_at` to its death.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KillTiming {
+    /// The crossing of the kill line (`CLOCK_MONOTONIC` ns).
+    pub crossing_ns: u64,
     /// The crossing of the kill line to the grower's output closing, ns.
     pub latency_ns: u64,
     /// The grower's speed from its first to its last chunk, bytes/s (None: under two chunks).
@@ -84,7 +86,7 @@ pub fn kill_timing(death: &Death, base: u64, line: u64) -> Option<KillTiming> {
             t + (missing as f64 / rate_bytes_s? * 1e9) as u64
         }
     };
-    Some(KillTiming { latency_ns: death.closed_ns.saturating_sub(crossing), rate_bytes_s })
+    Some(KillTiming { crossing_ns: crossing, latency_ns: death.closed_ns.saturating_sub(crossing), rate_bytes_s })
 }
 
 /// One run's result.
@@ -101,6 +103,8 @@ pub struct Run {
     pub killed_by_agent: bool,
     /// Bystanders gone by the end of the run.
     pub bystanders_lost: usize,
+    /// When the agent sent the grower its SIGKILL (`CLOCK_MONOTONIC` ns, from its `/api/v1/status` `kills`).
+    pub kill_sent_ns: Option<u64>,
 }
 
 impl Run {
@@ -118,6 +122,11 @@ impl Run {
             Outcome::Report(r) => timing(r, self.base, line_bytes()),
             Outcome::Died(_) => None,
         }
+    }
+
+    /// Crossing `kill_at` to the agent's SIGKILL, ns (0 when the kill came before the crossing the stamps place).
+    pub fn sigkill_latency_ns(&self) -> Option<u64> {
+        Some(self.kill_sent_ns?.saturating_sub(self.kill_timing()?.crossing_ns))
     }
 
     /// Crossing `kill_at` to the grower's death, for a grower that died.
@@ -339,7 +348,14 @@ pub fn run_once(
     if let Some(status) = agent.wait_timeout(Duration::ZERO) {
         return Err(format!("the agent exited ({status}) during the run:\n{}", tail(&log_path, 20)));
     }
-    Ok((Run { base, oom_kills, peak_usage, outcome, killed_by_agent, bystanders_lost }, idle))
+    // The agent's own stamp of its SIGKILL, from the same clock as the grower's.
+    let kill_sent_ns = crate::http::get(addr, "/api/v1/status", Duration::from_secs(2))
+        .ok()
+        .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .and_then(|s| {
+            s.get("kills")?.as_array()?.iter().rev().find(|k| k["pid"] == grower_pid)?.get("sent_mono_ns")?.as_u64()
+        });
+    Ok((Run { base, oom_kills, peak_usage, outcome, killed_by_agent, bystanders_lost, kill_sent_ns }, idle))
 }
 
 #[cfg(test)]

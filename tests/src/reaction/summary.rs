@@ -36,6 +36,9 @@ pub struct Summary {
     pub killed_by_agent: usize,
     /// Bystanders gone, over all runs.
     pub bystanders_lost: usize,
+    /// Crossing `kill_at` to the agent's SIGKILL (its own `CLOCK_MONOTONIC` stamp), ms.
+    pub sigkill_p50_ms: Option<f64>,
+    pub sigkill_p99_ms: Option<f64>,
     /// Crossing `kill_at` to the grower's death, over the runs it died in after crossing, ms.
     pub kill_p50_ms: Option<f64>,
     pub kill_p99_ms: Option<f64>,
@@ -60,6 +63,7 @@ impl Summary {
         let mut rates: Vec<f64> = timings.iter().filter_map(|t| t.rate_bytes_s).map(|r| r / 1e6).collect();
         let kills: Vec<KillTiming> = runs.iter().filter_map(Run::kill_timing).collect();
         let kill_ms: Vec<f64> = kills.iter().map(|t| t.latency_ns as f64 / 1e6).collect();
+        let sigkill_ms: Vec<f64> = runs.iter().filter_map(Run::sigkill_latency_ns).map(|ns| ns as f64 / 1e6).collect();
         if mode == Mode::Stubborn {
             rates = kills.iter().filter_map(|t| t.rate_bytes_s).map(|r| r / 1e6).collect();
         }
@@ -84,6 +88,8 @@ impl Summary {
             idle_seconds: idle.map(|i| i.seconds),
             killed_by_agent: runs.iter().filter(|r| r.killed_by_agent).count(),
             bystanders_lost: runs.iter().map(|r| r.bystanders_lost).sum(),
+            sigkill_p50_ms: percentile(&sigkill_ms, 0.5),
+            sigkill_p99_ms: percentile(&sigkill_ms, 0.99),
             kill_p50_ms: percentile(&kill_ms, 0.5),
             kill_p99_ms: percentile(&kill_ms, 0.99),
         }
@@ -129,6 +135,7 @@ impl Summary {
             "idle_own_pct": self.idle_own_pct, "idle_seconds": self.idle_seconds,
             "killed_by_agent": self.killed_by_agent, "bystanders_lost": self.bystanders_lost,
             "kill_p50_ms": self.kill_p50_ms, "kill_p99_ms": self.kill_p99_ms,
+            "sigkill_p50_ms": self.sigkill_p50_ms, "sigkill_p99_ms": self.sigkill_p99_ms,
         })
     }
 
@@ -158,6 +165,8 @@ impl Summary {
             // Absent from the summaries of a VM built before the stubborn cells.
             killed_by_agent: v.get("killed_by_agent").and_then(Value::as_u64).unwrap_or(0) as usize,
             bystanders_lost: v.get("bystanders_lost").and_then(Value::as_u64).unwrap_or(0) as usize,
+            sigkill_p50_ms: f("sigkill_p50_ms"),
+            sigkill_p99_ms: f("sigkill_p99_ms"),
             kill_p50_ms: f("kill_p50_ms"),
             kill_p99_ms: f("kill_p99_ms"),
         })
@@ -206,14 +215,14 @@ pub fn table(cells: &[Summary]) -> String {
 fn stubborn_table(cells: &[&Summary]) -> String {
     let mut out = String::from(
         "| group | mode | grower | killed by the agent | kernel OOM kills | bystanders lost \
-         | crossing 97% -> grower dead p50 / p99 | grower's own speed (median) \
+         | crossing 97% -> SIGKILL p50 / p99 | crossing 97% -> grower dead p50 / p99 | grower's own speed (median) \
          | agent idle CPU: ticks / run time (baseline) | goals missed |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for c in cells {
         let errors = if c.errors > 0 { format!(" ({} runs failed)", c.errors) } else { String::new() };
         out.push_str(&format!(
-            "| {} | {} | {} | {}/{}{errors} | {} | {} | {} / {} ms | {} MB/s | {} | {} |\n",
+            "| {} | {} | {} | {}/{}{errors} | {} | {} | {} / {} ms | {} / {} ms | {} MB/s | {} | {} |\n",
             c.group,
             c.mode.describe(),
             c.speed.label(),
@@ -221,6 +230,8 @@ fn stubborn_table(cells: &[&Summary]) -> String {
             c.runs + c.errors,
             c.oom_kills,
             c.bystanders_lost,
+            opt(c.sigkill_p50_ms, 2),
+            opt(c.sigkill_p99_ms, 2),
             opt(c.kill_p50_ms, 1),
             opt(c.kill_p99_ms, 1),
             opt(c.rate_mb_s, 0),
@@ -230,9 +241,10 @@ fn stubborn_table(cells: &[&Summary]) -> String {
     }
     out.push_str(
         "\nGoals (stubborn): the agent's SIGKILL ends the grower and the kernel kills nobody in every run; both \
-         bystanders live. The grower ignores every signal it can; crossing -> dead runs from the group crossing \
-         kill_at (0.97 of the limit, with the group's anon before it started; placed inside the crossing chunk by the \
-         grower's speed) to its output closing, which comes after its exit has freed its memory.\n",
+         bystanders live. The grower ignores every signal it can. The crossing is the group reaching kill_at (0.97 \
+         of the limit, with the group's anon before it started; placed inside the crossing chunk by the grower's \
+         speed); -> SIGKILL runs to the agent's own stamp of the kill (`kills[].sent_mono_ns` in its status, the same \
+         clock), -> dead to the grower's output closing, which comes after its exit has freed its memory.\n",
     );
     out
 }
@@ -307,6 +319,7 @@ mod tests {
                 outcome: Outcome::Report(report(Some(45), &[(30, 420 * MIB)])),
                 killed_by_agent: false,
                 bystanders_lost: 0,
+                kill_sent_ns: None,
             },
             Run {
                 base: 80 * MIB,
@@ -315,6 +328,7 @@ mod tests {
                 outcome: Outcome::Died(death(0, &[])),
                 killed_by_agent: false,
                 bystanders_lost: 0,
+                kill_sent_ns: None,
             },
         ];
         let idle = Idle { seconds: 10.0, agent_ticks: 3, own_ticks: 0, agent_ns: Some(25_000_000), hz: 100.0 };
@@ -343,6 +357,7 @@ mod tests {
             outcome: Outcome::Died(death(closed_ns, &chunks)),
             killed_by_agent: by_agent,
             bystanders_lost: lost,
+            kill_sent_ns: by_agent.then_some(1_000_000),
         };
         let runs = [run(4_000_000, true, 0), run(9_000_000, true, 0), run(3_000_000, false, 1)];
         let s = Summary::new("v1, Linux 6.18 (host)", Mode::Stubborn, Speed(300), &runs, 0, None);
@@ -352,8 +367,10 @@ mod tests {
         assert_eq!(s.rate_mb_s, Some(20.0 * MIB as f64 / 1e-3 / 1e6));
         assert_eq!(s.missed(), vec!["OOM", "bystanders"]);
         assert_eq!(Summary::from_json(&s.to_json()), Ok(s.clone()));
+        // The SIGKILL stamped at 1 ms: 0.17 ms after the crossing, in both runs the agent killed.
+        assert_eq!((ms(s.sigkill_p50_ms), ms(s.sigkill_p99_ms)), (Some(0.17), Some(0.17)));
         let t = table(&[s]);
-        assert!(t.contains("| 2/3 | 1 | 1 | 3.2 / 8.2 ms |"), "{t}");
+        assert!(t.contains("| 2/3 | 1 | 1 | 0.17 / 0.17 ms | 3.2 / 8.2 ms |"), "{t}");
         assert!(!t.contains("agent acted first"), "only the stubborn table: {t}");
     }
 }
