@@ -243,10 +243,11 @@ while True:
 "#;
 
 /// Starts the alerting agent on a group with one process whose limit (`[policy] limit_bytes`) it is far over, so
-/// it is aborting (in shadow mode: nothing enforced) from its first sample.
+/// it is aborting (in shadow mode: nothing enforced; the last resort off, so the transitions are all it alerts) from
+/// its first sample.
 fn alerting_agent(dir: &Path, cg: &CgroupV1, alerts: &str) -> Agent {
     let extra = Config::new()
-        .lines("policy", "limit_bytes = 4096\nshadow = true")
+        .lines("policy", "limit_bytes = 4096\nshadow = true\nkill = false")
         .lines("alerts", "quiet_s = 1\nresend_s = 1")
         .lines("alerts", alerts);
     agent_with(&cg.path().display().to_string(), extra, dir)
