@@ -288,6 +288,7 @@ systemctl start "$agent"
 # lastresort.service: a master, a worker and a grower that ignores SIGUSR2, past MemoryMax=256M. Guarded, the agent
 # SIGKILLs the grower and the unit stays whole; unguarded, the kernel OOM-kills it and systemd stops the unit
 # (OOMPolicy=stop), or the kernel kills the whole group (OOMPolicy=kill: memory.oom.group=1).
+lr_t0=$(date +%s%N)
 lr=lastresort.service
 lr_agent=monitor-agent@lastresort.service
 lr_cg=/sys/fs/cgroup/system.slice/$lr
@@ -373,6 +374,7 @@ group_killed() {
         gone "$master" && gone "$worker"
 }
 check "last resort, OOMPolicy=kill: unguarded, the kernel kills the group" "$lr_detail" group_killed
+echo "scenario: the last resort's four runs took $(secs_since "$lr_t0") s"
 
 # --- monitor-run.service: master and two workers behind the front door, a drain with no failed request --------
 systemctl stop "$agent" app.service
