@@ -1,9 +1,9 @@
 #!/bin/bash
 # The deployment scenario of `cargo xtask vmtest --systemd`, run as a unit on a Debian host with systemd as PID 1
-# and cgroup v2 only: installs /root/monitor.deb, guards app.service with monitor-agent@app.service, runs
-# monitor-run.service, removes and purges the package. Each check prints `ok` or `FAILED` with its figures; the
-# last lines are `scenario: N passed, M failed` and `@@RC=<failures>@@`, then the VM powers off. Every wait is
-# bounded.
+# and cgroup v2 only: installs /root/monitor.deb, guards app.service with monitor-agent@app.service, shows the last
+# resort on lastresort.service (guarded and not, OOMPolicy=stop and kill), runs monitor-run.service, removes and
+# purges the package. Each check prints `ok` or `FAILED` with its figures; the last lines are
+# `scenario: N passed, M failed` and `@@RC=<failures>@@`, then the VM powers off. Every wait is bounded.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 here=/usr/local/share/vm-scenario
@@ -283,6 +283,98 @@ check "a stale brake from a killed agent is released" "pid $killed killed, $stal
     test "$(high)" = max -a "$stale" -ge 1
 sed -i '/^brake_at = /d' /etc/monitor/agent.d/app.toml
 systemctl start "$agent"
+
+# --- The last resort: a grower that cannot obey the abort is killed by the agent, before the kernel acts ----------
+# lastresort.service: a master, a worker and a grower that ignores SIGUSR2, past MemoryMax=256M. Guarded, the agent
+# SIGKILLs the grower and the unit stays whole; unguarded, the kernel OOM-kills it and systemd stops the unit
+# (OOMPolicy=stop), or the kernel kills the whole group (OOMPolicy=kill: memory.oom.group=1).
+lr_t0=$(date +%s%N)
+lr=lastresort.service
+lr_agent=monitor-agent@lastresort.service
+lr_cg=/sys/fs/cgroup/system.slice/$lr
+cp "$here/lastresort.service" /etc/systemd/system/
+cp "$here/agent-lastresort.toml" /etc/monitor/agent.d/lastresort.toml
+systemctl daemon-reload
+# system.slice's memory.events counts its units' OOM kills and outlives a stopped unit's cgroup.
+slice_oom_kills() { awk '$1 == "oom_kill" {print $2}' /sys/fs/cgroup/system.slice/memory.events; }
+lr_events() { awk -v k="$1" '$1 == k {print $2}' "$lr_cg/memory.events" 2>/dev/null; }
+lr_grower() {
+    local p
+    for p in $(cat "$lr_cg/cgroup.procs" 2>/dev/null); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = grower ] && echo "$p"
+    done
+}
+grower_up() { [ -n "$(lr_grower)" ]; }
+alive() { kill -0 "$1" 2>/dev/null && echo alive || echo gone; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+has_kill_line() { journalctl -u "$lr_agent" --no-pager -o cat | grep 'killed:' | grep -qw "pid=$grower"; }
+# lr_run guarded|unguarded: starts the unit (and the agent when guarded), then lets the grower grow until it is
+# gone; sets master, worker, grower, oom_group, grown_ms (from the go to the grower's end) and oom_before.
+lr_run() {
+    systemctl start "$lr"
+    wait_for 20 curl -sf -m 2 http://127.0.0.1:8001/health
+    master=$(main_pid "$lr")
+    worker=$(pgrep -f 'fixture-backend --name worker' | head -n 1)
+    worker_adj=$(cat "/proc/$worker/oom_score_adj" 2>/dev/null)
+    oom_group=$(cat "$lr_cg/memory.oom.group")
+    [ "$1" = guarded ] && systemctl start "$lr_agent"
+    oom_before=$(slice_oom_kills)
+    local t
+    t=$(now_ms)
+    test -p /run/lastresort/go && echo go >/run/lastresort/go
+    wait_for 10 grower_up
+    grower=$(lr_grower | head -n 1)
+    wait_for 30 gone "${grower:-0}"
+    grown_ms=$(($(now_ms) - t))
+    sleep 1 # time for systemd to act on an OOM kill
+}
+# lr_guarded LABEL OOM_GROUP: a guarded run and its checks.
+lr_guarded() {
+    lr_run guarded
+    check "last resort, $1: memory.oom.group" "$oom_group" test "$oom_group" = "$2"
+    wait_for 5 has_kill_line
+    local line oom state
+    line=$(journalctl -u "$lr_agent" --no-pager -o cat | grep 'killed:' | grep -w "pid=$grower" | head -n 1)
+    check "last resort, $1: the agent kills the grower" "pid ${grower:-none} gone $grown_ms ms after the go; journal: ${line:-no 'killed:' line}" \
+        test -n "$grower" -a -n "$line"
+    oom=$(lr_events oom_kill)
+    check "last resort, $1: no OOM kill" "memory.events oom_kill ${oom:-?} (system.slice +$(($(slice_oom_kills) - oom_before))), max $(lr_events max); memory.peak $(($(cat "$lr_cg/memory.peak" 2>/dev/null || echo 0) / 1048576)) MiB of 256" \
+        test "$oom" = 0
+    state=$(systemctl is-active "$lr")
+    check "last resort, $1: the unit stays whole" "$lr $state; master $master $(alive "$master"), worker $worker $(alive "$worker")" \
+        test "$state" = active -a "$(alive "$master")" = alive -a "$(alive "$worker")" = alive
+    systemctl stop "$lr_agent" "$lr"
+}
+# lr_unguarded LABEL: the control run, no agent.
+lr_unguarded() {
+    lr_run unguarded
+    wait_for 20 sh -c "! systemctl is-active -q $lr"
+    lr_state=$(systemctl is-active "$lr")
+    lr_result=$(systemctl show -p Result --value "$lr")
+    lr_oom=$(($(slice_oom_kills) - oom_before))
+    lr_detail="grower $grower gone $grown_ms ms after the go; oom_kill +$lr_oom (system.slice); $lr $lr_state, Result=$lr_result; master $master $(alive "$master"), worker $worker $(alive "$worker") (oom_score_adj ${worker_adj:-?})"
+    lr_kernel=$(journalctl -k --no-pager -o cat | grep -E "Killed process ($grower|$master|$worker) " | cut -c1-90)
+    echo "$lr_kernel" | sed 's/^/scenario:   kernel: /'
+    journalctl -u "$lr" --no-pager -o cat -n 8 | sed 's/^/scenario:   systemd: /'
+    systemctl reset-failed "$lr" 2>/dev/null
+}
+lr_guarded "OOMPolicy=stop" 0
+lr_unguarded "OOMPolicy=stop"
+check "last resort, OOMPolicy=stop: unguarded, the kernel OOM-kills and systemd stops the unit" "$lr_detail" \
+    test "$lr_oom" -ge 1 -a "$lr_state" != active -a "$lr_result" = oom-kill
+mkdir -p "/etc/systemd/system/$lr.d"
+printf '[Service]\nOOMPolicy=kill\n' >"/etc/systemd/system/$lr.d/oom.conf"
+systemctl daemon-reload
+lr_guarded "OOMPolicy=kill" 1
+lr_unguarded "OOMPolicy=kill"
+# memory.oom.group=1: the kernel kills the group, the master too (which holds next to nothing, so only the group
+# kill takes it), and the unit is gone.
+group_killed() {
+    echo "$lr_kernel" | grep -q "Killed process $master " && [ "$lr_oom" -ge 2 ] && [ "$lr_state" != active ] &&
+        gone "$master" && gone "$worker"
+}
+check "last resort, OOMPolicy=kill: unguarded, the kernel kills the group" "$lr_detail" group_killed
+echo "scenario: the last resort's four runs took $(secs_since "$lr_t0") s"
 
 # --- monitor-run.service: master and two workers behind the front door, a drain with no failed request --------
 systemctl stop "$agent" app.service
