@@ -159,13 +159,21 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
     assert!(answers.iter().all(|a| a.0 == 200 || guarded(a)), "each a 200 or the guard's 503: {answers:#?}");
     assert!(answers.iter().any(guarded), "the burst overruns the limit together: some must be turned away");
     assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted: {answers:#?}\n{}", run.stderr());
-    let status = run.status();
-    for name in ["tx1", "tx2"] {
-        assert_eq!(member(&status, name)["restarts"], 0, "{name} was not restarted:\n{status:#}");
-    }
+    // Nothing crashed. A burst that overshoots kill_at before its requests are cancelled costs a worker the guard's
+    // kill (restarted after a second): allowed, when the status names each such kill.
+    let killed = |s: &Value, name: &str| {
+        s["kills"].as_array().map_or(0, |k| k.iter().filter(|k| k["name"] == name && k["enforced"] == true).count())
+    };
+    let restarts = |s: &Value, name: &str| member(s, name)["restarts"].as_u64().unwrap_or(u64::MAX);
+    let status = run.wait_for(
+        "each restart to follow a kill of the guard",
+        |s| ["tx1", "tx2"].iter().all(|n| restarts(s, n) == killed(s, n) as u64),
+        TIMEOUT,
+    );
     eprintln!(
-        "burst: {} served, {} turned away by the memory guard, OOM kills 0",
+        "burst: {} served, {} turned away by the memory guard, {} killed by its last resort, OOM kills 0",
         answers.iter().filter(|a| a.0 == 200).count(),
-        answers.iter().filter(|a| guarded(a)).count()
+        answers.iter().filter(|a| guarded(a)).count(),
+        killed(&status, "tx1") + killed(&status, "tx2"),
     );
 }
