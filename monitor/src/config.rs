@@ -357,8 +357,8 @@ pub struct ProcessConfig {
     /// Default: the user's primary group, else monitor's own.
     #[serde(default)]
     pub group: Option<crate::accounts::Account>,
-    /// The guard's last resort spares this process while another process of the group holds memory, as it spares
-    /// every master. Default false.
+    /// The guard's last resort spares this process while another process's death would relieve the group, as it
+    /// spares every master. Default false.
     #[serde(default)]
     pub protect: bool,
 }

@@ -154,8 +154,8 @@ pub struct Snapshot {
     /// but it is never the process told to abort, and the probes never trace it (its own front door's traffic
     /// is not the group's).
     pub agent_pid: u32,
-    /// The pids the guard's last resort spares while another process holds memory: the masters (launched as such
-    /// under `monitor run`, else inferred from the process tree) and `[[process]] protect = true`.
+    /// The pids the guard's last resort spares while another process's death would relieve the group: the masters
+    /// (launched as such under `monitor run`, else inferred from the process tree) and `[[process]] protect = true`.
     pub protected: Vec<u32>,
 }
 

@@ -9,7 +9,8 @@
 //! - At most one kill per `kill_repeat_ms`. After [`MAX_KILLS`] kills without the ratio falling below `abort_at`
 //!   (memory held by tmpfs, shared memory or the kernel, which no kill frees) the step halts until it does.
 //! - The target is the abort's victim when it may be killed, else the largest by anon that may be. Never the agent;
-//!   a protected process (a master, `[[process]] protect`) only while no other process holds memory.
+//!   a protected process (a master, `[[process]] protect`) only when no other process's death would bring the group
+//!   back under `abort_at` ([`target`]).
 //! - In shadow mode the order is decided and logged, never sent, and does not count toward the halt.
 
 use super::ProcId;
@@ -77,21 +78,30 @@ pub struct KillState {
     pub shadowed: Option<ProcId>,
 }
 
-/// The process the kill step would target now: the abort's `victim` when it may be killed, else the largest by anon
-/// that may be (an unprotected one holding memory first; `snap.protected` lists the masters and `[[process]]
-/// protect`). Never the agent.
-pub fn target(snap: &Snapshot, victim: Option<ProcId>) -> Option<&ProcSample> {
+/// The process the kill step would target now (`snap.protected` lists the masters and `[[process]] protect`; never
+/// the agent), in this order:
+/// 1. the abort's `victim`, when it is not protected;
+/// 2. the largest unprotected process by anon whose death would bring the group back under `abort_at` (it holds at
+///    least `excess` bytes, the usage over that line);
+/// 3. else the largest protected one whose death would: a master stuck growing is killed rather than every small
+///    worker one by one, and rather than the kernel's kill of the whole group;
+/// 4. else (no single death frees enough: tmpfs, shared memory) the largest unprotected process holding memory, then
+///    the largest of all: the kills count toward the halt after [`MAX_KILLS`].
+pub fn target(snap: &Snapshot, victim: Option<ProcId>, excess: u64) -> Option<&ProcSample> {
     let protected = |p: &ProcSample| snap.protected.contains(&p.pid);
     let candidates = || snap.processes.iter().filter(|p| p.pid != snap.agent_pid);
-    let free = candidates().filter(|p| !protected(p) && p.anon_bytes > 0);
     let by_anon = |a: &&ProcSample, b: &&ProcSample| a.anon_bytes.cmp(&b.anon_bytes).then(b.pid.cmp(&a.pid));
-    let largest_free = free.max_by(by_anon);
     let named = victim.and_then(|v| candidates().find(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
-    match (named, largest_free) {
-        (Some(v), _) if !protected(v) => Some(v),
-        (_, Some(free)) => Some(free),
-        // Nobody else holds memory: a protected process may be killed, the largest first.
-        (_, None) => candidates().max_by(by_anon),
+    if let Some(v) = named.filter(|v| !protected(v)) {
+        return Some(v);
+    }
+    let largest_free = candidates().filter(|p| !protected(p) && p.anon_bytes > 0).max_by(by_anon);
+    let largest_kept = candidates().filter(|p| protected(p)).max_by(by_anon);
+    match (largest_free, largest_kept) {
+        (Some(f), _) if f.anon_bytes >= excess => Some(f),
+        (_, Some(k)) if k.anon_bytes >= excess && k.anon_bytes > 0 => Some(k),
+        (Some(f), _) => Some(f),
+        _ => candidates().max_by(by_anon),
     }
 }
 
@@ -140,7 +150,8 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
     } else {
         return (next, None);
     };
-    let Some(p) = target(s.snap, s.victim) else { return (next, None) };
+    let over_abort = s.snap.group.usage_bytes.saturating_sub((t.abort_at * s.snap.group.limit_bytes as f64) as u64);
+    let Some(p) = target(s.snap, s.victim, over_abort) else { return (next, None) };
     let id = ProcId { pid: p.pid, start_ticks: p.start_ticks };
     if t.shadow && next.shadowed == Some(id) {
         return (next, None);
@@ -367,7 +378,11 @@ mod tests {
         // The agent itself never.
         let mut s = snap(980, 0, vec![proc(5, 900)]);
         s.agent_pid = 5;
-        assert_eq!(target(&s, None), None);
+        assert_eq!(target(&s, None, 0), None);
+        // The master stuck growing, the workers small: killing them would free nothing that matters, the master is
+        // killed rather than the kernel killing the whole group.
+        let ds = run(&t, &[(980, 0, vec![proc(10, 900), proc(11, 10), proc(12, 20)])]);
+        assert_eq!(kills(&ds), [Some((10, "over_kill_at"))]);
     }
 
     #[test]
