@@ -15,7 +15,8 @@
 //!   to N MiB, at `grow_mib_s` MiB/s (0 or absent: as fast as it can), yielding between chunks so that a client
 //!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer.
 //! - `?grow_sync_mib=N` grows the same way without ever yielding, as a handler stuck in a native allocation loop (or
-//!   a Node worker whose event loop never turns) would: a cancelled request cannot stop it, only the process's end.
+//!   a Node worker whose event loop never turns) would: a cancelled request cannot stop it, only the process's end;
+//!   with `&spin_ms=M` it then holds what it grew for M ms, still without yielding.
 //! - `?drop_on=NAME`: the process named NAME closes the connection without answering (counted as `dropped` in
 //!   `/stats`); the others answer as usual.
 //! - `GET /hang-health?ms=N`: for the next N ms `/health` hangs until the N ms are over, then answers 503.
@@ -212,7 +213,14 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
     };
     let grown = match (query_u64(&query, "grow_mib"), query_u64(&query, "grow_sync_mib")) {
         (Some(mib), _) => grow(mib, query_u64(&query, "grow_mib_s").unwrap_or(0)).await,
-        (None, Some(mib)) => grow_sync(mib),
+        (None, Some(mib)) => {
+            let grown = grow_sync(mib);
+            if let Some(ms) = query_u64(&query, "spin_ms") {
+                // Blocks this thread of the runtime, as a handler stuck in native code would.
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+            grown
+        }
         (None, None) => Vec::new(),
     };
     if let Some(ms) = query_u64(&query, "sleep_ms") {

@@ -3,7 +3,9 @@
 //! stopped by cancelling its request. The guard kills that one worker before the kernel's OOM killer acts (the
 //! group's own OOM count stays 0): its request is answered with the guard's 503 (cancelled at the abort, or failed
 //! at the kill), never a 502; the launcher restarts it (state `killed`, not a crash), and the master and the other
-//! worker keep their pids.
+//! worker keep their pids. A request still in flight to the worker when it is killed (one sent after the abort, on
+//! a health path the guard never refuses) gets the guard's 503 with the kill's reason, not the 502 of a broken
+//! connection.
 
 use monitor_tests::require_v1;
 use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
@@ -74,4 +76,51 @@ fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
     assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
     std::thread::sleep(Duration::from_millis(200));
     eprintln!("tx1 grew without yielding: killed by the guard and answered 503 after {took:?}; OOM kills 0");
+}
+
+#[test]
+fn a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason() {
+    if !require_v1("a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason") {
+        return;
+    }
+    let _turn = crate::turn();
+    let spec = Spec {
+        workers: 2,
+        limit_mib: 512,
+        proxy: "master_serves_tx = false".into(),
+        policy: "interval_ms = 100".into(),
+        ..Spec::default()
+    };
+    let run = Run::start("run-last-resort-inflight", &spec);
+    let tx1 = cache_id_of(&run, "tx1");
+    let kills = run.cg.oom_kills();
+    // tx1's health path will hang: a request on it is still in flight when the guard kills tx1.
+    let r = run.direct(1, "/hang-health?ms=15000");
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // tx1 grows to ~94.5% without yielding and holds it: over abort_at, under kill_at, never obeying.
+    let usage = run.status()["group"]["usage_bytes"].as_u64().unwrap_or(0);
+    let mib = ((0.945 * (512 << 20) as f64 - usage as f64) / (1 << 20) as f64) as u64;
+    let (proxy, id) = (run.proxy, tx1.clone());
+    let grow = std::thread::spawn(move || {
+        let path = format!("/r4/x?grow_sync_mib={mib}&spin_ms=20000");
+        monitor_tests::http::request(proxy, "GET", &path, &[("X-Cache-Id", &id)], TIMEOUT)
+    });
+    run.wait_for("aborting", |s| s["policy"]["state"] == "aborting", TIMEOUT);
+    // Sent after the abort: exempt from the refusal, not cancelled with the requests in flight at the abort.
+    let t0 = Instant::now();
+    let r = run.get("/health", &[("X-Cache-Id", &tx1)]);
+    let took = t0.elapsed();
+    assert_eq!(r.status, 503, "the request in flight at the kill: {} {}\n{}", r.status, r.text(), run.stderr());
+    assert!(r.text().starts_with("memory guard:") && r.text().contains("was killed"), "{}", r.text());
+    assert!(r.text().contains("abort was not obeyed"), "the reason: {}", r.text());
+    assert!(r.header("retry-after").is_some(), "Retry-After on the guard's 503");
+    let grown = grow.join().unwrap_or_else(|_| panic!("the grow thread panicked"));
+    let grown = grown.unwrap_or_else(|e| panic!("the growing request: {e}"));
+    assert_eq!(grown.status, 503, "cancelled at the abort: {}", grown.text());
+    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+    let status = run.wait_for("tx1 killed and started again", |s| member(s, "tx1")["restarts"] == 1, TIMEOUT);
+    let kill = status["kills"].as_array().and_then(|k| k.last()).cloned().unwrap_or_default();
+    assert_eq!((kill["name"].as_str(), kill["why"].as_str()), (Some("tx1"), Some("abort_not_obeyed")), "{kill}");
+    eprintln!("the health request in flight at the kill: 503 after {took:?}: {}", r.text().trim());
 }
