@@ -1,6 +1,7 @@
 //! Names after `execve`: a shell in the group that execs its program keeps its pid and start time, and the agent's
 //! `/api/v1/status` names the program within about a second of the exec (names are read again from
-//! `/proc/<pid>/comm` once a second).
+//! `/proc/<pid>/comm` once a second). And a name no process can hide behind: one named with bytes that are not UTF-8
+//! (any process may name itself so) is sampled like any other, shown lossily, and told to abort when largest.
 
 use monitor_tests::agent::free_port;
 use monitor_tests::{http, monitor_bin, require_v1, spawn_in_cgroup, CgroupV1, ChildGuard, TempDir};
@@ -56,4 +57,71 @@ fn a_script_that_execs_its_program_is_named_after_the_program() {
     let took = exec_seen.elapsed();
     assert!(took <= Duration::from_millis(1500), "named `sleep` {took:?} after the exec");
     eprintln!("{name}: named `sh` before the exec, `sleep` {took:?} after it");
+}
+
+/// A python process in `cg` that names itself `name` (raw bytes, through `prctl(PR_SET_NAME)`), touches `mib` MiB,
+/// says `ready` and sleeps.
+fn named_holder(cg: &CgroupV1, name: &[u8], mib: u64) -> ChildGuard {
+    let literal: String = name.iter().map(|b| format!("\\x{b:02x}")).collect();
+    let script = format!(
+        "import ctypes,sys,time\nctypes.CDLL(None).prctl(15, b'{literal}', 0, 0, 0)\nb = bytearray({mib} << 20)\n\
+         b[::4096] = b'\\x01' * len(range(0, len(b), 4096))\nprint('ready', flush=True)\ntime.sleep(120)\n"
+    );
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", &script]).stdout(Stdio::piped()).stdin(Stdio::null());
+    let mut child = spawn_in_cgroup(&mut cmd, cg.path());
+    let out = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let mut line = String::new();
+    let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+    assert_eq!(line.trim(), "ready", "the holder of {mib} MiB started");
+    child
+}
+
+#[test]
+fn a_process_named_with_bytes_that_are_not_utf8_is_seen_and_is_the_one_aborted() {
+    let name = "a_process_named_with_bytes_that_are_not_utf8_is_seen_and_is_the_one_aborted";
+    if !require_v1(name) {
+        return;
+    }
+    let cg = CgroupV1::create("hostile-name", Some(512 << 20));
+    let hidden = named_holder(&cg, b"\xff\xfe\xfd\x80hide", 300);
+    let _small = named_holder(&cg, b"small", 60);
+    let raw = std::fs::read(format!("/proc/{}/comm", hidden.pid())).unwrap_or_default();
+    assert!(std::str::from_utf8(&raw).is_err(), "the name is not UTF-8: {raw:?}");
+    // The abort line at 70% of the limit (the two hold ~360 MiB of 512): the largest must be the one told.
+    let dir = TempDir::new("hostile-name");
+    let config = monitor_tests::config::Config::new()
+        .lines("policy", "refuse_at = 0.6\nabort_at = 0.65\nkill = false")
+        .probes(false)
+        .write(dir.path().join("monitor.toml"));
+    let port = free_port();
+    let mut agent = ChildGuard::spawn(
+        Command::new(monitor_bin())
+            .args(["agent", "--config"])
+            .arg(&config)
+            .arg("--cgroup")
+            .arg(cg.path())
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let r = http::get(std::net::SocketAddr::from(([127, 0, 0, 1], port)), "/api/v1/status", Duration::from_secs(2));
+        let s: Option<Value> = r.ok().filter(|r| r.status == 200).and_then(|r| serde_json::from_slice(&r.body).ok());
+        if let Some(s) = s.filter(|s| s["policy"]["state"] == "aborting") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the agent never reached aborting");
+        assert!(agent.wait_timeout(Duration::ZERO).is_none(), "the agent exited");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let entry = status["processes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["pid"].as_u64() == Some(u64::from(hidden.pid()))))
+        .unwrap_or_else(|| panic!("the process with a hostile name is not in the status:\n{status:#}"));
+    assert!(entry["rss_bytes"].as_u64().unwrap_or(0) >= 290 << 20, "its RSS is counted: {entry}");
+    assert!(entry["name"].as_str().is_some_and(|n| n.ends_with("hide")), "named lossily: {entry}");
+    assert_eq!(status["policy"]["victim_pid"], hidden.pid(), "it is the one told to abort:\n{status:#}");
+    assert_eq!(entry["action"], "abort", "{entry}");
 }
