@@ -191,6 +191,7 @@ impl Acc {
                 .iter()
                 .map(|&(t, l)| Marker { t_ms: t * 1000, name: labels.get(l).0.to_string() })
                 .collect(),
+            kills: Vec::new(),
             procs: procs
                 .into_iter()
                 .map(|(l, p)| {
