@@ -121,6 +121,20 @@ pub struct Marker {
     pub name: String,
 }
 
+/// A kill of the guard's last resort at `t_ms`, decided (shadow) or sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillMarker {
+    pub t_ms: u64,
+    /// The process killed, as the guard names it (a command name is any bytes: it is escaped where drawn).
+    pub name: String,
+    pub pid: u32,
+    /// False in shadow mode: decided, never sent.
+    pub enforced: bool,
+    /// Why the SIGKILL was not sent, when it was not.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
 /// One process's series. Every vector has one value per bucket; `NaN` where there is no data.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcSeries {
@@ -150,6 +164,9 @@ pub struct Series {
     pub shed_per_s: Vec<f64>,
     pub procs: Vec<ProcSeries>,
     pub restarts: Vec<Marker>,
+    /// The guard's kills in the range, oldest first (none from an agent that does not keep them).
+    #[serde(default)]
+    pub kills: Vec<KillMarker>,
 }
 
 impl Series {

@@ -5,13 +5,15 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use std::sync::Arc;
 use tower::ServiceExt;
-use web::{BrakeNow, Dashboard, GroupNow, Marker, ProcSeries, ProcessStatus, Range, Series, Source};
+use web::{BrakeNow, Dashboard, GroupNow, KillMarker, Marker, ProcSeries, ProcessStatus, Range, Series, Source};
 
 struct Fake {
     names: Vec<String>,
     oom_kills: Option<u64>,
     brake: Option<BrakeNow>,
     held: Option<u64>,
+    /// Kills at these seconds before now, of the last process.
+    kills: Vec<u64>,
 }
 
 impl Source for Fake {
@@ -99,6 +101,17 @@ impl Source for Fake {
                     t_ms: now_ms - range.seconds() * 500,
                     name: self.names[self.names.len() - 1].clone(),
                 }],
+                kills: self
+                    .kills
+                    .iter()
+                    .map(|ago| KillMarker {
+                        t_ms: now_ms - ago * 1000,
+                        name: self.names[self.names.len() - 1].clone(),
+                        pid: 103,
+                        enforced: true,
+                        error: None,
+                    })
+                    .collect(),
             },
             notes: vec!["history is not persisted: <locked>".into()],
             peers: Vec::new(),
@@ -111,7 +124,8 @@ fn app(names: &[&str]) -> axum::Router {
 }
 
 fn app_with(names: &[&str], oom_kills: Option<u64>, brake: Option<BrakeNow>) -> axum::Router {
-    web::router(Arc::new(Fake { names: names.iter().map(|s| s.to_string()).collect(), oom_kills, brake, held: None }))
+    let names = names.iter().map(|s| s.to_string()).collect();
+    web::router(Arc::new(Fake { names, oom_kills, brake, held: None, kills: Vec::new() }))
 }
 
 /// The memory chart's SVG.
@@ -159,6 +173,7 @@ async fn home_page_names_every_process_in_every_chart() {
         // One filled area per process, plus the restart marker's triangle.
         assert_eq!(memory.matches("<polygon").count(), names.len() + 1, "one area per process in {range}");
         assert!(memory.contains("refuse 85%") && memory.contains("abort 92%"));
+        assert!(!memory.contains("guard kill"), "no kill, no marker and no legend entry");
         assert!(html.contains("<td class=\"l\">tx&lt;3&gt;</td>"), "status strip escapes names");
         assert!(html.contains("history is not persisted: &lt;locked&gt;"));
     }
@@ -196,7 +211,7 @@ async fn oom_kills_wakeups_and_the_brake_are_shown() {
 #[tokio::test]
 async fn the_page_opens_on_the_smallest_range_that_holds_the_data_and_refreshes_in_place() {
     let opened = |held: Option<u64>| async move {
-        let fake = Fake { names: vec!["a".into()], oom_kills: None, brake: None, held };
+        let fake = Fake { names: vec!["a".into()], oom_kills: None, brake: None, held, kills: Vec::new() };
         let (_, html) = get(web::router(Arc::new(fake)), "/").await;
         Range::ALL.into_iter().find(|r| html.contains(&format!("<a class=\"on\" href=\"/?range={}\">", r.as_str())))
     };
@@ -206,6 +221,19 @@ async fn the_page_opens_on_the_smallest_range_that_holds_the_data_and_refreshes_
     assert_eq!(opened(None).await, Some(Range::Hour), "a source that does not say");
     let (_, html) = get(app(&["a"]), "/").await;
     assert!(!html.contains("location.reload") && html.contains("replaceWith"), "refreshed in place");
+}
+
+#[tokio::test]
+async fn a_kill_of_the_guard_is_marked_on_the_memory_chart_only() {
+    let fake =
+        Fake { names: vec!["a".into(), "tx<3>".into()], oom_kills: None, brake: None, held: None, kills: vec![90] };
+    let (status, html) = get(web::router(Arc::new(fake)), "/?range=5m").await;
+    assert_eq!(status, StatusCode::OK);
+    let memory = texts(memory_chart(&html));
+    assert!(memory.iter().any(|t| t == "guard kill"), "{memory:?}");
+    assert_eq!(memory.iter().filter(|t| *t == "tx&lt;3&gt;").count(), 2, "the legend and the kill's label: {memory:?}");
+    let others = html.split("id=\"chart-requests\"").nth(1).expect("the other charts");
+    assert!(!others.contains("guard kill"));
 }
 
 #[tokio::test]
@@ -244,12 +272,14 @@ async fn an_empty_group_still_renders() {
     assert!(html.contains("no processes in the group"));
 }
 
-/// Not a test: writes the 1 h page for four processes, one OOM kill and the brake set, to /tmp/home.html to look at
-/// (`cargo test -p web --test home_page dump -- --ignored`).
+/// Not a test: writes the 1 h page for four processes, one OOM kill, three kills of the guard and the brake set, to
+/// /tmp/home.html to look at (`cargo test -p web --test home_page dump -- --ignored`).
 #[tokio::test]
 #[ignore = "tool, not a test: writes the page to /tmp/home.html to look at"]
 async fn dump() {
     let brake = BrakeNow { at: 0.96, high_bytes: Some(503_316_480), error: None };
-    let (_, html) = get(app_with(&["master", "tx1", "tx2", "tx<3>"], Some(1), Some(brake)), "/?range=1h").await;
+    let names = ["master", "tx1", "tx2", "tx<3>"].map(String::from).to_vec();
+    let fake = Fake { names, oom_kills: Some(1), brake: Some(brake), held: None, kills: vec![600, 620, 1500] };
+    let (_, html) = get(web::router(Arc::new(fake)), "/?range=1h").await;
     std::fs::write("/tmp/home.html", html).expect("write");
 }

@@ -1,5 +1,6 @@
 //! History: a consumer of the published samples that keeps a per-second ring of the last hour and per-minute rows
-//! of the last week in memory, and writes each minute per process to SQLite (`[stats] path`, WAL, retention).
+//! of the last week in memory, and writes each minute per process to SQLite (`[stats] path`, WAL, retention). The
+//! guard's kills are kept in memory too, for the home page's markers, and written as they come.
 //! Under `[cluster]` it also writes the membership's events (a member joined, suspect, dead, left) as they come.
 //! A database that cannot be opened or written is reported once (log, home page, `monitor_history_persisted 0`)
 //! and the agent runs on: the writer tries again every few seconds, keeping the unwritten minutes (a day at most).
@@ -41,6 +42,8 @@ const PENDING_KEPT: usize = 1440;
 const PENDING_EVENTS_KEPT: usize = 1000;
 /// Kills kept while the database cannot be written (the last resort kills at most once a second).
 const PENDING_KILLS_KEPT: usize = 1000;
+/// The guard's kills kept in memory for the home page (those of the last week loaded from the database too).
+pub const KILLS_KEPT: usize = 1000;
 
 /// What can go wrong with the stats database.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +99,8 @@ struct Inner {
     /// Shared with the renders, which take a copy of the pointers and let go of the lock before they read.
     seconds: VecDeque<Arc<Second>>,
     minutes: VecDeque<Arc<Minute>>,
+    /// The guard's kills, oldest first, shared with the renders like the rings.
+    kills: VecDeque<Arc<KillEvent>>,
     /// Restarts seen per label since the agent started.
     restarts: HashMap<u16, u64>,
     /// Why the history is not persisted, when it is not.
@@ -290,6 +295,15 @@ impl History {
         Some((m, inner.labels.clone()))
     }
 
+    /// Keeps a kill for the home page, the oldest dropped past [`KILLS_KEPT`].
+    fn keep_kill(&self, k: KillEvent) {
+        let mut inner = self.lock();
+        inner.kills.push_back(Arc::new(k));
+        while inner.kills.len() > KILLS_KEPT {
+            inner.kills.pop_front();
+        }
+    }
+
     /// Restarts seen per series name since the agent started.
     pub fn restarts(&self) -> Vec<(String, u64)> {
         let inner = self.lock();
@@ -396,7 +410,8 @@ pub fn spawn(rx: watch::Receiver<Arc<Published>>, samples: Samples, config: Live
 }
 
 /// Opens the database and loads its minutes of the last week that are older than those already in memory (none at
-/// start-up; those of the time it could not be opened when it opens late).
+/// start-up; those of the time it could not be opened when it opens late), and its kills of the last week that are
+/// not in memory.
 fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> Result<Store, HistoryError> {
     let mut s = Store::open(path)?;
     let now = now_s();
@@ -412,6 +427,16 @@ fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> Result<Store
         }
         inner.minutes.push_front(Arc::new(m));
     }
+    let kills = s.kills(from, now + 60)?;
+    let held: std::collections::HashSet<(u64, u32)> = inner.kills.iter().map(|k| (k.at_unix_ms, k.pid)).collect();
+    for k in kills.into_iter().rev().filter(|k| !held.contains(&(k.at_unix_ms, k.pid))) {
+        if inner.kills.len() >= KILLS_KEPT {
+            break;
+        }
+        inner.kills.push_front(Arc::new(k));
+    }
+    let kills = inner.kills.make_contiguous();
+    kills.sort_by_key(|k| k.at_unix_ms);
     Ok(s)
 }
 
@@ -437,6 +462,7 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
                     last_seq = Some(p.snapshot.seq);
                     h.lock().decisions.observe(&p.decision);
                     if let Some(k) = &p.kill {
+                        h.keep_kill(KillEvent::from(k));
                         let _ = tx.send(Write::Kill(KillEvent::from(k)));
                     }
                     let (sec, min) = agg.push(&h.input(&p));
@@ -761,7 +787,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A kill a published sample carries is written to the database once, however often its sample is read.
+    /// A kill a published sample carries is written to the database once, however often its sample is read, and
+    /// kept for the home page.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_kill_is_written_once() {
         let dir = monitor_tests::temp_dir("history-kills");
@@ -791,9 +818,52 @@ mod tests {
         });
         feed.publish(Arc::new(p));
         drop(feed);
+        let h = handle.history.clone();
         handle.close(Duration::from_secs(5)).await;
         let kills = Store::open_read_only(&path).and_then(|s| s.kills(0, u64::MAX / 2)).expect("kills");
         assert_eq!(kills.iter().map(|k| (k.pid, k.process.as_str())).collect::<Vec<_>>(), [(11, "node")]);
+        let marked = web::Source::dashboard(h.as_ref(), web::Range::FiveMinutes, 300).series.kills;
+        assert_eq!(
+            marked.iter().map(|k| (k.pid, k.name.as_str(), k.enforced)).collect::<Vec<_>>(),
+            [(11, "node", true)]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The kills of the last week in the database are on the home page after a restart; older ones are not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_kills_of_the_last_week_are_loaded_from_the_database() {
+        let dir = monitor_tests::temp_dir("history-kills-load");
+        let path = dir.join("stats.db");
+        let now = now_s();
+        let kill = |ago_s: u64, pid: u32, enforced: bool| KillEvent {
+            at_unix_ms: (now - ago_s) * 1000,
+            pid,
+            process: format!("w<{pid}>"),
+            role: "worker".into(),
+            why: "abort_not_obeyed".into(),
+            reason: "did not abort".into(),
+            rss_bytes: 1,
+            anon_bytes: 1,
+            ratio: 0.95,
+            round: 1,
+            enforced,
+            error: None,
+        };
+        let kills = [kill(8 * 86_400, 1, true), kill(2 * 86_400, 2, false), kill(120, 3, true)];
+        Store::open(&path).and_then(|mut s| s.insert_kills(&kills)).expect("kills written");
+        let mut cfg = crate::config::Config::default();
+        cfg.stats.path = Some(path.clone());
+        let (feed, latest) = crate::feed::Feed::new(Published::test(State::Normal));
+        let handle = spawn(latest, feed.subscribe("history"), Live::fixed(cfg), Inputs::default());
+        let marked = |range| {
+            let s = web::Source::dashboard(handle.history.as_ref(), range, 300).series;
+            s.kills.iter().map(|k| (k.pid, k.name.clone(), k.enforced)).collect::<Vec<_>>()
+        };
+        assert_eq!(marked(web::Range::Hour), [(3, "w<3>".to_string(), true)]);
+        assert_eq!(marked(web::Range::Week), [(2, "w<2>".into(), false), (3, "w<3>".into(), true)]);
+        drop(feed);
+        handle.close(Duration::from_secs(5)).await;
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -3,10 +3,11 @@
 //! [`MAX_SERIES`] processes in the range, the largest by peak RSS keep their own series and the rest are summed
 //! into one, so the work and memory of a page do not grow with the size of the group.
 
+use super::events::KillEvent;
 use super::ring::{Labels, Minute, Second};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use web::{Marker, ProcSeries, Range, Series};
+use web::{KillMarker, Marker, ProcSeries, Range, Series};
 
 /// The buckets of a range: `n` buckets of `step` seconds from `start` (Unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +192,7 @@ impl Acc {
                 .iter()
                 .map(|&(t, l)| Marker { t_ms: t * 1000, name: labels.get(l).0.to_string() })
                 .collect(),
+            kills: Vec::new(),
             procs: procs
                 .into_iter()
                 .map(|(l, p)| {
@@ -282,10 +284,55 @@ pub fn series(
     acc.finish(labels)
 }
 
+/// The guard's kills (oldest first) in the series' buckets, `[start, start + len * step)`, as the page marks them.
+pub fn kills(kills: &VecDeque<Arc<KillEvent>>, s: &Series) -> Vec<KillMarker> {
+    let end = s.start_ms.saturating_add(s.len() as u64 * s.step_ms);
+    kills
+        .iter()
+        .filter(|k| (s.start_ms..end).contains(&k.at_unix_ms))
+        .map(|k| KillMarker {
+            t_ms: k.at_unix_ms,
+            name: k.process.clone(),
+            pid: k.pid,
+            enforced: k.enforced,
+            error: k.error.clone(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::history::ring::{ProcMinute, ProcSecond};
+
+    #[test]
+    fn kills_are_marked_within_the_buckets_only() {
+        let kill = |at_unix_ms: u64, pid: u32| {
+            Arc::new(KillEvent {
+                at_unix_ms,
+                pid,
+                process: "node".into(),
+                role: "worker".into(),
+                why: "over_kill_at".into(),
+                reason: "the group reached kill_at".into(),
+                rss_bytes: 1,
+                anon_bytes: 1,
+                ratio: 0.98,
+                round: 1,
+                enforced: pid != 2,
+                error: None,
+            })
+        };
+        let s = Series { start_ms: 100_000, step_ms: 1000, usage_bytes: vec![f64::NAN; 300], ..Series::default() };
+        let held: VecDeque<_> =
+            [kill(99_999, 1), kill(100_000, 2), kill(399_999, 3), kill(400_000, 4)].into_iter().collect();
+        let marked = kills(&held, &s);
+        assert_eq!(
+            marked.iter().map(|k| (k.t_ms, k.pid, k.enforced)).collect::<Vec<_>>(),
+            [(100_000, 2, false), (399_999, 3, true)]
+        );
+        assert!(kills(&held, &Series::default()).is_empty(), "no buckets, no kills");
+    }
 
     #[test]
     fn windows_fit_the_pixel_width() {

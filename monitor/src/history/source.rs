@@ -1,4 +1,4 @@
-//! The home page's data: the latest sample (header, status strip) and the history's series, as `web`'s plain
+//! The home page's data: the latest sample (header, status strip), the history's series and kills, as `web`'s plain
 //! view types. Its revision is the latest sample's: one render answers every request until the next sample.
 
 use super::{query, History};
@@ -74,11 +74,12 @@ impl Source for History {
             notes.push(format!("the latest sample failed (values are from the last good one): {e}"));
         }
         // The lock is held only to copy the pointers: the sample consumer, on the async runtime, takes it too.
-        let (seconds, minutes, labels) = {
+        let (seconds, minutes, labels, kills) = {
             let inner = self.lock();
-            (inner.seconds.clone(), inner.minutes.clone(), inner.labels.clone())
+            (inner.seconds.clone(), inner.minutes.clone(), inner.labels.clone(), inner.kills.clone())
         };
-        let series = query::series(&seconds, &minutes, &labels, now, range, buckets);
+        let mut series = query::series(&seconds, &minutes, &labels, now, range, buckets);
+        series.kills = query::kills(&kills, &series);
         Dashboard {
             now_ms: now,
             range,
