@@ -173,7 +173,9 @@ Each run starts from nothing: a new 512 MiB group, two 40 MiB `alloc-hog` bystan
 SIGUSR2) and a new release `monitor agent` with `[actions] abort_signal = \"SIGUSR2\"`. Speeds 200 MB/s, 1 GB/s
 and full speed (the grower's own speed in brackets). Modes: timer only (`interval_ms = 100`, `wakeups = []`,
 `pacing = false`: the baseline), events + pacing (the defaults) and, on v2, the defaults with `brake_at = 0.96`.
-Runs are interleaved (run 1 of every cell, then run 2, …).
+Mode `stubborn` runs the defaults against a grower that ignores every signal it can (`grower --ignore-all`), so only
+the agent's last resort, its SIGKILL at `kill_at` (97%), stops it before the kernel does; its cells have a table of
+their own. Runs are interleaved (run 1 of every cell, then run 2, …).
 
 - **agent acted first**: the grower got the signal and the group's own OOM kill count did not move.
 - **kernel OOM kills**: read from the group (v1 `memory.oom_control`, v2 `memory.events`), not from the agent.
@@ -185,7 +187,12 @@ Runs are interleaved (run 1 of every cell, then run 2, …).
 - **idle CPU**: the agent's utime + stime over the idle seconds before the mode's first run, and its threads' run
   time from schedstat; in brackets the baseline, the bench's own sleeping process.
 
-Goals: the agent acts first in every run, crossing -> signal p99 <= 20 ms, idle CPU < 0.5% of a core.
+- **stubborn: crossing 97% -> SIGKILL**: from the crossing (placed inside the crossing chunk by the grower's speed)
+  to the agent's own `CLOCK_MONOTONIC` stamp of its kill (`kills[].sent_mono_ns` in `/api/v1/status`); **-> grower
+  dead** runs on to the grower's output closing, after its exit has freed its memory.
+
+Goals: the agent acts first in every run, crossing -> signal p99 <= 20 ms, idle CPU < 0.5% of a core; stubborn: the
+agent's SIGKILL ends the grower and the kernel kills nobody in every run, both bystanders live.
 Knobs: `BENCH_REACTION_RUNS` (20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION_MODES`, `BENCH_REACTION_SPEEDS`,
 `BENCH_REACTION_VM` (`all`, `6.1`, `6.12`, `none`).
 ",
