@@ -310,6 +310,17 @@ impl Run {
         json(&self.direct(i, "/stats"))
     }
 
+    /// A cache id issued by the worker named `name` through the front door (asked until that worker answers).
+    pub fn cache_id_of(&self, name: &str) -> String {
+        for _ in 0..40 {
+            let r = self.get("/r4/x?cache=start", &[]);
+            if served_by(&r) == name {
+                return r.header("x-cache-id").unwrap_or_else(|| panic!("no cache id from {name}")).to_string();
+            }
+        }
+        panic!("{name} never issued a cache id");
+    }
+
     /// Asks process `i` to crash (`/crash`), not waiting for an answer.
     pub fn crash(&self, i: usize) {
         let _ = http::get(loopback(self.ports[i]), "/crash", Duration::from_secs(2));

@@ -14,15 +14,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A cache id issued by the worker named `name` (asked until that worker answers).
-fn cache_id_of(run: &Run, name: &str) -> String {
-    for _ in 0..40 {
-        let r = run.get("/r4/x?cache=start", &[]);
-        if served_by(&r) == name {
-            return r.header("x-cache-id").unwrap_or_else(|| panic!("no cache id from {name}")).to_string();
-        }
+/// A master and two workers in a 512 MiB v1 group, the master serving no tx paths, sampled every 100 ms.
+fn spec() -> Spec {
+    Spec {
+        workers: 2,
+        limit_mib: 512,
+        proxy: "master_serves_tx = false".into(),
+        policy: "interval_ms = 100".into(),
+        ..Spec::default()
     }
-    panic!("{name} never issued a cache id");
 }
 
 fn pid_of(status: &Value, name: &str) -> u64 {
@@ -35,16 +35,9 @@ fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
         return;
     }
     let _turn = crate::turn();
-    let spec = Spec {
-        workers: 2,
-        limit_mib: 512,
-        proxy: "master_serves_tx = false".into(),
-        policy: "interval_ms = 100".into(),
-        ..Spec::default()
-    };
-    let run = Run::start("run-last-resort", &spec);
-    let tx1 = cache_id_of(&run, "tx1");
-    let tx2 = cache_id_of(&run, "tx2");
+    let run = Run::start("run-last-resort", &spec());
+    let tx1 = run.cache_id_of("tx1");
+    let tx2 = run.cache_id_of("tx2");
     let before = run.status();
     let (m0, tx1_pid, tx2_pid) = (pid_of(&before, "m0"), pid_of(&before, "tx1"), pid_of(&before, "tx2"));
     let kills = run.cg.oom_kills();
@@ -123,15 +116,8 @@ fn a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason() {
         return;
     }
     let _turn = crate::turn();
-    let spec = Spec {
-        workers: 2,
-        limit_mib: 512,
-        proxy: "master_serves_tx = false".into(),
-        policy: "interval_ms = 100".into(),
-        ..Spec::default()
-    };
-    let run = Run::start("run-last-resort-inflight", &spec);
-    let tx1 = cache_id_of(&run, "tx1");
+    let run = Run::start("run-last-resort-inflight", &spec());
+    let tx1 = run.cache_id_of("tx1");
     let kills = run.cg.oom_kills();
     // tx1's health path will hang: a request on it is still in flight when the guard kills tx1.
     let r = run.direct(1, "/hang-health?ms=15000");

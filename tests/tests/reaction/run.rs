@@ -12,17 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A cache id issued by the worker named `name` (asked until that worker answers).
-fn cache_id_of(run: &Run, name: &str) -> String {
-    for _ in 0..40 {
-        let r = run.get("/r4/x?cache=start", &[]);
-        if served_by(&r) == name {
-            return r.header("x-cache-id").unwrap_or_else(|| panic!("no cache id from {name}")).to_string();
-        }
-    }
-    panic!("{name} never issued a cache id");
-}
-
 /// What the other worker's clients saw: answers by kind.
 #[derive(Debug, Default)]
 struct Seen {
@@ -45,8 +34,8 @@ fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer(
         ..Spec::default()
     };
     let run = Run::start("run-reaction", &spec);
-    let tx1 = cache_id_of(&run, "tx1");
-    let tx2 = cache_id_of(&run, "tx2");
+    let tx1 = run.cache_id_of("tx1");
+    let tx2 = run.cache_id_of("tx2");
     let kills = run.cg.oom_kills();
 
     // Two clients keep tx2 busy with 100 ms requests for the whole episode, and a little after.
