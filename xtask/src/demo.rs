@@ -260,7 +260,7 @@ fn last_resort(sys: &System, tx2: &str, load: &Load) -> Result<()> {
     if let Some(k) = s["kills"].as_array().and_then(|k| k.last()) {
         println!(
             "   killed: {} (pid {}), {} MiB, {}",
-            k["name"],
+            k["name"].as_str().unwrap_or("?"),
             k["pid"],
             k["rss_bytes"].as_u64().unwrap_or(0) / MIB,
             k["reason"].as_str().unwrap_or("")
