@@ -281,7 +281,7 @@ pub struct ProxyConfig {
     pub backoff_reset_s: u64,
     /// Largest request head (request line + headers) in bytes; larger gets 431. Default 65536 (at least 8192).
     pub max_header_bytes: usize,
-    /// HMAC-SHA256 key for signed cache ids (`<prefix>.<id>.<hmac>`, at least 16 bytes). Default: none (cache ids
+    /// HMAC-SHA256 key for signed cache ids (`<prefix>.<id>.<hmac>`, at least 32 bytes). Default: none (cache ids
     /// are passed through unsigned).
     pub token_secret: Option<String>,
     /// Lifetime of a signed cache id in seconds. Default 3600.

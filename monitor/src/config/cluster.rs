@@ -228,7 +228,7 @@ mod tests {
             (format!("{base}{SECRET}fallback = \"some\"\n"), "m.toml:6: cluster.fallback:"),
             (
                 format!(
-                    "[proxy]\nlisten = \"127.0.0.2:8080\"\ntoken_secret = \"0123456789abcdef\"\n[cluster]\n\
+                    "[proxy]\nlisten = \"127.0.0.2:8080\"\ntoken_secret = \"0123456789abcdef0123456789abcdef\"\n[cluster]\n\
                      listen = \"127.0.0.2:7946\"\n{SECRET}token_secret = \"{}\"\n",
                     "t".repeat(32)
                 ),

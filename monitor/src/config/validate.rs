@@ -178,8 +178,10 @@ fn proxy(px: &ProxyConfig, out: &mut Vec<Problem>) {
     if px.threads > 256 {
         out.push(problem(&at("threads"), format!("{} is above 256", px.threads)));
     }
-    if px.token_secret.as_ref().is_some_and(|s| s.len() < 16) {
-        out.push(problem(&at("token_secret"), "must be at least 16 bytes"));
+    let min = super::cluster::MIN_SECRET_BYTES;
+    if px.token_secret.as_ref().is_some_and(|s| s.len() < min) {
+        // One rule for every secret: the cluster's needs as many bytes.
+        out.push(problem(&at("token_secret"), format!("must be at least {min} bytes")));
     }
 }
 

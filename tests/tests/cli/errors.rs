@@ -145,6 +145,7 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("min-interval-above-interval.toml", &["min_interval_ms"], &[3]),
     ("webhook-https-ca-missing.toml", &["alerts.ca_file", "/nonexistent/monitor-test-ca.pem"], &[5]),
     ("cluster-short-secret.toml", &["cluster.secret", "at least 32"], &[6]),
+    ("proxy-short-secret.toml", &["proxy.token_secret", "at least 32"], &[3]),
     ("cluster-fallback-unknown.toml", &["fallback", "anywhere"], &[6]),
     ("cluster-wildcard-gossip.toml", &["cluster.listen", "set advertise"], &[2]),
     ("cluster-secret-and-file.toml", &["cluster.secret_file", "not both"], &[6]),
