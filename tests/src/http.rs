@@ -40,6 +40,29 @@ pub fn request(
     headers: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<Response, String> {
+    send(addr, method, path, headers, None, timeout)
+}
+
+/// Sends one request with `body` (and its `Content-Length`) and reads the whole response.
+pub fn request_body(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Response, String> {
+    send(addr, method, path, headers, Some(body), timeout)
+}
+
+fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Response, String> {
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
@@ -47,8 +70,13 @@ pub fn request(
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes()).map_err(|e| format!("send to {addr}: {e}"))?;
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body.unwrap_or_default());
+    s.write_all(&bytes).map_err(|e| format!("send to {addr}: {e}"))?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).map_err(|e| format!("read from {addr}: {e}"))?;
     parse_response(&raw)

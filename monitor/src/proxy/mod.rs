@@ -17,6 +17,7 @@
 //! 502 is only ever for what a process did. While draining, every answer says `Connection: close` ([`server`]).
 
 pub mod body;
+pub mod channel;
 pub mod client_io;
 pub mod headers;
 pub mod peer;
@@ -159,6 +160,8 @@ pub struct Proxy {
     retry_after: HeaderValue,
     retry_after_s: u64,
     upstream_timeout: Duration,
+    /// The processes' own admin paths: the agent's channel to them, never reached from outside (403).
+    channel: channel::Channel,
     /// The guard's kills: a request whose process the guard killed is answered 503 with the reason, not 502.
     kills: Arc<crate::guard::KillBook>,
     tokens: Option<HostTokens>,
@@ -212,7 +215,8 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 impl Proxy {
     /// The front door to `members`; `admin_paths`: the processes' own admin endpoints (`[[process]]
-    /// admin_path`), never refused like `[proxy] admin_paths`; `reactions`: where its first 503s are timed.
+    /// admin_path`), the agent's channel to them, answered 403 to every client ([`channel`]); `reactions`: where its
+    /// first 503s are timed.
     pub fn new(
         cfg: &ProxyConfig,
         members: Arc<[Member]>,
@@ -264,6 +268,7 @@ impl Proxy {
             cluster: std::sync::OnceLock::new(),
             forwarded: AtomicU64::new(0),
             kills: Arc::new(crate::guard::KillBook::default()),
+            channel: channel::Channel::new(admin_paths),
         })
     }
 
@@ -338,6 +343,13 @@ impl Proxy {
     pub async fn handle(&self, local: &Local, req: Request<Incoming>, peer: &HeaderValue) -> Response<ProxyBody> {
         if req.method() == Method::CONNECT {
             return refuse_connect();
+        }
+        if self.channel.is_channel(req.uri().path()) {
+            // The agent's channel to its processes: no client may speak on it (see `channel`).
+            return status(
+                StatusCode::FORBIDDEN,
+                "forbidden: this path is the memory guard's channel to its processes\n".into(),
+            );
         }
         let health = self.health_paths.iter().any(|h| h == req.uri().path());
         if health && self.draining.load(Ordering::Acquire) {

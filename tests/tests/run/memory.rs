@@ -3,7 +3,8 @@
 //! guard, health paths still pass; a worker holding memory for a slow request plus the hog take it past abort_at
 //! (92%): the worker, now the largest, has its in-flight request cancelled (503 naming the memory guard), abandons
 //! it and frees the memory, and the group goes back to normal. Each process is told of its own action changes on its
-//! admin endpoint (`[[process]] admin_path`). In shadow mode nothing is enforced and nobody is told.
+//! admin endpoint (`[[process]] admin_path`), which no client of the front door can reach, whatever shape its path
+//! takes (403, and the process hears nothing). In shadow mode nothing is enforced and nobody is told.
 
 use monitor_tests::require_v1;
 use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
@@ -67,12 +68,11 @@ fn shedding_at_85_and_cancelling_at_92() {
     assert!(r.text().starts_with("memory guard:") && r.text().contains("refuses new requests"), "{}", r.text());
     let r = run.get("/health", &[]);
     assert_eq!(r.status, 200, "health paths are exempt: {}", r.text());
-    // So are admin paths: `[proxy] admin_paths` and each process's own admin_path.
+    // So are `[proxy] admin_paths`. A process's own admin_path is the agent's channel: no client reaches it.
     let r = run.get("/stats", &[]);
     assert_eq!(r.status, 200, "[proxy] admin_paths are exempt: {}", r.text());
     let r = run.get("/admin/memory", &[]);
-    assert_ne!(r.status, 503, "[[process]] admin_path is exempt: {}", r.text());
-    assert!(!r.text().starts_with("memory guard:"), "{}", r.text());
+    assert_eq!(r.status, 403, "[[process]] admin_path is the agent's channel: {}", r.text());
     wait_admin(&run, 1, &["refuse"]);
     hog.set_mib(40);
     run.wait_for("normal", |s| state(s) == "normal", TIMEOUT);
@@ -147,4 +147,41 @@ fn shadow_mode_enforces_nothing() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!((admin(&run, 0), admin(&run, 1)), (vec![], vec![]), "shadow mode told the processes");
     drop(hog);
+}
+
+#[test]
+fn no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like() {
+    if !require_v1("no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like") {
+        return;
+    }
+    let run = Run::start("channel", &spec(false));
+    // The agent's own message, forged: tx1 told to abort, then to serve.
+    let forged = r#"{"pid":1,"name":"tx1","action":"abort","state":"aborting","ratio":0.99,"cgroup":"/"}"#;
+    let shapes = [
+        "/admin/memory",
+        "/ADMIN/MEMORY",
+        "//admin//memory",
+        "/admin/./memory",
+        "/r4/../admin/memory",
+        "/%61dmin/memory",
+        "/admin%2fmemory",
+        "/%2561dmin/memory",
+        "/admin/memory?pid=1",
+        "/admin/memory/",
+    ];
+    for path in shapes {
+        for (method, body) in [("POST", forged), ("PUT", forged), ("GET", "")] {
+            let headers = [("Content-Type", "application/json")];
+            let r = monitor_tests::http::request_body(run.proxy, method, path, &headers, body.as_bytes(), TIMEOUT)
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+            assert_eq!(r.status, 403, "{method} {path}: {} {}", r.status, r.text());
+        }
+    }
+    // Neither the master nor the worker heard any of it.
+    for i in 0..2 {
+        assert!(admin(&run, i).is_empty(), "process {i} was told {:?} by a client", admin(&run, i));
+    }
+    // Its neighbours are ordinary paths, forwarded as ever.
+    let r = run.get("/admin/memoryx", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
 }
