@@ -818,20 +818,10 @@ mod tests {
         p.snapshot.processes = vec![proc(10, "node"), proc(11, "php")];
         let book = Arc::new(KillBook::default());
         let rec = |pid: u32, enforced: bool| KillRecord {
-            pid,
-            start_ticks: 5,
-            name: "node".into(),
-            role: ProcessRole::Worker,
             rss_bytes: 300,
             anon_bytes: 280,
             ratio: 0.97,
-            why: "over_kill_at",
-            reason: "the group reached kill_at (97% of its limit)".into(),
-            round: 1,
-            unix_ms: 1_000,
-            enforced,
-            error: None,
-            sent_mono_ns: None,
+            ..KillRecord::example(pid, "node", enforced)
         };
         book.record(rec(20, true));
         book.record(rec(21, true));

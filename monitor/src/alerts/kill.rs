@@ -99,25 +99,9 @@ pub fn ineffective(p: &Published) -> Option<Condition> {
 mod tests {
     use super::*;
     use crate::policy::State;
-    use crate::snapshot::ProcessRole;
 
     fn record(pid: u32, enforced: bool) -> KillRecord {
-        KillRecord {
-            pid,
-            start_ticks: u64::from(pid) * 10,
-            name: "tx1".into(),
-            role: ProcessRole::Worker,
-            rss_bytes: 300 << 20,
-            anon_bytes: 280 << 20,
-            ratio: 0.975,
-            why: "over_kill_at",
-            reason: "the group reached kill_at (97% of its limit)".into(),
-            round: 1,
-            unix_ms: 1_000,
-            enforced,
-            error: None,
-            sent_mono_ns: None,
-        }
+        KillRecord { start_ticks: u64::from(pid) * 10, ..KillRecord::example(pid, "tx1", enforced) }
     }
 
     fn sample(seq: u64, kill: Option<KillRecord>) -> Published {

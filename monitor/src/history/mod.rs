@@ -802,19 +802,10 @@ mod tests {
         p.snapshot.unix_ms = now_s() * 1000;
         p.kill = Some(crate::guard::KillRecord {
             pid: 11,
-            start_ticks: 5,
-            name: "node".into(),
-            role: crate::snapshot::ProcessRole::Worker,
             rss_bytes: 300,
             anon_bytes: 280,
-            ratio: 0.975,
-            why: "over_kill_at",
-            reason: "the group reached kill_at (97% of its limit)".into(),
-            round: 1,
             unix_ms: p.snapshot.unix_ms,
-            enforced: true,
-            error: None,
-            sent_mono_ns: None,
+            ..crate::guard::KillRecord::example(11, "node", true)
         });
         feed.publish(Arc::new(p));
         drop(feed);

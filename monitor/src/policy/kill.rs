@@ -198,6 +198,29 @@ pub struct KillRecord {
     pub sent_mono_ns: Option<u64>,
 }
 
+#[cfg(test)]
+impl KillRecord {
+    /// A kill of worker `name` (pid `pid`, started at tick 5) at kill_at, for the consumers' tests.
+    pub(crate) fn example(pid: u32, name: &str, enforced: bool) -> KillRecord {
+        KillRecord {
+            pid,
+            start_ticks: 5,
+            name: name.into(),
+            role: ProcessRole::Worker,
+            rss_bytes: 300 << 20,
+            anon_bytes: 280 << 20,
+            ratio: 0.975,
+            why: "over_kill_at",
+            reason: KillWhy::OverKillAt.describe(0.97),
+            round: 1,
+            unix_ms: 1_000,
+            enforced,
+            error: None,
+            sent_mono_ns: None,
+        }
+    }
+}
+
 impl KillRecord {
     /// The kill order for `order` as the sample shows its target (None when the target is not in the sample).
     pub fn of(order: &KillOrder, snap: &Snapshot, role: ProcessRole, kill_at: f64, shadow: bool) -> Option<Self> {
@@ -229,45 +252,15 @@ impl KillRecord {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::proc;
     use super::super::{decide as policy, Decision, PolicyState, State, Thresholds};
     use super::*;
-    use crate::snapshot::{CgroupVersion, GroupSample, LimitSource, Traffic};
 
-    fn proc(pid: u32, anon: u64) -> ProcSample {
-        ProcSample {
-            pid,
-            name: format!("p{pid}"),
-            start_ticks: 1000 + u64::from(pid),
-            ppid: 1,
-            rss_bytes: anon,
-            anon_bytes: anon,
-            traffic: Traffic::default(),
-        }
-    }
-
-    /// A group of limit 1000 at `usage`, at `ms`: pid 10 a master (protected) of 100, 11 of 300, 12 of 200.
+    /// A group of limit 1000 at `usage`, at `ms`, pid 10 protected (a master).
     fn snap(usage: u64, ms: u64, procs: Vec<ProcSample>) -> Snapshot {
-        Snapshot {
-            seq: 0,
-            unix_ms: ms,
-            mono_ms: ms,
-            group: GroupSample {
-                cgroup: "/g".into(),
-                version: CgroupVersion::V1,
-                usage_bytes: usage,
-                shmem_bytes: 0,
-                oom_group: None,
-                limit_bytes: 1000,
-                limit_source: LimitSource::Cgroup,
-                oom_kills: None,
-                processes_listed: procs.len(),
-                processes_sampled: procs.len(),
-                pressure: None,
-            },
-            processes: procs,
-            agent_pid: 0,
-            protected: vec![10],
-        }
+        let mut s = super::super::tests::snap(usage, 1000, ms, procs);
+        (s.unix_ms, s.protected) = (ms, vec![10]);
+        s
     }
 
     fn three() -> Vec<ProcSample> {

@@ -254,11 +254,12 @@ impl Decisions {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::snapshot::{CgroupVersion, GroupSample, LimitSource, Traffic};
 
-    fn proc(pid: u32, rss: u64) -> ProcSample {
+    /// A process of `rss` bytes, all of it anon, started at `1000 + pid`.
+    pub(crate) fn proc(pid: u32, rss: u64) -> ProcSample {
         ProcSample {
             pid,
             name: format!("p{pid}"),
@@ -270,7 +271,8 @@ mod tests {
         }
     }
 
-    fn snap(usage: u64, limit: u64, mono_ms: u64, procs: Vec<ProcSample>) -> Snapshot {
+    /// A v1 group at `usage` of `limit`, sampled at `mono_ms`, with `procs` and nobody protected.
+    pub(crate) fn snap(usage: u64, limit: u64, mono_ms: u64, procs: Vec<ProcSample>) -> Snapshot {
         Snapshot {
             seq: 0,
             unix_ms: 0,
