@@ -35,6 +35,7 @@ const TESTS: &[(&str, fn())] = &[
     ("fast_grower_signalled_before_the_limit", reaction::fast_grower_signalled_before_the_limit),
     ("brake_set_and_restored", reaction::brake_set_and_restored),
     ("grower_ignoring_the_signal_is_counted", reaction::grower_ignoring_the_signal_is_counted),
+    ("grower_ignoring_the_signal_is_killed_by_the_agent", reaction::grower_ignoring_the_signal_is_killed_by_the_agent),
     ("each_wakeup_source_disarmed_still_reacts", reaction::each_wakeup_source_disarmed_still_reacts),
 ];
 

@@ -200,11 +200,11 @@ pub fn brake_set_and_restored() {
     assert_eq!(cg.read("memory.max").trim(), LIMIT.to_string(), "memory.max touched");
 }
 
-/// A grower that ignores the abort signal in a 256 MiB group is killed by the kernel at the limit; the agent's
-/// `group.oom_kills` goes from 0 to 1.
+/// With the last resort off, a grower that ignores the abort signal in a 256 MiB group is killed by the kernel at
+/// the limit; the agent's `group.oom_kills` goes from 0 to 1.
 pub fn grower_ignoring_the_signal_is_counted() {
     let cg = CgroupV2::create("oom", Some(256 * MIB));
-    let agent = agent_with(&cg, "oom", abort());
+    let agent = agent_with(&cg, "oom", abort().set("policy", "kill", false));
     agent.wait_for(|s| s.pointer("/group/oom_kills").and_then(Value::as_u64) == Some(0), SETTLE);
     let out = grow(&cg, &["--max-mib", "400", "--ignore-signal"]);
     let events = cg.read("memory.events");
@@ -212,6 +212,22 @@ pub fn grower_ignoring_the_signal_is_counted() {
     assert_eq!(cg.oom_kills(), 1, "memory.events: {events}");
     let s = agent.wait_for(|s| s.pointer("/group/oom_kills").and_then(Value::as_u64) == Some(1), SETTLE);
     assert!(s.pointer("/group/error").is_none_or(Value::is_null), "{s:#}");
+}
+
+/// With the last resort on (the default), the same grower is killed by the agent at kill_at, before the kernel's
+/// OOM killer: `memory.events` `oom_kill` stays 0 and the status names the kill.
+pub fn grower_ignoring_the_signal_is_killed_by_the_agent() {
+    let cg = CgroupV2::create("last-resort", Some(256 * MIB));
+    let agent = agent_with(&cg, "last-resort", abort());
+    agent.wait_for(|s| s.pointer("/group/oom_kills").and_then(Value::as_u64) == Some(0), SETTLE);
+    let out = grow(&cg, &["--max-mib", "400", "--ignore-signal"]);
+    let events = cg.read("memory.events");
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "grower ended with {}; memory.events: {events}", out.status);
+    assert_eq!(cg.oom_kills(), 0, "the kernel's OOM killer acted: memory.events: {events}");
+    let s = agent.wait_for(|s| s["kills"].as_array().is_some_and(|k| !k.is_empty()), SETTLE);
+    let kill = &s["kills"][0];
+    assert_eq!((kill["enforced"].as_bool(), kill["error"].is_null()), (Some(true), true), "{kill}");
+    println!("killed by the agent at ratio {} ({}), oom_kill 0", kill["ratio"], kill["why"]);
 }
 
 /// With `events` off, `pressure` off, and both off (`wakeups = []`), a grower at 100 MiB/s in a 256 MiB group is
