@@ -267,8 +267,7 @@ impl Sampler {
         self.kills.clone()
     }
 
-    /// Under `monitor run`: the launched processes, whose roles and `protect` the last resort follows, and the
-    /// reactions the kill's time is recorded in.
+    /// Under `monitor run`: the launched processes, whose names, roles and `protect` the last resort follows.
     pub fn set_roster(&mut self, roster: Roster) {
         self.roster = Some(roster);
     }
@@ -292,7 +291,7 @@ impl Sampler {
     /// Carries out the kill `d` orders (outside shadow mode), on this thread, on the wake-up that decided it; records
     /// it in the kill book and logs it. Returns the record for the published sample.
     fn carry_out(
-        &mut self,
+        &self,
         d: &Decision,
         snap: &Snapshot,
         known: &crate::guard::Known,
@@ -305,6 +304,9 @@ impl Sampler {
         if let Some(name) = name {
             rec.name = name;
         }
+        // In the book before the signal: the front door and the launcher may see the process die before this
+        // thread runs again.
+        self.kills.record(rec.clone());
         if d.shadow {
             tracing::warn!(
                 pid = rec.pid,
@@ -315,41 +317,36 @@ impl Sampler {
                 "shadow: would kill (not enforced): {}",
                 rec.reason
             );
-        } else {
-            // In the book before the signal: the front door and the launcher may see the process die before this
-            // thread runs again.
-            self.kills.record(rec.clone());
-            match crate::guard::kill(order, &self.reader.group().dir) {
-                Ok(()) => {
-                    let at = crate::guard::mono_ns();
-                    rec.sent_mono_ns = Some(at);
-                    self.kills.sent(rec.pid, rec.start_ticks, at);
-                    if let Some(r) = &self.reactions {
-                        r.record_since(crate::reaction::Kind::Kill, wake.at);
-                    }
-                    tracing::warn!(
-                        pid = rec.pid,
-                        name = %rec.name,
-                        role = %rec.role,
-                        rss_bytes = rec.rss_bytes,
-                        anon_bytes = rec.anon_bytes,
-                        ratio = format!("{:.3}", rec.ratio),
-                        why = rec.why,
-                        round = rec.round,
-                        woken_by = wake.source.as_str(),
-                        "killed: {}",
-                        rec.reason
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(pid = rec.pid, name = %rec.name, why = rec.why, "kill not sent: {e}");
-                    rec.error = Some(e.to_string());
-                    self.kills.failed(rec.pid, rec.start_ticks, e.to_string());
-                }
-            }
             return Some(rec);
         }
-        self.kills.record(rec.clone());
+        match crate::guard::kill(order, &self.reader.group().dir) {
+            Ok(()) => {
+                let at = crate::guard::mono_ns();
+                rec.sent_mono_ns = Some(at);
+                self.kills.sent(rec.pid, rec.start_ticks, at);
+                if let Some(r) = &self.reactions {
+                    r.record_since(crate::reaction::Kind::Kill, wake.at);
+                }
+                tracing::warn!(
+                    pid = rec.pid,
+                    name = %rec.name,
+                    role = %rec.role,
+                    rss_bytes = rec.rss_bytes,
+                    anon_bytes = rec.anon_bytes,
+                    ratio = format!("{:.3}", rec.ratio),
+                    why = rec.why,
+                    round = rec.round,
+                    woken_by = wake.source.as_str(),
+                    "killed: {}",
+                    rec.reason
+                );
+            }
+            Err(e) => {
+                tracing::error!(pid = rec.pid, name = %rec.name, why = rec.why, "kill not sent: {e}");
+                rec.error = Some(e.to_string());
+                self.kills.failed(rec.pid, rec.start_ticks, e.to_string());
+            }
+        }
         Some(rec)
     }
 
@@ -646,7 +643,6 @@ pub fn spawn(
         let mut interval = Duration::from_millis(applied.policy.interval_ms);
         let mut next = Instant::now() + interval;
         let mut failing = false;
-        let mut halted = false;
         // systemd's watchdog is fed from this loop: a sampler that hangs stops feeding it.
         let mut watchdog = crate::notify::Watchdog::from_env();
         while !stop.load(Ordering::Relaxed) {
@@ -678,14 +674,14 @@ pub fn spawn(
                         tracing::info!(cgroup = %sampler.group().dir.display(), "group readable again");
                     }
                     let known = sampler.protect(&mut snap);
+                    let was_halted = state.kill.halted;
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
                     sampler.name_victim(&decision, &mut snap);
                     let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
                     log_decision(&decision, &snap, &wake);
-                    if decision.kills_halted != halted {
-                        halted = decision.kills_halted;
-                        log_halt(halted, &decision);
+                    if decision.kills_halted != was_halted {
+                        log_halt(decision.kills_halted, &decision);
                     }
                     if decision.changed || recovered {
                         crate::notify::status(&status_line(&snap, &decision));

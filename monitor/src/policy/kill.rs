@@ -13,7 +13,7 @@
 //!   back under `abort_at` ([`target`]).
 //! - In shadow mode the order is decided and logged, never sent, and does not count toward the halt.
 
-use super::ProcId;
+use super::{find, id, ProcId};
 use crate::snapshot::{ProcSample, ProcessRole, Snapshot};
 use serde::Serialize;
 
@@ -62,11 +62,9 @@ pub struct KillOrder {
 /// What the kill step remembers between samples.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KillState {
-    /// The process told to abort and when it was first told (monotonic ms): a repeat that names the same process
-    /// again does not restart its wait.
-    pub told: Option<(ProcId, u64)>,
-    /// The victim's anon when it was told to abort (to see whether it obeyed).
-    pub abort_anon: u64,
+    /// The process told to abort, while aborting: a repeat that names the same process again does not restart its
+    /// wait.
+    pub told: Option<Told>,
     /// When the last kill was ordered (monotonic ms).
     pub last_ms: Option<u64>,
     /// Kills ordered (outside shadow mode) since the ratio was last below `abort_at`.
@@ -76,6 +74,16 @@ pub struct KillState {
     /// Shadow mode: the process a kill was last decided for (it lives on, so it is not decided again until the
     /// group leaves aborting).
     pub shadowed: Option<ProcId>,
+}
+
+/// The process told to abort, as the kill step follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Told {
+    pub id: ProcId,
+    /// When it was first told (monotonic ms).
+    pub since_ms: u64,
+    /// Its anon then (to see whether it obeyed).
+    pub anon: u64,
 }
 
 /// The process the kill step would target now (`snap.protected` lists the masters and `[[process]] protect`; never
@@ -91,7 +99,7 @@ pub fn target(snap: &Snapshot, victim: Option<ProcId>, excess: u64) -> Option<&P
     let protected = |p: &ProcSample| snap.protected.contains(&p.pid);
     let candidates = || snap.processes.iter().filter(|p| p.pid != snap.agent_pid);
     let by_anon = |a: &&ProcSample, b: &&ProcSample| a.anon_bytes.cmp(&b.anon_bytes).then(b.pid.cmp(&a.pid));
-    let named = victim.and_then(|v| candidates().find(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
+    let named = victim.and_then(|v| find(snap, v)).filter(|v| v.pid != snap.agent_pid);
     if let Some(v) = named.filter(|v| !protected(v)) {
         return Some(v);
     }
@@ -108,7 +116,6 @@ pub fn target(snap: &Snapshot, victim: Option<ProcId>, excess: u64) -> Option<&P
 /// The inputs of one kill decision.
 pub struct Step<'a> {
     pub snap: &'a Snapshot,
-    pub ratio: f64,
     pub aborting: bool,
     /// The abort's victim.
     pub victim: Option<ProcId>,
@@ -118,20 +125,19 @@ pub struct Step<'a> {
 
 /// The kill step: the state to keep and the order, if any.
 pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, Option<KillOrder>) {
-    let now = s.snap.mono_ms;
+    let (now, ratio) = (s.snap.mono_ms, s.snap.group.ratio());
     let mut next = *prev;
-    if s.ratio < t.abort_at {
+    if ratio < t.abort_at {
         next.unrelieved = 0;
         next.halted = false;
     }
-    let victim_now =
-        s.victim.and_then(|v| s.snap.processes.iter().find(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
+    let victim_now = s.victim.and_then(|v| find(s.snap, v));
     if !s.aborting {
         next.told = None;
         next.shadowed = None;
-    } else if s.new_victim && next.told.map(|(id, _)| id) != s.victim {
-        next.told = s.victim.map(|v| (v, now));
-        next.abort_anon = victim_now.map_or(0, |p| p.anon_bytes);
+    } else if s.new_victim && next.told.map(|t| t.id) != s.victim {
+        let anon = victim_now.map_or(0, |p| p.anon_bytes);
+        next.told = s.victim.map(|id| Told { id, since_ms: now, anon });
     }
     if !t.kill || !s.aborting || next.halted {
         return (next, None);
@@ -139,21 +145,20 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
     if next.last_ms.is_some_and(|last| now.saturating_sub(last) < t.kill_repeat_ms) {
         return (next, None);
     }
-    let waited = next.told.map_or(0, |(_, since)| now.saturating_sub(since));
-    let why = if s.ratio >= t.kill_at {
-        KillWhy::OverKillAt
-    } else if next.told.is_some()
-        && waited >= t.kill_after_ms
-        && victim_now.is_some_and(|v| v.anon_bytes >= next.abort_anon && v.anon_bytes > 0)
-    {
-        KillWhy::AbortNotObeyed { after_ms: waited }
-    } else {
-        return (next, None);
+    let not_obeyed = next.told.and_then(|told| {
+        let waited = now.saturating_sub(told.since_ms);
+        let held = victim_now.is_some_and(|v| v.anon_bytes >= told.anon && v.anon_bytes > 0);
+        (waited >= t.kill_after_ms && held).then_some(waited)
+    });
+    let why = match not_obeyed {
+        _ if ratio >= t.kill_at => KillWhy::OverKillAt,
+        Some(after_ms) => KillWhy::AbortNotObeyed { after_ms },
+        None => return (next, None),
     };
     let over_abort = s.snap.group.usage_bytes.saturating_sub((t.abort_at * s.snap.group.limit_bytes as f64) as u64);
     let Some(p) = target(s.snap, s.victim, over_abort) else { return (next, None) };
-    let id = ProcId { pid: p.pid, start_ticks: p.start_ticks };
-    if t.shadow && next.shadowed == Some(id) {
+    let chosen = id(p);
+    if t.shadow && next.shadowed == Some(chosen) {
         return (next, None);
     }
     if next.unrelieved >= MAX_KILLS {
@@ -162,13 +167,11 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
     }
     next.last_ms = Some(now);
     if t.shadow {
-        next.shadowed = Some(id);
+        next.shadowed = Some(chosen);
     } else {
         next.unrelieved += 1;
     }
-    let order =
-        KillOrder { target: ProcId { pid: p.pid, start_ticks: p.start_ticks }, why, round: next.unrelieved.max(1) };
-    (next, Some(order))
+    (next, Some(KillOrder { target: chosen, why, round: next.unrelieved.max(1) }))
 }
 
 /// One kill, sent or (in shadow mode) only decided.
@@ -224,8 +227,7 @@ impl KillRecord {
 impl KillRecord {
     /// The kill order for `order` as the sample shows its target (None when the target is not in the sample).
     pub fn of(order: &KillOrder, snap: &Snapshot, role: ProcessRole, kill_at: f64, shadow: bool) -> Option<Self> {
-        let p =
-            snap.processes.iter().find(|p| p.pid == order.target.pid && p.start_ticks == order.target.start_ticks)?;
+        let p = find(snap, order.target)?;
         Some(KillRecord {
             pid: p.pid,
             start_ticks: p.start_ticks,

@@ -164,6 +164,11 @@ pub fn largest(processes: &[ProcSample], agent_pid: u32) -> Option<&ProcSample> 
         .max_by(|a, b| a.rss_bytes.cmp(&b.rss_bytes).then(a.anon_bytes.cmp(&b.anon_bytes)).then(b.pid.cmp(&a.pid)))
 }
 
+/// The process `id` names in `snap`, if it is still there (a pid alone can be reused).
+pub fn find(snap: &Snapshot, id: ProcId) -> Option<&ProcSample> {
+    snap.processes.iter().find(|p| p.pid == id.pid && p.start_ticks == id.start_ticks)
+}
+
 fn id(p: &ProcSample) -> ProcId {
     ProcId { pid: p.pid, start_ticks: p.start_ticks }
 }
@@ -190,9 +195,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
             !entering && ratio >= t.abort_at && now.saturating_sub(prev.victim_since_ms) >= t.abort_repeat_ms;
         // The victim gone (it exited, or the last resort killed it) while the group is still over the line: the
         // new largest is told at once, not after the repeat time.
-        let gone = prev
-            .victim
-            .is_some_and(|v| !snap.processes.iter().any(|p| p.pid == v.pid && p.start_ticks == v.start_ticks));
+        let gone = prev.victim.is_some_and(|v| find(snap, v).is_none());
         if entering || repeat_due || (prev.victim.is_none() || gone) && ratio >= t.abort_at {
             next.victim = big.map(id);
             next.victim_since_ms = now;
@@ -205,7 +208,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         }
     }
 
-    let step = kill::Step { snap, ratio, aborting: state == State::Aborting, victim: next.victim, new_victim };
+    let step = kill::Step { snap, aborting: state == State::Aborting, victim: next.victim, new_victim };
     let (kill_state, kill) = kill::decide(&prev.kill, &step, t);
     next.kill = kill_state;
     let changed = next.state != prev.state || next.victim != prev.victim;
