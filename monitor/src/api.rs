@@ -126,7 +126,7 @@ pub struct StatusView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KillView {
     pub pid: u32,
-    /// The command name.
+    /// The configured name under `monitor run`, else the command name.
     pub name: String,
     pub role: ProcessRole,
     pub rss_bytes: u64,
@@ -285,7 +285,7 @@ pub struct ProcessView {
     pub latency_p50_us: Option<u64>,
     pub latency_p99_us: Option<u64>,
     pub restarts: u32,
-    /// Kills the last resort sent to processes of this command name since the agent started.
+    /// Kills the last resort sent to processes of this name (as `name` shows it) since the agent started.
     #[serde(default)]
     pub kills: u64,
 }

@@ -31,9 +31,7 @@ impl FrontDoor {
             .collect();
         // The admin endpoints are never refused by the front door: they are where the action changes are POSTed.
         let own_admin: Vec<String> = admins.iter().map(|(_, path)| path.clone()).collect();
-        let mut proxy = Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions)?;
-        proxy.set_kill_book(kills);
-        let proxy = Arc::new(proxy);
+        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions, kills)?);
         let view_of = members.clone();
         let view: LauncherFn = Arc::new(move || view_of.iter().map(|m| m.info()).collect());
         Ok(FrontDoor { members, proxy, view, admins })

@@ -461,9 +461,9 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
                 if last_seq != Some(p.snapshot.seq) && p.error.is_none() {
                     last_seq = Some(p.snapshot.seq);
                     h.lock().decisions.observe(&p.decision);
-                    if let Some(k) = &p.kill {
-                        h.keep_kill(KillEvent::from(k));
-                        let _ = tx.send(Write::Kill(KillEvent::from(k)));
+                    if let Some(k) = p.kill.as_ref().map(KillEvent::from) {
+                        h.keep_kill(k.clone());
+                        let _ = tx.send(Write::Kill(k));
                     }
                     let (sec, min) = agg.push(&h.input(&p));
                     if let Some((m, labels)) = h.keep(sec, min) {

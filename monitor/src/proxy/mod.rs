@@ -216,12 +216,14 @@ fn chain(e: &dyn std::error::Error) -> String {
 impl Proxy {
     /// The front door to `members`; `admin_paths`: the processes' own admin endpoints (`[[process]]
     /// admin_path`), the agent's channel to them, answered 403 to every client ([`channel`]); `reactions`: where its
-    /// first 503s are timed.
+    /// first 503s are timed; `kills`: the guard's kills, shared with the sampler: a request whose process the guard
+    /// killed gets 503 with the reason and is never retried on another process (it may be what grew the one killed).
     pub fn new(
         cfg: &ProxyConfig,
         members: Arc<[Member]>,
         admin_paths: &[String],
         reactions: Arc<crate::reaction::Reactions>,
+        kills: Arc<crate::guard::KillBook>,
     ) -> Result<Proxy, ProxyError> {
         let procs: Vec<(String, route::Role)> = members.iter().map(|m| (m.name.clone(), m.role)).collect();
         let table = route::Table::new(&procs, &cfg.master_paths, &cfg.tx_paths, cfg.master_serves_tx)?
@@ -267,15 +269,9 @@ impl Proxy {
             started: std::time::Instant::now(),
             cluster: std::sync::OnceLock::new(),
             forwarded: AtomicU64::new(0),
-            kills: Arc::new(crate::guard::KillBook::default()),
+            kills,
             channel: channel::Channel::new(admin_paths),
         })
-    }
-
-    /// The guard's kills, shared with the sampler: a request whose process the guard killed gets 503 with the reason
-    /// and is never retried on another process (it may be what grew the one killed).
-    pub fn set_kill_book(&mut self, kills: Arc<crate::guard::KillBook>) {
-        self.kills = kills;
     }
 
     /// What one front-door thread keeps for itself: a new, empty set of upstream pools, and its own copy of the
