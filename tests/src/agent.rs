@@ -89,6 +89,23 @@ impl Agent {
         Self::start(cgroup, &["--config", &path.display().to_string()])
     }
 
+    /// Writes `config` to `<dir>/agent.toml` and starts `monitor agent` on `cgroup` with it and no other setting:
+    /// the config's own interval and wake-ups, which the reaction tests time.
+    pub fn with_config_only(cgroup: &std::path::Path, config: &crate::config::Config, dir: &std::path::Path) -> Agent {
+        let path = config.write(dir.join("agent.toml"));
+        let port = free_port();
+        let args = vec![
+            "agent".to_string(),
+            "--config".into(),
+            path.display().to_string(),
+            "--cgroup".into(),
+            cgroup.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+        ];
+        Self::start_args(args, port)
+    }
+
     /// Starts `monitor <args…>` (which must make it listen on `127.0.0.1:<port>`) and waits for `/healthz`.
     pub fn start_args(args: Vec<String>, port: u16) -> Agent {
         Self::start_args_in(args, port, None)

@@ -400,3 +400,63 @@ mod tests {
         assert_eq!(doc["proxy"]["master_serves_tx"].as_bool(), Some(false));
     }
 }
+
+/// What the clients of one process saw ([`Busy`]): its 200s, the memory guard's 503s that `shed` accepts, and
+/// anything else.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub ok: u64,
+    pub shed: u64,
+    pub failed: Vec<String>,
+}
+
+/// Clients that keep the process `name` busy through the front door, each with requests for `path` on its cache id,
+/// one after another, until [`Busy::stop`] (or 30 s). A 503 whose body `shed` accepts counts as shed (the client
+/// then waits 20 ms); any other answer but `name`'s 200 as failed.
+pub struct Busy {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    clients: Vec<JoinHandle<Seen>>,
+}
+
+impl Busy {
+    pub fn start(run: &Run, n: usize, cache_id: &str, name: &str, path: &str, shed: fn(&str) -> bool) -> Busy {
+        use std::sync::atomic::Ordering;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let clients = (0..n)
+            .map(|_| {
+                let (proxy, stop) = (run.proxy, stop.clone());
+                let (id, name, path) = (cache_id.to_string(), name.to_string(), path.to_string());
+                std::thread::spawn(move || {
+                    let mut seen = Seen::default();
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        match http::request(proxy, "GET", &path, &[("X-Cache-Id", &id)], TIMEOUT) {
+                            Ok(r) if r.status == 200 && served_by(&r) == name => seen.ok += 1,
+                            Ok(r) if r.status == 503 && shed(&r.text()) => {
+                                seen.shed += 1;
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            Ok(r) => seen.failed.push(format!("{} from {}: {}", r.status, served_by(&r), r.text())),
+                            Err(e) => seen.failed.push(e),
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        Busy { stop, clients }
+    }
+
+    /// Stops the clients and sums what they saw.
+    pub fn stop(self) -> Seen {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut seen = Seen::default();
+        for c in self.clients {
+            let s = c.join().unwrap_or_else(|_| panic!("a client thread panicked"));
+            seen.ok += s.ok;
+            seen.shed += s.shed;
+            seen.failed.extend(s.failed);
+        }
+        seen
+    }
+}

@@ -31,22 +31,8 @@ impl Setup {
         let cg = CgroupV1::create(name, Some(LIMIT));
         let bystanders = (0..2).map(|_| Hog::spawn(HOG, cg.path(), 40, false)).collect();
         let dir = monitor_tests::temp_dir(name);
-        let config = Config::new()
-            .lines("policy", policy)
-            .probes(false)
-            .set("actions", "abort_signal", "SIGUSR2")
-            .write(dir.join("agent.toml"));
-        let port = monitor_tests::agent::free_port();
-        let args = vec![
-            "agent".to_string(),
-            "--config".into(),
-            config.display().to_string(),
-            "--cgroup".into(),
-            cg.path().display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-        ];
-        let agent = Agent::start_args(args, port);
+        let config = Config::new().lines("policy", policy).probes(false).set("actions", "abort_signal", "SIGUSR2");
+        let agent = Agent::with_config_only(cg.path(), &config, &dir);
         Setup { _bystanders: bystanders, agent, cg, dir }
     }
 

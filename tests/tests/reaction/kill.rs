@@ -23,19 +23,8 @@ fn agent(cg: &CgroupV1, dir: &Path, policy: &str) -> Agent {
         .alert_command(["sh", "-c", "cat >> \"$0\"; echo >> \"$0\"", &out.display().to_string()])
         .set("alerts", "quiet_s", 1)
         .probes(false)
-        .set("actions", "abort_signal", "SIGUSR2")
-        .write(dir.join("agent.toml"));
-    let port = monitor_tests::agent::free_port();
-    let args = vec![
-        "agent".to_string(),
-        "--config".into(),
-        config.display().to_string(),
-        "--cgroup".into(),
-        cg.path().display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
-    Agent::start_args(args, port)
+        .set("actions", "abort_signal", "SIGUSR2");
+    Agent::with_config_only(cg.path(), &config, dir)
 }
 
 /// The alerts named `name` the agent has sent (firing and resolved), from its command sink in `dir`.

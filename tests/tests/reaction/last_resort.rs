@@ -7,11 +7,9 @@
 //! in flight to the worker when it is killed (one sent after the abort, on a health path the guard never refuses)
 //! gets the guard's 503 with the kill's reason, not the 502 of a broken connection.
 
-use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
-use monitor_tests::{http, require_v1};
+use monitor_tests::require_v1;
+use monitor_tests::run::{member, Busy, Run, Seen, Spec, TIMEOUT};
 use serde_json::Value;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A master and two workers in a 512 MiB v1 group, the master serving no tx paths, sampled every 100 ms.
@@ -43,28 +41,8 @@ fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
     let kills = run.cg.oom_kills();
 
     // Two clients keep tx2 busy all along: each answer is tx2's 200 or the guard's 503 while the group refuses.
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..2)
-        .map(|_| {
-            let (proxy, id, stop) = (run.proxy, tx2.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let (mut ok, mut shed, mut other) = (0u32, 0u32, Vec::new());
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    match http::request(proxy, "GET", "/r4/x?sleep_ms=50", &[("X-Cache-Id", &id)], TIMEOUT) {
-                        Ok(r) if r.status == 200 && served_by(&r) == "tx2" => ok += 1,
-                        Ok(r) if r.status == 503 && r.text().starts_with("memory guard:") => {
-                            shed += 1;
-                            std::thread::sleep(Duration::from_millis(20));
-                        }
-                        Ok(r) => other.push(format!("{} from {}: {}", r.status, served_by(&r), r.text())),
-                        Err(e) => other.push(e),
-                    }
-                }
-                (ok, shed, other)
-            })
-        })
-        .collect();
+    let guarded = |body: &str| body.starts_with("memory guard:");
+    let busy = Busy::start(&run, 2, &tx2, "tx2", "/r4/x?sleep_ms=50", guarded);
     std::thread::sleep(Duration::from_millis(300));
 
     // 1,024 MiB in one request, twice the limit, and nothing in tx1 can notice the request was cancelled.
@@ -95,14 +73,8 @@ fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
     let r = run.get("/r4/x", &[]);
     assert_eq!(r.status, 200, "the group serves again: {}", r.text());
     assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
-    stop.store(true, Ordering::Relaxed);
-    let (mut ok, mut shed, mut other) = (0, 0, Vec::new());
-    for c in clients {
-        let (o, s, x) = c.join().unwrap_or_else(|_| panic!("a client thread panicked"));
-        (ok, shed) = (ok + o, shed + s);
-        other.extend(x);
-    }
-    assert!(other.is_empty(), "tx2's clients got only 200 or the guard's 503: {other:#?}");
+    let Seen { ok, shed, failed } = busy.stop();
+    assert!(failed.is_empty(), "tx2's clients got only 200 or the guard's 503: {failed:#?}");
     assert!(ok >= 10, "tx2 served its clients: {ok} answers");
     eprintln!(
         "tx1 grew without yielding: killed by the guard and answered 503 after {took:?}; tx2's clients: {ok} ok, \

@@ -6,19 +6,9 @@
 
 use monitor_tests::http;
 use monitor_tests::require_v1;
-use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
+use monitor_tests::run::{member, served_by, Busy, Run, Spec, TIMEOUT};
 use serde_json::Value;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What the other worker's clients saw: answers by kind.
-#[derive(Debug, Default)]
-struct Seen {
-    ok: u64,
-    shed: u64,
-    failed: Vec<String>,
-}
 
 #[test]
 fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer() {
@@ -39,32 +29,8 @@ fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer(
     let kills = run.cg.oom_kills();
 
     // Two clients keep tx2 busy with 100 ms requests for the whole episode, and a little after.
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..2)
-        .map(|_| {
-            let (proxy, id, stop) = (run.proxy, tx2.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut seen = Seen::default();
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    match http::request(proxy, "GET", "/r4/x?sleep_ms=100", &[("X-Cache-Id", &id)], TIMEOUT) {
-                        Ok(r) if r.status == 200 && served_by(&r) == "tx2" => seen.ok += 1,
-                        Ok(r)
-                            if r.status == 503
-                                && r.text().starts_with("memory guard:")
-                                && r.text().contains("refuses") =>
-                        {
-                            seen.shed += 1;
-                            std::thread::sleep(Duration::from_millis(20));
-                        }
-                        Ok(r) => seen.failed.push(format!("{} from {}: {}", r.status, served_by(&r), r.text())),
-                        Err(e) => seen.failed.push(e),
-                    }
-                }
-                seen
-            })
-        })
-        .collect();
+    let refused = |body: &str| body.starts_with("memory guard:") && body.contains("refuses");
+    let busy = Busy::start(&run, 2, &tx2, "tx2", "/r4/x?sleep_ms=100", refused);
     std::thread::sleep(Duration::from_millis(500));
 
     // tx1 grows to 700 MiB inside one request, past the 512 MiB limit if nobody stops it.
@@ -78,14 +44,7 @@ fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer(
     // The group goes back to normal once tx1 has let go of what it grew; tx1 is the same process, still serving.
     run.wait_for("normal again", |s| s.pointer("/policy/state").and_then(Value::as_str) == Some("normal"), TIMEOUT);
     std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::Relaxed);
-    let mut seen = Seen::default();
-    for c in clients {
-        let s = c.join().unwrap_or_else(|_| panic!("a client thread panicked"));
-        seen.ok += s.ok;
-        seen.shed += s.shed;
-        seen.failed.extend(s.failed);
-    }
+    let seen = busy.stop();
     let status = run.status();
     let tx1_state = member(&status, "tx1");
     assert_eq!(tx1_state["restarts"], 0, "tx1 was not restarted:\n{status:#}");
