@@ -94,6 +94,7 @@ impl Feed {
                 oom_kills: None,
                 processes_listed: processes.len(),
                 processes_sampled: processes.len(),
+                unattributed_bytes: 0,
                 pressure: None,
             },
             processes,

@@ -214,6 +214,14 @@ pub struct GroupView {
     pub processes_listed: usize,
     #[serde(default)]
     pub processes_sampled: usize,
+    /// Listed processes that could not be sampled (`processes_listed - processes_sampled`).
+    #[serde(default)]
+    pub processes_unsampled: usize,
+    /// What the group holds beyond the sampled processes: its usage less their anon (shmem no process maps, and
+    /// the memory of processes that could not be sampled; a lower bound, as pages shared after a fork count once in
+    /// the group and in each process).
+    #[serde(default)]
+    pub unattributed_bytes: u64,
     /// cgroup v2 `memory.oom.group` (true: a kernel OOM kill takes the whole group); null on v1 or unknown.
     #[serde(default)]
     pub oom_group: Option<bool>,
@@ -259,6 +267,10 @@ pub struct PolicyView {
     /// The last resort has halted: three kills did not bring the group below `abort_at`.
     #[serde(default)]
     pub kills_halted: bool,
+    /// While aborting: the memory over `abort_at` is held beyond the sampled processes while some listed processes
+    /// could not be sampled; the last resort holds off (`group.unattributed_bytes`, `group.processes_unsampled`).
+    #[serde(default)]
+    pub unseen: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -327,6 +339,8 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             next_sample_ms: p.next_sample_ms,
             processes_listed: s.group.processes_listed,
             processes_sampled: s.group.processes_sampled,
+            processes_unsampled: s.group.processes_unsampled(),
+            unattributed_bytes: s.group.unattributed_bytes,
             oom_group: s.group.oom_group,
             kernel_oom_cost: Some(kernel_oom_cost(s.group.oom_group, &s.group.cgroup, false)),
         },
@@ -343,6 +357,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             kill_at: t.kill_at,
             kill_after_ms: t.kill_after_ms,
             kills_halted: d.kills_halted,
+            unseen: d.unseen,
         },
         processes: s
             .processes

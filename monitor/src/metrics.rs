@@ -196,6 +196,15 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
         "The shmem part of the usage: tmpfs files and shared memory, which killing a process may not free.",
     );
     let _ = writeln!(o, "monitor_group_shmem_bytes {}", g.shmem_bytes);
+    family(
+        &mut o,
+        "monitor_group_unattributed_bytes",
+        "gauge",
+        "What the group holds beyond the sampled processes' anon (a lower bound).",
+    );
+    let _ = writeln!(o, "monitor_group_unattributed_bytes {}", g.unattributed_bytes);
+    family(&mut o, "monitor_group_processes_unsampled", "gauge", "Listed processes of the group not sampled.");
+    let _ = writeln!(o, "monitor_group_processes_unsampled {}", g.processes_unsampled());
     family(&mut o, "monitor_group_memory_limit_bytes", "gauge", "The group's memory limit (cgroup, config or host).");
     let _ = writeln!(o, "monitor_group_memory_limit_bytes {}", g.limit_bytes);
     family(&mut o, "monitor_group_memory_ratio", "gauge", "Usage divided by the limit.");
@@ -603,6 +612,7 @@ mod tests {
         p.snapshot.group.shmem_bytes = 4096;
         let text = render(&p, &[], &Extra::default());
         assert_eq!(lines_of(&text, "monitor_group_shmem_bytes "), ["monitor_group_shmem_bytes 4096"]);
+        assert_eq!(lines_of(&text, "monitor_group_processes_unsampled "), ["monitor_group_processes_unsampled 0"]);
         assert_eq!(lines_of(&text, "monitor_guard_kills_halted "), ["monitor_guard_kills_halted 0"]);
         assert!(!text.contains("monitor_guard_kills_total"), "no book, no counters: {text}");
         assert!(!text.contains("monitor_guard_kills_failed_total"), "{text}");

@@ -590,6 +590,7 @@ impl Sampler {
                 pressure: mem.pressure,
                 processes_listed: self.pids.len(),
                 processes_sampled: self.samples.len(),
+                unattributed_bytes: crate::snapshot::unattributed(mem.usage_bytes, &self.samples),
             },
             processes: self.samples.clone(),
             agent_pid: self.agent_pid,
@@ -817,6 +818,9 @@ fn log_decision(d: &Decision, snap: &Snapshot, wake: &Wake) {
         victim_name = victim.map(|v| v.name.as_str()),
         victim_rss_bytes = victim.map(|v| v.rss_bytes),
         shadow = d.shadow,
+        unsampled = snap.group.processes_unsampled(),
+        unattributed_bytes = snap.group.unattributed_bytes,
+        unseen = d.unseen,
         woken_by = wake.source.as_str(),
         "decision changed"
     );

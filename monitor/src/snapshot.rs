@@ -79,6 +79,9 @@ pub struct GroupSample {
     /// How many of them were sampled: fewer only when a process exited during the sample or could not be read
     /// (said in the log).
     pub processes_sampled: usize,
+    /// What the group holds beyond the sampled processes ([`unattributed`]): shmem no process maps, and the
+    /// private memory of listed processes that could not be sampled.
+    pub unattributed_bytes: u64,
     /// The time the group's tasks stalled on memory (v2 `memory.pressure`); None where the kernel does not say
     /// (cgroup v1, a kernel without PSI).
     pub pressure: Option<Pressure>,
@@ -102,6 +105,20 @@ impl GroupSample {
             self.usage_bytes as f64 / self.limit_bytes as f64
         }
     }
+
+    /// Listed processes that could not be sampled.
+    pub fn processes_unsampled(&self) -> usize {
+        self.processes_listed.saturating_sub(self.processes_sampled)
+    }
+}
+
+/// What the group holds beyond `processes` (its usage less their private memory, 0 when they hold more): shmem
+/// that no process maps, and the anon of listed processes that were not sampled. Pages a forked child still shares
+/// copy-on-write with its parent count in both processes' anon and once in the group, so the figure is a lower
+/// bound.
+pub fn unattributed(usage_bytes: u64, processes: &[ProcSample]) -> u64 {
+    let sampled = processes.iter().fold(0u64, |sum, p| sum.saturating_add(p.anon_bytes));
+    usage_bytes.saturating_sub(sampled)
 }
 
 /// Request counters of one process, from the eBPF probes (all zero when probes are off).
@@ -204,4 +221,32 @@ pub fn infer_roles(procs: &[ProcSample]) -> Vec<ProcessRole> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc(pid: u32, anon: u64) -> ProcSample {
+        ProcSample {
+            pid,
+            name: format!("p{pid}"),
+            start_ticks: 1,
+            ppid: 1,
+            rss_bytes: anon,
+            anon_bytes: anon,
+            traffic: Traffic::default(),
+        }
+    }
+
+    #[test]
+    fn unattributed_is_the_usage_no_sampled_process_holds() {
+        let mib = 1 << 20;
+        // A 512 MiB group: the sampled hold 60 and 40 MiB; 300 MiB belong to nobody sampled.
+        assert_eq!(unattributed(400 * mib, &[proc(1, 60 * mib), proc(2, 40 * mib)]), 300 * mib);
+        // Pages shared copy-on-write after a fork count in both processes: never below 0.
+        assert_eq!(unattributed(100 * mib, &[proc(1, 80 * mib), proc(2, 80 * mib)]), 0);
+        assert_eq!(unattributed(7, &[]), 7);
+        assert_eq!(unattributed(u64::MAX, &[proc(1, u64::MAX), proc(2, u64::MAX)]), 0);
+    }
 }

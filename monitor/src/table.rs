@@ -15,6 +15,14 @@ fn kernel_lines(s: &mut String, v: &StatusView) {
         None => "not counted by this kernel".to_string(),
     };
     let _ = writeln!(s, "oom      {oom}");
+    let mut unseen = format!("{} beyond the sampled processes", size(g.unattributed_bytes));
+    if g.processes_unsampled > 0 {
+        let _ = write!(unseen, "; {} of {} listed processes not sampled", g.processes_unsampled, g.processes_listed);
+    }
+    if v.policy.unseen {
+        unseen.push_str("; the memory over the abort line is there: the last resort holds off");
+    }
+    let _ = writeln!(s, "unseen   {unseen}");
     let mut wake = if g.wakeups.is_empty() { "timer only".to_string() } else { g.wakeups.join(", ") };
     for off in &g.wakeups_off {
         let _ = write!(wake, "; {} off ({})", off.source, off.reason);
@@ -400,6 +408,22 @@ mod tests {
         assert_eq!(line(&text, "wake-ups "), Some("timer only; next sample in 100 ms"));
         assert_eq!(line(&text, "brake "), None, "{text}");
         assert_eq!(line(&text, "config "), None, "nothing to say of a config that was never reloaded: {text}");
+        assert_eq!(line(&text, "unseen "), Some("0.0 MiB beyond the sampled processes"), "{text}");
+
+        // Two listed processes not sampled, 300 MiB beyond the sampled, and the policy says that is where it is.
+        let mut p = Published::test(State::Aborting);
+        (p.snapshot.group.processes_listed, p.snapshot.group.processes_sampled) = (5, 3);
+        p.snapshot.group.unattributed_bytes = 300 << 20;
+        p.decision.unseen = true;
+        let text = render(&crate::api::status_view(&p, &Thresholds::default()));
+        assert_eq!(
+            line(&text, "unseen "),
+            Some(
+                "300.0 MiB beyond the sampled processes; 2 of 5 listed processes not sampled; the memory over the \
+                 abort line is there: the last resort holds off"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -94,10 +94,22 @@ fn kernel(h: &mut String, g: &GroupNow) {
         Some(n) => n.to_string(),
         None => "not counted by this kernel".into(),
     };
+    if g.unseen {
+        let _ = write!(
+            h,
+            "<p class=\"oom\" id=\"unseen\">Aborting, but the memory over the line is held beyond the sampled \
+             processes ({} that could not be sampled): the last resort holds off</p>",
+            g.processes_unsampled
+        );
+    }
     let wake = if g.wakeups.is_empty() { "timer only".to_string() } else { escape(&g.wakeups.join(", ")) };
     let _ = write!(h, "<p id=\"kernel\">OOM kills <b>{oom}</b> · wake-ups <b id=\"wakeups\">{wake}</b>");
     for off in &g.wakeups_off {
         let _ = write!(h, " (off: {})", escape(off));
+    }
+    let _ = write!(h, " · beyond the sampled processes <b id=\"unattributed\">{}</b>", mib(g.unattributed_bytes));
+    if g.processes_unsampled > 0 {
+        let _ = write!(h, " (<span class=\"err\" id=\"unsampled\">{} not sampled</span>)", g.processes_unsampled);
     }
     if g.next_sample_ms > 0 {
         let _ = write!(h, " · next sample in {} ms", g.next_sample_ms);

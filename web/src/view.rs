@@ -83,6 +83,16 @@ pub struct GroupNow {
     /// The memory brake, when it is configured.
     #[serde(default)]
     pub brake: Option<BrakeNow>,
+    /// Listed processes of the group that could not be sampled.
+    #[serde(default)]
+    pub processes_unsampled: usize,
+    /// What the group holds beyond the sampled processes (a lower bound).
+    #[serde(default)]
+    pub unattributed_bytes: u64,
+    /// While aborting: the memory over the abort line is held beyond the sampled processes, some of which could not
+    /// be sampled, and the last resort holds off.
+    #[serde(default)]
+    pub unseen: bool,
 }
 
 /// The memory brake: `memory.high` set at a fraction of the limit.

@@ -14,6 +14,8 @@ struct Fake {
     held: Option<u64>,
     /// Kills at these seconds before now, of the last process.
     kills: Vec<u64>,
+    /// Listed processes that could not be sampled (their memory is the group's beyond the sampled: 100 MiB each).
+    unsampled: usize,
 }
 
 impl Source for Fake {
@@ -73,6 +75,9 @@ impl Source for Fake {
                 wakeups_off: vec!["events: cgroup v2 only".into()],
                 next_sample_ms: 20,
                 brake: self.brake.clone(),
+                processes_unsampled: self.unsampled,
+                unattributed_bytes: (self.unsampled as u64 * 100) << 20,
+                unseen: self.unsampled > 0,
             },
             processes: self
                 .names
@@ -125,7 +130,7 @@ fn app(names: &[&str]) -> axum::Router {
 
 fn app_with(names: &[&str], oom_kills: Option<u64>, brake: Option<BrakeNow>) -> axum::Router {
     let names = names.iter().map(|s| s.to_string()).collect();
-    web::router(Arc::new(Fake { names, oom_kills, brake, held: None, kills: Vec::new() }))
+    web::router(Arc::new(Fake { names, oom_kills, brake, held: None, kills: Vec::new(), unsampled: 0 }))
 }
 
 /// The memory chart's SVG.
@@ -209,9 +214,29 @@ async fn oom_kills_wakeups_and_the_brake_are_shown() {
 }
 
 #[tokio::test]
+async fn memory_beyond_the_sampled_processes_is_shown() {
+    let (_, html) = get(app(&["a"]), "/").await;
+    assert!(html.contains("beyond the sampled processes <b id=\"unattributed\">0.0 MiB</b>"), "{html}");
+    assert!(!html.contains("id=\"unsampled\"") && !html.contains("id=\"unseen\""));
+    // Three listed processes could not be sampled and hold the memory over the line: said in red, and a banner.
+    let fake =
+        Fake { names: vec!["a".into()], oom_kills: Some(0), brake: None, held: None, kills: Vec::new(), unsampled: 3 };
+    let (_, html) = get(web::router(Arc::new(fake)), "/").await;
+    assert!(
+        html.contains(
+            "<b id=\"unattributed\">300.0 MiB</b> (<span class=\"err\" id=\"unsampled\">3 not sampled</span>)"
+        ),
+        "{html}"
+    );
+    let banner = html.find("id=\"unseen\"").expect("a banner");
+    assert!(banner < html.find("<nav>").unwrap_or(0), "the banner comes before the charts");
+}
+
+#[tokio::test]
 async fn the_page_opens_on_the_smallest_range_that_holds_the_data_and_refreshes_in_place() {
     let opened = |held: Option<u64>| async move {
-        let fake = Fake { names: vec!["a".into()], oom_kills: None, brake: None, held, kills: Vec::new() };
+        let fake =
+            Fake { names: vec!["a".into()], oom_kills: None, brake: None, held, kills: Vec::new(), unsampled: 0 };
         let (_, html) = get(web::router(Arc::new(fake)), "/").await;
         Range::ALL.into_iter().find(|r| html.contains(&format!("<a class=\"on\" href=\"/?range={}\">", r.as_str())))
     };
@@ -225,8 +250,14 @@ async fn the_page_opens_on_the_smallest_range_that_holds_the_data_and_refreshes_
 
 #[tokio::test]
 async fn a_kill_of_the_guard_is_marked_on_the_memory_chart_only() {
-    let fake =
-        Fake { names: vec!["a".into(), "tx<3>".into()], oom_kills: None, brake: None, held: None, kills: vec![90] };
+    let fake = Fake {
+        names: vec!["a".into(), "tx<3>".into()],
+        oom_kills: None,
+        brake: None,
+        held: None,
+        kills: vec![90],
+        unsampled: 0,
+    };
     let (status, html) = get(web::router(Arc::new(fake)), "/?range=5m").await;
     assert_eq!(status, StatusCode::OK);
     let memory = texts(memory_chart(&html));
@@ -279,7 +310,8 @@ async fn an_empty_group_still_renders() {
 async fn dump() {
     let brake = BrakeNow { at: 0.96, high_bytes: Some(503_316_480), error: None };
     let names = ["master", "tx1", "tx2", "tx<3>"].map(String::from).to_vec();
-    let fake = Fake { names, oom_kills: Some(1), brake: Some(brake), held: None, kills: vec![600, 620, 1500] };
+    let fake =
+        Fake { names, oom_kills: Some(1), brake: Some(brake), held: None, kills: vec![600, 620, 1500], unsampled: 0 };
     let (_, html) = get(web::router(Arc::new(fake)), "/?range=1h").await;
     std::fs::write("/tmp/home.html", html).expect("write");
 }

@@ -95,10 +95,16 @@ pub struct Told {
 ///    worker one by one, and rather than the kernel's kill of the whole group;
 /// 4. else (no single death frees enough: tmpfs, shared memory) the largest unprotected process holding memory, then
 ///    the largest of all: the kills count toward the halt after [`MAX_KILLS`].
+///
+/// None, whatever the victim, when [`unseen`] holds: the memory over the line is held where the sampler cannot see
+/// it, and killing visible processes that could not relieve the group would only cost them their lives.
 pub fn target(snap: &Snapshot, victim: Option<ProcId>, excess: u64) -> Option<&ProcSample> {
     let protected = |p: &ProcSample| snap.protected.contains(&p.pid);
     let candidates = || snap.processes.iter().filter(|p| p.pid != snap.agent_pid);
     let by_anon = |a: &&ProcSample, b: &&ProcSample| a.anon_bytes.cmp(&b.anon_bytes).then(b.pid.cmp(&a.pid));
+    if unseen(snap, excess) {
+        return None;
+    }
     let named = victim.and_then(|v| find(snap, v)).filter(|v| v.pid != snap.agent_pid);
     if let Some(v) = named.filter(|v| !protected(v)) {
         return Some(v);
@@ -111,6 +117,22 @@ pub fn target(snap: &Snapshot, victim: Option<ProcId>, excess: u64) -> Option<&P
         (Some(f), _) => Some(f),
         _ => candidates().max_by(by_anon),
     }
+}
+
+/// The bytes of usage over the line `at` (a fraction of the limit).
+pub fn over(snap: &Snapshot, at: f64) -> u64 {
+    snap.group.usage_bytes.saturating_sub((at * snap.group.limit_bytes as f64) as u64)
+}
+
+/// True when some listed processes could not be sampled, no sampled process other than the agent holds `excess`
+/// bytes of anon, and the memory beyond the sampled processes does: what must be freed is most likely in a process
+/// the sampler cannot read.
+pub fn unseen(snap: &Snapshot, excess: u64) -> bool {
+    let g = &snap.group;
+    excess > 0
+        && g.processes_unsampled() > 0
+        && g.unattributed_bytes >= excess
+        && !snap.processes.iter().any(|p| p.pid != snap.agent_pid && p.anon_bytes >= excess)
 }
 
 /// The inputs of one kill decision.
@@ -155,8 +177,7 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
         Some(after_ms) => KillWhy::AbortNotObeyed { after_ms },
         None => return (next, None),
     };
-    let over_abort = s.snap.group.usage_bytes.saturating_sub((t.abort_at * s.snap.group.limit_bytes as f64) as u64);
-    let Some(p) = target(s.snap, s.victim, over_abort) else { return (next, None) };
+    let Some(p) = target(s.snap, s.victim, over(s.snap, t.abort_at)) else { return (next, None) };
     let chosen = id(p);
     if t.shadow && next.shadowed == Some(chosen) {
         return (next, None);
@@ -426,5 +447,30 @@ mod tests {
         reused.start_ticks += 7;
         let (_, d) = policy(&st, &snap(975, 100, vec![proc(10, 100), reused, proc(12, 200)]), &t);
         assert_eq!(d.kill.map(|k| k.target.pid), Some(12));
+    }
+
+    #[test]
+    fn memory_held_where_the_sampler_cannot_see_is_no_reason_to_kill_the_visible() {
+        let t = Thresholds::default();
+        // 985 of 1000 used; the three sampled hold 120; one listed process could not be sampled.
+        let small = || vec![proc(10, 30), proc(11, 50), proc(12, 40)];
+        let mut s = snap(985, 0, small());
+        s.group.processes_listed += 1;
+        assert_eq!(s.group.unattributed_bytes, 865);
+        let (_, d) = policy(&PolicyState::default(), &s, &t);
+        assert_eq!((d.state, d.victim.map(|v| v.pid)), (State::Aborting, Some(11)));
+        assert_eq!(d.kill, None, "no sampled death frees the 65 over abort_at, the unseen 865 would");
+        assert!(unseen(&s, 65) && d.unseen);
+        // A sampled process that can relieve the group is still killed.
+        let mut s = snap(985, 0, vec![proc(10, 100), proc(11, 500), proc(12, 200)]);
+        s.group.processes_listed += 1;
+        assert!(!unseen(&s, 65));
+        let (_, d) = policy(&PolicyState::default(), &s, &t);
+        assert_eq!(d.kill.map(|k| k.target.pid), Some(11));
+        // Every listed process sampled: the memory is tmpfs or shared, the usual last resort holds.
+        let s = snap(985, 0, small());
+        assert!(!unseen(&s, 65));
+        let (_, d) = policy(&PolicyState::default(), &s, &t);
+        assert_eq!((d.kill.map(|k| k.target.pid), d.unseen), (Some(11), false));
     }
 }

@@ -132,6 +132,10 @@ pub struct Decision {
     pub kill: Option<KillOrder>,
     /// The last resort has halted: its kills freed nothing (`MonitorKillIneffective`).
     pub kills_halted: bool,
+    /// While aborting: the memory over `abort_at` is held beyond the sampled processes, and some listed processes
+    /// could not be sampled ([`kill::unseen`]). The abort went to the largest process the sampler sees; the last
+    /// resort holds off rather than kill processes whose death would not relieve the group.
+    pub unseen: bool,
 }
 
 impl Decision {
@@ -210,6 +214,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
 
     let step = kill::Step { snap, aborting: state == State::Aborting, victim: next.victim, new_victim };
     let (kill_state, kill) = kill::decide(&prev.kill, &step, t);
+    let unseen = state == State::Aborting && kill::unseen(snap, kill::over(snap, t.abort_at));
     next.kill = kill_state;
     let changed = next.state != prev.state || next.victim != prev.victim;
     let decision = Decision {
@@ -222,6 +227,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         changed,
         kill,
         kills_halted: next.kill.halted,
+        unseen,
     };
     (next, decision)
 }
@@ -291,6 +297,7 @@ pub(super) mod tests {
                 oom_kills: None,
                 processes_listed: procs.len(),
                 processes_sampled: procs.len(),
+                unattributed_bytes: crate::snapshot::unattributed(usage, &procs),
                 pressure: None,
             },
             processes: procs,
@@ -459,6 +466,7 @@ pub(super) mod tests {
             changed: false,
             kill: None,
             kills_halted: false,
+            unseen: false,
         };
         let mut c = Decisions::default();
         for x in [

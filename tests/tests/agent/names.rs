@@ -1,7 +1,8 @@
 //! Names after `execve`: a shell in the group that execs its program keeps its pid and start time, and the agent's
 //! `/api/v1/status` names the program within about a second of the exec (names are read again from
 //! `/proc/<pid>/comm` once a second). And a name no process can hide behind: one named with bytes that are not UTF-8
-//! (any process may name itself so) is sampled like any other, shown lossily, and told to abort when largest.
+//! (any process may name itself so) is sampled like any other, shown lossily, and told to abort when largest; its
+//! memory is not counted as held beyond the sampled processes.
 
 use monitor_tests::agent::free_port;
 use monitor_tests::{http, monitor_bin, require_v1, spawn_in_cgroup, CgroupV1, ChildGuard, TempDir};
@@ -124,4 +125,9 @@ fn a_process_named_with_bytes_that_are_not_utf8_is_seen_and_is_the_one_aborted()
     assert!(entry["name"].as_str().is_some_and(|n| n.ends_with("hide")), "named lossily: {entry}");
     assert_eq!(status["policy"]["victim_pid"], hidden.pid(), "it is the one told to abort:\n{status:#}");
     assert_eq!(entry["action"], "abort", "{entry}");
+    // Every listed process was sampled, and what no sampled process holds is small: the 300 MiB are attributed.
+    let group = &status["group"];
+    assert_eq!(group["processes_unsampled"], 0, "{group}");
+    assert!(group["unattributed_bytes"].as_u64().is_some_and(|b| b < 64 << 20), "{group}");
+    assert_eq!(status["policy"]["unseen"], false, "{status:#}");
 }
