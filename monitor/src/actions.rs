@@ -16,11 +16,16 @@
 //!
 //! Each refuse or abort signal sent, and each such change POSTed (once answered with 2xx), is timed from the
 //! wake-up of the sample that decided it into [`Reactions`] (`monitor_reaction_seconds`).
+//!
+//! Every POST carries the proof of [`crate::proof`] (`X-Monitor-Proof`), made with the group's secret
+//! ([`Signing`]): `monitor run`'s, handed to its processes at start, or the agent's `[actions] secret_file`, read
+//! again on each reload. An agent without one POSTs unsigned, and says so.
 
 use crate::config::{ActionsConfig, HttpUrl, Signal};
 use crate::feed::{Published, Samples};
 use crate::live::Live;
 use crate::policy::{Action, ProcId};
+use crate::proof::Key;
 use crate::reaction::{Kind, Reactions};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -158,16 +163,76 @@ fn told(cfg: &ActionsConfig) -> (Signals, Option<HttpUrl>) {
     (Signals::from_config(cfg), cfg.post_url.clone())
 }
 
+/// The secret the POSTs are signed with.
+#[derive(Debug, Clone)]
+pub enum Signing {
+    /// `monitor run`'s, made or read at start and handed to the processes it starts: kept until a restart.
+    Fixed(Key),
+    /// `monitor agent`'s: `[actions] secret_file`, read at start and again on each reload; none: unsigned.
+    FromConfig,
+}
+
+impl Signing {
+    /// `monitor run`'s: the secret of `[actions] secret_file`, else 32 random bytes made now; with the variable
+    /// that hands it to the processes (`MONITOR_ACTION_SECRET`, hex).
+    pub fn for_run(cfg: &ActionsConfig) -> Result<(Signing, (String, String)), String> {
+        let secret = match cfg.secret()? {
+            Some(s) => s,
+            None => crate::proof::random_secret().map_err(|e| e.to_string())?,
+        };
+        let key = Key::new(&secret).map_err(|e| format!("secret_file: {e}"))?;
+        Ok((Signing::Fixed(key), (crate::proof::SECRET_ENV.to_string(), crate::token::hex(&secret))))
+    }
+
+    /// The key after the applied config `cfg` (at start or after a reload), `running` the one signing until now. A
+    /// file that cannot be read, or is too short, keeps the running key (the reload's checks name the problem).
+    fn key(&self, cfg: &ActionsConfig, running: Option<&Key>) -> Option<Key> {
+        match self {
+            Signing::Fixed(k) => Some(k.clone()),
+            Signing::FromConfig => match cfg.secret().map(|s| s.map(|b| Key::new(&b))) {
+                Ok(Some(Ok(k))) => Some(k),
+                Ok(None) => {
+                    if cfg.posts_unsigned() {
+                        tracing::warn!(
+                            "[actions] secret_file is unset: the action POSTs to post_url and admin_path go \
+                             unsigned, and a process cannot tell them from forged ones (see docs/deploy.md)"
+                        );
+                    }
+                    None
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::warn!("[actions] secret_file: {e}: the running secret is kept");
+                    running.cloned()
+                }
+                Err(e) => {
+                    tracing::warn!("[actions] secret_file: {e}: the running secret is kept");
+                    running.cloned()
+                }
+            },
+        }
+    }
+}
+
 /// Whether a change to `a` is a reaction to memory pressure (refuse or abort), timed in [`Reactions`].
 fn is_reaction(a: Action) -> bool {
     matches!(a, Action::Refuse | Action::Abort)
 }
 
-/// POSTs `body` to `url` in the background (a slow receiver delays nobody's signal). `timed`: the reactions and
-/// the wake-up to time a 2xx answer from.
-fn post(url: HttpUrl, body: String, pid: u32, timed: Option<(Arc<Reactions>, Instant)>) {
+/// POSTs `body` to `url` in the background (a slow receiver delays nobody's signal), with its proof when there is
+/// a `key` (made now, a nonce of its own for each URL). `timed`: the reactions and the wake-up to time a 2xx answer
+/// from.
+fn post(url: HttpUrl, body: String, pid: u32, key: Option<&Key>, timed: Option<(Arc<Reactions>, Instant)>) {
+    let proof = match key.map(|k| k.sign("POST", url.path(), body.as_bytes())).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            // Sent unsigned, it would be refused, or taken by a process that should not take it.
+            tracing::warn!(pid, "the action change is not posted: {e}");
+            return;
+        }
+    };
     tokio::spawn(async move {
-        match crate::client::post_json(&url, &body).await {
+        let headers: Vec<(&str, &str)> = proof.iter().map(|p| (crate::proof::HEADER, p.as_str())).collect();
+        match crate::client::post_json_with(&url, &body, &headers).await {
             Ok(()) => {
                 if let Some((reactions, wake)) = timed {
                     reactions.record_since(Kind::Post, wake);
@@ -179,16 +244,25 @@ fn post(url: HttpUrl, body: String, pid: u32, timed: Option<(Arc<Reactions>, Ins
 }
 
 /// Starts the task that follows the published decisions, signals the processes and posts the changes as the
-/// applied config's `[actions]` says (a reload changes the signals and `post_url` from the next sample), timing
-/// each refuse or abort into `reactions`. It follows the decisions even while nothing is configured, so a signal
-/// configured later is sent on the next change, not on the state the group was already in.
-pub fn spawn(mut config: Live, mut samples: Samples, admin_url: Option<AdminUrl>, reactions: Arc<Reactions>) {
+/// applied config's `[actions]` says (a reload changes the signals, `post_url` and the agent's secret from the next
+/// sample), signed as `signing` says, timing each refuse or abort into `reactions`. It follows the decisions even
+/// while nothing is configured, so a signal configured later is sent on the next change, not on the state the
+/// group was already in.
+pub fn spawn(
+    mut config: Live,
+    mut samples: Samples,
+    admin_url: Option<AdminUrl>,
+    signing: Signing,
+    reactions: Arc<Reactions>,
+) {
     tokio::spawn(async move {
         let (mut signals, mut post_url) = told(&config.now().actions);
+        let mut key = signing.key(&config.now().actions, None);
         let mut plan = Plan::default();
         while let Some(p) = samples.next().await {
             if let Some(cfg) = config.changed() {
                 (signals, post_url) = told(&cfg.actions);
+                key = signing.key(&cfg.actions, key.as_ref());
             }
             for c in plan.next(&p, &signals) {
                 tracing::debug!(pid = c.to.pid, action = c.action.as_str(), seq = p.snapshot.seq, "action changed");
@@ -217,7 +291,7 @@ pub fn spawn(mut config: Live, mut samples: Samples, admin_url: Option<AdminUrl>
                     let body = post_body(&c, &p);
                     for url in post_url.iter().cloned().chain(own) {
                         let t = timed.then(|| (reactions.clone(), p.wake.at));
-                        post(url, body.clone(), c.to.pid, t);
+                        post(url, body.clone(), c.to.pid, key.as_ref(), t);
                     }
                 }
             }
@@ -308,6 +382,46 @@ mod tests {
         let sig = Signals::from_config(&cfg);
         assert_eq!(sig, Signals { refuse: Some(libc::SIGUSR1), abort: None, serve: Some(libc::SIGHUP) });
         assert_eq!((signal_name(sig.refuse), signal_name(sig.abort)), ("USR1", "-"));
+    }
+
+    #[test]
+    fn the_agent_reads_its_secret_again_on_each_reload_and_keeps_it_through_a_bad_file() {
+        let dir = std::env::temp_dir().join(format!("monitor-actions-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let (file, short) = (dir.join("secret"), dir.join("short"));
+        std::fs::write(&file, "a".repeat(32)).expect("write");
+        std::fs::write(&short, "s".repeat(31)).expect("write");
+        let cfg = |f: Option<&std::path::Path>| ActionsConfig {
+            admin_path: Some("/a".into()),
+            secret_file: f.map(Into::into),
+            ..Default::default()
+        };
+        // Keys compared by a proof each makes of the same request.
+        let proof = |k: Option<&Key>| k.map(|k| k.sign_at("POST", "/a", b"{}", 1, &[0; 16]));
+        let of = |s: &str| Key::new(s.as_bytes()).expect("32 bytes");
+        let (a, b) = (of(&"a".repeat(32)), of(&"b".repeat(32)));
+        let agent = Signing::FromConfig;
+        let started = agent.key(&cfg(Some(&file)), None);
+        assert_eq!(proof(started.as_ref()), proof(Some(&a)));
+        // Rotated in place: the next reload reads it again.
+        std::fs::write(&file, format!("{}\n", "b".repeat(32))).expect("write");
+        let rotated = agent.key(&cfg(Some(&file)), started.as_ref());
+        assert_eq!(proof(rotated.as_ref()), proof(Some(&b)));
+        // A file gone or too short keeps the running key; no file at all is no key (unsigned).
+        assert_eq!(proof(agent.key(&cfg(Some(&dir.join("gone"))), rotated.as_ref()).as_ref()), proof(Some(&b)));
+        assert_eq!(proof(agent.key(&cfg(Some(&short)), rotated.as_ref()).as_ref()), proof(Some(&b)));
+        assert!(agent.key(&cfg(None), rotated.as_ref()).is_none());
+        // monitor run keeps the one it started its processes with, whatever the config says.
+        let run = Signing::Fixed(a.clone());
+        assert_eq!(proof(run.key(&cfg(None), None).as_ref()), proof(Some(&a)));
+        // Its own secret: the file's, handed to the processes as hex; else a random one.
+        let (signing, (var, value)) = Signing::for_run(&cfg(Some(&file))).expect("the file's secret");
+        assert_eq!((var.as_str(), value), ("MONITOR_ACTION_SECRET", crate::token::hex("b".repeat(32).as_bytes())));
+        assert_eq!(proof(signing.key(&cfg(None), None).as_ref()), proof(Some(&b)));
+        let (_, (_, random)) = Signing::for_run(&cfg(None)).expect("a random secret");
+        assert_eq!(random.len(), 64, "32 bytes in hex");
+        assert!(Signing::for_run(&cfg(Some(&short))).is_err_and(|e| e.contains("31 bytes")));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

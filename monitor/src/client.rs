@@ -162,10 +162,22 @@ impl Client {
     /// POSTs a JSON body; any 2xx is success, another status a [`ClientError::Refused`] with the server's
     /// `Retry-After`. [`POST_TIMEOUT`].
     pub async fn post_json(&self, url: &HttpUrl, body: &str) -> Result<(), ClientError> {
+        self.post_json_with(url, body, &[]).await
+    }
+
+    /// [`Client::post_json`] with more headers (name, value): a value that cannot be sent in a header is
+    /// [`ClientError::Setup`].
+    pub async fn post_json_with(&self, url: &HttpUrl, body: &str, headers: &[(&str, &str)]) -> Result<(), ClientError> {
         let work = async {
-            let req = hyper::Request::post(url.path())
+            let mut req = hyper::Request::post(url.path())
                 .header(hyper::header::HOST, url.authority())
-                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .header(hyper::header::CONTENT_TYPE, "application/json");
+            for (name, value) in headers {
+                let value = hyper::header::HeaderValue::from_str(value)
+                    .map_err(|_| ClientError::Setup(format!("{name}: cannot be sent in a header")))?;
+                req = req.header(*name, value);
+            }
+            let req = req
                 .body(Full::new(Bytes::from(body.to_string())))
                 .map_err(|_| ClientError::BadPath(url.to_string()))?;
             self.send(url, req, |resp| posted(resp, url)).await
@@ -256,6 +268,11 @@ pub async fn get(url: &str) -> Result<String, ClientError> {
 /// POSTs a JSON body with the plain client (see [`Client::post_json`]).
 pub async fn post_json(url: &HttpUrl, body: &str) -> Result<(), ClientError> {
     Client::plain()?.post_json(url, body).await
+}
+
+/// POSTs a JSON body with more headers with the plain client (see [`Client::post_json_with`]).
+pub async fn post_json_with(url: &HttpUrl, body: &str, headers: &[(&str, &str)]) -> Result<(), ClientError> {
+    Client::plain()?.post_json_with(url, body, headers).await
 }
 
 /// A `Retry-After` value (RFC 9110 §10.2.3): seconds, or an HTTP date (the wait until then from `now`).

@@ -502,12 +502,36 @@ pub struct ActionsConfig {
     /// Sent when a process may serve again. Default: none.
     pub serve_signal: Option<Signal>,
     /// Every change of a process's action is POSTed here as JSON (`http://host[:port]/path`; `https://` is not
-    /// supported yet). Default: none.
+    /// supported yet), with the proof of [`crate::proof`] when there is a secret. Default: none.
     pub post_url: Option<HttpUrl>,
     /// Each process is POSTed its own changes at this path on the port it listens on (under `monitor run`, its
     /// `[[process]] port`; for the agent, the lowest TCP port the process listens on, found when a change is told).
     /// A `[[process]] admin_path` takes precedence. Default: none.
     pub admin_path: Option<String>,
+    /// A file holding the group's secret (at least 32 bytes; its trailing newline is not part of it) that every
+    /// action POST is signed with (`X-Monitor-Proof`, see [`crate::proof`]). `monitor agent` reads it at start and
+    /// on each reload; without it the agent's POSTs are unsigned (it says so at start). `monitor run` reads it at
+    /// start and hands it to its processes as hex in `MONITOR_ACTION_SECRET`. Default: none (`monitor run` makes a
+    /// random secret of 32 bytes at start).
+    pub secret_file: Option<PathBuf>,
+}
+
+impl ActionsConfig {
+    /// True when `monitor agent` would POST action changes (`post_url` or `admin_path`) without a proof: no
+    /// `secret_file`. (`monitor run` always signs: it makes a secret when none is given.)
+    pub fn posts_unsigned(&self) -> bool {
+        (self.post_url.is_some() || self.admin_path.is_some()) && self.secret_file.is_none()
+    }
+
+    /// The secret of `secret_file`, less a trailing newline (None when unset); an error names the file.
+    pub fn secret(&self) -> Result<Option<Vec<u8>>, String> {
+        let Some(f) = &self.secret_file else { return Ok(None) };
+        let mut b = std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        while b.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
+            b.pop();
+        }
+        Ok(Some(b))
+    }
 }
 
 /// For serde's "unknown field `x`, expected one of `a`, `b`": the known name nearest to `x`, when one is near

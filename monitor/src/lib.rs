@@ -36,6 +36,7 @@ pub mod policy;
 pub mod privileges;
 pub mod probes;
 pub mod procs;
+pub mod proof;
 pub mod proxy;
 pub mod reaction;
 pub mod reply;

@@ -30,7 +30,10 @@ impl FrontDoor {
             .filter_map(|(i, p)| Some((i, p.admin_path.clone().or_else(|| cfg.actions.admin_path.clone())?)))
             .collect();
         // The admin endpoints are never refused by the front door: they are where the action changes are POSTed.
-        let own_admin: Vec<String> = admins.iter().map(|(_, path)| path.clone()).collect();
+        // So is `post_url` when it points at a process of the group (the channel's, from the config it starts with).
+        let ports: Vec<u16> = cfg.processes.iter().map(|p| p.port).collect();
+        let post_url = cfg.actions.post_url.as_ref().and_then(|u| crate::proxy::channel::post_url_path(u, &ports));
+        let own_admin: Vec<String> = admins.iter().map(|(_, path)| path.clone()).chain(post_url).collect();
         let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions, kills)?);
         let view_of = members.clone();
         let view: LauncherFn = Arc::new(move || view_of.iter().map(|m| m.info()).collect());

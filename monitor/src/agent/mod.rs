@@ -53,6 +53,9 @@ pub enum AgentError {
     Alerts(String),
     #[error(transparent)]
     Cluster(#[from] crate::cluster::ClusterError),
+    /// The actions' secret could not be read or made.
+    #[error("[actions] {0}")]
+    Actions(String),
 }
 
 impl AgentError {
@@ -311,7 +314,14 @@ impl Parts<'_> {
             Some(d) => d.admin_url(),
             None => cfg.actions.admin_path.clone().map(actions::admin_url_by_port),
         };
-        actions::spawn(live.clone(), feed.subscribe("actions"), admin_url, reactions);
+        // `monitor run` signs with a secret it hands the processes it starts; the agent with `[actions] secret_file`.
+        let (signing, secret_env) = match self.launching {
+            true => {
+                actions::Signing::for_run(&cfg.actions).map(|(s, env)| (s, vec![env])).map_err(AgentError::Actions)?
+            }
+            false => (actions::Signing::FromConfig, Vec::new()),
+        };
+        actions::spawn(live.clone(), feed.subscribe("actions"), admin_url, signing, reactions);
         let stop = Arc::new(AtomicBool::new(false));
         let thread = sampler::spawn(sampler, live.clone(), state, feed, stop.clone())
             .map_err(AgentError::io("starting the sampler thread"))?;
@@ -335,6 +345,7 @@ impl Parts<'_> {
                     stop_grace: Duration::from_secs(cfg.proxy.stop_grace_s),
                     tracer,
                     kills: kills.clone(),
+                    env: secret_env,
                 };
                 self.launched.store(true, Ordering::Relaxed);
                 match Launcher::start(&cfg.processes, d.members.clone(), opts, drained.clone().started()).await {

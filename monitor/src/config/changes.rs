@@ -131,11 +131,22 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "actions.serve_signal" => Live actions.serve_signal;
         "actions.post_url" => Live actions.post_url;
         "actions.admin_path" => Restart actions.admin_path;
+        "actions.secret_file" => Live actions.secret_file;
         "cluster" => Restart cluster;
     }
-    if mode == Mode::Agent {
-        for c in changes.iter_mut().filter(|c| run_only(c.key)) {
-            c.apply = Apply::Ignored;
+    match mode {
+        Mode::Agent => {
+            for c in changes.iter_mut().filter(|c| run_only(c.key)) {
+                c.apply = Apply::Ignored;
+            }
+        }
+        // `monitor run` handed its processes the secret when it started them: it signs with that one until a
+        // restart. (The agent reads the file again on every reload, changed or not.)
+        Mode::Run => {
+            for c in changes.iter_mut().filter(|c| c.key == "actions.secret_file") {
+                c.apply = Apply::Restart;
+                merged.actions.secret_file.clone_from(&running.actions.secret_file);
+            }
         }
     }
     Reload { config: merged, changes }
@@ -201,6 +212,19 @@ mod tests {
         assert_eq!(r.changes.iter().filter(|c| c.apply == Apply::Ignored).count(), 3, "{:?}", r.changes);
         let r = reload(&running, &new, Mode::Run);
         assert_eq!(r.restart(), ["group.create", "proxy.listen", "process"]);
+    }
+
+    #[test]
+    fn the_actions_secret_is_live_for_the_agent_and_kept_by_monitor_run() {
+        // A path the validation can read: the test's own source, over 32 bytes.
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/src/config/changes.rs");
+        let new = cfg(&format!("[actions]\nsecret_file = {file:?}\n"));
+        let r = reload(&cfg(""), &new, Mode::Agent);
+        assert_eq!((r.live(), r.restart()), (vec!["actions.secret_file"], vec![]));
+        assert_eq!(r.config.actions.secret_file.as_deref(), Some(Path::new(file)));
+        let r = reload(&cfg(""), &new, Mode::Run);
+        assert_eq!((r.live(), r.restart()), (vec![], vec!["actions.secret_file"]));
+        assert_eq!(r.config.actions.secret_file, None, "the running value is kept");
     }
 
     #[test]

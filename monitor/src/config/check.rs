@@ -83,6 +83,14 @@ pub fn check(path: &Path, mode: Option<Mode>) -> Result<Checked, Vec<ConfigError
             for (line, name, why) in found {
                 warnings.push(format!("{}:{line}: {name}: ignored by monitor agent: {why}", path.display()));
             }
+            if config.actions.posts_unsigned() {
+                let line = at.locate(&[Key("actions")]).unwrap_or(0);
+                warnings.push(format!(
+                    "{}:{line}: actions: the action POSTs go unsigned: without secret_file a process cannot tell \
+                     them from forged ones",
+                    path.display()
+                ));
+            }
         }
     }
     if errors.is_empty() {
@@ -211,6 +219,37 @@ mod tests {
         assert!(w[0].starts_with("m.toml:2: group.create: ignored by monitor agent"), "{w:?}");
         assert!(w[1].starts_with("m.toml:3: proxy: ignored by monitor agent"), "{w:?}");
         assert!(w[2].starts_with("m.toml:5: process: ignored by monitor agent"), "{w:?}");
+    }
+
+    #[test]
+    fn the_actions_secret_is_checked_and_an_unsigned_agent_named() {
+        let dir = std::env::temp_dir().join(format!("monitor-check-{}-action-secret", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let (long, short) = (dir.join("long"), dir.join("short"));
+        std::fs::write(&long, format!("{}\n", "k".repeat(32))).expect("write");
+        std::fs::write(&short, format!("{}\n", "k".repeat(31))).expect("write");
+        let actions = |file: &std::path::Path| format!("[actions]\nadmin_path = \"/a\"\nsecret_file = {:?}\n", file);
+        // Signed: no warning, in either mode.
+        let f = File::new("secret-long", &actions(&long));
+        let c = check(&f.0, None).expect("a 32-byte secret");
+        assert_eq!((c.mode, c.warnings.len()), (Mode::Agent, 0), "{:?}", c.warnings);
+        assert_eq!(c.config.actions.secret(), Ok(Some(vec![b'k'; 32])), "the newline is not part of it");
+        let got = problems("secret-short", &actions(&short), None);
+        assert!(got[0].starts_with("m.toml:3: actions.secret_file: is 31 bytes, must be at least 32"), "{got:?}");
+        let got = problems("secret-missing", &actions(&dir.join("missing")), None);
+        assert!(got[0].starts_with("m.toml:3: actions.secret_file:") && got[0].contains("missing"), "{got:?}");
+        // The agent's POSTs without a secret: accepted, and named.
+        let f = File::new("unsigned", "[policy]\nshadow = true\n\n[actions]\npost_url = \"http://127.0.0.1:1/m\"\n");
+        let c = check(&f.0, None).expect("unsigned is allowed");
+        let w: Vec<String> = c.warnings.iter().map(|w| w.replace(&f.0.display().to_string(), "m.toml")).collect();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("m.toml:4: actions: the action POSTs go unsigned"), "{w:?}");
+        // monitor run makes a secret of its own; its processes may not be handed another.
+        let f = File::new("run-unsigned", &format!("{RUN}admin_path = \"/a\"\n"));
+        assert_eq!(check(&f.0, None).expect("a run config").warnings.len(), 0);
+        let got = problems("run-env", &format!("{RUN}env = {{ MONITOR_ACTION_SECRET = \"00\" }}\n"), None);
+        assert!(got[0].starts_with("m.toml:6: process[0].env: MONITOR_ACTION_SECRET is monitor's to set"), "{got:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

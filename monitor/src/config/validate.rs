@@ -218,6 +218,15 @@ fn processes(procs: &[ProcessConfig], out: &mut Vec<Problem>) {
         if proc.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
             out.push(problem(&at("admin_path"), "must start with /"));
         }
+        if proc.env.contains_key(crate::proof::SECRET_ENV) {
+            out.push(problem(
+                &at("env"),
+                format!(
+                    "{} is monitor's to set (the actions' secret): use [actions] secret_file",
+                    crate::proof::SECRET_ENV
+                ),
+            ));
+        }
         if proc.health_failures == 0 {
             out.push(problem(&at("health_failures"), "must be above 0"));
         }
@@ -276,6 +285,15 @@ fn alerts(a: &AlertsConfig, out: &mut Vec<Problem>) {
 fn actions(a: &ActionsConfig, out: &mut Vec<Problem>) {
     if a.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
         out.push(problem(&[Key("actions"), Key("admin_path")], "must start with /"));
+    }
+    let min = crate::proof::MIN_SECRET_BYTES;
+    match a.secret() {
+        Ok(Some(b)) if b.len() < min => out.push(problem(
+            &[Key("actions"), Key("secret_file")],
+            format!("is {} bytes, must be at least {min}", b.len()),
+        )),
+        Ok(_) => {}
+        Err(e) => out.push(problem(&[Key("actions"), Key("secret_file")], e)),
     }
 }
 

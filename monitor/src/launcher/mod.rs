@@ -61,6 +61,9 @@ pub struct Options {
     pub tracer: crate::sampler::Tracer,
     /// The guard's kills: a process that exits by the guard's hand is `killed`, not a crash.
     pub kills: std::sync::Arc<crate::guard::KillBook>,
+    /// Environment every process gets besides its own `env` (the actions' secret, `MONITOR_ACTION_SECRET`),
+    /// set last.
+    pub env: Vec<(String, String)>,
 }
 
 /// The running group.
@@ -104,7 +107,7 @@ impl Launcher {
         let mut launcher = Launcher { members, stop, tasks: Vec::new() };
         let opts = Arc::new(opts);
         let mp = &procs[master];
-        let mut child = spawn::spawn(mp, opts.cgroup.as_deref()).map_err(|e| spawn_err(mp, e))?;
+        let mut child = spawn::spawn(mp, &opts).map_err(|e| spawn_err(mp, e))?;
         let pid = child.id().unwrap_or(0);
         opts.tracer.trace(pid).await;
         launcher.members[master].set(Phase::Starting, pid, None);
@@ -145,7 +148,7 @@ impl Launcher {
         tracing::info!(name = %mp.name, pid, "master ready; starting the workers");
         launcher.supervise(master, mp.clone(), child, true, opts.clone());
         for (i, p) in procs.iter().enumerate().filter(|(i, _)| *i != master) {
-            let child = spawn::spawn(p, opts.cgroup.as_deref()).map_err(|e| spawn_err(p, e))?;
+            let child = spawn::spawn(p, &opts).map_err(|e| spawn_err(p, e))?;
             opts.tracer.trace(child.id().unwrap_or(0)).await;
             launcher.members[i].set(Phase::Starting, child.id().unwrap_or(0), None);
             tracing::info!(name = %p.name, pid = child.id().unwrap_or(0), "started");
@@ -319,7 +322,7 @@ async fn restart_loop(
         }
         *backoff = (*backoff * 2).min(MAX_BACKOFF);
         m.count_restart();
-        match spawn::spawn(p, opts.cgroup.as_deref()) {
+        match spawn::spawn(p, opts) {
             Ok(child) => {
                 opts.tracer.trace(child.id().unwrap_or(0)).await;
                 m.set(Phase::Starting, child.id().unwrap_or(0), None);

@@ -1,15 +1,15 @@
 //! Starting one child: argv without a shell, joined to the group's cgroup before exec (so every page it touches is
 //! charged to the group), killed with the launcher (PR_SET_PDEATHSIG and kill-on-drop), in its own process group
 //! (a terminal's Ctrl-C reaches the launcher, which drains, not the children), with the soft fd limit monitor started
-//! with, as its `user`/`group` (supplementary groups, then gid, then uid, after joining the cgroup and before exec).
-//! Also the health probe.
+//! with, as its `user`/`group` (supplementary groups, then gid, then uid, after joining the cgroup and before exec),
+//! with the launcher's environment for every process (the actions' secret) after its own. Also the health probe.
 
+use super::Options;
 use crate::accounts::{self, AccountError, Credentials};
 use crate::config::ProcessConfig;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
@@ -23,8 +23,10 @@ pub fn credentials(p: &ProcessConfig) -> Result<Option<Credentials>, AccountErro
     }
 }
 
-/// Starts `p` inside the cgroup directory `cgroup` (None: stays in the launcher's own cgroup).
-pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
+/// Starts `p` inside the cgroup directory `opts.cgroup` (None: stays in the launcher's own cgroup), with
+/// `opts.env` after its own environment.
+pub fn spawn(p: &ProcessConfig, opts: &Options) -> io::Result<Child> {
+    let cgroup = opts.cgroup.as_deref();
     let creds = credentials(p).map_err(io::Error::other)?;
     let mut cmd = Command::new(&p.command[0]);
     // The service manager's sockets are the agent's: a child must not notify (or feed the watchdog) for it.
@@ -34,7 +36,8 @@ pub fn spawn(p: &ProcessConfig, cgroup: Option<&Path>) -> io::Result<Child> {
     if let Some(u) = creds.as_ref().and_then(|c| c.user.as_ref()) {
         cmd.env("HOME", &u.home).env("USER", &u.name).env("LOGNAME", &u.name);
     }
-    cmd.args(&p.command[1..]).envs(&p.env).kill_on_drop(true).process_group(0).stdin(std::process::Stdio::null());
+    cmd.args(&p.command[1..]).envs(&p.env).envs(opts.env.iter().map(|(k, v)| (k, v)));
+    cmd.kill_on_drop(true).process_group(0).stdin(std::process::Stdio::null());
     let procs = match cgroup {
         Some(dir) => Some(
             CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())

@@ -6,6 +6,26 @@
 //! "The way a server might read it": `%`-escapes decoded (again, until nothing changes: some servers decode twice),
 //! `\` read as `/`, runs of `/` as one, `.` and `..` segments resolved, and letters compared without case. Each step
 //! can only make more paths match, never fewer.
+//!
+//! `[actions] post_url` is the agent's channel too when it points at a process of the group (a loopback host and
+//! one of the processes' ports, [`post_url_path`]): a master that relays the changes to its workers hears them
+//! there.
+
+use crate::config::HttpUrl;
+
+/// The path of `post_url` (without its query) when the URL points at one of the group's processes: a loopback host
+/// (`127.0.0.0/8`, `::1`, `localhost`) and one of `ports`. A URL elsewhere is no path of the front door's.
+pub fn post_url_path(url: &HttpUrl, ports: &[u16]) -> Option<String> {
+    let host = url.host();
+    let loopback =
+        host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    let port: u16 = url.authority().rsplit_once(':')?.1.parse().ok()?;
+    if !loopback || !ports.contains(&port) {
+        return None;
+    }
+    let path = url.path();
+    Some(path.split(['?', '#']).next().unwrap_or(path).to_string())
+}
 
 /// The channel paths, normalised.
 #[derive(Debug, Clone, Default)]
@@ -104,6 +124,35 @@ mod tests {
         }
         assert!(!Channel::new(&[]).is_channel("/admin/memory"));
         assert!(!Channel::new(&["/".to_string()]).is_channel("/anything"), "a root admin path takes nothing");
+    }
+
+    #[test]
+    fn post_url_is_a_channel_path_when_it_points_at_a_process_of_the_group() {
+        let url = |u: &str| u.parse::<HttpUrl>().unwrap_or_else(|e| panic!("{u}: {e}"));
+        let ports = [3000, 3001];
+        let cases = [
+            ("http://127.0.0.1:3000/admin/relay", Some("/admin/relay")),
+            ("http://127.0.0.1:3001/admin/relay?from=monitor", Some("/admin/relay")),
+            ("http://localhost:3000/relay", Some("/relay")),
+            ("http://LOCALHOST:3000/relay", Some("/relay")),
+            ("http://127.1.2.3:3000/relay", Some("/relay")),
+            ("http://[::1]:3001/relay", Some("/relay")),
+            ("http://127.0.0.1:3000", Some("/")),
+            // Another port of this host (the front door itself, a relay of its own), or another host.
+            ("http://127.0.0.1:8080/admin/relay", None),
+            ("http://127.0.0.1/admin/relay", None),
+            ("http://10.0.0.5:3000/admin/relay", None),
+            ("http://relay.example:3000/admin/relay", None),
+        ];
+        for (u, want) in cases {
+            assert_eq!(post_url_path(&url(u), &ports).as_deref(), want, "{u}");
+        }
+        // Its shapes are the channel's, as the admin paths' are; a root path takes nothing.
+        let c = Channel::new(&[post_url_path(&url("http://127.0.0.1:3000/admin/relay"), &ports).expect("a path")]);
+        for p in ["/admin/relay", "/ADMIN/Relay", "//admin//relay", "/admin%2Frelay", "/x/../admin/relay"] {
+            assert!(c.is_channel(p), "{p}");
+        }
+        assert!(!Channel::new(&["/".to_string()]).is_channel("/admin/relay"));
     }
 
     #[test]

@@ -3,8 +3,14 @@
 //!
 //! - `GET /health` answers `ok`; `GET /stats` answers `{"name","requests","served","abandoned","inflight","dropped"}`
 //!   (`requests`: every request the handler got, any path, this one included);
-//!   (`admin`: the `action` of every `POST /admin/memory`, monitor's per-process action change, in order);
+//!   (`admin`: the `action` of every `POST /admin/memory` acted on, monitor's per-process action change, in order;
+//!   `relay`: `{pid, action}` of every `POST /admin/relay` acted on, monitor's `[actions] post_url`; `proof`:
+//!   `checked` or `off`; `rejected`: why each refused one was refused; `admin_log`: the last 256 POSTs on either
+//!   path as received, `{target, proof, body, verdict}`, for a test to replay);
 //!   `/crash` exits 3.
+//! - With `MONITOR_ACTION_SECRET` (hex) in its environment, as `monitor run` hands it, the admin paths act only on
+//!   POSTs with a valid `X-Monitor-Proof` (docs/deploy.md): a missing, malformed, altered, stale or replayed one gets
+//!   401 and is only recorded. This check is written from the documented string, apart from monitor's own code.
 //! - Any other path answers 200 with a JSON echo (`name`, `pid`, `method`, `path`, `xff`, `cache_id`,
 //!   `body_bytes`) and `X-Served-By: <name>`, after reading the request body.
 //! - `?cache=start` issues a cache id `<name>.<n>` in `X-Cache-Id`; a request carrying `X-Cache-Id` that this
@@ -96,9 +102,81 @@ struct State {
     health_delay: Duration,
     /// `/health` hangs until then.
     health_hang_until: Mutex<Option<tokio::time::Instant>>,
-    /// The `action` of every `POST /admin/memory` (monitor's `[[process]] admin_path`), in order.
+    /// The `action` of every `POST /admin/memory` acted on (monitor's `[[process]] admin_path`), in order.
     admin: Mutex<Vec<String>>,
+    /// `{pid, action}` of every `POST /admin/relay` acted on (monitor's `[actions] post_url`), in order.
+    relay: Mutex<Vec<serde_json::Value>>,
+    /// The proofs' checker, when the environment has the secret.
+    proofs: Option<Mutex<proof::Proofs>>,
+    /// Why each refused admin POST was refused, in order.
+    rejected: Mutex<Vec<String>>,
+    /// The last [`ADMIN_LOG`] admin POSTs as received, with the verdict.
+    admin_log: Mutex<std::collections::VecDeque<serde_json::Value>>,
     verbose: bool,
+}
+
+/// How many admin POSTs `/stats` shows as received.
+const ADMIN_LOG: usize = 256;
+
+/// Checks `X-Monitor-Proof` as docs/deploy.md tells a server author to: HMAC-SHA256 over
+/// `<t>\n<n>\n<METHOD>\n<target>\n<body>`, within 30 s either side, each nonce once.
+mod proof {
+    use hmac::{Hmac, Mac};
+    use sha2::Sha256;
+    use std::collections::HashMap;
+
+    const WINDOW_MS: u64 = 30_000;
+
+    pub struct Proofs {
+        key: Vec<u8>,
+        /// Each nonce accepted within the window, with its time.
+        seen: HashMap<String, u64>,
+    }
+
+    fn unhex(s: &str) -> Option<Vec<u8>> {
+        if !s.len().is_multiple_of(2) {
+            return None;
+        }
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    }
+
+    impl Proofs {
+        /// The checker of the secret in hex, at least 32 bytes.
+        pub fn from_hex(secret: &str) -> Result<Proofs, String> {
+            let key = unhex(secret.trim()).ok_or("MONITOR_ACTION_SECRET is not hex")?;
+            if key.len() < 32 {
+                return Err(format!("MONITOR_ACTION_SECRET is {} bytes, under 32", key.len()));
+            }
+            Ok(Proofs { key, seen: HashMap::new() })
+        }
+
+        /// Ok when `header` proves this request now; else why not.
+        pub fn check(&mut self, header: Option<&str>, method: &str, target: &str, body: &[u8]) -> Result<(), String> {
+            let header = header.ok_or("missing")?;
+            let fields: HashMap<&str, &str> = header.split(',').filter_map(|f| f.trim().split_once('=')).collect();
+            let (Some(t), Some(n), Some(mac)) = (fields.get("t"), fields.get("n"), fields.get("mac")) else {
+                return Err("malformed".into());
+            };
+            let mut m = Hmac::<Sha256>::new_from_slice(&self.key).map_err(|e| e.to_string())?;
+            m.update(format!("{t}\n{n}\n{method}\n{target}\n").as_bytes());
+            m.update(body);
+            m.verify_slice(&unhex(mac).ok_or("malformed")?).map_err(|_| "bad mac")?;
+            let t: u64 = t.parse().map_err(|_| "malformed")?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            if now.abs_diff(t) > WINDOW_MS {
+                return Err("stale".into());
+            }
+            self.seen.retain(|_, at| *at + WINDOW_MS >= now);
+            if self.seen.contains_key(*n) {
+                return Err("replayed".into());
+            }
+            self.seen.insert(n.to_string(), t);
+            Ok(())
+        }
+    }
 }
 
 /// Counts a request in flight; a request dropped before it answers (the client went away) is abandoned.
@@ -170,15 +248,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
         "/health" if state.started.elapsed() >= state.health_delay => return Ok(text(StatusCode::OK, "ok\n")),
         "/health" => return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "starting\n")),
         "/crash" => std::process::exit(3),
-        "/admin/memory" if req.method() == hyper::Method::POST => {
-            let body = req.into_body().collect().await?.to_bytes();
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            let action = v["action"].as_str().unwrap_or("?").to_string();
-            if let Ok(mut a) = state.admin.lock() {
-                a.push(action);
-            }
-            return Ok(text(StatusCode::NO_CONTENT, ""));
-        }
+        "/admin/memory" | "/admin/relay" if req.method() == hyper::Method::POST => return admin(&state, req).await,
         "/stats" => {
             let v = serde_json::json!({
                 "name": state.name,
@@ -188,6 +258,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
                 "inflight": state.inflight.load(Ordering::Relaxed),
                 "dropped": state.dropped.load(Ordering::Relaxed),
                 "admin": state.admin.lock().map(|a| a.clone()).unwrap_or_default(),
+                "relay": state.relay.lock().map(|a| a.clone()).unwrap_or_default(),
+                "proof": if state.proofs.is_some() { "checked" } else { "off" },
+                "rejected": state.rejected.lock().map(|a| a.clone()).unwrap_or_default(),
+                "admin_log": state.admin_log.lock().map(|a| a.iter().cloned().collect::<Vec<_>>()).unwrap_or_default(),
             });
             return Ok(text(StatusCode::OK, v.to_string()));
         }
@@ -262,6 +336,51 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
     Ok(resp)
 }
 
+/// One POST of monitor's on an admin path: checked (when there is a secret), logged, and acted on only if good.
+async fn admin(state: &State, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, BoxError> {
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let proof = req.headers().get("x-monitor-proof").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let method = req.method().to_string();
+    let body = req.into_body().collect().await?.to_bytes();
+    let verdict = match &state.proofs {
+        Some(p) => match p.lock() {
+            Ok(mut p) => p.check(proof.as_deref(), &method, &target, &body),
+            Err(_) => Err("checker poisoned".into()),
+        },
+        None => Ok(()),
+    };
+    if let Ok(mut log) = state.admin_log.lock() {
+        if log.len() == ADMIN_LOG {
+            log.pop_front();
+        }
+        log.push_back(serde_json::json!({
+            "target": target,
+            "proof": proof,
+            "body": String::from_utf8_lossy(&body),
+            "verdict": verdict.as_ref().err().map_or("accepted", String::as_str),
+        }));
+    }
+    if let Err(why) = verdict {
+        if state.verbose {
+            eprintln!("{}: {target}: proof refused: {why}", state.name);
+        }
+        if let Ok(mut r) = state.rejected.lock() {
+            r.push(why.clone());
+        }
+        return Ok(text(StatusCode::UNAUTHORIZED, format!("proof refused: {why}\n")));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let action = v["action"].as_str().unwrap_or("?").to_string();
+    if target.starts_with("/admin/relay") {
+        if let Ok(mut r) = state.relay.lock() {
+            r.push(serde_json::json!({"pid": v["pid"], "action": action}));
+        }
+    } else if let Ok(mut a) = state.admin.lock() {
+        a.push(action);
+    }
+    Ok(text(StatusCode::NO_CONTENT, ""))
+}
+
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
@@ -288,6 +407,10 @@ fn main() -> ExitCode {
 
 async fn serve(args: Args) -> std::io::Result<()> {
     let addr = SocketAddr::from(([127, 0, 0, 1], args.port));
+    let proofs = match std::env::var("MONITOR_ACTION_SECRET") {
+        Ok(hex) => Some(Mutex::new(proof::Proofs::from_hex(&hex).map_err(std::io::Error::other)?)),
+        Err(_) => None,
+    };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let state = Arc::new(State {
         name: args.name,
@@ -302,6 +425,10 @@ async fn serve(args: Args) -> std::io::Result<()> {
         health_delay: args.health_delay,
         health_hang_until: Mutex::new(None),
         admin: Mutex::new(Vec::new()),
+        relay: Mutex::new(Vec::new()),
+        proofs,
+        rejected: Mutex::new(Vec::new()),
+        admin_log: Mutex::new(std::collections::VecDeque::new()),
         verbose: args.verbose,
     });
     if state.verbose {

@@ -3,8 +3,10 @@
 //! refuses: the recorder gets `refuse_signal`), then to 96% (the hog, the largest, gets `abort_signal`, SIGUSR2,
 //! which ends it), and the group is back to normal (the recorder gets `serve_signal`). A twin recorder outside the
 //! group gets nothing. Every change is also POSTed to `post_url` (the shared webhook [`Recorder`], python's
-//! `http.server`, answering 204). Shadow mode sends and posts nothing. With `[actions] admin_path`, each process
-//! that listens is POSTed its own changes on its own port.
+//! `http.server`, answering 204); without `[actions] secret_file` they go unsigned, and the agent says so. Shadow
+//! mode sends and posts nothing. With `[actions] admin_path`, each process that listens is POSTed its own changes on
+//! its own port; with `secret_file`, every POST carries the proof (`X-Monitor-Proof`) that the processes given the
+//! same secret check, and that one given another secret refuses.
 
 use monitor_tests::agent::process;
 use monitor_tests::config::Config;
@@ -135,6 +137,14 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
     let hog_posted = posted_for(&posts, hog.pid());
     assert!(hog_ok(&hog_posted), "the hog's posted changes: refuse, abort, then only its teardown: {hog_posted:?}");
     assert_eq!(posted(&posts).len(), 2 + hog_posted.len(), "only the group's processes: {:?}", posted(&posts));
+    // No secret_file: unsigned, and said so.
+    let proofs: Vec<Request> = posts.requests().into_iter().filter(|r| r.header("x-monitor-proof").is_some()).collect();
+    assert_eq!(proofs, Vec::<Request>::new(), "a proof without a secret");
+    assert!(
+        agent.stderr().contains("go unsigned"),
+        "the agent did not say its POSTs are unsigned:\n{}",
+        agent.stderr()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -170,12 +180,17 @@ fn shadow_mode_sends_no_signal() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The action changes a `fixture-backend` on `port` was POSTed on its admin endpoint.
-fn told(port: u16) -> Vec<String> {
+/// `/stats` of the `fixture-backend` on `port`.
+fn stats(port: u16) -> Value {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let r = monitor_tests::http::get(addr, "/stats", Duration::from_secs(5))
         .unwrap_or_else(|e| panic!("GET /stats on {port}: {e}"));
-    let v: Value = serde_json::from_str(&r.text()).unwrap_or_else(|e| panic!("/stats on {port}: {e}"));
+    serde_json::from_str(&r.text()).unwrap_or_else(|e| panic!("/stats on {port}: {e}"))
+}
+
+/// The action changes a `fixture-backend` on `port` was POSTed on its admin endpoint and acted on.
+fn told(port: u16) -> Vec<String> {
+    let v = stats(port);
     v["admin"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
 }
 
@@ -195,9 +210,15 @@ fn each_listening_process_is_told_on_its_own_port() {
     }
     let dir = temp_dir("actions-admin");
     let cg = CgroupV1::create("actions-admin", Some(256 * MIB));
-    let fixture = |name: &str, port: u16, cgroup: Option<&Path>| {
+    // The group's secret, in the file the agent reads and, as hex, in the environment of the processes.
+    let secret = b"the group's action secret, 32 bytes or more";
+    let secret_file = dir.join("action.secret");
+    std::fs::write(&secret_file, [&secret[..], b"\n"].concat()).expect("write the secret");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let fixture = |name: &str, port: u16, cgroup: Option<&Path>, secret: &[u8]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixture-backend"));
         cmd.args(["--name", name, "--port", &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.env(monitor::proof::SECRET_ENV, hex(secret));
         let child = match cgroup {
             Some(cg) => spawn_in_cgroup(&mut cmd, cg),
             None => ChildGuard::spawn(&mut cmd),
@@ -205,15 +226,21 @@ fn each_listening_process_is_told_on_its_own_port() {
         monitor_tests::http::wait_port(port);
         child
     };
-    let ports: Vec<u16> = (0..3).map(|_| monitor_tests::agent::free_port()).collect();
-    let m0 = fixture("m0", ports[0], Some(cg.path()));
-    let tx1 = fixture("tx1", ports[1], Some(cg.path()));
-    let _twin = fixture("twin", ports[2], None);
+    let ports: Vec<u16> = (0..4).map(|_| monitor_tests::agent::free_port()).collect();
+    let m0 = fixture("m0", ports[0], Some(cg.path()), secret);
+    let tx1 = fixture("tx1", ports[1], Some(cg.path()), secret);
+    let _twin = fixture("twin", ports[2], None, secret);
+    // In the group, but given another secret: it refuses every POST it gets.
+    let stranger = fixture("stranger", ports[3], Some(cg.path()), b"another secret, also 32 bytes or more");
     let mut hog = Hog::spawn(HOG, cg.path(), 64, false);
-    let config = Config::new().set("actions", "admin_path", "/admin/memory");
+    let posts = Recorder::start(&[], 204);
+    let config = Config::new()
+        .set("actions", "admin_path", "/admin/memory")
+        .set("actions", "post_url", posts.url("/actions"))
+        .set("actions", "secret_file", secret_file.display().to_string());
     let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
     let listed = |s: &Value, pid: u32| process(s, pid).is_some();
-    agent.wait_for(|s| state(s) == Some("normal") && listed(s, m0.pid()) && listed(s, tx1.pid()), SETTLE);
+    agent.wait_for(|s| state(s) == Some("normal") && [&m0, &tx1, &stranger].iter().all(|c| listed(s, c.pid())), SETTLE);
 
     // Over 85%: every process refuses; each one that listens is told on its own port (the hog listens on nothing).
     hog.set_mib(222);
@@ -231,5 +258,20 @@ fn each_listening_process_is_told_on_its_own_port() {
         "one POST per change"
     );
     assert_eq!(told(ports[2]), Vec::<String>::new(), "a process outside the group was told");
+    // Each POST proved itself to the processes given the secret; the one given another refused both of its own.
+    for port in &ports[..2] {
+        assert_eq!(stats(*port)["rejected"], serde_json::json!([]), "on {port}");
+    }
+    assert_eq!(told(ports[3]), Vec::<String>::new(), "a POST was taken with another secret");
+    assert_eq!(stats(ports[3])["rejected"], serde_json::json!(["bad mac", "bad mac"]));
+    assert!(!agent.stderr().contains("go unsigned"), "{}", agent.stderr());
+    // post_url's POSTs carry the proof too, each with a nonce of its own, made with the file's secret.
+    let mut verifier = monitor::proof::Verifier::new(monitor::proof::Key::new(secret).expect("a long secret"));
+    let got = posts.requests();
+    assert_eq!(got.len(), 8, "the four processes of the group refused, then served: {got:#?}");
+    for r in &got {
+        let proof = r.header("x-monitor-proof");
+        assert_eq!(verifier.verify(proof, &r.method, &r.path, r.body.as_bytes()), Ok(()), "{r:#?}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

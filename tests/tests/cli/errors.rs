@@ -152,6 +152,7 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("user-unknown.toml", &["process[0].user", "no user \"no-such-user-for-monitor\""], &[6]),
     ("group-unknown.toml", &["process[0].group", "no group \"no-such-group-for-monitor\""], &[7]),
     ("user-negative.toml", &["user", "-5 is not an id"], &[6]),
+    ("actions-secret-file-missing.toml", &["actions.secret_file", "/nonexistent/monitor-test-action.secret"], &[5]),
 ];
 
 /// Whether an error message names line `n` (`file:3:`, `line 3`, `line: 3`).

@@ -1,6 +1,6 @@
 //! `monitor run` (launcher, front door and agent in one process) over the fixture backend in a v1 memory cgroup:
 //! readiness and health checks, restarts, start-up, memory-driven shedding, kernel counts, its own group, its web
-//! API, its config reloads, and how it stops and drains.
+//! API, its config reloads, the proof on its action POSTs, and how it stops and drains.
 
 mod counts;
 mod drain;
@@ -8,6 +8,7 @@ mod drain_load;
 mod health;
 mod memory;
 mod own_group;
+mod proof;
 mod readiness;
 mod reload;
 mod restart;

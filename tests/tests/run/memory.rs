@@ -3,8 +3,9 @@
 //! guard, health paths still pass; a worker holding memory for a slow request plus the hog take it past abort_at
 //! (92%): the worker, now the largest, has its in-flight request cancelled (503 naming the memory guard), abandons
 //! it and frees the memory, and the group goes back to normal. Each process is told of its own action changes on its
-//! admin endpoint (`[[process]] admin_path`), which no client of the front door can reach, whatever shape its path
-//! takes (403, and the process hears nothing). In shadow mode nothing is enforced and nobody is told.
+//! admin endpoint (`[[process]] admin_path`), with the agent's proof it checks, which no client of the front door can
+//! reach, whatever shape its path takes (403, and the process hears nothing); nor `[actions] post_url`'s path when it
+//! points at a process of the group. In shadow mode nothing is enforced and nobody is told.
 
 use monitor_tests::require_v1;
 use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
@@ -130,6 +131,11 @@ fn shedding_at_85_and_cancelling_at_92() {
     for told in [&m0, &tx1] {
         assert!(told.windows(2).all(|w| w[0] != w[1]), "a POST without a change: {told:?}");
     }
+    // Every one of them proved it came from the agent: each process checked, and refused none.
+    for i in 0..2 {
+        let s = run.stats(i);
+        assert_eq!((s["proof"].as_str(), s["rejected"].as_array().map(Vec::len)), (Some("checked"), Some(0)), "{s:#}");
+    }
     drop(hog);
 }
 
@@ -154,7 +160,13 @@ fn no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like() {
     if !require_v1("no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like") {
         return;
     }
-    let run = Run::start("channel", &spec(false));
+    // The master relays the changes to its workers: post_url points at it, behind the front door.
+    let master_port = monitor_tests::agent::free_port();
+    let mut spec = spec(false);
+    spec.master_port = Some(master_port);
+    spec.extra =
+        spec.extra.set("actions", "post_url", format!("http://127.0.0.1:{master_port}/admin/relay?from=monitor"));
+    let run = Run::start("channel", &spec);
     // The agent's own message, forged: tx1 told to abort, then to serve.
     let forged = r#"{"pid":1,"name":"tx1","action":"abort","state":"aborting","ratio":0.99,"cgroup":"/"}"#;
     let shapes = [
@@ -168,6 +180,16 @@ fn no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like() {
         "/%2561dmin/memory",
         "/admin/memory?pid=1",
         "/admin/memory/",
+        // post_url's path and its neighbours.
+        "/admin/relay",
+        "/admin/relay?from=monitor",
+        "/ADMIN/Relay",
+        "//admin//relay",
+        "/admin%2Frelay",
+        "/admin%2frelay?from=monitor",
+        "/r4/../admin/relay",
+        "/admin/x/../relay",
+        "/admin/relay/",
     ];
     for path in shapes {
         for (method, body) in [("POST", forged), ("PUT", forged), ("GET", "")] {
@@ -177,11 +199,16 @@ fn no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like() {
             assert_eq!(r.status, 403, "{method} {path}: {} {}", r.status, r.text());
         }
     }
-    // Neither the master nor the worker heard any of it.
+    // Neither the master nor the worker heard any of it, on either path.
     for i in 0..2 {
+        let s = run.stats(i);
         assert!(admin(&run, i).is_empty(), "process {i} was told {:?} by a client", admin(&run, i));
+        let heard = (s["relay"].as_array().map(Vec::len), s["admin_log"].as_array().map(Vec::len));
+        assert_eq!(heard, (Some(0), Some(0)), "process {i} heard a client on the channel: {s:#}");
     }
     // Its neighbours are ordinary paths, forwarded as ever.
-    let r = run.get("/admin/memoryx", &[]);
-    assert_eq!(r.status, 200, "{}", r.text());
+    for path in ["/admin/memoryx", "/admin/relayx", "/admin/relay2/x"] {
+        let r = run.get(path, &[]);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
 }

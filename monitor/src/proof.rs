@@ -1,0 +1,321 @@
+//! Proof that an action POST comes from the agent. Each POST of an action change (to a process's admin endpoint and
+//! to `[actions] post_url`) carries
+//!
+//! ```text
+//! X-Monitor-Proof: t=<unix ms>,n=<nonce: 32 hex digits>,mac=<64 hex digits>
+//! ```
+//!
+//! where mac = HMAC-SHA256(secret, `<t>\n<n>\n<METHOD>\n<target>\n<body>`): `<t>` and `<n>` exactly as they appear
+//! in the header, the method (`POST`), the request target as sent (path and query) and the exact body bytes. A
+//! receiver accepts a proof whose mac matches (compared in constant time), whose time is within [`WINDOW_MS`] of
+//! its own clock either side, and whose nonce it has not accepted before within that window ([`Verifier`]).
+//!
+//! The secret is the group's, 32 bytes or more: made at random by `monitor run` and handed to every child it
+//! starts as hex in [`SECRET_ENV`], or read from `[actions] secret_file`. Signing and verifying are pure: the clock
+//! and the nonce are parameters of [`Key::sign_at`] and [`Verifier::verify_at`].
+
+use crate::token::{hex, keyed, unhex, HmacSha256};
+use hmac::Mac;
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The header the proof travels in.
+pub const HEADER: &str = "X-Monitor-Proof";
+/// The variable `monitor run` hands its children the secret in, as lower-case hex.
+pub const SECRET_ENV: &str = "MONITOR_ACTION_SECRET";
+/// How far a proof's time may be from the receiver's clock, either side.
+pub const WINDOW_MS: u64 = 30_000;
+/// The shortest secret accepted.
+pub const MIN_SECRET_BYTES: usize = 32;
+/// The random bytes of a nonce (32 hex digits).
+pub const NONCE_BYTES: usize = 16;
+/// The most nonces a [`Verifier`] remembers at once: past it, a new proof is refused until older ones leave the
+/// window. Only proofs whose mac matches are remembered, so only a holder of the secret can fill it.
+pub const MAX_REMEMBERED: usize = 4096;
+
+/// Why a proof was not accepted (or not made).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProofError {
+    #[error("no {HEADER} header")]
+    Missing,
+    #[error("{HEADER} is not t=<unix ms>,n=<32 hex digits>,mac=<64 hex digits>")]
+    Malformed,
+    #[error("{HEADER} does not match the request (another secret, or an altered method, target or body)")]
+    BadMac,
+    #[error("{HEADER} was made {skew_ms} ms from now, outside the {WINDOW_MS} ms window")]
+    Stale { skew_ms: i128 },
+    #[error("{HEADER} was accepted before (its nonce was seen within the window)")]
+    Replayed,
+    #[error("{MAX_REMEMBERED} proofs within the window already: refused until older ones leave it")]
+    Busy,
+    #[error("the secret is {0} bytes, must be at least {MIN_SECRET_BYTES}")]
+    ShortSecret(usize),
+    #[error("no random bytes from the kernel: {0}")]
+    Random(String),
+}
+
+/// Milliseconds since the Unix epoch now.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// `N` bytes from the kernel's random source.
+fn random<const N: usize>() -> Result<[u8; N], ProofError> {
+    use rand::TryRng;
+    let mut b = [0u8; N];
+    rand::rngs::SysRng.try_fill_bytes(&mut b).map_err(|e| ProofError::Random(e.to_string()))?;
+    Ok(b)
+}
+
+/// A new random secret of [`MIN_SECRET_BYTES`] (`monitor run`'s when `[actions] secret_file` is unset).
+pub fn random_secret() -> Result<Vec<u8>, ProofError> {
+    Ok(random::<MIN_SECRET_BYTES>()?.to_vec())
+}
+
+/// The group's secret, ready to sign and check proofs with.
+#[derive(Clone)]
+pub struct Key {
+    mac: HmacSha256,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
+impl Key {
+    /// A key from `secret`, which must be [`MIN_SECRET_BYTES`] or more.
+    pub fn new(secret: &[u8]) -> Result<Key, ProofError> {
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(ProofError::ShortSecret(secret.len()));
+        }
+        Ok(Key { mac: keyed(secret) })
+    }
+
+    /// The mac over the signed string of `t`, `n`, `method`, `target` and `body`.
+    fn mac(&self, t: &str, n: &str, method: &str, target: &str, body: &[u8]) -> HmacSha256 {
+        let mut m = self.mac.clone();
+        for part in [t, n, method, target] {
+            m.update(part.as_bytes());
+            m.update(b"\n");
+        }
+        m.update(body);
+        m
+    }
+
+    /// The header value for a request made now, with a fresh random nonce.
+    pub fn sign(&self, method: &str, target: &str, body: &[u8]) -> Result<String, ProofError> {
+        Ok(self.sign_at(method, target, body, now_ms(), &random::<NONCE_BYTES>()?))
+    }
+
+    /// The header value for a request made at `t_ms` with `nonce`.
+    pub fn sign_at(&self, method: &str, target: &str, body: &[u8], t_ms: u64, nonce: &[u8; NONCE_BYTES]) -> String {
+        let (t, n) = (t_ms.to_string(), hex(nonce));
+        let mac = hex(&self.mac(&t, &n, method, target, body).finalize().into_bytes());
+        format!("t={t},n={n},mac={mac}")
+    }
+}
+
+/// A header value split into its fields, each as written (spaces around them dropped).
+struct Fields<'a> {
+    t: &'a str,
+    n: &'a str,
+    mac: &'a str,
+}
+
+fn fields(header: &str) -> Option<Fields<'_>> {
+    let mut parts = header.split(',').map(str::trim);
+    let t = parts.next()?.strip_prefix("t=")?;
+    let n = parts.next()?.strip_prefix("n=")?;
+    let mac = parts.next()?.strip_prefix("mac=")?;
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    let ok = parts.next().is_none()
+        && (1..=20).contains(&t.len())
+        && digits(t)
+        && n.len() == 2 * NONCE_BYTES
+        && mac.len() == 64;
+    ok.then_some(Fields { t, n, mac })
+}
+
+/// Checks proofs for one receiver: the mac, the time window and the nonces seen within it (at most
+/// [`MAX_REMEMBERED`], each forgotten once its time has left the window).
+#[derive(Debug)]
+pub struct Verifier {
+    key: Key,
+    /// Each accepted nonce and its proof's time.
+    seen: HashMap<[u8; NONCE_BYTES], u64>,
+}
+
+impl Verifier {
+    pub fn new(key: Key) -> Verifier {
+        Verifier { key, seen: HashMap::new() }
+    }
+
+    /// Accepts the request if `header` (the value of [`HEADER`], None when absent) proves it, now.
+    pub fn verify(&mut self, header: Option<&str>, method: &str, target: &str, body: &[u8]) -> Result<(), ProofError> {
+        self.verify_at(header, method, target, body, now_ms())
+    }
+
+    /// Accepts the request if `header` proves it at `now_ms`: a well-formed header whose mac matches (a tampered
+    /// proof is `BadMac` whatever its time), made within [`WINDOW_MS`] of `now_ms`, with a nonce not accepted
+    /// before. An accepted nonce is remembered.
+    pub fn verify_at(
+        &mut self,
+        header: Option<&str>,
+        method: &str,
+        target: &str,
+        body: &[u8],
+        now_ms: u64,
+    ) -> Result<(), ProofError> {
+        let f = fields(header.ok_or(ProofError::Missing)?).ok_or(ProofError::Malformed)?;
+        let nonce: [u8; NONCE_BYTES] = unhex(f.n).and_then(|b| b.try_into().ok()).ok_or(ProofError::Malformed)?;
+        let mac = unhex(f.mac).ok_or(ProofError::Malformed)?;
+        // verify_slice compares in constant time.
+        self.key.mac(f.t, f.n, method, target, body).verify_slice(&mac).map_err(|_| ProofError::BadMac)?;
+        let t: u64 = f.t.parse().map_err(|_| ProofError::Malformed)?;
+        let skew_ms = i128::from(now_ms) - i128::from(t);
+        if skew_ms.unsigned_abs() > u128::from(WINDOW_MS) {
+            return Err(ProofError::Stale { skew_ms });
+        }
+        // Nonces whose proofs have left the window are stale anyway: forgotten.
+        self.seen.retain(|_, at| at.saturating_add(WINDOW_MS) >= now_ms);
+        if self.seen.contains_key(&nonce) {
+            return Err(ProofError::Replayed);
+        }
+        if self.seen.len() >= MAX_REMEMBERED {
+            return Err(ProofError::Busy);
+        }
+        self.seen.insert(nonce, t);
+        Ok(())
+    }
+
+    /// How many nonces it remembers now.
+    pub fn remembered(&self) -> usize {
+        self.seen.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+    const BODY: &[u8] = br#"{"pid":42,"name":"tx1","action":"refuse","state":"refusing","ratio":0.86,"cgroup":"/g"}"#;
+    const T: u64 = 1_700_000_000_000;
+    const P: &str = "/admin/memory";
+
+    fn key() -> Key {
+        Key::new(SECRET).expect("32 bytes")
+    }
+
+    /// A header, the request's method, target and body, the time it is checked at, and the verdict.
+    type Case<'a> = (Option<String>, &'a str, &'a str, &'a [u8], u64, Result<(), ProofError>);
+
+    fn nonce(i: u8) -> [u8; NONCE_BYTES] {
+        [i; NONCE_BYTES]
+    }
+
+    #[test]
+    fn the_header_is_the_documented_string_signed() {
+        let h = key().sign_at("POST", P, BODY, T, &nonce(0xab));
+        let n = "ab".repeat(16);
+        let mut m = keyed(SECRET);
+        m.update(format!("{T}\n{n}\nPOST\n/admin/memory\n").as_bytes());
+        m.update(BODY);
+        assert_eq!(h, format!("t={T},n={n},mac={}", hex(&m.finalize().into_bytes())));
+    }
+
+    #[test]
+    fn proofs_are_accepted_only_for_the_exact_request_in_time_and_once() {
+        use ProofError::{BadMac, Malformed, Missing, Replayed, Stale};
+        let good = key().sign_at("POST", P, BODY, T, &nonce(1));
+        let other = Key::new(b"another secret of thirty-two byt").expect("32 bytes");
+        let mut altered = BODY.to_vec();
+        altered[8] ^= 1;
+        let w = WINDOW_MS;
+        let cases: Vec<Case> = vec![
+            (Some(good.clone()), "POST", P, BODY, T, Ok(())),
+            (Some(good.clone()), "POST", P, BODY, T + w, Ok(())),
+            (Some(good.clone()), "POST", P, BODY, T - w, Ok(())),
+            (Some(good.clone()), "POST", P, &altered, T, Err(BadMac)),
+            (Some(good.clone()), "POST", P, b"", T, Err(BadMac)),
+            (Some(good.clone()), "POST", "/ADMIN/memory", BODY, T, Err(BadMac)),
+            (Some(good.clone()), "POST", "/admin/memory?x=1", BODY, T, Err(BadMac)),
+            (Some(good.clone()), "PUT", P, BODY, T, Err(BadMac)),
+            (Some(other.sign_at("POST", P, BODY, T, &nonce(1))), "POST", P, BODY, T, Err(BadMac)),
+            (Some(good.replace(&format!("t={T}"), &format!("t={}", T + 1))), "POST", P, BODY, T, Err(BadMac)),
+            (Some(good.replace(&"01".repeat(16), &"02".repeat(16))), "POST", P, BODY, T, Err(BadMac)),
+            (Some(good.clone()), "POST", P, BODY, T + w + 1, Err(Stale { skew_ms: i128::from(w) + 1 })),
+            (Some(good.clone()), "POST", P, BODY, T - w - 1, Err(Stale { skew_ms: -i128::from(w) - 1 })),
+            (None, "POST", P, BODY, T, Err(Missing)),
+            (Some(String::new()), "POST", P, BODY, T, Err(Malformed)),
+            (Some(good.replace(",n=", ",x=")), "POST", P, BODY, T, Err(Malformed)),
+            (Some(format!("{good},x=1")), "POST", P, BODY, T, Err(Malformed)),
+            (Some(good.replace(&format!("t={T}"), "t=-1")), "POST", P, BODY, T, Err(Malformed)),
+            (
+                Some(good.replace(&format!("t={T}"), &format!("t={}", "9".repeat(21)))),
+                "POST",
+                P,
+                BODY,
+                T,
+                Err(Malformed),
+            ),
+            (Some(good.replace(&"01".repeat(16), &"zz".repeat(16))), "POST", P, BODY, T, Err(Malformed)),
+            (Some(good[..good.len() - 2].to_string()), "POST", P, BODY, T, Err(Malformed)),
+        ];
+        for (i, (header, method, target, body, now, want)) in cases.into_iter().enumerate() {
+            // A verifier each: the first good case would make the others replays.
+            let mut v = Verifier::new(key());
+            assert_eq!(v.verify_at(header.as_deref(), method, target, body, now), want, "case {i}: {header:?}");
+        }
+        // Spaces after the commas, as a header may be written by hand, change nothing.
+        let spaced = good.replace(',', ", ");
+        assert_eq!(Verifier::new(key()).verify_at(Some(&spaced), "POST", P, BODY, T), Ok(()));
+        // Once accepted, the same proof is a replay, within the window and at its edge.
+        let mut v = Verifier::new(key());
+        assert_eq!(v.verify_at(Some(&good), "POST", P, BODY, T), Ok(()));
+        assert_eq!(v.verify_at(Some(&good), "POST", P, BODY, T + 1), Err(Replayed));
+        assert_eq!(v.verify_at(Some(&good), "POST", P, BODY, T + w), Err(Replayed));
+        // After the window it is stale, and forgotten.
+        assert_eq!(v.verify_at(Some(&good), "POST", P, BODY, T + w + 1), Err(Stale { skew_ms: 30_001 }));
+        let fresh = key().sign_at("POST", P, BODY, T + w + 1, &nonce(2));
+        assert_eq!(v.verify_at(Some(&fresh), "POST", P, BODY, T + w + 1), Ok(()));
+        assert_eq!(v.remembered(), 1, "the first nonce left with its window");
+    }
+
+    #[test]
+    fn the_nonces_remembered_are_bounded() {
+        let mut v = Verifier::new(key());
+        for i in 0..MAX_REMEMBERED as u32 {
+            let mut n = [0u8; NONCE_BYTES];
+            n[..4].copy_from_slice(&i.to_be_bytes());
+            let h = key().sign_at("POST", "/a", b"", T, &n);
+            assert_eq!(v.verify_at(Some(&h), "POST", "/a", b"", T), Ok(()), "proof {i}");
+        }
+        let one_more = key().sign_at("POST", "/a", b"", T, &[0xff; NONCE_BYTES]);
+        assert_eq!(v.verify_at(Some(&one_more), "POST", "/a", b"", T), Err(ProofError::Busy));
+        // Forged proofs are never remembered, so they cannot fill it.
+        let forged = one_more.replace("t=", "t=1");
+        assert_eq!(v.verify_at(Some(&forged), "POST", "/a", b"", T), Err(ProofError::BadMac));
+        assert_eq!(v.remembered(), MAX_REMEMBERED);
+        // Once the window has passed, the old nonces go and new proofs are taken again.
+        let later = T + WINDOW_MS + 1;
+        let next = key().sign_at("POST", "/a", b"", later, &[0xff; NONCE_BYTES]);
+        assert_eq!(v.verify_at(Some(&next), "POST", "/a", b"", later), Ok(()));
+        assert_eq!(v.remembered(), 1);
+    }
+
+    #[test]
+    fn secrets_are_long_enough_and_proofs_fresh() {
+        assert_eq!(Key::new(&SECRET[..31]).map(|_| ()), Err(ProofError::ShortSecret(31)));
+        let s = random_secret().expect("random");
+        assert_eq!(s.len(), MIN_SECRET_BYTES);
+        assert_ne!(s, random_secret().expect("random"), "two secrets drawn alike");
+        let k = key();
+        let (a, b) = (k.sign("POST", "/a", BODY).expect("signed"), k.sign("POST", "/a", BODY).expect("signed"));
+        assert_ne!(a, b, "each proof has its own nonce");
+        let mut v = Verifier::new(key());
+        assert_eq!((v.verify(Some(&a), "POST", "/a", BODY), v.verify(Some(&b), "POST", "/a", BODY)), (Ok(()), Ok(())));
+    }
+}

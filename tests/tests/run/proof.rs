@@ -1,0 +1,199 @@
+//! The proof on the agent's action POSTs (`X-Monitor-Proof`, monitor/src/proof.rs) under `monitor run`: each
+//! process it starts finds the group's secret in `MONITOR_ACTION_SECRET`, and the fixture backend acts only on
+//! POSTs that prove themselves with it, on its admin endpoint and as the master relaying `post_url`. One real POST
+//! of the agent's, captured by the process that got it and sent to it again byte for byte, is refused (replayed);
+//! so are its body with one byte changed under the same proof, the body with no proof, and a proof made with the
+//! real secret a minute ago; and none of them changes what the process was told. The Python check that
+//! docs/deploy.md gives server authors agrees with monitor's proofs, case by case.
+
+use monitor::proof::{Key, HEADER, SECRET_ENV};
+use monitor_tests::run::{member, Run, Spec, TIMEOUT};
+use monitor_tests::{agent::free_port, require_program, require_v1, Hog};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
+
+fn state(s: &Value) -> &str {
+    s.pointer("/policy/state").and_then(Value::as_str).unwrap_or("?")
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// Polls `/stats` of process `i` until `pred` holds; panics with the last one after [`TIMEOUT`].
+fn wait_stats(run: &Run, i: usize, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let s = run.stats(i);
+        if pred(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "process {i}: {what}: not within {TIMEOUT:?}: {s:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// POSTs `body` with `proof` (if any) straight to process `i`'s port, at `target`; the status it answers.
+fn post_direct(run: &Run, i: usize, target: &str, proof: Option<&str>, body: &[u8]) -> u16 {
+    let addr = SocketAddr::from(([127, 0, 0, 1], run.ports[i]));
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(p) = proof {
+        headers.push((HEADER, p));
+    }
+    let r = monitor_tests::http::request_body(addr, "POST", target, &headers, body, TIMEOUT)
+        .unwrap_or_else(|e| panic!("POST {target} to process {i}: {e}"));
+    r.status
+}
+
+/// The secret `monitor run` handed process `pid`, read from its environment (root reads any process's).
+fn handed_secret(pid: u64) -> Vec<u8> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_else(|e| panic!("environ of {pid}: {e}"));
+    let prefix = format!("{SECRET_ENV}=");
+    let hex = env
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+        .unwrap_or_else(|| panic!("process {pid} was not handed {SECRET_ENV}"));
+    let hex = std::str::from_utf8(hex).unwrap_or_else(|e| panic!("{SECRET_ENV}: {e}"));
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or_else(|e| panic!("{SECRET_ENV}: {e}")))
+        .collect()
+}
+
+#[test]
+fn processes_act_only_on_the_agents_proven_posts() {
+    if !require_v1("processes_act_only_on_the_agents_proven_posts") {
+        return;
+    }
+    let master_port = free_port();
+    let spec = Spec {
+        workers: 1,
+        limit_mib: 256,
+        master_port: Some(master_port),
+        process: "admin_path = \"/admin/memory\"\n".into(),
+        // The master relays: every change is POSTed to it as well, with its own proof.
+        extra: monitor_tests::config::Config::new().set(
+            "actions",
+            "post_url",
+            format!("http://127.0.0.1:{master_port}/admin/relay"),
+        ),
+        ..Spec::default()
+    };
+    let run = Run::start("proof", &spec);
+    assert_eq!(run.stats(1)["proof"], "checked", "the worker was not handed the secret");
+    assert_eq!(run.stats(0)["proof"], "checked", "the master was not handed the secret");
+
+    // 88% of 256 MiB: every process refuses, and each is told on its admin endpoint, the master as relay too.
+    let mut hog = Hog::spawn(HOG, run.cg.path(), 224, false);
+    run.wait_for("refusing", |s| state(s) == "refusing", TIMEOUT);
+    let tx1 = wait_stats(&run, 1, "told to refuse", |s| strings(&s["admin"]) == ["refuse"]);
+    let tx1_pid = member(&run.status(), "tx1")["pid"].as_u64().expect("tx1 pid");
+    wait_stats(&run, 0, "relayed tx1's refusal", |s| {
+        s["relay"].as_array().is_some_and(|r| r.iter().any(|c| c["pid"] == tx1_pid && c["action"] == "refuse"))
+    });
+    assert_eq!(strings(&tx1["rejected"]), Vec::<String>::new(), "the agent's own POSTs were refused: {tx1:#}");
+
+    // The agent's POST as tx1 received it.
+    let log = tx1["admin_log"].as_array().cloned().unwrap_or_default();
+    assert_eq!(log.len(), 1, "{tx1:#}");
+    let got = &log[0];
+    let (target, body) = (got["target"].as_str().expect("target"), got["body"].as_str().expect("body"));
+    let proof = got["proof"].as_str().unwrap_or_else(|| panic!("the agent's POST carried no {HEADER}: {got:#}"));
+    assert_eq!((target, got["verdict"].as_str()), ("/admin/memory", Some("accepted")), "{got:#}");
+    assert!(proof.starts_with("t=") && proof.contains(",n=") && proof.contains(",mac="), "{proof}");
+
+    // Sent again byte for byte: a replay. One byte of the body changed under the same proof: the mac fails. The
+    // body alone: no proof. A proof made with the real secret a minute ago: stale.
+    assert_eq!(post_direct(&run, 1, target, Some(proof), body.as_bytes()), 401, "a replay was taken");
+    let pid_at = body.find("\"pid\":").expect("a pid") + "\"pid\":".len();
+    let mut altered = body.as_bytes().to_vec();
+    altered[pid_at] = if altered[pid_at] == b'1' { b'2' } else { b'1' };
+    assert_eq!(post_direct(&run, 1, target, Some(proof), &altered), 401, "an altered body was taken");
+    let abort = body.replace("\"refuse\"", "\"abort\"");
+    assert_eq!(post_direct(&run, 1, target, None, abort.as_bytes()), 401, "a POST without proof was taken");
+    let key = Key::new(&handed_secret(tx1_pid)).expect("a secret of 32 bytes or more");
+    let minute_ago = monitor::proof::now_ms() - 60_000;
+    let old = key.sign_at("POST", target, abort.as_bytes(), minute_ago, &[7; 16]);
+    assert_eq!(post_direct(&run, 1, target, Some(&old), abort.as_bytes()), 401, "a stale proof was taken");
+    // And at the master's relay path, the master's own proof replayed there is refused too.
+    let m0 = run.stats(0);
+    let relayed = m0["admin_log"].as_array().and_then(|l| l.iter().find(|p| p["target"] == "/admin/relay").cloned());
+    let relayed = relayed.unwrap_or_else(|| panic!("no relayed POST: {m0:#}"));
+    let (rt, rp, rb) = (&relayed["target"], &relayed["proof"], &relayed["body"]);
+    let status = post_direct(&run, 0, rt.as_str().expect("target"), rp.as_str(), rb.as_str().unwrap_or("").as_bytes());
+    assert_eq!(status, 401, "a replayed relay POST was taken");
+
+    let tx1 = run.stats(1);
+    assert_eq!(strings(&tx1["rejected"]), ["replayed", "bad mac", "missing", "stale"], "{tx1:#}");
+    assert_eq!(strings(&tx1["admin"]), ["refuse"], "a refused POST changed what tx1 was told");
+    assert_eq!(strings(&run.stats(0)["rejected"]), ["replayed"]);
+
+    // The agent's next POSTs are still taken.
+    hog.set_mib(40);
+    run.wait_for("normal", |s| state(s) == "normal", TIMEOUT);
+    wait_stats(&run, 1, "told to serve", |s| strings(&s["admin"]) == ["refuse", "serve"]);
+}
+
+/// The Python check of docs/deploy.md (the first `python` block after its heading `The agent's POSTs and their
+/// proof`), with a loop that reads one case per line and prints the verdict.
+fn documented_check() -> String {
+    let doc = std::fs::read_to_string(monitor_tests::workspace_root().join("docs/deploy.md")).expect("docs/deploy.md");
+    let section = doc.split("## The agent's POSTs and their proof").nth(1).expect("the section in docs/deploy.md");
+    let code = section.split("```python\n").nth(1).and_then(|c| c.split("\n```").next()).expect("a python block");
+    format!(
+        "{code}\n\nimport json, sys\nfor line in sys.stdin:\n    c = json.loads(line)\n    \
+         print(proven(c['header'], c['method'], c['target'], bytes.fromhex(c['body'])), flush=True)\n"
+    )
+}
+
+#[test]
+fn the_documented_python_check_agrees_with_monitors_proofs() {
+    if !require_program("the_documented_python_check_agrees_with_monitors_proofs", "python3") {
+        return;
+    }
+    let secret = b"a secret of thirty-two bytes, or more".to_vec();
+    let key = Key::new(&secret).expect("a long secret");
+    let other = Key::new(b"another secret of thirty-two bytes").expect("a long secret");
+    let body = br#"{"pid":42,"name":"tx1","action":"abort","state":"aborting","ratio":0.93,"cgroup":"/g"}"#;
+    let now = monitor::proof::now_ms();
+    let good = key.sign_at("POST", "/admin/memory", body, now, &[1; 16]);
+    let mut altered = body.to_vec();
+    altered[8] = b'3';
+    // (header, target, body, verdict)
+    let cases: Vec<(Option<String>, &str, &[u8], &str)> = vec![
+        (Some(good.clone()), "/admin/memory", body, "True"),
+        (Some(good.clone()), "/admin/memory", body, "False"),
+        (Some(key.sign_at("POST", "/admin/memory", body, now, &[2; 16])), "/admin/memory", &altered, "False"),
+        (Some(key.sign_at("POST", "/admin/memory", body, now, &[3; 16])), "/admin/Memory", body, "False"),
+        (Some(other.sign_at("POST", "/admin/memory", body, now, &[4; 16])), "/admin/memory", body, "False"),
+        (Some(key.sign_at("POST", "/admin/memory", body, now - 31_000, &[5; 16])), "/admin/memory", body, "False"),
+        (None, "/admin/memory", body, "False"),
+        (Some("t=1,n=2,mac=3".into()), "/admin/memory", body, "False"),
+        (Some(key.sign_at("POST", "/admin/memory?x=1", b"", now, &[6; 16])), "/admin/memory?x=1", b"", "True"),
+    ];
+    let input: String = cases
+        .iter()
+        .map(|(h, target, body, _)| {
+            let hex: String = body.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{}\n", serde_json::json!({"header": h, "method": "POST", "target": target, "body": hex}))
+        })
+        .collect();
+    let secret_hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = monitor_tests::TempDir::new("proof-python");
+    let input_file = dir.path().join("cases.jsonl");
+    std::fs::write(&input_file, input).expect("write the cases");
+    let out = std::process::Command::new("python3")
+        .args(["-c", &documented_check()])
+        .env(SECRET_ENV, secret_hex)
+        .stdin(std::fs::File::open(&input_file).expect("the cases"))
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "python3: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let got: Vec<&str> = text.lines().collect();
+    let want: Vec<&str> = cases.iter().map(|c| c.3).collect();
+    assert_eq!(got, want, "good, replayed, altered body, altered target, wrong key, stale, none, junk, query");
+}
