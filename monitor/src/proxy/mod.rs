@@ -214,8 +214,9 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 impl Proxy {
-    /// The front door to `members`; `admin_paths`: the processes' own admin endpoints (`[[process]]
-    /// admin_path`), the agent's channel to them, answered 403 to every client ([`channel`]); `reactions`: where its
+    /// The front door to `members`; `admin_paths`: the agent's channel to the processes (their own admin endpoints,
+    /// `[[process]] admin_path`, and `[actions] post_url`'s path when it points at one of them), answered 403 to
+    /// every client ([`channel`]); `reactions`: where its
     /// first 503s are timed; `kills`: the guard's kills, shared with the sampler: a request whose process the guard
     /// killed gets 503 with the reason and is never retried on another process (it may be what grew the one killed).
     pub fn new(
