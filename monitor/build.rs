@@ -1,10 +1,14 @@
 //! Builds the eBPF object (`monitor-ebpf`, for `bpfel-unknown-none`) with aya-build and leaves it in
 //! `OUT_DIR/monitor-ebpf` for `monitor::probes` to embed.
 //!
-//! Without the eBPF toolchain (a `nightly` with rust-src, and `bpf-linker` on PATH) the build still succeeds:
-//! the object is left empty and `MONITOR_EBPF_SKIPPED` says why, so the agent runs with probes disabled.
-//! In CI (`CI=true`) or with `MONITOR_EBPF_REQUIRED=1` (`cargo xtask build`) a missing toolchain fails the build
-//! instead. `AYA_BUILD_SKIP=1` skips on purpose.
+//! Without the eBPF toolchain (a `nightly` with rust-src, and `bpf-linker` on PATH) the build still succeeds: the
+//! object is left empty and `MONITOR_EBPF_SKIPPED` says why, so the agent runs with probes disabled. In CI
+//! (tests/src/ci.rs says when) or with `MONITOR_EBPF_REQUIRED=1` (`cargo xtask build`) a missing toolchain fails the
+//! build instead. `AYA_BUILD_SKIP=1` skips on purpose.
+
+// The test crate's rule for "in CI", included by path: a build script cannot depend on the test crate.
+#[path = "../tests/src/ci.rs"]
+mod ci;
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::env;
@@ -28,15 +32,14 @@ fn main() -> Result<()> {
     let object = out_dir.join(OBJECT);
     println!("cargo:rustc-env=MONITOR_GIT_REVISION={}", revision(workspace));
 
-    let ci = env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    let required = ci || env::var("MONITOR_EBPF_REQUIRED").is_ok_and(|v| v == "1");
+    let required = ci::in_ci() || env::var("MONITOR_EBPF_REQUIRED").is_ok_and(|v| v == "1");
     let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     if skip {
         return skipped(&object, "AYA_BUILD_SKIP is set");
     }
     if let Err(missing) = toolchain() {
         if required {
-            bail!("eBPF toolchain missing ({missing}) and the object is required (CI=true or MONITOR_EBPF_REQUIRED=1): run `cargo xtask setup`");
+            bail!("eBPF toolchain missing ({missing}) and the object is required (in CI, or MONITOR_EBPF_REQUIRED=1): run `cargo xtask setup`");
         }
         return skipped(&object, &format!("{missing}; run `cargo xtask setup`"));
     }

@@ -410,12 +410,14 @@ mod tests {
 
     #[test]
     fn a_day_decodes_at_the_expected_size_with_and_without_a_font() {
+        let test = "a_day_decodes_at_the_expected_size_with_and_without_a_font";
         let (minutes, labels, start) = day();
         let r = summarize(&date_of(start), &minutes, &labels);
         let with = find_font(FONT_PATHS);
-        if with.is_none() {
-            eprintln!("no font in {FONT_PATHS:?}: only the no-text chart is checked");
-        }
+        // fonts-dejavu-core is one of .ci/packages: in CI the text half must run.
+        let why =
+            format!("no font in {FONT_PATHS:?} (apt-get install fonts-dejavu-core): the text half is not checked");
+        monitor_tests::require(with.is_some(), test, &why);
         let mut inked = Vec::new();
         for font in [with.as_ref().map(|f| &f.1), None] {
             let rgb = render(&r, &minutes, &labels, start, font).expect("render");

@@ -271,8 +271,7 @@ mod tests {
 
     #[test]
     fn a_python_server_is_found_listening_and_killed_with_its_group() {
-        if !crate::on_path("python3") {
-            crate::require::skip("a_python_server_is_found_listening_and_killed_with_its_group", "needs python3");
+        if !crate::require_program("a_python_server_is_found_listening_and_killed_with_its_group", "python3") {
             return;
         }
         let dir = TempDir::new("servers");

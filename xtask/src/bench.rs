@@ -3,9 +3,11 @@
 //!
 //! - `all`: every benchmark below, one after the other, and docs/benchmarks.md written from what they printed
 //!   (bench_all.rs; `--quick` for fewer rounds and no VM, `--skip a,b` to leave some out, `--rewrite` to write the
-//!   page again from the last run's figures).
+//!   page again from the last run's output).
 //! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion), then the
 //!   cost of one pread of each file a sample reads.
+//! - `host-reads`: the LISTEN sockets from sock_diag against `/proc/self/net/tcp`, and a sample's reads per process
+//!   with `statm` kept open against open-read-close (criterion, monitor/benches/host_reads.rs).
 //! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
 //! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench_probes.rs).
 //! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench_proxy.rs).
@@ -20,6 +22,10 @@
 // The benchmarks of other subsystems live beside this file; they are dispatched from here.
 #[path = "bench_all.rs"]
 mod bench_all;
+#[path = "bench_all_figures.rs"]
+mod bench_all_figures;
+#[path = "bench_all_page.rs"]
+mod bench_all_page;
 #[path = "bench_all_text.rs"]
 mod bench_all_text;
 #[path = "bench_cluster.rs"]
@@ -47,7 +53,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which benchmark: all, sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster.
+    /// Which benchmark: all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config,
+    /// cluster.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -58,7 +65,8 @@ pub struct Args {
     /// all: benchmarks to leave out, comma-separated.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
-    /// all: write docs/benchmarks.md again from the last run's figures (target/bench-all/run.json), running nothing.
+    /// all: write docs/benchmarks.md again from the last run's output (target/bench-all/run.json, or the page itself
+    /// when that is gone), running nothing.
     #[arg(long)]
     rewrite: bool,
 }
@@ -67,6 +75,7 @@ pub fn run(args: Args) -> Result<()> {
     match args.name.as_str() {
         "all" => bench_all::run(args.quick, &args.skip, args.rewrite),
         "sampler" => sampler(),
+        "host-reads" => host_reads(),
         "agent-cpu" => agent_cpu(args.seconds),
         "probes" => bench_probes::run(),
         "proxy" => bench_proxy::run(),
@@ -76,7 +85,7 @@ pub fn run(args: Args) -> Result<()> {
         "config" => bench_config::run(),
         "cluster" => bench_cluster::run(),
         other => bail!(
-            "unknown benchmark {other:?} (all, sampler, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster)"
+            "unknown benchmark {other:?} (all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster)"
         ),
     }
 }
@@ -103,6 +112,51 @@ fn sampler() -> Result<()> {
     println!("ratio full/raw = {:.2} (goal <= 1.5)", full / raw);
     println!("at a 100 ms interval that is {:.3}% of one core spent sampling", full / 100e6 * 100.0);
     file_costs()
+}
+
+/// `1.2 µs`, `11.6 ms`: `ns` in the unit that keeps it between 1 and 1000.
+fn human_ns(ns: f64) -> String {
+    match ns {
+        n if n < 1e3 => format!("{n:.0} ns"),
+        n if n < 1e6 => format!("{:.1} µs", n / 1e3),
+        n if n < 1e9 => format!("{:.1} ms", n / 1e6),
+        n => format!("{:.2} s", n / 1e9),
+    }
+}
+
+/// The host reads of monitor/benches/host_reads.rs (criterion), each beside the read it replaces; its summary on
+/// stdout, criterion's report on stderr.
+fn host_reads() -> Result<()> {
+    sh(Command::new("cargo")
+        .current_dir(root())
+        .args(["bench", "-p", "monitor", "--bench", "host_reads"])
+        .stdout(std::io::stderr()))?;
+    let (diag, tcp) = (estimate_ns("listeners/sock_diag")?, estimate_ns("listeners/proc-net-tcp")?);
+    let owner = estimate_ns("listeners/port_owner")?;
+    println!(
+        "LISTEN sockets, one read: sock_diag {}, /proc/self/net/tcp {} ({:.0}x); a readiness check's port_owner {}",
+        human_ns(diag),
+        human_ns(tcp),
+        tcp / diag,
+        human_ns(owner)
+    );
+    // The group is named after the processes the benchmark managed to start (`procs-200`).
+    let criterion = crate::util::target_dir().join("criterion");
+    let group = std::fs::read_dir(&criterion)
+        .with_context(|| format!("reading {}", criterion.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .find(|n| n.starts_with("procs-"))
+        .context("no procs-<n> group in target/criterion")?;
+    let n: f64 = group.trim_start_matches("procs-").parse().with_context(|| format!("group {group}"))?;
+    let kept = estimate_ns(&format!("{group}/statm-kept-open"))? / n;
+    let closed = estimate_ns(&format!("{group}/open-read-close"))? / n;
+    println!(
+        "{n} processes sampled, per process: statm kept open {}, open-read-close {} ({:.1}x)",
+        human_ns(kept),
+        human_ns(closed),
+        closed / kept
+    );
+    Ok(())
 }
 
 /// Mean ns of one `pread` from offset 0 of each of `files`, over `rounds` passes.

@@ -1,22 +1,23 @@
-//! `cargo xtask bench all [--quick] [--skip a,b]`: runs every benchmark as `cargo xtask bench <name>` (a child
-//! process each, its printed summary captured) and writes docs/benchmarks.md from what they printed: for each, the
-//! command, when it ran, how long it took and the load around it, and its figures beside the baselines it measured
-//! in the same run. The page is rewritten after each benchmark, so a run that stops keeps what it finished, and
-//! what each printed is kept in target/bench-all/run.json: `--rewrite` writes the page again from it without
-//! running anything (after a change to the page's text, which lives in bench_all_text.rs).
+//! `cargo xtask bench all [--quick] [--skip a,b] [--rewrite]`: runs every benchmark as `cargo xtask bench <name>` (a
+//! child process each, its printed summary captured) and writes docs/benchmarks.md whole from what they printed
+//! (bench_all_page.rs): for each, the command, when it ran, how long it took and the load around it, its headline
+//! figures (bench_all_figures.rs) and all it printed. The page is rewritten after each benchmark, so a run that
+//! stops keeps what it finished, and what each printed is kept in target/bench-all/run.json: `--rewrite` writes the
+//! page again from it without running anything (after a change to the page's text, in bench_all_text.rs, or to how
+//! figures are read), or, when target/bench-all/ is gone, from what the page itself says each benchmark printed.
 
-use super::bench_all_text::{Bench, ABOUT_PAGE, TESTS_HOLD};
+use super::bench_all_text::Bench;
 use crate::util::root;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// What came of one benchmark.
-enum Outcome {
+#[derive(Debug, PartialEq)]
+pub(super) enum Outcome {
     Pending,
     NotRun(String),
     /// It ran: `status` None when it succeeded, else how it ended and the last lines of its stderr.
@@ -30,13 +31,15 @@ enum Outcome {
 }
 
 /// A whole run: what the page is written from, kept in target/bench-all/run.json.
-struct Run {
-    head: Head,
-    quick: bool,
-    outcomes: Vec<Outcome>,
-    took_secs: f64,
-    end_load: String,
-    done: bool,
+#[derive(Debug, PartialEq)]
+pub(super) struct Run {
+    pub head: Head,
+    pub quick: bool,
+    /// One per benchmark, in the order of the list.
+    pub outcomes: Vec<Outcome>,
+    pub took_secs: f64,
+    pub end_load: String,
+    pub done: bool,
 }
 
 /// The longest a benchmark may take before it is stopped (the VM part of `reaction` is the longest).
@@ -47,8 +50,14 @@ pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
     let page = root().join("docs/benchmarks.md");
     let saved = crate::util::target_dir().join("bench-all/run.json");
     if rewrite {
-        let text = std::fs::read_to_string(&saved).with_context(|| format!("reading {}", saved.display()))?;
-        let run = Run::from_json(&serde_json::from_str(&text)?, benches.len())?;
+        let run = if saved.exists() {
+            let text = std::fs::read_to_string(&saved).with_context(|| format!("reading {}", saved.display()))?;
+            Run::from_json(&serde_json::from_str(&text)?, benches)?
+        } else {
+            eprintln!("bench all: no {}; the figures are read back from the page itself", saved.display());
+            let text = std::fs::read_to_string(&page).with_context(|| format!("reading {}", page.display()))?;
+            super::bench_all_page::read(&text, benches)?
+        };
         return write_page(&page, benches, &run);
     }
     for s in skip {
@@ -77,7 +86,8 @@ pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
         if let Some(dir) = saved.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(&saved, run.to_json().to_string()).with_context(|| format!("writing {}", saved.display()))?;
+        std::fs::write(&saved, run.to_json(benches).to_string())
+            .with_context(|| format!("writing {}", saved.display()))?;
         write_page(&page, benches, &run)?;
     }
     eprintln!("bench all: {} written in {:.0} s", page.display(), t0.elapsed().as_secs_f64());
@@ -85,15 +95,16 @@ pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
 }
 
 impl Run {
-    fn to_json(&self) -> Value {
+    fn to_json(&self, benches: &[Bench]) -> Value {
         let outcomes: Vec<Value> = self
             .outcomes
             .iter()
-            .map(|o| match o {
-                Outcome::Pending => json!({"kind": "pending"}),
-                Outcome::NotRun(reason) => json!({"kind": "not_run", "reason": reason}),
+            .zip(benches)
+            .map(|(o, b)| match o {
+                Outcome::Pending => json!({"name": b.name, "kind": "pending"}),
+                Outcome::NotRun(reason) => json!({"name": b.name, "kind": "not_run", "reason": reason}),
                 Outcome::Done { started, secs, load, status, output } => json!({
-                    "kind": "done", "started": started, "secs": secs, "load": [load.0, load.1],
+                    "name": b.name, "kind": "done", "started": started, "secs": secs, "load": [load.0, load.1],
                     "status": status.as_ref().map(|(s, tail)| json!([s, tail])), "output": output,
                 }),
             })
@@ -106,7 +117,8 @@ impl Run {
         })
     }
 
-    fn from_json(v: &Value, benches: usize) -> Result<Run> {
+    /// The run `to_json` kept. Outcomes go by benchmark name: one the run did not know (added since) is Pending.
+    fn from_json(v: &Value, benches: &[Bench]) -> Result<Run> {
         let text =
             |v: &Value, k: &str| v[k].as_str().map(str::to_string).with_context(|| format!("no {k} in run.json"));
         let h = &v["head"];
@@ -117,8 +129,13 @@ impl Run {
             load: text(h, "load")?,
             options: text(h, "options")?,
         };
+        let saved = v["outcomes"].as_array().context("no outcomes in run.json")?;
         let mut outcomes = Vec::new();
-        for o in v["outcomes"].as_array().context("no outcomes in run.json")? {
+        for b in benches {
+            let Some(o) = saved.iter().find(|o| o["name"].as_str() == Some(b.name)) else {
+                outcomes.push(Outcome::Pending);
+                continue;
+            };
             outcomes.push(match o["kind"].as_str() {
                 Some("not_run") => Outcome::NotRun(text(o, "reason")?),
                 Some("done") => Outcome::Done {
@@ -135,12 +152,6 @@ impl Run {
                 },
                 _ => Outcome::Pending,
             });
-        }
-        if outcomes.len() != benches {
-            anyhow::bail!(
-                "run.json holds {} benchmarks, the list has {benches}: run `bench all` again",
-                outcomes.len()
-            );
         }
         Ok(Run {
             head,
@@ -169,7 +180,7 @@ fn missing(b: &Bench) -> Option<String> {
 }
 
 /// The command line a reader types for `b` (its environment first).
-fn command_line(b: &Bench, quick: bool) -> String {
+pub(super) fn command_line(b: &Bench, quick: bool) -> String {
     let knobs = if quick { b.quick } else { b.full };
     let env: Vec<String> = knobs.iter().filter(|k| !k.0.starts_with("--")).map(|(k, v)| format!("{k}={v}")).collect();
     let args: Vec<String> = knobs.iter().filter(|k| k.0.starts_with("--")).map(|(k, v)| format!("{k} {v}")).collect();
@@ -269,12 +280,13 @@ fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> 
 }
 
 /// The machine and the run, said once at the top of the page.
-struct Head {
-    started: String,
-    build: String,
-    machine: String,
-    load: String,
-    options: String,
+#[derive(Debug, PartialEq)]
+pub(super) struct Head {
+    pub started: String,
+    pub build: String,
+    pub machine: String,
+    pub load: String,
+    pub options: String,
 }
 
 impl Head {
@@ -320,121 +332,9 @@ impl Head {
     }
 }
 
-fn write_page(page: &Path, benches: &[Bench], run: &Run) -> Result<()> {
-    let (head, quick) = (&run.head, run.quick);
-    let mut s = String::from("# Benchmarks\n\n");
-    s.push_str(ABOUT_PAGE);
-    s.push_str(&format!(
-        "\n**This run**: started {}, build {}; {}. {} after {:.0} min; load average (1, 5, 15 min) {} at the \
-         start, {} at the end.\n\n**Machine**: {}.\n\n",
-        head.started,
-        head.build,
-        head.options,
-        if run.done { "Finished" } else { "Stopped, or still running," },
-        run.took_secs / 60.0,
-        head.load,
-        run.end_load,
-        head.machine
-    ));
-    s.push_str("| benchmark | command | result | took |\n| --- | --- | --- | ---: |\n");
-    for (b, o) in benches.iter().zip(&run.outcomes) {
-        let (result, secs) = match o {
-            Outcome::Pending => ("not reached".to_string(), String::new()),
-            Outcome::NotRun(_) => ("not run (below)".to_string(), String::new()),
-            Outcome::Done { secs, status: None, .. } => ("ran".to_string(), format!("{secs:.0} s")),
-            Outcome::Done { secs, status: Some((status, _)), .. } => {
-                (format!("failed ({status})"), format!("{secs:.0} s"))
-            }
-        };
-        s.push_str(&format!(
-            "| [{}](#{}) | `{}` | {result} | {secs} |\n",
-            b.title,
-            anchor(b.title),
-            command_line(b, quick)
-        ));
-    }
-    for (b, o) in benches.iter().zip(&run.outcomes) {
-        s.push_str(&format!("\n## {}\n\n{}\n", b.title, b.about.trim_end()));
-        s.push_str(&format!("\nCommand: `{}`.\n\n", command_line(b, quick)));
-        match o {
-            Outcome::Pending => s.push_str("Not reached in this run.\n"),
-            Outcome::NotRun(reason) => s.push_str(&format!("**Not run**: {reason}.\n")),
-            Outcome::Done { started, secs, load, status: None, output } => {
-                s.push_str(&format!(
-                    "Ran {started}, {secs:.0} s, load average {} before and {} after. What it printed:\n\n",
-                    load.0, load.1
-                ));
-                s.push_str(&markdown(output));
-            }
-            Outcome::Done { started, secs, load, status: Some((status, tail)), output } => {
-                s.push_str(&format!(
-                    "**Failed** ({status}), started {started}, after {secs:.0} s, load average {} before and {} \
-                     after. The last lines it wrote to stderr:\n\n```text\n{tail}\n```\n",
-                    load.0, load.1
-                ));
-                if !output.trim().is_empty() {
-                    s.push_str("\nWhat it printed before:\n\n");
-                    s.push_str(&markdown(output));
-                }
-            }
-        }
-    }
-    s.push('\n');
-    s.push_str(TESTS_HOLD);
-    std::fs::write(page, s).with_context(|| format!("writing {}", page.display()))
-}
-
-/// A benchmark's printed summary as Markdown: table rows stay rows, other lines become list items, and the
-/// harness lines of `cargo test` are left out.
-fn markdown(output: &str) -> String {
-    let mut s = String::new();
-    let mut in_table = false;
-    for line in output.lines().filter_map(summary_line) {
-        let row = line.starts_with('|');
-        if row != in_table && !s.is_empty() {
-            s.push('\n');
-        }
-        in_table = row;
-        if !row {
-            s.push_str("- ");
-        }
-        s.push_str(line);
-        s.push('\n');
-    }
-    if s.is_empty() {
-        s.push_str("(nothing)\n");
-    }
-    s
-}
-
-/// A printed line as the page keeps it: trimmed; None for blank lines, the harness lines of `cargo test` (its
-/// `test name ... ` prefix taken off what follows it) and log lines of the programs a benchmark started.
-fn summary_line(line: &str) -> Option<&str> {
-    let mut l = line.trim();
-    if let Some(rest) = l.strip_prefix("test ").and_then(|r| r.split_once(" ... ")).map(|(_, rest)| rest) {
-        l = rest.trim();
-    }
-    let harness = l.starts_with("running ")
-        || l.starts_with("test result:")
-        || matches!(l, "ok" | "ignored" | "FAILED" | "successes:" | "failures:");
-    // A `tracing` line: `2026-12-01T14:25:05.599825Z  WARN target: …`.
-    let log = l.len() > 20
-        && l.as_bytes()[..4].iter().all(u8::is_ascii_digit)
-        && l.as_bytes()[10] == b'T'
-        && [" TRACE ", " DEBUG ", " INFO ", " WARN ", " ERROR "].iter().any(|k| l.contains(k));
-    (!l.is_empty() && !harness && !log).then_some(l)
-}
-
-/// GitHub's anchor for a heading: lower case, spaces to dashes, other punctuation dropped.
-fn anchor(title: &str) -> String {
-    title
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
-            _ => None,
-        })
-        .collect()
+fn write_page(page: &std::path::Path, benches: &[Bench], run: &Run) -> Result<()> {
+    let text = super::bench_all_page::page(benches, run);
+    std::fs::write(page, text).with_context(|| format!("writing {}", page.display()))
 }
 
 fn loadavg() -> String {
@@ -465,16 +365,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn output_becomes_markdown() {
-        let out = "running 1 test\ntest x ... first line\n| a | b |\n| --- | --- |\n| 1 | 2 |\nafter\nok\n\
-                   2026-12-01T14:25:05.599825Z  WARN monitor::sampler: request counting is off\n\
-                   test result: ok. 1 passed\n";
-        assert_eq!(markdown(out), "- first line\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n- after\n");
-    }
-
-    #[test]
-    fn anchors_follow_headings() {
-        assert_eq!(anchor("Front door: instructions per request"), "front-door-instructions-per-request");
-        assert_eq!(anchor("eBPF probes"), "ebpf-probes");
+    fn a_run_survives_run_json_and_a_new_benchmark_is_pending() {
+        let benches = super::super::bench_all_text::BENCHES;
+        let done = |output: &str, status: Option<(&str, &str)>| Outcome::Done {
+            started: "2026-12-02 08:52 UTC".into(),
+            secs: 183.0,
+            load: ("1.33 1.11 1.56".into(), "1.13 1.16 1.50".into()),
+            status: status.map(|(s, tail)| (s.to_string(), tail.to_string())),
+            output: output.into(),
+        };
+        let mut outcomes: Vec<Outcome> = benches.iter().map(|_| Outcome::Pending).collect();
+        outcomes[0] = done("ratio full/raw = 1.16 (goal <= 1.5)\n", None);
+        outcomes[1] = Outcome::NotRun("needs wrk, not found on this machine".into());
+        outcomes[2] = done("", Some(("exit status: 101", "error: it broke")));
+        let run = Run {
+            head: Head {
+                started: "2026-12-02 08:52 UTC".into(),
+                build: "`bfd4da2`".into(),
+                machine: "AMD EPYC, nproc 2".into(),
+                load: "1.33 1.11 1.56".into(),
+                options: "`cargo xtask bench all --quick`".into(),
+            },
+            quick: true,
+            outcomes,
+            took_secs: 1560.0,
+            end_load: "38.48 11.93 5.07".into(),
+            done: true,
+        };
+        let json = run.to_json(benches);
+        assert_eq!(Run::from_json(&json, benches).expect("read back"), run);
+        // A benchmark added since the run: its outcome is Pending, the others keep theirs by name.
+        let mut fewer = json.clone();
+        if let Some(list) = fewer["outcomes"].as_array_mut() {
+            list.remove(1);
+        }
+        let back = Run::from_json(&fewer, benches).expect("read back");
+        assert_eq!(back.outcomes[1], Outcome::Pending);
+        assert_eq!(back.outcomes[0], run.outcomes[0]);
+        assert_eq!(back.outcomes[2], run.outcomes[2]);
     }
 }

@@ -13,8 +13,11 @@ cgroups, load eBPF programs or start nginx); one that cannot run here says why i
 `cargo xtask bench all --quick` runs each with fewer rounds and shorter runs and leaves out the test VM; without
 `--quick` the test VM's cgroup v2 cells of `reaction` (a static build of the binaries, then each kernel booted
 under emulation) add most of an hour. Each section's command says what it ran with. `--skip name,name` leaves
-benchmarks out; `--rewrite` writes this page again from the last run's figures (kept in target/bench-all/)
-without running anything.
+benchmarks out; `--rewrite` writes this page again from the last run's output (kept in target/bench-all/, or read
+back from this page when that is gone) without running anything. Each section's table holds its headline figures,
+read from what the benchmark printed (xtask/src/bench_all_figures.rs); the other pages quote a figure only as a link
+to its section here, `[1.89x](benchmarks.md#cluster-forwarding-and-gossip)`, and
+tests/tests/cli/docs_check.rs fails when a quote is not in the section it links to.
 ";
 
 /// One benchmark as `bench all` runs it.
@@ -48,6 +51,22 @@ under. Goal: full / raw <= 1.5. Then the cost of one `pread` of each file, one k
 `sleep` processes (xtask/src/bench.rs): the figures docs/design.md and monitor/src/procs.rs cite. `status` and
 `stat` are there to compare: a sample takes RSS and RssAnon from `statm` (resident − shared is the kernel's
 MM_ANONPAGES, the `RssAnon` of `status`), and reads `stat` once per process, when it joins.
+",
+    },
+    Bench {
+        name: "host-reads",
+        title: "Host reads",
+        full: &[],
+        quick: &[],
+        tools: &[],
+        v1: false,
+        about: "\
+**The host reads whose cost depends on the machine, each against the plain read it replaces** (criterion,
+monitor/benches/host_reads.rs). Who holds a port: the LISTEN sockets from the kernel's socket diagnostics
+(`sock_diag`), against reading `/proc/self/net/tcp`, which lists every connection of the host, and one readiness
+check's `port_owner`. A sample of 200 `sleep` processes, per process: `statm` kept open against open-read-close,
+the way the processes past the fd limit are read. No goal: these say what the choices in
+monitor/src/sockets/ and monitor/src/procs.rs save.
 ",
     },
     Bench {
@@ -250,8 +269,8 @@ socket errors and 0 non-2xx answers, with fast and with slow answers.
 ### Readiness checks and file descriptors
 
 - **Every process sampled past the fd limit**: 1,101 processes under a limit of 1,024 descriptors, the rest read
-  by open-read-close. `cargo test -p monitor-tests --test agent fds`. The cost per process of each way, 200
-  processes: `cargo bench -p monitor --bench host_reads -- procs` (2.5 µs kept open against 30 µs open-read-close here).
-- **Who holds a port**: the kernel's socket diagnostics against `/proc/self/net/tcp`, per read:
-  `cargo bench -p monitor --bench host_reads -- listeners` (52 µs against 11.6 ms on this busy machine).
+  by open-read-close. `cargo test -p monitor-tests --test agent fds`. The cost per process of each way:
+  [Host reads](#host-reads).
+- **Who holds a port**: the kernel's socket diagnostics, not `/proc/self/net/tcp`; the cost of each per read:
+  [Host reads](#host-reads).
 ";

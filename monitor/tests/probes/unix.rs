@@ -86,13 +86,11 @@ fn the_socket_hooks_do_not_count_a_unix_socket() {
     if !require_root(name) || !require_program(name, "curl") || !require_program(name, "python3") {
         return;
     }
-    if !Path::new("/sys/kernel/tracing/events/sock/sock_recv_length").exists()
-        && !Path::new("/sys/kernel/debug/tracing/events/sock/sock_recv_length").exists()
-    {
-        monitor_tests::require::skip(
-            name,
-            "this kernel has no sock_recv_length tracepoint (the socket hooks need 6.3+)",
-        );
+    let sock_hooks = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|t| Path::new(t).join("events/sock/sock_recv_length").exists());
+    let reason = "this kernel has no sock_recv_length tracepoint (the socket hooks need 6.3+)";
+    if !monitor_tests::require(sock_hooks, name, reason) {
         return;
     }
     let dir = TempDir::new("unix-sock");

@@ -4,7 +4,7 @@
 //! the agent units at or below 4.0 and the run unit below 6.0.
 
 use monitor_tests::agent::{monitor_bin, workspace_root};
-use monitor_tests::in_ci;
+use monitor_tests::require;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,9 +38,8 @@ fn the_deploy_configs_are_valid() {
 #[test]
 fn the_units_verify_and_name_the_configs() {
     let test = "the_units_verify_and_name_the_configs";
-    if Command::new("systemd-analyze").arg("--version").output().is_err() {
-        assert!(!in_ci(), "{test}: systemd-analyze must be installed in CI (the systemd package)");
-        monitor_tests::require::skip(test, "no systemd-analyze");
+    let analyze = Command::new("systemd-analyze").arg("--version").output().is_ok();
+    if !require(analyze, test, "needs systemd-analyze (the systemd package)") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("monitor-deploy-units-{}", std::process::id()));
@@ -101,9 +100,7 @@ fn the_units_are_hardened() {
     let test = "the_units_are_hardened";
     let probe = Command::new("systemd-analyze").args(["security", "--help"]).output();
     let offline = probe.as_ref().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--offline"));
-    if !offline {
-        assert!(!in_ci(), "{test}: CI needs systemd-analyze with `security --offline` (systemd 250 or later)");
-        monitor_tests::require::skip(test, "no systemd-analyze security --offline (systemd 250 or later)");
+    if !require(offline, test, "needs `systemd-analyze security --offline` (systemd 250 or later)") {
         return;
     }
     for (unit, goal, inclusive) in [

@@ -3,11 +3,21 @@
 //! annotations), and both it and `docs/grafana-dashboard.json` (which must parse) name only `monitor_*` series that
 //! a running agent's `/metrics` exports; the rules raise the agent's own alerts under the agent's names
 //! (`monitor::alerts::names`). promtool missing: skipped locally, a failure in CI.
-
+//!
+//! And the benchmark figures the docs quote against docs/benchmarks.md, which `cargo xtask bench all` writes. How
+//! to quote one: in README.md, docs/*.md or a file under deploy/ a benchmark figure is written only as a link on one
+//! line, its text the figure exactly as the page prints it (unit included) and its target the page's section it
+//! comes from: `[1.89x](benchmarks.md#cluster-forwarding-and-gossip)` in docs/, `docs/benchmarks.md#…` from the
+//! README and in a unit file's comments. Each section of the page opens with a table of its figures to quote. The
+//! test fails when a link's section is not a heading of the page, when a Markdown file's link does not lead to
+//! docs/benchmarks.md, or when a quote (a link text starting with a digit or a sign) is not a whole figure of its
+//! section: `1.7` is not in `1.72x`, nor `32 µs` in `+32 µs`. After `cargo xtask bench all`, update the quotes it
+//! names.
 use monitor_tests::config::Config;
 use monitor_tests::{require, workspace_root, Agent};
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn doc(name: &str) -> String {
@@ -226,4 +236,220 @@ fn the_runbook_table_gives_each_rule_its_severity() {
         let listed = table.iter().find(|(n, _)| n == name).map(|(_, s)| s.as_str());
         assert_eq!(listed, Some(severity.as_str()), "docs/alerts.md's severity of {name} against its rule");
     }
+}
+
+/// A link `[text](target)` on line `line` (from 1) of a file.
+#[derive(Debug, PartialEq)]
+struct Link {
+    line: usize,
+    text: String,
+    target: String,
+}
+
+/// Every `[text](target)` in `doc` whose target's path ends in `benchmarks.md`.
+fn bench_links(doc: &str) -> Vec<Link> {
+    let mut out = Vec::new();
+    for (n, l) in doc.lines().enumerate() {
+        let mut rest = l;
+        while let Some(open) = rest.find('[') {
+            let after = &rest[open + 1..];
+            let Some(close) = after.find("](") else { break };
+            let text = &after[..close];
+            let tail = &after[close + 2..];
+            let Some(end) = tail.find(')') else { break };
+            let target = &tail[..end];
+            if text.contains('[') {
+                rest = &rest[open + 1..];
+                continue;
+            }
+            if target.split('#').next().is_some_and(|p| p.ends_with("benchmarks.md")) {
+                out.push(Link { line: n + 1, text: text.to_string(), target: target.to_string() });
+            }
+            rest = &tail[end..];
+        }
+    }
+    out
+}
+
+/// GitHub's anchor for a heading: lower case, spaces to dashes, other punctuation dropped.
+fn anchor(title: &str) -> String {
+    title
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The section of `page` whose heading has `id` as its anchor: from the heading to the next heading of the same or
+/// a higher level.
+fn section<'a>(page: &'a str, id: &str) -> Option<&'a str> {
+    let mut start = None;
+    let mut offset = 0;
+    for l in page.split_inclusive('\n') {
+        let level = l.bytes().take_while(|&b| b == b'#').count();
+        if level > 0 && l.as_bytes().get(level) == Some(&b' ') {
+            match start {
+                Some((at, lvl)) if level <= lvl => return Some(&page[at..offset]),
+                None if anchor(l[level..].trim()) == id => start = Some((offset, level)),
+                _ => {}
+            }
+        }
+        offset += l.len();
+    }
+    start.map(|(at, _)| &page[at..])
+}
+
+/// True when `figure` is in `text` as a whole figure: not part of a longer number or word (`1.7` is not in
+/// `1.72x`, `32 µs` not in `+32 µs`, `1.89` not in `1.89x`).
+fn has_figure(text: &str, figure: &str) -> bool {
+    text.match_indices(figure).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = &text[i + figure.len()..];
+        let mut next = after.chars();
+        let joined_before = before.is_some_and(|c| c.is_alphanumeric() || matches!(c, '.' | '+' | '-'));
+        let joined_after = match next.next() {
+            Some('.') => next.next().is_some_and(|c| c.is_ascii_digit()),
+            Some(c) => c.is_alphanumeric(),
+            None => false,
+        };
+        !joined_before && !joined_after
+    })
+}
+
+/// A link text that is a figure: it starts with a digit, or a sign and a digit.
+fn is_figure(text: &str) -> bool {
+    let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+    digits.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// The files that may quote the page: README.md, docs/*.md but the page, every file under deploy/.
+fn quoting_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
+            Ok(e) => e.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(e) => panic!("{}: {e}", dir.display()),
+        };
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let root = workspace_root();
+    let mut files = vec![root.join("README.md")];
+    walk(&root.join("deploy"), &mut files);
+    let mut docs = Vec::new();
+    walk(&root.join("docs"), &mut docs);
+    files
+        .extend(docs.into_iter().filter(|p| p.extension().is_some_and(|e| e == "md") && !p.ends_with("benchmarks.md")));
+    files
+}
+
+/// What is wrong with `link` in `file` (a path relative to the workspace root) against the page, if anything.
+fn check_link(file: &str, link: &Link, page: &str) -> Option<String> {
+    let at = format!("{file}:{}: [{}]({})", link.line, link.text, link.target);
+    let (path, id) = link.target.split_once('#').unwrap_or((link.target.as_str(), ""));
+    if file.ends_with(".md") {
+        let dir = Path::new(file).parent().unwrap_or(Path::new(""));
+        if dir.join(path) != Path::new("docs/benchmarks.md") {
+            return Some(format!("{at}: the link does not lead to docs/benchmarks.md"));
+        }
+    }
+    if id.is_empty() {
+        return is_figure(&link.text).then(|| format!("{at}: a quoted figure links to the section it comes from"));
+    }
+    let Some(text) = section(page, id) else {
+        return Some(format!("{at}: docs/benchmarks.md has no section #{id}"));
+    };
+    (is_figure(&link.text) && !has_figure(text, &link.text))
+        .then(|| format!("{at}: section #{id} of docs/benchmarks.md has no figure `{}`", link.text))
+}
+
+#[test]
+fn quotes_and_figures_are_read_as_written() {
+    let doc =
+        "a [1.89x](benchmarks.md#cluster) and [text](x.md) [2 ms](docs/benchmarks.md#reaction-to-a-fast-grower)\n\
+               [[nested] 3](benchmarks.md#y) [0.5%](benchmarks.md)";
+    let links = bench_links(doc);
+    let got: Vec<(usize, &str, &str)> = links.iter().map(|l| (l.line, l.text.as_str(), l.target.as_str())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, "1.89x", "benchmarks.md#cluster"),
+            (1, "2 ms", "docs/benchmarks.md#reaction-to-a-fast-grower"),
+            (2, "nested] 3", "benchmarks.md#y"),
+            (2, "0.5%", "benchmarks.md"),
+        ]
+    );
+    for (text, figure, whole) in [
+        ("| forwarded / local p50 | 1.89x |", "1.89x", true),
+        ("forwarded / local p50: 1.89 (rounds", "1.89", true),
+        ("| x | 1.89x |", "1.89", false),
+        ("| x | 1.72x |", "1.7", false),
+        ("1.72", "1.7", false),
+        ("| a | +32 µs |", "+32 µs", true),
+        ("| a | +32 µs |", "32 µs", false),
+        ("v1.5.2", "1.5", false),
+        ("it is 1.5.", "1.5", true),
+        ("0.5 / 0.7 ms |", "0.7 ms", true),
+        ("0.7 msec", "0.7 ms", false),
+        ("2.01x", "2.01x", true),
+        ("1.89x", "2.01x", false),
+    ] {
+        assert_eq!(has_figure(text, figure), whole, "{figure:?} in {text:?}");
+    }
+    assert!(is_figure("2339 MB/s") && is_figure("+32 µs") && is_figure("-185 ns"));
+    assert!(!is_figure("benchmarks.md") && !is_figure("Host reads") && !is_figure("-"));
+}
+
+#[test]
+fn sections_run_to_the_next_heading_of_their_level() {
+    let page = "# Benchmarks\n\n## Agent CPU\n\n| x | 0.562% |\n\n## Bounds the tests hold\n\n### Agent under load\n\n\
+                64 MB\n\n### Front door drain\n\nnone\n";
+    assert_eq!(section(page, "agent-cpu"), Some("## Agent CPU\n\n| x | 0.562% |\n\n"));
+    assert!(section(page, "bounds-the-tests-hold").is_some_and(|s| s.contains("64 MB") && s.contains("none")));
+    assert_eq!(section(page, "agent-under-load"), Some("### Agent under load\n\n64 MB\n\n"));
+    assert_eq!(section(page, "front-door-drain"), Some("### Front door drain\n\nnone\n"));
+    assert_eq!(section(page, "sampler"), None);
+    let link = |text: &str, target: &str| Link { line: 7, text: text.into(), target: target.into() };
+    assert_eq!(check_link("docs/x.md", &link("0.562%", "benchmarks.md#agent-cpu"), page), None);
+    assert_eq!(check_link("README.md", &link("0.562%", "docs/benchmarks.md#agent-cpu"), page), None);
+    assert_eq!(check_link("deploy/a.service", &link("0.562%", "docs/benchmarks.md#agent-cpu"), page), None);
+    assert_eq!(check_link("docs/x.md", &link("the page", "benchmarks.md"), page), None);
+    for (file, text, target, why) in [
+        ("docs/x.md", "0.63%", "benchmarks.md#agent-cpu", "has no figure `0.63%`"),
+        ("docs/x.md", "64 MB", "benchmarks.md#agent-cpu", "has no figure `64 MB`"),
+        ("docs/x.md", "0.562%", "benchmarks.md#sampler", "has no section #sampler"),
+        ("docs/x.md", "0.562%", "benchmarks.md", "links to the section it comes from"),
+        ("README.md", "0.562%", "benchmarks.md#agent-cpu", "does not lead to docs/benchmarks.md"),
+        ("docs/x.md", "the load", "benchmarks.md#agent-under-loud", "has no section #agent-under-loud"),
+    ] {
+        let err = check_link(file, &link(text, target), page).unwrap_or_default();
+        assert!(err.starts_with(&format!("{file}:7: [{text}]({target})")) && err.contains(why), "{err}");
+    }
+}
+
+/// Every benchmark figure the docs quote is, as written, in the section of docs/benchmarks.md it links to.
+#[test]
+fn quoted_benchmark_figures_are_the_pages() {
+    let root = workspace_root();
+    let page = doc("benchmarks.md");
+    let mut quotes = 0;
+    let mut wrong = Vec::new();
+    for path in quoting_files() {
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let file = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
+        for link in bench_links(&text) {
+            quotes += usize::from(is_figure(&link.text));
+            wrong.extend(check_link(&file, &link, &page));
+        }
+    }
+    assert!(wrong.is_empty(), "quotes of docs/benchmarks.md that are not on it:\n{}", wrong.join("\n"));
+    assert!(quotes >= 15, "only {quotes} quoted figures found: the docs quote more");
 }

@@ -7,7 +7,6 @@
 use monitor_tests::agent::process;
 use monitor_tests::require_v1;
 use monitor_tests::run::{launcher, Run, Spec};
-use monitor_tests::{in_ci, is_root};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -22,8 +21,8 @@ fn run_in_its_own_group_guards_it_without_counting_itself() {
     if !require_v1(name) {
         return;
     }
-    let probes = is_root() || in_ci();
-    let spec = Spec { workers: 2, probes, own_group: true, limit_mib: 768, ..Spec::default() };
+    // Root, as require_v1 made sure: the probes run.
+    let spec = Spec { workers: 2, probes: true, own_group: true, limit_mib: 768, ..Spec::default() };
     let mut run = Run::start("own-group", &spec);
     let pids: Vec<u64> = launcher(&run.status()).iter().filter_map(|p| p["pid"].as_u64()).collect();
     assert_eq!(pids.len(), 3, "{}", run.status());
@@ -42,20 +41,16 @@ fn run_in_its_own_group_guards_it_without_counting_itself() {
         let r = run.get(&format!("/r4/CodeSystem/{i}"), &[]);
         assert_eq!(r.status, 200, "{}", r.text());
     }
-    if probes {
-        assert_eq!(st["probes"]["enabled"], true, "{}", st["probes"]);
-        // Health checks reach the processes too: at least the proxied requests, and nothing on monitor.
-        let st = run.wait_for(
-            "the proxied requests counted",
-            |s| pids.iter().filter_map(|p| entry(s, *p)?["requests_total"].as_u64()).sum::<u64>() >= n,
-            Duration::from_secs(10),
-        );
-        let mine = entry(&st, me).cloned().unwrap_or_default();
-        assert_eq!(mine["requests_total"], 0, "monitor traced itself: {mine}");
-        assert_eq!(mine["accepts_total"], 0, "monitor traced itself: {mine}");
-    } else {
-        eprintln!("{name}: not root, the probes half is not checked");
-    }
+    assert_eq!(st["probes"]["enabled"], true, "{}", st["probes"]);
+    // Health checks reach the processes too: at least the proxied requests, and nothing on monitor.
+    let st = run.wait_for(
+        "the proxied requests counted",
+        |s| pids.iter().filter_map(|p| entry(s, *p)?["requests_total"].as_u64()).sum::<u64>() >= n,
+        Duration::from_secs(10),
+    );
+    let mine = entry(&st, me).cloned().unwrap_or_default();
+    assert_eq!(mine["requests_total"], 0, "monitor traced itself: {mine}");
+    assert_eq!(mine["accepts_total"], 0, "monitor traced itself: {mine}");
     let status = run.terminate(Duration::from_secs(30));
     assert!(status.success(), "monitor run exit: {status}; stderr:\n{}", run.stderr());
     for pid in pids {

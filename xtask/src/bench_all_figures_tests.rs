@@ -1,0 +1,262 @@
+//! Each benchmark's figures, read from what it printed in a recorded run (xtask/fixtures/bench-all/).
+
+use super::*;
+
+macro_rules! sample {
+    ($name:literal) => {
+        include_str!(concat!("../fixtures/bench-all/", $name, ".txt"))
+    };
+}
+
+/// The figures of `name` in `output` as (what, value) pairs, every one found.
+fn read(name: &str, output: &str) -> Vec<(String, String)> {
+    figures(name, output)
+        .into_iter()
+        .map(|f| {
+            let value = f.value.unwrap_or_else(|| panic!("{name}: {:?} not read", f.what));
+            (f.what, value)
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(w, v)| (w.to_string(), v.to_string())).collect()
+}
+
+#[test]
+fn numbers_keep_their_sign_and_unit() {
+    for (text, want) in [
+        ("46.0 µs, full", Some("46.0 µs")),
+        ("+32 µs, bare hop", Some("+32 µs")),
+        ("-287 ns", Some("-287 ns")),
+        ("0.562% of one core", Some("0.562%")),
+        ("1.629 s (goal < 2 s)", Some("1.629 s")),
+        ("0.107 s: monitor", Some("0.107 s")),
+        ("509 B/s (max 550)", Some("509 B/s")),
+        ("1.89 (rounds: 2.03, 1.75)", Some("1.89")),
+        ("3.48; 5 min page", Some("3.48")),
+        ("12 processes", Some("12")),
+        ("1.5.", Some("1.5")),
+        ("- / - ms", None),
+        ("ms", None),
+        ("", None),
+    ] {
+        assert_eq!(number_with_unit(text).as_deref(), want, "{text:?}");
+    }
+    assert_eq!(value_after("a: x 1, b: y 2", "b: y "), Some("2".into()));
+    assert_eq!(value_after("a: x 1", "missing"), None);
+    assert_eq!(p99("0.5 / 0.7 ms"), Some("0.7 ms".into()));
+    assert_eq!(p99("- / - ms"), Some("-".into()));
+}
+
+#[test]
+fn tables_are_read_by_their_header() {
+    let out =
+        "before\n| file | µs | / x |\n| --- | ---: | ---: |\n| a | 1.5 | 2 |\n| b | 3 | 4 |\nafter\n| k |\n| --- |\n";
+    let all = tables(out);
+    assert_eq!(all.len(), 2);
+    let t = &all[0];
+    assert_eq!((t.header.clone(), t.rows.len()), (vec!["file", "µs", "/ x"], 2));
+    assert_eq!(t.row("b").and_then(|r| t.cell(r, "/ x")), Some("4"));
+    assert_eq!(t.row("c"), None);
+    assert!(all[1].rows.is_empty());
+}
+
+#[test]
+fn sampler() {
+    let want = [
+        ("full sample, 16 processes", "46.0 µs"),
+        ("raw pread of the same files", "39.5 µs"),
+        ("full sample / raw pread", "1.16x"),
+        ("one core spent sampling at a 100 ms interval", "0.046%"),
+        ("one pread of the group's `memory.stat`", "7.87 µs"),
+        ("one pread of the group's `cgroup.procs`", "3.82 µs"),
+        ("one pread of `/proc/<pid>/statm`", "0.96 µs"),
+        ("one pread of `/proc/<pid>/status`", "8.15 µs"),
+        ("`status` / `statm`", "8.5x"),
+        ("one pread of `/proc/<pid>/stat`", "3.16 µs"),
+    ];
+    assert_eq!(read("sampler", sample!("sampler")), pairs(&want));
+}
+
+#[test]
+fn host_reads() {
+    let want = [
+        ("LISTEN sockets from sock_diag, one read", "52.0 µs"),
+        ("LISTEN sockets from `/proc/self/net/tcp`, one read", "11.6 ms"),
+        ("one readiness check's `port_owner`", "60.1 µs"),
+        ("a sample, per process, `statm` kept open", "2.5 µs"),
+        ("a sample, per process, open-read-close", "30.0 µs"),
+    ];
+    assert_eq!(read("host-reads", sample!("host-reads")), pairs(&want));
+}
+
+#[test]
+fn agent_cpu() {
+    let want = [
+        ("the agent's CPU, share of one core", "0.562%"),
+        ("its sampler thread", "0.375%"),
+        ("the baseline: this sleeping process", "0.002%"),
+    ];
+    assert_eq!(read("agent-cpu", sample!("agent-cpu")), pairs(&want));
+}
+
+#[test]
+fn probes() {
+    let want = [
+        ("tracepoints: throughput / detached, median of the rounds", "0.849x"),
+        ("tracepoints: CPU per request over detached, median", "2412 ns"),
+        ("raw sys_exit: throughput / detached, median of the rounds", "0.886x"),
+        ("raw sys_exit: CPU per request over detached, median", "1691 ns"),
+        ("socket: throughput / detached, median of the rounds", "0.919x"),
+        ("socket: CPU per request over detached, median", "1364 ns"),
+        ("socket, nginx untraced: throughput / detached, median of the rounds", "0.979x"),
+        ("socket, nginx untraced: CPU per request over detached, median", "225 ns"),
+        ("empty cgroup_skb programs: throughput / detached, median of the rounds", "1.008x"),
+        ("empty cgroup_skb programs: CPU per request over detached, median", "-185 ns"),
+        ("Tracepoints: time in the programs per request", "1540 ns"),
+        ("RawSysExit: time in the programs per request", "1326 ns"),
+        ("Sock: time in the programs per request", "1109 ns"),
+        ("Sock, nginx not traced: time in the programs per request", "391 ns"),
+        ("Empty cgroup_skb programs: time in the programs per request", "151 ns"),
+    ];
+    assert_eq!(read("probes", sample!("probes")), pairs(&want));
+}
+
+#[test]
+fn proxy() {
+    let want = [
+        ("monitor / nginx throughput at c=1", "0.92x"),
+        ("median of the rounds' monitor / nginx at c=1", "0.83x"),
+        ("monitor's added p50 over direct at c=1", "+32 µs"),
+        ("nginx's added p50 over direct at c=1", "+33 µs"),
+        ("monitor / nginx throughput at c=16", "1.07x"),
+        ("median of the rounds' monitor / nginx at c=16", "1.05x"),
+        ("monitor's added p50 over direct at c=16", "+166 µs"),
+        ("nginx's added p50 over direct at c=16", "+180 µs"),
+        ("monitor / nginx throughput at c=64", "0.96x"),
+        ("median of the rounds' monitor / nginx at c=64", "0.95x"),
+        ("monitor's added p50 over direct at c=64", "+548 µs"),
+        ("nginx's added p50 over direct at c=64", "+508 µs"),
+    ];
+    assert_eq!(read("proxy", sample!("proxy")), pairs(&want));
+}
+
+#[test]
+fn proxy_instructions() {
+    let want = [
+        ("monitor run: instructions per request", "34580"),
+        ("bare hyper hop: instructions per request", "23198"),
+        ("byte relay: instructions per request", "447"),
+        ("nginx: instructions per request", "19855"),
+        ("monitor run / nginx", "1.74x"),
+        ("monitor run / bare hyper hop", "1.49x"),
+    ];
+    assert_eq!(read("proxy-instructions", sample!("proxy-instructions")), pairs(&want));
+}
+
+#[test]
+fn web() {
+    let want = [
+        ("the 24 h page, render", "7.58 ms"),
+        ("the same data as JSON", "2.17 ms"),
+        ("page / JSON", "3.48x"),
+        ("the agent's VmRSS, empty database", "14.3 MB"),
+        ("the agent's VmRSS, a day of 16 processes", "17.8 MB"),
+        ("with a full hour's ring added, at most", "27.2 MB"),
+    ];
+    assert_eq!(read("web", sample!("web")), pairs(&want));
+}
+
+#[test]
+fn config() {
+    let want = [
+        ("check-config, 100,000 processes", "1.629 s"),
+        ("check-config, 10,000 processes", "0.107 s"),
+        ("100,000 / 10,000", "15.3x"),
+    ];
+    assert_eq!(read("config", sample!("config")), pairs(&want));
+}
+
+#[test]
+fn reaction() {
+    let got = read("reaction", sample!("reaction"));
+    let want: Vec<(String, String)> = [
+        ("timer only (100 ms), 200 MB/s", "agent acted first", "10/10"),
+        ("timer only (100 ms), 200 MB/s", "crossing 92% -> signal p99", "72.4 ms"),
+        ("timer only (100 ms), 1 GB/s", "agent acted first", "0/10"),
+        ("timer only (100 ms), 1 GB/s", "crossing 92% -> signal p99", "-"),
+        ("timer only (100 ms), full speed", "agent acted first", "0/10"),
+        ("timer only (100 ms), full speed", "crossing 92% -> signal p99", "-"),
+        ("timer only (100 ms), full speed", "grower's own speed", "-"),
+        ("events + pacing (defaults), 200 MB/s", "agent acted first", "10/10"),
+        ("events + pacing (defaults), 200 MB/s", "crossing 92% -> signal p99", "5.1 ms"),
+        ("events + pacing (defaults), 1 GB/s", "agent acted first", "10/10"),
+        ("events + pacing (defaults), 1 GB/s", "crossing 92% -> signal p99", "3.6 ms"),
+        ("events + pacing (defaults), full speed", "agent acted first", "10/10"),
+        ("events + pacing (defaults), full speed", "crossing 92% -> signal p99", "0.7 ms"),
+        ("events + pacing (defaults), full speed", "grower's own speed", "2339 MB/s"),
+        ("events + pacing (defaults), grower ignores every signal, 200 MB/s", "killed by the agent", "10/10"),
+        (
+            "events + pacing (defaults), grower ignores every signal, 200 MB/s",
+            "crossing 97% -> SIGKILL p99",
+            "19.85 ms",
+        ),
+        ("events + pacing (defaults), grower ignores every signal, 1 GB/s", "killed by the agent", "10/10"),
+        ("events + pacing (defaults), grower ignores every signal, 1 GB/s", "crossing 97% -> SIGKILL p99", "3.38 ms"),
+        ("events + pacing (defaults), grower ignores every signal, full speed", "killed by the agent", "10/10"),
+        (
+            "events + pacing (defaults), grower ignores every signal, full speed",
+            "crossing 97% -> SIGKILL p99",
+            "1.43 ms",
+        ),
+    ]
+    .iter()
+    .map(|(cell, what, v)| (format!("{cell}: {what}"), v.to_string()))
+    .collect();
+    assert_eq!(got, want);
+    // Two groups (the host, then the test VM's kernels): each figure names its group.
+    let vm = sample!("reaction")
+        .replace("| v1, Linux 6.18.44-fc-v1045 (host) | events", "| v2, Linux 6.12 (VM, TCG) | events");
+    let both = read("reaction", &vm);
+    assert_eq!(both.len(), want.len());
+    assert!(
+        both.contains(&(
+            "timer only (100 ms), 200 MB/s (v1, Linux 6.18.44-fc-v1045 (host)): agent acted first".into(),
+            "10/10".into()
+        )),
+        "{both:?}"
+    );
+    assert!(
+        both.contains(&(
+            "events + pacing (defaults), full speed (v2, Linux 6.12 (VM, TCG)): grower's own speed".into(),
+            "2339 MB/s".into()
+        )),
+        "{both:?}"
+    );
+}
+
+#[test]
+fn cluster() {
+    let want = [
+        ("forwarded / local p50", "1.89x"),
+        ("throughput forwarded / local", "0.56x"),
+        ("local p50", "355 µs"),
+        ("forwarded p50", "668 µs"),
+        ("the floor: one byte-relay hop / local p50", "1.72x"),
+        ("forwarded over the floor", "1.10x"),
+        ("gossip sent per node, 3 members", "509 B/s"),
+        ("gossip sent per node, 50 members", "3658 B/s"),
+        ("gossip of the whole cluster, 50 members", "182.9 kB/s"),
+    ];
+    assert_eq!(read("cluster", sample!("cluster")), pairs(&want));
+}
+
+#[test]
+fn every_benchmark_has_a_reader_and_a_recorded_output() {
+    for b in crate::bench::bench_all_text::BENCHES {
+        let path = crate::util::root().join("xtask/fixtures/bench-all").join(format!("{}.txt", b.name));
+        let output = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!read(b.name, &output).is_empty(), "{}: no figures are read for it", b.name);
+    }
+}

@@ -1,0 +1,105 @@
+//! The page against the run it is written from, and docs/benchmarks.md against the generator.
+
+use super::*;
+use crate::bench::bench_all_text::BENCHES;
+
+#[test]
+fn output_becomes_markdown() {
+    let out = "running 1 test\ntest x ... first line\n| a | b |\n| --- | --- |\n| 1 | 2 |\nafter\nok\n\
+               2026-12-01T14:25:05.599825Z  WARN monitor::sampler: request counting is off\n\
+               test result: ok. 1 passed\n";
+    assert_eq!(markdown(out), "- first line\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n- after\n");
+    assert_eq!(unmarkdown(&markdown(out)), "first line\n| a | b |\n| --- | --- |\n| 1 | 2 |\nafter\n");
+    assert_eq!(markdown(""), "(nothing)\n");
+    assert_eq!(unmarkdown("(nothing)\n"), "");
+}
+
+#[test]
+fn anchors_follow_headings() {
+    assert_eq!(anchor("Front door: instructions per request"), "front-door-instructions-per-request");
+    assert_eq!(anchor("eBPF probes"), "ebpf-probes");
+    assert_eq!(anchor("Cluster: forwarding and gossip"), "cluster-forwarding-and-gossip");
+}
+
+/// A run with every kind of outcome: done, failed with and without output, not run, not reached.
+fn run() -> Run {
+    let done = |output: &str, status: Option<(&str, &str)>| Outcome::Done {
+        started: "2026-12-02 08:52 UTC".into(),
+        secs: 183.0,
+        load: ("1.33 1.11 1.56".into(), "1.13 1.16 1.50".into()),
+        status: status.map(|(s, tail)| (s.to_string(), tail.to_string())),
+        output: output.into(),
+    };
+    let mut outcomes: Vec<Outcome> = BENCHES.iter().map(|_| Outcome::Pending).collect();
+    outcomes[0] = done("16 processes: raw pread of the same files 39.5 µs, full sample 46.0 µs\n", None);
+    outcomes[1] = done("", None);
+    outcomes[2] = Outcome::NotRun("needs nginx, wrk, not found on this machine".into());
+    outcomes[3] =
+        done("c=1: monitor/nginx throughput 0.92\n| a | b |\n", Some(("exit status: 101", "error: one\nerror: two")));
+    outcomes[4] = done("", Some(("stopped after 90 min", "")));
+    Run {
+        head: Head {
+            started: "2026-12-02 08:52 UTC".into(),
+            build: "`bfd4da2`".into(),
+            machine: "AMD EPYC, nproc 2, 24 GiB, Linux 6.18.44, the memory controller on cgroup v1".into(),
+            load: "1.33 1.11 1.56".into(),
+            options: format!("{QUICK}: fewer rounds, with `--skip web`"),
+        },
+        quick: true,
+        outcomes,
+        took_secs: 26.0 * 60.0,
+        end_load: "38.48 11.93 5.07".into(),
+        done: false,
+    }
+}
+
+#[test]
+fn a_page_reads_back_into_its_run() {
+    let run = run();
+    let text = page(BENCHES, &run);
+    assert_eq!(read(&text, BENCHES).expect("read back"), run);
+    assert!(text.contains(&format!("{RUN}2026-12-02 08:52 UTC, build `bfd4da2`; {QUICK}")), "{text}");
+    assert!(text.contains("\n## Sampler\n\n"), "{text}");
+    assert!(text.contains("**Not run**: needs nginx, wrk, not found on this machine.\n"), "{text}");
+    assert!(text.contains("**Failed** (exit status: 101), started 2026-12-02 08:52 UTC, after 183 s"), "{text}");
+    assert!(text.ends_with(TESTS_HOLD), "the bounds the tests hold close the page");
+    // The sampler's figures, read from its output; the ones it did not print say so.
+    assert!(text.contains("| full sample, 16 processes | 46.0 µs |\n"), "{text}");
+    assert!(text.contains("| full sample / raw pread | not in what it printed |\n"), "{text}");
+}
+
+#[test]
+fn a_page_that_is_not_the_generators_is_refused() {
+    let text = page(BENCHES, &run());
+    for (from, to) in [
+        (RUN, "**This run** started "),
+        (". Stopped, or still running, after ", ". Done after "),
+        ("Ran 2026-12-02 08:52 UTC, 183 s, load", "Ran on 2026-12-02, load"),
+        ("**Failed** (exit status: 101), started", "**Failed**: exit status 101, started"),
+    ] {
+        assert!(text.contains(from), "{from}");
+        assert!(read(&text.replacen(from, to, 1), BENCHES).is_err(), "{from} -> {to}");
+    }
+}
+
+/// The page in the repository is exactly what the generator writes from what it says each benchmark printed: no
+/// part of it is edited by hand (change bench_all_text.rs or bench_all_figures.rs, then `cargo xtask bench all
+/// --rewrite`).
+#[test]
+fn docs_benchmarks_md_is_what_the_generator_writes() {
+    let path = crate::util::root().join("docs/benchmarks.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let run = read(&text, BENCHES).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+    let again = page(BENCHES, &run);
+    if again != text {
+        let (a, b): (Vec<&str>, Vec<&str>) = (text.lines().collect(), again.lines().collect());
+        let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+        panic!(
+            "docs/benchmarks.md differs from what `cargo xtask bench all --rewrite` writes, from line {}:\n  page: \
+             {:?}\n  generator: {:?}",
+            at + 1,
+            a.get(at),
+            b.get(at)
+        );
+    }
+}
