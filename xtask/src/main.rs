@@ -33,8 +33,8 @@ enum Task {
     Demo(demo::Args),
     /// Run every test (unit, integration, root and eBPF ones when allowed).
     Test(test::Args),
-    /// Benchmarks: `sampler`, `agent-cpu`, `probes`, `proxy`, `proxy-instructions`, `reaction`, `web`, `config`;
-    /// `all` runs them and writes docs/benchmarks.md.
+    /// Benchmarks: `sampler`, `host-reads`, `agent-cpu`, `probes`, `proxy`, `proxy-instructions`, `reaction`, `web`,
+    /// `config`, `cluster`; `all` runs them and writes docs/benchmarks.md whole.
     Bench(bench::Args),
     /// Run the in-VM suite on real cgroup v2 and Debian kernels 6.1 / 6.12 (qemu, software emulation).
     Vmtest(vmtest::Args),
