@@ -474,10 +474,8 @@ async fn decision(State(st): State<ApiState>, Query(q): Query<DecisionQuery>) ->
 /// How long a client has to send a request's head, counted from when the connection opens or falls idle between
 /// requests: an idle or slow client (or a port scanner) holds no socket of the agent for longer.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once, so that clients can never take the file descriptors the sampler needs.
-pub const MAX_CONNECTIONS: usize = 256;
 /// Connections one client address may hold at once (loopback clients, the host's own admin and probes, are held
-/// only to [`MAX_CONNECTIONS`]).
+/// only to `[web] max_connections`).
 pub const MAX_PER_IP: usize = 64;
 
 /// What to do with a new connection, given those open.
@@ -502,8 +500,8 @@ pub struct OpenConn {
     pub idle_since_ms: u64,
 }
 
-/// Admission of a connection from `ip`: within [`MAX_PER_IP`] for its address (unless it is a loopback address)
-/// and [`MAX_CONNECTIONS`] in all.
+/// Admission of a connection from `ip`: within `max_per_ip` for its address (unless it is a loopback address)
+/// and `max_total` in all.
 /// When a limit is reached, the longest-idle connection in that scope (one between requests, or that never sent
 /// one) is closed to make room, as a server under connection pressure closes its idle keep-alive connections:
 /// a crowd of idle clients can never keep a probe out, and a client at its own limit only displaces itself.
@@ -572,8 +570,14 @@ impl Drop for Busy {
 /// Serves `app` on `listener` (HTTP/1.1) until `shutdown` resolves, then lets the open connections finish their
 /// requests (5 s at most). Unlike `axum::serve`, a connection that sends no complete request head within
 /// [`HEADER_TIMEOUT`] is closed, and connections are admitted by [`admit`]: at most [`MAX_PER_IP`] per client
-/// address and [`MAX_CONNECTIONS`] in all, the longest-idle one closed to make room for a new one.
-pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: impl std::future::Future<Output = ()>) {
+/// address and `limits.max_connections` in all, the longest-idle one closed to make room for a new one. No more of
+/// a connection's input is buffered than `limits.max_header_bytes` (hyper's default is 400 KiB a connection).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: crate::config::WebConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
     let registry = Arc::new(Registry::default());
@@ -584,7 +588,12 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: imp
     let mut full = false;
     let mut next_id = 0u64;
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_header_size(limits.max_header_bytes)
+        .max_buf_size(limits.max_header_bytes);
+    let max_connections = limits.max_connections;
     let builder = Arc::new(builder);
     tokio::pin!(shutdown);
     loop {
@@ -617,7 +626,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: imp
                     idle_since_ms: c.activity.idle_since_ms.load(Ordering::Relaxed),
                 })
                 .collect();
-            match admit(&open, ip, MAX_CONNECTIONS, MAX_PER_IP) {
+            match admit(&open, ip, max_connections, MAX_PER_IP) {
                 Admission::Admit => full = false,
                 Admission::Evict(old) => {
                     if let Some(c) = conns.remove(&old) {

@@ -188,11 +188,18 @@ pub struct WebConfig {
     /// The home page's address as operators reach it (`http://` or `https://`, through a proxy or a DNS name): the
     /// alerts' `generatorURL` links there. Default `http://<listen>/`, useful on the host only.
     pub external_url: Option<String>,
+    /// API and home page connections served at once (64 per client address, loopback excepted); at the cap the
+    /// longest-idle one is closed to admit a new one, and when every one is answering, new ones are closed.
+    /// Default 256.
+    pub max_connections: usize,
+    /// Largest request head (request line + headers) in bytes, and the most the agent buffers of one connection's
+    /// input: larger gets 431. Default 16384 (at least 8192).
+    pub max_header_bytes: usize,
 }
 
 impl Default for WebConfig {
     fn default() -> Self {
-        WebConfig { listen: "127.0.0.1:9464".into(), external_url: None }
+        WebConfig { listen: "127.0.0.1:9464".into(), external_url: None, max_connections: 256, max_header_bytes: 16384 }
     }
 }
 
@@ -289,6 +296,21 @@ pub struct ProxyConfig {
     /// Front-door threads (each a current-thread runtime accepting on the same socket). Default 0: one per core
     /// the process may run on.
     pub threads: usize,
+    /// Client connections served at once. At the cap, a connection waiting on its client is closed to admit a new
+    /// one: the one that has waited longest owing a request (it sent nothing yet, or part of a request's head or
+    /// held body), else the one idle longest between requests; when every one has a request at a process, new
+    /// ones wait in the kernel's accept backlog. Default 256.
+    pub max_connections: usize,
+    /// A client has this long to send a request's head, counted from when its connection opens or falls idle
+    /// between requests: then it is closed. Default 30.
+    pub header_read_timeout_s: u64,
+    /// The most of one request's body read before the request goes on (as nginx's `client_body_buffer_size`,
+    /// held in memory): a body that ends within it reaches the process whole or not at all; the rest of a longer
+    /// one is streamed. 0 streams every body at once. Default 65536.
+    pub body_buffer_bytes: usize,
+    /// The most request-body bytes held at once across all connections: a body read while they are taken is
+    /// streamed from there on, held no further. Default 8388608 (8 MiB).
+    pub body_buffer_total_bytes: usize,
 }
 
 impl Default for ProxyConfig {
@@ -310,6 +332,10 @@ impl Default for ProxyConfig {
             token_secret: None,
             token_ttl_s: 3600,
             threads: 0,
+            max_connections: 256,
+            header_read_timeout_s: 30,
+            body_buffer_bytes: 64 * 1024,
+            body_buffer_total_bytes: 8 << 20,
         }
     }
 }
@@ -800,6 +826,15 @@ mod tests {
             ("[proxy]\n\ntoken_secret = \"short\"\n", "m.toml:3: proxy.token_secret:"),
             ("[proxy]\nupstream_timeout_s = 0\n", "m.toml:2: proxy.upstream_timeout_s:"),
             ("[proxy]\nmax_header_bytes = 100\n", "m.toml:2: proxy.max_header_bytes:"),
+            ("[proxy]\nmax_connections = 0\n", "m.toml:2: proxy.max_connections:"),
+            ("[proxy]\nheader_read_timeout_s = 0\n", "m.toml:2: proxy.header_read_timeout_s:"),
+            ("[proxy]\nbody_buffer_bytes = 100\nbody_buffer_total_bytes = 99\n", "m.toml:2: proxy.body_buffer_bytes:"),
+            (
+                "[proxy]\nbody_buffer_total_bytes = 1000\n",
+                "m.toml:2: proxy.body_buffer_total_bytes: with proxy.body_buffer_bytes at its default, 65536 is above",
+            ),
+            ("[web]\nmax_connections = 0\n", "m.toml:2: web.max_connections:"),
+            ("[web]\n\nmax_header_bytes = 4096\n", "m.toml:3: web.max_header_bytes:"),
             ("[group]\nlimit_bytes = 0\n", "m.toml:2: group.limit_bytes:"),
             ("[probes]\nenabled = true\nhooks = \"kprobe\"\n", "m.toml:3: probes.hooks:"),
             ("[actions]\nrefuse_signal = \"SIGUSR1\"\nabort_signal = \"SIGSEGV\"\n", "m.toml:3: actions.abort_signal:"),

@@ -400,7 +400,7 @@ impl Parts<'_> {
             app = app.merge(crate::cluster::fleet::router(f.clone()));
         }
         let app = app.method_not_allowed_fallback(reply::method_not_allowed);
-        let api = tokio::spawn(api::serve(web, app, drained.clone().started()));
+        let api = tokio::spawn(api::serve(web, app, cfg.web.clone(), drained.clone().started()));
         // Ready for systemd: the API answers, and under `monitor run` the master and the workers are healthy.
         crate::notify::ready(&ready);
         match (door, front, launcher) {

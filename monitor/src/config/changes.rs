@@ -93,6 +93,8 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "policy.kill_repeat_ms" => Live policy.kill_repeat_ms;
         "web.listen" => Restart web.listen;
         "web.external_url" => Live web.external_url;
+        "web.max_connections" => Restart web.max_connections;
+        "web.max_header_bytes" => Restart web.max_header_bytes;
         "stats.path" => Restart stats.path;
         "stats.retention_days" => Live stats.retention_days;
         "probes.enabled" => Live probes.enabled;
@@ -113,6 +115,10 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "proxy.token_secret" => Restart proxy.token_secret;
         "proxy.token_ttl_s" => Restart proxy.token_ttl_s;
         "proxy.threads" => Restart proxy.threads;
+        "proxy.max_connections" => Restart proxy.max_connections;
+        "proxy.header_read_timeout_s" => Restart proxy.header_read_timeout_s;
+        "proxy.body_buffer_bytes" => Restart proxy.body_buffer_bytes;
+        "proxy.body_buffer_total_bytes" => Restart proxy.body_buffer_total_bytes;
         "process" => Restart processes;
         "alerts.command" => Live alerts.command;
         "alerts.command_timeout_s" => Live alerts.command_timeout_s;

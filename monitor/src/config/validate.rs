@@ -138,7 +138,24 @@ fn web(w: &WebConfig, out: &mut Vec<Problem>) {
     if let Some(u) = w.external_url.as_deref().filter(|u| !linkable(u)) {
         out.push(problem(&[Key("web"), Key("external_url")], format!("{u:?} is not an http:// or https:// URL")));
     }
+    if !(1..=MAX_CONNECTIONS).contains(&w.max_connections) {
+        out.push(problem(
+            &[Key("web"), Key("max_connections")],
+            format!("{} is not in 1..={MAX_CONNECTIONS}", w.max_connections),
+        ));
+    }
+    if !(8192..=MAX_HEAD_BYTES).contains(&w.max_header_bytes) {
+        out.push(problem(
+            &[Key("web"), Key("max_header_bytes")],
+            format!("{} is not in 8192..={MAX_HEAD_BYTES}", w.max_header_bytes),
+        ));
+    }
 }
+
+/// The most connections a server may be configured to hold (each costs the agent memory and a file descriptor).
+const MAX_CONNECTIONS: usize = 1 << 20;
+/// The largest request head a server may be configured to take.
+const MAX_HEAD_BYTES: usize = 1 << 20;
 
 fn stats(s: &StatsConfig, out: &mut Vec<Problem>) {
     if s.retention_days == 0 {
@@ -177,6 +194,19 @@ fn proxy(px: &ProxyConfig, out: &mut Vec<Problem>) {
     }
     if px.threads > 256 {
         out.push(problem(&at("threads"), format!("{} is above 256", px.threads)));
+    }
+    if !(1..=MAX_CONNECTIONS).contains(&px.max_connections) {
+        out.push(problem(&at("max_connections"), format!("{} is not in 1..={MAX_CONNECTIONS}", px.max_connections)));
+    }
+    if !(1..=3600).contains(&px.header_read_timeout_s) {
+        out.push(problem(&at("header_read_timeout_s"), format!("{} is not in 1..=3600", px.header_read_timeout_s)));
+    }
+    if px.body_buffer_bytes > px.body_buffer_total_bytes {
+        out.push(problem_with(
+            &at("body_buffer_bytes"),
+            &at("body_buffer_total_bytes"),
+            format!("{} is above body_buffer_total_bytes ({})", px.body_buffer_bytes, px.body_buffer_total_bytes),
+        ));
     }
     let min = super::cluster::MIN_SECRET_BYTES;
     if px.token_secret.as_ref().is_some_and(|s| s.len() < min) {

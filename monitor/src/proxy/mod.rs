@@ -10,12 +10,15 @@
 //! answered in HTTP/1.1), and a process that switches protocols anyway 502. Content-Length with Transfer-Encoding
 //! is framed by the coding alone and closes the client's connection (hyper, RFC 9112 §6.1); a transfer coding
 //! besides chunked gets 501 (from a process, 502). A response body the process leaves without a frame for
-//! `upstream_timeout_s` is cut ([`body`]). A request body is read before the request goes on, up to 64 KiB
-//! ([`request_body`]): a malformed one (bad chunk size, a chunk shorter or longer than its size, the client gone
-//! midway) gets 400 and a closed connection, logged at debug at most once a second, and the process sees nothing of
-//! it; past 64 KiB the rest is streamed, and a fault there closes the upstream connection before the body's end.
-//! 502 is only ever for what a process did. While draining, every answer says `Connection: close` ([`server`]).
+//! `upstream_timeout_s` is cut ([`body`]). A request body is read before the request goes on, up to
+//! `body_buffer_bytes` (64 KiB) and `body_buffer_total_bytes` across connections ([`request_body`]): a malformed one
+//! (bad chunk size, a chunk shorter or longer than its size, the client gone midway) gets 400 and a closed
+//! connection, logged at debug at most once a second, and the process sees nothing of it; past the limits the rest
+//! is streamed, and a fault there closes the upstream connection before the body's end. 502 is only ever for what a
+//! process did. At most `max_connections` clients are served at once ([`admit`]). While draining, every answer says
+//! `Connection: close` ([`server`]).
 
+pub mod admit;
 pub mod body;
 pub mod channel;
 pub mod client_io;
@@ -160,6 +163,8 @@ pub struct Proxy {
     retry_after: HeaderValue,
     retry_after_s: u64,
     upstream_timeout: Duration,
+    /// The request-body bytes the front door may hold ([`request_body`]).
+    body_budget: Arc<request_body::Budget>,
     /// The processes' own admin paths: the agent's channel to them, never reached from outside (403).
     channel: channel::Channel,
     /// The guard's kills: a request whose process the guard killed is answered 503 with the reason, not 502.
@@ -259,6 +264,7 @@ impl Proxy {
             retry_after: HeaderValue::from(cfg.retry_after_s),
             retry_after_s: cfg.retry_after_s,
             upstream_timeout: Duration::from_secs(cfg.upstream_timeout_s),
+            body_budget: Arc::new(request_body::Budget::new(cfg.body_buffer_bytes, cfg.body_buffer_total_bytes)),
             tokens: cfg
                 .token_secret
                 .as_deref()
@@ -336,8 +342,18 @@ impl Proxy {
     }
 
     /// Answers one request from a client at `peer` ([`headers::client_value`]), with this thread's table and
-    /// upstream connections.
-    pub async fn handle(&self, local: &Local, req: Request<Incoming>, peer: &HeaderValue) -> Response<ProxyBody> {
+    /// upstream connections; marks the connection's `seat` busy once the request goes on ([`admit`]).
+    pub async fn handle(
+        &self,
+        local: &Local,
+        req: Request<Incoming>,
+        peer: &HeaderValue,
+        seat: &admit::Seat,
+    ) -> Response<ProxyBody> {
+        if req.body().is_end_stream() {
+            // Nothing more to wait for from the client.
+            seat.busy();
+        }
         if req.method() == Method::CONNECT {
             return refuse_connect();
         }
@@ -353,7 +369,7 @@ impl Proxy {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
         }
         let (mut req, here) = match self.cluster.get() {
-            Some(door) => match self.through_cluster(door, req, peer).await {
+            Some(door) => match self.through_cluster(door, req, peer, seat).await {
                 Ok(routed) => routed,
                 Err(answer) => return answer,
             },
@@ -406,7 +422,7 @@ impl Proxy {
             false => fallback.map(|f| HeaderValue::from_static(f.as_str())),
         };
         let to = Target { index, rule, exempt, rotor, signed_owner };
-        let mut resp = self.forward(local, to, req, peer, fallback.clone()).await;
+        let mut resp = self.forward(local, to, req, peer, fallback.clone(), seat).await;
         if let Some(f) = fallback {
             resp.headers_mut().insert(X_ROUTE_FALLBACK.clone(), f);
         }
@@ -422,9 +438,14 @@ impl Proxy {
         req: Request<Incoming>,
         peer: &HeaderValue,
         fallback: Option<HeaderValue>,
+        seat: &admit::Seat,
     ) -> Response<ProxyBody> {
         let out = match self.request_filter(&to, req, peer, fallback).await {
-            Ok(out) => out,
+            // Held whole or in part: what the request waits for from here on is the process.
+            Ok(out) => {
+                seat.busy();
+                out
+            }
             Err(answer) => return answer,
         };
         let (index, outcome) = self.upstream(local, &to, out).await;
@@ -495,7 +516,7 @@ impl Proxy {
             Either::Right(Empty::new())
         } else {
             // Held before anything goes upstream: a malformed body is answered here and never reaches the process.
-            match tokio::time::timeout(request_body::HOLD_TIMEOUT, request_body::hold(body)).await {
+            match tokio::time::timeout(request_body::HOLD_TIMEOUT, request_body::hold(body, &self.body_budget)).await {
                 Ok(Ok(held)) => Either::Left(held),
                 Ok(Err(e)) => return Err(self.bad_body(&chain(&e))),
                 Err(_) => {

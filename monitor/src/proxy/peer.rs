@@ -41,6 +41,7 @@ impl Proxy {
         door: &Door,
         req: Request<Incoming>,
         peer: &HeaderValue,
+        seat: &super::admit::Seat,
     ) -> Result<(Request<Incoming>, Here), Response<ProxyBody>> {
         let (mut parts, body) = req.into_parts();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
@@ -54,6 +55,8 @@ impl Proxy {
                     .unavailable(&format!("owner-node-unavailable: node {node} of this cache id is not a live member")))
             }
             Route::Forward { node, front } => {
+                // Its body is streamed to the other node: from here the request waits on that node.
+                seat.busy();
                 match self.to_peer(door, &node, front, parts, body, peer, &target).await {
                     Ok(answer) => Err(answer),
                     Err(unsent) => Ok((unsent, Here { signed: false, fallback: true })),

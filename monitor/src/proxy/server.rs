@@ -1,30 +1,32 @@
-//! The accept loop and the drain. Each connection is served by hyper's HTTP/1.1 server (malformed request line:
-//! 400; request head over `max_header_bytes`: 431; a head not complete within 30 s, or an idle kept-alive connection
-//! after 30 s: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]).
+//! The accept loop and the drain. Connections are admitted by [`super::admit`] (`max_connections`); each is served
+//! by hyper's HTTP/1.1 server (malformed request line: 400; request head over `max_header_bytes`: 431, and no more
+//! of a connection's input is buffered; a head not complete within `header_read_timeout_s`, or an idle kept-alive
+//! connection after it: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]).
 //!
-//! The drain, as nginx's graceful quit: the connections the kernel has already completed are taken, then the
-//! listening socket is closed (new ones are refused); every request received is answered, each answer with
+//! The drain, as nginx's graceful quit: the connections the kernel has already completed are taken (as far as
+//! `max_connections` allows; the rest are closed), then the listening socket is closed (new ones are refused); every request received is answered, each answer with
 //! `Connection: close`, after which the connection closes; a kept-alive connection is closed only once it has been
 //! quiet for [`QUIET`] (nothing read or written, the last bytes its answer's), so a request the client sent just
 //! before or during the drain is answered rather than cut by a close; in-flight requests may finish until the
 //! deadline. The front door has threads of its own (see [`serve`]).
 
-use super::client_io::{ClientIo, Marks};
+use super::admit::{self, Admission, Admitted, Seat};
+use super::body::{BoxError, ProxyBody};
+use super::client_io::ClientIo;
 use super::{Local, Proxy};
 use crate::config::ProxyConfig;
+use hyper::body::{Body, Bytes, Frame, SizeHint};
 use hyper::header::{HeaderValue, CONNECTION};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
-
-/// How long a client may take to send a request head.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// During the drain, how long a kept-alive connection must be quiet before it is closed.
 pub const QUIET: Duration = Duration::from_millis(200);
@@ -64,7 +66,11 @@ pub async fn serve(
     deadline: Duration,
 ) -> Drained {
     let n = threads(cfg.threads);
-    let max_header_bytes = cfg.max_header_bytes;
+    let limits = Limits {
+        max_header_bytes: cfg.max_header_bytes,
+        header_read_timeout: Duration::from_secs(cfg.header_read_timeout_s),
+    };
+    let admission = Admission::new(cfg.max_connections);
     let (handoff, inboxes): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::unbounded_channel()).unzip();
     let load = Arc::new(Load { live: (0..n).map(|_| AtomicUsize::new(0)).collect(), handoff });
     // Closed once every thread has stopped accepting (dropped its listener).
@@ -86,7 +92,8 @@ pub async fn serve(
                 let t = Thread {
                     index: i,
                     proxy: proxy.clone(),
-                    max_header_bytes,
+                    limits,
+                    admission: admission.clone(),
                     drain: drain.clone(),
                     halt: halt_rx.clone(),
                     load: load.clone(),
@@ -122,8 +129,15 @@ pub async fn serve(
     }
 }
 
-/// A connection accepted by one thread for another.
-type Handoff = (std::net::TcpStream, IpAddr);
+/// What hyper is told of each front-door connection.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_header_bytes: usize,
+    header_read_timeout: Duration,
+}
+
+/// A connection accepted (and admitted) by one thread for another.
+type Handoff = (std::net::TcpStream, IpAddr, Admitted);
 
 /// The open connections of each front-door thread, and the way to hand a new one to another thread.
 struct Load {
@@ -160,7 +174,8 @@ impl Load {
 struct Thread {
     index: usize,
     proxy: Arc<Proxy>,
-    max_header_bytes: usize,
+    limits: Limits,
+    admission: Arc<Admission>,
     drain: watch::Receiver<bool>,
     halt: watch::Receiver<bool>,
     load: Arc<Load>,
@@ -178,7 +193,7 @@ impl Thread {
                 return;
             }
         };
-        let Thread { index, proxy, max_header_bytes, mut drain, mut halt, load, mut inbox, accepting, done } = self;
+        let Thread { index, proxy, limits, admission, mut drain, mut halt, load, mut inbox, accepting, done } = self;
         rt.block_on(async move {
             let listener = match TcpListener::from_std(listener) {
                 Ok(l) => l,
@@ -195,36 +210,39 @@ impl Thread {
                 tokio::spawn(local.pool.clone().reaper((proxy.idle_timeout() / 2).max(Duration::from_millis(100))));
             // Held by each connection of this thread: recv() ends once they are all gone.
             let (conn_tx, mut conn_rx) = mpsc::channel::<()>(1);
-            let serve = Serve { local, load: load.clone(), index, max_header_bytes, drain: conn_drain, conn: conn_tx };
+            let serve = Serve { local, load: load.clone(), index, limits, drain: conn_drain, conn: conn_tx };
+            // A connection accepted at the cap: served once the one closed for it is gone, or (every connection
+            // with a request on it) once one ends; no other is accepted meanwhile: they wait in the kernel's backlog.
+            let mut waiting: Option<(TcpStream, IpAddr)> = None;
+            let mut full = FullLog::default();
             loop {
                 tokio::select! {
-                    r = listener.accept() => match r {
-                        Ok((stream, peer)) => {
-                            let to = load.pick(index);
-                            if to == index {
-                                serve.start(stream, peer.ip(), false);
-                                continue;
+                    r = listener.accept(), if waiting.is_none() => match r {
+                        Ok((stream, peer)) => match admission.admit() {
+                            Ok(seat) => serve.dispatch(stream, peer.ip(), seat),
+                            Err(why) => {
+                                full.saw(why, admission.max());
+                                waiting = Some((stream, peer.ip()));
                             }
-                            match stream.into_std() {
-                                Ok(s) => {
-                                    // Counted at once, so a burst of accepts spreads over the threads.
-                                    load.live[to].fetch_add(1, Ordering::Relaxed);
-                                    if load.handoff[to].send((s, peer.ip())).is_err() {
-                                        load.live[to].fetch_sub(1, Ordering::Relaxed);
-                                    }
-                                }
-                                Err(e) => tracing::warn!("handing a connection to another thread: {e}"),
-                            }
-                        }
+                        },
                         Err(e) => {
                             // EMFILE and the like: wait a little rather than spin.
                             tracing::warn!("accept: {e}");
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                     },
-                    Some((s, ip)) = inbox.recv() => match TcpStream::from_std(s) {
+                    _ = admission.room(), if waiting.is_some() => match admission.admit() {
+                        Ok(seat) => {
+                            if let Some((stream, ip)) = waiting.take() {
+                                serve.dispatch(stream, ip, seat);
+                            }
+                            full.over();
+                        }
+                        Err(why) => full.saw(why, admission.max()),
+                    },
+                    Some((s, ip, seat)) = inbox.recv() => match TcpStream::from_std(s) {
                         // Counted on this thread by the one that handed it over.
-                        Ok(stream) => serve.start(stream, ip, true),
+                        Ok(stream) => serve.start(stream, ip, true, seat),
                         Err(e) => {
                             load.live[index].fetch_sub(1, Ordering::Relaxed);
                             tracing::warn!("taking a connection from another thread: {e}");
@@ -238,15 +256,23 @@ impl Thread {
             }
             let _ = conn_drain_tx.send(true);
             // Connections the kernel completed before the drain: their requests may be on the way, so they are
-            // served (each answer closes its connection). Then the listener is closed: new ones are refused.
+            // served (each answer closes its connection) as far as the door has room; the others are closed. Then
+            // the listener is closed: new ones are refused.
+            if let Some((stream, ip)) = waiting.take() {
+                if let Ok(seat) = admission.admit() {
+                    serve.start(stream, ip, false, seat);
+                }
+            }
             for _ in 0..QUEUED_MAX {
                 let queued = std::future::poll_fn(|cx| match listener.poll_accept(cx) {
-                    Poll::Ready(r) => Poll::Ready(Some(r)),
+                    Poll::Ready(r) => Poll::Ready(Some(r.map(|(s, peer)| (s, peer.ip())))),
                     Poll::Pending => Poll::Ready(None),
                 })
                 .await;
-                let Some(Ok((stream, peer))) = queued else { break };
-                serve.start(stream, peer.ip(), false);
+                let Some(Ok((stream, ip))) = queued else { break };
+                if let Ok(seat) = admission.admit() {
+                    serve.start(stream, ip, false, seat);
+                }
             }
             drop(listener);
             drop(accepting);
@@ -263,12 +289,38 @@ impl Thread {
     }
 }
 
+/// One thread's log of the door being full with every connection busy: a line when it starts, one when it ends.
+#[derive(Default)]
+struct FullLog {
+    since: Option<tokio::time::Instant>,
+}
+
+impl FullLog {
+    /// An admission just failed.
+    fn saw(&mut self, why: admit::Full, max_connections: usize) {
+        if self.since.is_none() && why == admit::Full::Busy {
+            self.since = Some(tokio::time::Instant::now());
+            tracing::warn!(
+                max_connections,
+                "front door full, every connection with a request on it: new connections wait"
+            );
+        }
+    }
+
+    /// A connection was admitted.
+    fn over(&mut self) {
+        if let Some(t) = self.since.take() {
+            tracing::info!("front door admitting again after {} ms full", t.elapsed().as_millis());
+        }
+    }
+}
+
 /// Starts connections' tasks on one thread.
 struct Serve {
     local: Arc<Local>,
     load: Arc<Load>,
     index: usize,
-    max_header_bytes: usize,
+    limits: Limits,
     /// The thread's own drain signal, which each connection watches.
     drain: watch::Receiver<bool>,
     /// Held by each connection: the thread waits for them all at the end.
@@ -276,23 +328,43 @@ struct Serve {
 }
 
 impl Serve {
+    /// Serves an admitted connection on this thread, or hands it to the thread with the fewest ([`Load::pick`]).
+    fn dispatch(&self, stream: TcpStream, ip: IpAddr, seat: Admitted) {
+        let to = self.load.pick(self.index);
+        if to == self.index {
+            self.start(stream, ip, false, seat);
+            return;
+        }
+        match stream.into_std() {
+            Ok(s) => {
+                // Counted at once, so a burst of accepts spreads over the threads.
+                self.load.live[to].fetch_add(1, Ordering::Relaxed);
+                if self.load.handoff[to].send((s, ip, seat)).is_err() {
+                    self.load.live[to].fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => tracing::warn!("handing a connection to another thread: {e}"),
+        }
+    }
+
     /// Serves `stream` on this thread, counted on it until it ends; `counted` when the count already holds it (a
     /// connection handed over by another thread).
-    fn start(&self, stream: TcpStream, ip: IpAddr, counted: bool) {
+    fn start(&self, stream: TcpStream, ip: IpAddr, counted: bool, seat: Admitted) {
         let _ = stream.set_nodelay(true);
         if !counted {
             self.load.live[self.index].fetch_add(1, Ordering::Relaxed);
         }
-        let finished = Finished { load: self.load.clone(), index: self.index, _conn: self.conn.clone() };
-        tokio::spawn(connection(self.local.clone(), stream, ip, self.max_header_bytes, self.drain.clone(), finished));
+        let finished = Finished { load: self.load.clone(), index: self.index, _conn: self.conn.clone(), seat };
+        tokio::spawn(connection(self.local.clone(), stream, ip, self.limits, self.drain.clone(), finished));
     }
 }
 
-/// Counts a connection on its thread until it ends.
+/// Counts a connection on its thread, and holds its seat at the door, until it ends.
 struct Finished {
     load: Arc<Load>,
     index: usize,
     _conn: mpsc::Sender<()>,
+    seat: Admitted,
 }
 
 impl Drop for Finished {
@@ -305,33 +377,42 @@ async fn connection(
     local: Arc<Local>,
     stream: TcpStream,
     ip: IpAddr,
-    max_header_bytes: usize,
+    limits: Limits,
     mut drain: watch::Receiver<bool>,
-    _finished: Finished,
+    finished: Finished,
 ) {
     let peer = super::headers::client_value(ip);
-    let svc = hyper::service::service_fn(move |req| {
-        let local = local.clone();
-        let peer = peer.clone();
-        async move {
-            let mut resp = local.proxy.handle(&local, req, &peer).await;
-            if local.proxy.draining() {
-                // The last answer on this connection: hyper closes it once written.
-                resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    let seat = finished.seat.seat.clone();
+    let svc = {
+        let seat = seat.clone();
+        hyper::service::service_fn(move |req| {
+            let local = local.clone();
+            let peer = peer.clone();
+            let seat = seat.clone();
+            async move {
+                let resp = local.proxy.handle(&local, req, &peer, &seat).await;
+                let (mut parts, body) = resp.into_parts();
+                if local.proxy.draining() {
+                    // The last answer on this connection: hyper closes it once written.
+                    parts.headers.insert(CONNECTION, HeaderValue::from_static("close"));
+                }
+                Ok::<_, Infallible>(hyper::Response::from_parts(parts, Answer { body, seat }))
             }
-            Ok::<_, Infallible>(resp)
-        }
-    });
-    let marks = Arc::new(Marks::default());
+        })
+    };
+    let marks = seat.marks.clone();
+    // No more of the client's input is buffered than the largest head allowed (hyper's default is 400 KiB).
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_header_size(max_header_bytes)
+        .header_read_timeout(limits.header_read_timeout)
+        .max_header_size(limits.max_header_bytes)
+        .max_buf_size(limits.max_header_bytes)
         .serve_connection(TokioIo::new(ClientIo::new(stream, marks.clone())), svc);
     tokio::pin!(conn);
     tokio::select! {
         biased;
         _ = conn.as_mut() => return,
+        _ = seat.evicted() => return,
         _ = until_set(&mut drain) => {}
     }
     // Draining. A request that comes (or has come) is answered with `Connection: close` and hyper then closes the
@@ -342,6 +423,7 @@ async fn connection(
         tokio::select! {
             biased;
             _ = conn.as_mut() => return,
+            _ = seat.evicted() => return,
             _ = tokio::time::sleep(QUIET) => {}
         }
         let now = marks.moves();
@@ -352,6 +434,35 @@ async fn connection(
     }
     conn.as_mut().graceful_shutdown();
     let _ = conn.await;
+}
+
+/// An answer's body, which marks its connection as waiting on its client again once it is sent (or dropped).
+struct Answer {
+    body: ProxyBody,
+    seat: Arc<Seat>,
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        self.seat.waiting();
+    }
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 #[cfg(test)]

@@ -557,7 +557,7 @@ fn connections_past_the_limit_close_the_longest_idle_and_sampling_goes_on() {
     let dir = temp_dir("many");
     let agent = own_group_agent(&dir, Config::new());
     let seq = agent.status()["sample"]["seq"].as_u64().unwrap_or(0);
-    // 256 connections are served at once (monitor::api::MAX_CONNECTIONS); these are more, and send nothing.
+    // 256 connections are served at once (`[web] max_connections`, its default); these are more, and send nothing.
     let mut held: Vec<std::net::TcpStream> = (0..300)
         .map(|_| {
             std::net::TcpStream::connect_timeout(&agent.addr(), Duration::from_secs(5))
