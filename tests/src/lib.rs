@@ -1,9 +1,10 @@
 //! The support every monitor test uses: requirement checks (`require`), cgroup v1/v2 groups with drop guards
 //! (`cgroup`, `cgroup2`, `group`), child-process guards (`child`), the fixtures' drivers (`hog`, `reaction`), real
-//! servers and clients (`servers`, `clients`), alert hooks (`hooks`) and a webhook recorder (`recorder`), systemd's
-//! notification socket (`notify`), a tiny HTTP client (`http`), network namespaces with a bridge (`netns`), the
-//! agent and `monitor run` as children (`agent`, `run`), the config builder they are started with (`config`), and
-//! the memory scenario that runs on both hierarchies (`scenario`).
+//! servers and clients (`servers`, `clients`, `wrk`), crowds of clients that hold connections (`crowd`), alert
+//! hooks (`hooks`) and a webhook recorder (`recorder`), systemd's notification socket (`notify`), a tiny HTTP client
+//! (`http`), network namespaces with a bridge (`netns`), the agent and `monitor run` as children (`agent`, `run`),
+//! the config builder they are started with (`config`), and the memory scenario that runs on both hierarchies
+//! (`scenario`).
 //!
 //! Every guard cleans up on drop (children killed and reaped, cgroups removed), so a failing test leaves nothing
 //! behind. Declare guards in the order they depend on each other: cgroup first, then the processes in it, then
@@ -16,6 +17,7 @@ pub mod cgroup2;
 pub mod child;
 pub mod clients;
 pub mod config;
+pub mod crowd;
 pub mod group;
 pub mod hog;
 pub mod hooks;
@@ -31,6 +33,7 @@ pub mod scenario;
 pub mod servers;
 pub mod status;
 pub mod temp;
+pub mod wrk;
 
 pub use agent::{monitor_bin, run_monitor, workspace_root, Agent, Finished};
 pub use cgroup::CgroupV1;

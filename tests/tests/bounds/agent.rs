@@ -3,6 +3,7 @@
 //! every probe within a second, and all but one in fifty within 100 ms; 300 idle connections fail no probe; a removed group makes `/healthz` say 503 with
 //! the reason, and 200 again within one interval of the group coming back.
 
+use crate::{alone, status_mb, RSS_CEILING_MB};
 use monitor_tests::agent::free_port;
 use monitor_tests::config::Config;
 use monitor_tests::{http, require, require_v1, spawn_in_cgroup, temp_dir, wait_until, Agent, CgroupV1, ChildGuard};
@@ -13,8 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The agent's documented memory ceiling under any request load (docs/benchmarks.md, "Agent under load").
-const RSS_CEILING_MB: f64 = 64.0;
 /// A `/healthz` probe's deadline while the agent is loaded: a liveness probe's usual timeout (Kubernetes' default
 /// `timeoutSeconds`). A probe past it fails the test.
 const PROBE_DEADLINE: Duration = Duration::from_secs(1);
@@ -27,23 +26,6 @@ const SLOW_PER_FIFTY: usize = 1;
 const GROUP_PROCESSES: usize = 500;
 /// Processes in each seeded minute of the day of history.
 const SEEDED_PROCESSES: usize = 16;
-
-/// One test at a time: each measures the agent under a load of its own, on a 2-core machine.
-static ALONE: Mutex<()> = Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ALONE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A kB field of /proc/<pid>/status, in MB.
-fn status_mb(pid: u32, field: &str) -> f64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = text
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
-    kb / 1000.0
-}
 
 /// Writes a config into `dir` (probes off; the stats database at `db` when given) and returns its path.
 fn config(dir: &Path, db: Option<&Path>) -> String {
