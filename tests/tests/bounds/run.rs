@@ -21,7 +21,8 @@ const IDLE_API: usize = 300;
 const SLOW_CLIENTS: usize = 2000;
 const WRK_CONNECTIONS: u32 = 64;
 const WRK_SECONDS: u32 = 10;
-/// Open files the test process needs: every client connection above, the fleet's, and some to spare.
+/// Open files the test process needs: every client connection above, the fleet's, and some to spare. `monitor run`
+/// inherits the limit, though its caps keep it far below (256 front-door and 256 API connections at most).
 const NOFILE: u64 = 4096;
 
 #[test]
