@@ -260,6 +260,18 @@ the rest; `/api/v1/status` and `/metrics` built on a thread of their own each, 1
 most 256 API connections, 64 per client address, the longest-idle closed to admit a new one. Not covered: the
 history held in memory grows with the group and the days it keeps, whatever the requests.
 
+### `monitor run` under every load at once
+
+**With the probes loaded, while 64 clients ask for the home page, 300 API connections stay idle, 2,000 slow clients
+send request bodies a few bytes a second to the front door and `wrk -c64` runs through it for 10 s, the whole
+process's peak (VmHWM) stays under 64 MB, and wrk's requests are all answered 2xx (or shed 503) with no socket
+error.** `cargo test -p monitor-tests --test bounds every_load -- --nocapture` (it prints its peak). What bounds it:
+at most `[proxy] max_connections` (256) front-door connections, the one longest owing its request closed to admit
+a new one (never one with a request at a process); request bodies kept for a retry only up to
+`body_buffer_bytes` (64 KiB) each and `body_buffer_total_bytes` (8 MiB) in all, copied out of hyper's read
+buffers; heads of at most `max_header_bytes`, read within `header_read_timeout_s`. Not covered: the upstream side
+buffers up to hyper's default (about 400 KiB) per connection to a process for a large response.
+
 ### Front door drain
 
 **A SIGTERM under keep-alive load loses no request**: `wrk -c16` through `monitor run` across a SIGTERM sees 0
