@@ -4,6 +4,7 @@
 //!
 //! - [`wire`]: the sealed datagram (pure);
 //! - [`hop`]: the signed header of a forwarded request (pure);
+//! - [`replay`]: each datagram and each hop header accepted once (pure);
 //! - [`identity`]: what a member is to the gossip crate;
 //! - [`load`]: each node's load, gossiped as the crate's custom broadcasts;
 //! - [`members`]: the membership view, its changes and clashes (pure);
@@ -21,6 +22,7 @@ pub mod identity;
 pub mod load;
 pub mod members;
 pub mod membership;
+pub mod replay;
 pub mod route;
 pub mod wire;
 
@@ -42,4 +44,10 @@ pub enum ClusterError {
     NameClash { names: Vec<String>, member: String, gossip: SocketAddr },
     #[error("cache id header: {0}")]
     Header(String),
+}
+
+/// Milliseconds since the Unix epoch by this host's clock (0 before it): the time hop headers and datagrams are
+/// sealed with and checked against.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
