@@ -6,7 +6,7 @@
 use super::identity::NodeId;
 use super::load::{self, Load, Loads, Note};
 use super::members::{Leave, Members, State};
-use super::wire::{Kind, Wire};
+use super::wire::{Kind, Wire, WireError};
 use super::ClusterError;
 use crate::config::ClusterConfig;
 use foca::{AccumulatingRuntime, Foca, OwnedNotification, PostcardCodec, Timer};
@@ -87,7 +87,7 @@ impl Settings {
 /// What the driver counts on the wire, for `/metrics`.
 #[derive(Debug, Default)]
 struct Counters {
-    /// Datagrams dropped: their mac did not match, or they were malformed.
+    /// Datagrams dropped: their mac did not match, they were malformed, outside their time window, or replayed.
     rejected: AtomicU64,
     /// Bytes of the datagrams sent and received (UDP payloads, kind and mac included; not counting IP and UDP
     /// headers, 28 bytes a datagram over IPv4).
@@ -186,7 +186,8 @@ impl Membership {
         self.refused.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Datagrams dropped because their mac did not match the cluster secret (or they were malformed).
+    /// Datagrams dropped because their mac did not match the cluster secret, or they were malformed, outside
+    /// their time window or replayed.
     pub fn rejected(&self) -> u64 {
         self.counters.rejected.load(Ordering::Relaxed)
     }
@@ -243,6 +244,8 @@ struct Driver {
     overdue_after: Duration,
     view: watch::Sender<Arc<Members>>,
     counters: Arc<Counters>,
+    /// When a datagram outside its time window was last logged as a warning (a node whose clock is off).
+    stale_warned: Option<Instant>,
 }
 
 /// The members this node suspects, with the incarnation suspected and when the suspicion began.
@@ -311,6 +314,7 @@ impl Driver {
             overdue_after: s.dead + s.suspect,
             view,
             counters,
+            stale_warned: None,
         }
     }
 
@@ -412,7 +416,7 @@ impl Driver {
     }
 
     fn datagram(&mut self, data: &[u8], from: SocketAddr) {
-        match self.wire.open(data) {
+        match self.wire.open(data, super::unix_ms()) {
             Ok((Kind::Gossip, payload)) => {
                 // Heard from the member the datagram says it is from (its source address may differ from the one
                 // it advertises, behind NAT or with a wildcard listen).
@@ -434,7 +438,16 @@ impl Driver {
             }
             Err(e) => {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%from, "cluster datagram dropped: {e}");
+                // Authentic but out of time: a member's clock is off, and it stays out until it agrees. Said once a
+                // minute at most.
+                let warn =
+                    e == WireError::Stale && self.stale_warned.is_none_or(|at| at.elapsed() > Duration::from_secs(60));
+                if warn {
+                    self.stale_warned = Some(Instant::now());
+                    tracing::warn!(%from, "cluster datagram dropped: {e}");
+                } else {
+                    tracing::debug!(%from, "cluster datagram dropped: {e}");
+                }
             }
         }
     }
@@ -456,7 +469,7 @@ impl Driver {
     /// Sends what the crate wants sent, keeps its timers, logs its notifications and publishes the view.
     async fn flush(&mut self) {
         while let Some((to, data)) = self.runtime.to_send() {
-            let sealed = self.wire.seal(Kind::Gossip, &data);
+            let sealed = self.wire.seal(Kind::Gossip, &data, super::unix_ms());
             match self.socket.send_to(&sealed, to.gossip).await {
                 Ok(n) => _ = self.counters.sent.fetch_add(n as u64, Ordering::Relaxed),
                 Err(e) => tracing::debug!(to = %to.gossip, "cluster gossip send: {e}"),
@@ -517,7 +530,8 @@ impl Driver {
     /// Tells every live member that this node leaves, then lets the crate spread it.
     async fn leave(&mut self) {
         let this = self.members.this().clone();
-        let notice = self.wire.seal(Kind::Leave, format!("{} {}", this.name, this.started_ms).as_bytes());
+        let notice =
+            self.wire.seal(Kind::Leave, format!("{} {}", this.name, this.started_ms).as_bytes(), super::unix_ms());
         let live: Vec<SocketAddr> =
             self.members.iter().filter(|m| !m.this && m.state.is_live()).map(|m| m.id.gossip).collect();
         for to in &live {
