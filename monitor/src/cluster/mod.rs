@@ -9,6 +9,7 @@
 //! - [`load`]: each node's load, gossiped as the crate's custom broadcasts;
 //! - [`members`]: the membership view, its changes and clashes (pure);
 //! - [`membership`]: the driver over a tokio socket;
+//! - [`suspicions`]: members suspect for too long, declared dead by the driver (pure);
 //! - [`route`]: where a request for a cache goes: here, to its owner node, or a 503 (pure);
 //! - [`door`]: what the front door asks of the cluster for a request, and the forward to its owner;
 //! - [`api`]: `GET /api/v1/cluster` and the metrics' lines;
@@ -24,6 +25,7 @@ pub mod members;
 pub mod membership;
 pub mod replay;
 pub mod route;
+pub mod suspicions;
 pub mod wire;
 
 pub use identity::NodeId;
