@@ -1,12 +1,13 @@
 //! What the front door asks of the cluster for each request with a cache id: check the hop header of a request a
 //! member forwarded, verify a node-bound token, and decide ([`super::route::decide`]) whether the request is served
-//! here, forwarded to its owner's front door, or answered at once (400, 401, 403, 410, 503); then, for a forward,
+//! here, forwarded to its owner's front door, or answered at once (400, 401, 410, 503); then, for a forward,
 //! sign the hop and carry the request to the owner. Names no type of the front door's: it reads and writes plain
 //! HTTP parts, and the front door turns the outcome into its answer.
 
-use super::hop::{Hop, Hops, HEADER as HOP_HEADER};
+use super::hop::{self, Accepted, Hop, Hops, HEADER as HOP_HEADER};
+use super::replay::Counter;
 use super::route::{decide, Decision, Owner};
-use super::{ClusterError, Membership};
+use super::{unix_ms, ClusterError, Membership};
 use crate::config::{ClusterConfig, Fallback, ProxyConfig};
 use crate::token::NodeTokens;
 use http_body_util::BodyExt;
@@ -35,6 +36,10 @@ pub struct Door {
     membership: Arc<Membership>,
     tokens: Option<NodeTokens>,
     hops: Hops,
+    /// The hops accepted from peers: each (node, nonce) once.
+    accepted: std::sync::Mutex<Accepted>,
+    /// The nonces of the hops this node signs.
+    nonces: Counter,
     fallback: Fallback,
     this: String,
     cache_header: HeaderName,
@@ -54,7 +59,8 @@ pub enum Route {
     Forward { node: String, front: SocketAddr },
     /// 503 `owner-node-unavailable` with `Retry-After`.
     Unavailable { node: String },
-    /// Answered at once with this status and reason: a bad token (400, 401, 410) or a forged hop (403).
+    /// Answered at once with this status and reason: a bad token (400, 401, 410) or a hop header that is not
+    /// authentic, fresh and new (401).
     Refuse { status: u16, reason: String },
 }
 
@@ -135,10 +141,6 @@ where
     }
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
 impl Door {
     /// With `[proxy]`'s cache id header, token lifetime and upstream timeout.
     pub fn new(c: &ClusterConfig, membership: Arc<Membership>, px: &ProxyConfig) -> Result<Door, ClusterError> {
@@ -150,6 +152,8 @@ impl Door {
         Ok(Door {
             tokens: c.token_secret.as_deref().map(|s| NodeTokens::new(s.as_bytes(), &this, token_ttl_s)),
             hops: Hops::new(&secret),
+            accepted: std::sync::Mutex::new(hop::accepted()),
+            nonces: Counter::new(),
             fallback: c.fallback,
             this,
             cache_header,
@@ -172,9 +176,10 @@ impl Door {
                     _ => "",
                 };
                 let value = v.to_str().unwrap_or_default();
-                match self.hops.verify(value, now_ms(), &Hop { method, target, cache_id }) {
+                let mut accepted = self.accepted.lock().unwrap_or_else(|p| p.into_inner());
+                match self.hops.check(value, unix_ms(), &Hop { method, target, cache_id }, &mut accepted) {
                     Ok(_) => true,
-                    Err(e) => return Route::Refuse { status: 403, reason: e.to_string() },
+                    Err(e) => return Route::Refuse { status: 401, reason: e.to_string() },
                 }
             }
         };
@@ -225,7 +230,8 @@ impl Door {
     /// Adds the signed hop header to a request about to be forwarded (its target and cache id as they are sent).
     pub fn sign_hop(&self, method: &str, target: &str, headers: &mut HeaderMap) {
         let cache_id = headers.get(&self.cache_header).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-        let value = self.hops.sign(&self.this, now_ms(), &Hop { method, target, cache_id: &cache_id });
+        let value =
+            self.hops.sign(&self.this, unix_ms(), self.nonces.next(), &Hop { method, target, cache_id: &cache_id });
         if let Ok(v) = HeaderValue::from_str(&value) {
             headers.insert(&self.hop_header, v);
         }
@@ -335,7 +341,7 @@ mod tests {
                 front: SocketAddr::from(([127, 0, 0, 1], port)),
                 web: SocketAddr::from(([127, 0, 0, 1], port)),
                 processes: procs.iter().map(|p| p.to_string()).collect(),
-                started_ms: now_ms(),
+                started_ms: unix_ms(),
                 generation: 0,
             },
             listen: gossip,
@@ -409,7 +415,10 @@ mod tests {
         let theirs = tokens("b").sign("bm0.7").expect("a token");
         let gone = tokens("zz").sign("zm0.1").expect("a token");
         let hops = Hops::new(SECRET.as_bytes());
-        let hop = |id: &str| hops.sign("b", now_ms(), &Hop { method: "GET", target: "/x", cache_id: id });
+        let nonces = Counter::new();
+        let hop =
+            |id: &str| hops.sign("b", unix_ms(), nonces.next(), &Hop { method: "GET", target: "/x", cache_id: id });
+        let once = hop(&mine);
         let flipped = if theirs.ends_with('0') { '1' } else { '0' };
         let tampered = format!("{}{flipped}", &theirs[..theirs.len() - 1]);
         let here = |signed, fallback| Route::Here { signed, fallback };
@@ -438,7 +447,20 @@ mod tests {
             (
                 &door,
                 headers(&[("x-cache-id", &mine), ("x-monitor-hop", &hop("another id"))]),
-                Route::Refuse { status: 403, reason: "hop header signature does not match".into() },
+                Route::Refuse { status: 401, reason: "hop header signature does not match".into() },
+                Some(&mine),
+            ),
+            (&door, headers(&[("x-cache-id", &mine), ("x-monitor-hop", &once)]), here(true, false), Some("am0.1")),
+            (
+                &door,
+                headers(&[("x-cache-id", &mine), ("x-monitor-hop", &once)]),
+                Route::Refuse { status: 401, reason: "hop header replayed".into() },
+                Some(&mine),
+            ),
+            (
+                &door,
+                headers(&[("x-cache-id", &mine), ("x-monitor-hop", "b.1.2.3")]),
+                Route::Refuse { status: 401, reason: "hop header malformed".into() },
                 Some(&mine),
             ),
             (
@@ -466,10 +488,14 @@ mod tests {
         let mut h = headers(&[("x-cache-id", &theirs)]);
         door.sign_hop("GET", "/x", &mut h);
         let value = h.get(HOP_HEADER).and_then(|v| v.to_str().ok()).expect("a hop header").to_string();
-        assert_eq!(
-            hops.verify(&value, now_ms(), &Hop { method: "GET", target: "/x", cache_id: &theirs }),
-            Ok("a".into())
-        );
+        let signed = hops.verify(&value, unix_ms(), &Hop { method: "GET", target: "/x", cache_id: &theirs });
+        assert_eq!(signed.map(|s| s.node), Ok("a".into()));
+        // Each forward's header has a nonce of its own.
+        let mut again = headers(&[("x-cache-id", &theirs)]);
+        door.sign_hop("GET", "/x", &mut again);
+        let next = again.get(HOP_HEADER).and_then(|v| v.to_str().ok()).expect("a hop header");
+        let nonce = |v: &str| v.rsplit('.').nth(1).map(str::to_string);
+        assert_ne!(nonce(&value), nonce(next), "{value} then {next}");
         assert_eq!(door.sign("am0.1").map(|t| t.starts_with("a.am0.1.")), Some(true));
     }
 }

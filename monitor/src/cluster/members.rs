@@ -117,6 +117,18 @@ pub struct Members {
 /// A node's leave notice: its name and the start of the run that leaves.
 pub type Leave = (String, u64);
 
+/// A leave notice as a datagram carries it: `<node> <started_ms>`.
+pub fn encode_leave(node: &str, started_ms: u64) -> Vec<u8> {
+    format!("{node} {started_ms}").into_bytes()
+}
+
+/// The notice of a leave datagram's payload (any bytes that are not UTF-8 replaced), when it parses.
+pub fn parse_leave(payload: &[u8]) -> Option<Leave> {
+    let text = String::from_utf8_lossy(payload);
+    let (name, ms) = text.split_once(' ')?;
+    Some((name.to_string(), ms.parse().ok()?))
+}
+
 impl Members {
     pub fn new(this: NodeId) -> Members {
         let me = Member { id: this.clone(), state: State::Alive, last_heard: None, this: true, load: None };
@@ -334,6 +346,27 @@ mod tests {
         assert_eq!(m.events().count(), EVENTS_KEPT);
         assert_eq!(m.events().last().map(|e| e.at_unix_ms), Some(3_149));
         assert_eq!(m.events().next().map(|e| e.at_unix_ms), Some(3_050));
+    }
+
+    #[test]
+    fn leave_notices_round_trip_and_bad_ones_are_none() {
+        assert_eq!(parse_leave(&encode_leave("a", 17)), Some(("a".into(), 17)));
+        type Case<'a> = (&'a [u8], Option<(&'a str, u64)>);
+        let cases: &[Case<'_>] = &[
+            (b"b 1700000000000", Some(("b", 1_700_000_000_000))),
+            (b" 5", Some(("", 5))),
+            (b"a\xff 5", Some(("a\u{fffd}", 5))),
+            (b"a", None),
+            (b"a b", None),
+            (b"a 5 6", None),
+            (b"a -5", None),
+            (b"a 18446744073709551616", None),
+            (b"", None),
+        ];
+        for (payload, want) in cases {
+            let want = want.map(|(n, ms)| (n.to_string(), ms));
+            assert_eq!(parse_leave(payload), want, "{:?}", String::from_utf8_lossy(payload));
+        }
     }
 
     #[test]

@@ -5,13 +5,14 @@
 
 use super::identity::NodeId;
 use super::load::{self, Load, Loads, Note};
-use super::members::{Leave, Members, State};
-use super::wire::{Kind, Wire};
+use super::members::{self, Leave, Members, State};
+use super::suspicions::Suspicions;
+use super::wire::{Kind, Wire, WireError};
 use super::ClusterError;
 use crate::config::ClusterConfig;
 use foca::{AccumulatingRuntime, Foca, OwnedNotification, PostcardCodec, Timer};
 use rand::rngs::SmallRng;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +88,7 @@ impl Settings {
 /// What the driver counts on the wire, for `/metrics`.
 #[derive(Debug, Default)]
 struct Counters {
-    /// Datagrams dropped: their mac did not match, or they were malformed.
+    /// Datagrams dropped: their mac did not match, they were malformed, outside their time window, or replayed.
     rejected: AtomicU64,
     /// Bytes of the datagrams sent and received (UDP payloads, kind and mac included; not counting IP and UDP
     /// headers, 28 bytes a datagram over IPv4).
@@ -186,7 +187,8 @@ impl Membership {
         self.refused.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Datagrams dropped because their mac did not match the cluster secret (or they were malformed).
+    /// Datagrams dropped because their mac did not match the cluster secret, or they were malformed, outside
+    /// their time window or replayed.
     pub fn rejected(&self) -> u64 {
         self.counters.rejected.load(Ordering::Relaxed)
     }
@@ -217,6 +219,11 @@ pub const LOAD_EVERY: Duration = Duration::from_secs(2);
 /// A load is gossiped at least this often, changed or not.
 pub const LOAD_REFRESH: Duration = Duration::from_secs(10);
 
+/// The gossip address of the member a gossip payload says it is from (its header decoded as the crate does).
+pub fn gossip_sender(payload: &[u8]) -> Option<SocketAddr> {
+    foca::Codec::<NodeId>::decode_header(&mut PostcardCodec, payload).ok().map(|h| h.src.gossip)
+}
+
 /// The task that owns the socket and the crate.
 struct Driver {
     gossip: Gossip,
@@ -243,43 +250,8 @@ struct Driver {
     overdue_after: Duration,
     view: watch::Sender<Arc<Members>>,
     counters: Arc<Counters>,
-}
-
-/// The members this node suspects, with the incarnation suspected and when the suspicion began.
-///
-/// The crate turns a suspicion into a death with a timer, and drops every pending timer when this node's own
-/// identity changes: after a healed partition this node rejoins as its next generation, and a member it began to
-/// suspect during the partition would stay suspect for ever unless it refutes (it may never hear of the
-/// suspicion). The driver therefore declares dead, as the crate's timer would have, any member still suspect at
-/// the same incarnation a margin after the dead timeout. The member hears it is dead, rejoins, and is alive again.
-#[derive(Debug, Default)]
-struct Suspicions {
-    since: HashMap<NodeId, (foca::Incarnation, Instant)>,
-}
-
-impl Suspicions {
-    /// Follows the crate's member list: a suspicion starts when a member is first seen suspect at an incarnation
-    /// and ends when it is alive, dead, or suspect at another incarnation (which starts a new one).
-    fn follow<'a>(&mut self, members: impl Iterator<Item = &'a foca::Member<NodeId>>, now: Instant) {
-        let mut still = HashMap::new();
-        for m in members.filter(|m| m.state() == foca::State::Suspect) {
-            let since = match self.since.remove(m.id()) {
-                Some((inc, at)) if inc == m.incarnation() => at,
-                _ => now,
-            };
-            still.insert(m.id().clone(), (m.incarnation(), since));
-        }
-        self.since = still;
-    }
-
-    /// The members suspect for longer than `after`, as the crate's down update for each.
-    fn overdue(&self, now: Instant, after: Duration) -> Vec<foca::Member<NodeId>> {
-        self.since
-            .iter()
-            .filter(|(_, (_, at))| now.duration_since(*at) > after)
-            .map(|(id, (inc, _))| foca::Member::new(id.clone(), *inc, foca::State::Down))
-            .collect()
-    }
+    /// When a datagram outside its time window was last logged as a warning (a node whose clock is off).
+    stale_warned: Option<Instant>,
 }
 
 impl Driver {
@@ -311,6 +283,7 @@ impl Driver {
             overdue_after: s.dead + s.suspect,
             view,
             counters,
+            stale_warned: None,
         }
     }
 
@@ -412,29 +385,35 @@ impl Driver {
     }
 
     fn datagram(&mut self, data: &[u8], from: SocketAddr) {
-        match self.wire.open(data) {
+        match self.wire.open(data, super::unix_ms()) {
             Ok((Kind::Gossip, payload)) => {
                 // Heard from the member the datagram says it is from (its source address may differ from the one
                 // it advertises, behind NAT or with a wildcard listen).
-                match foca::Codec::<NodeId>::decode_header(&mut PostcardCodec, payload) {
-                    Ok(h) => self.heard.push((h.src.gossip, Instant::now().into_std())),
-                    Err(_) => tracing::debug!(%from, "cluster gossip datagram without a header"),
+                match gossip_sender(payload) {
+                    Some(gossip) => self.heard.push((gossip, Instant::now().into_std())),
+                    None => tracing::debug!(%from, "cluster gossip datagram without a header"),
                 }
                 let r = self.gossip.handle_data(payload, &mut self.runtime);
                 self.note(r);
             }
-            Ok((Kind::Leave, payload)) => {
-                let text = String::from_utf8_lossy(payload);
-                match text.split_once(' ').and_then(|(name, ms)| Some((name.to_string(), ms.parse().ok()?))) {
-                    Some(leave) => {
-                        self.left.insert(leave);
-                    }
-                    None => tracing::debug!(%from, "cluster leave notice malformed"),
+            Ok((Kind::Leave, payload)) => match members::parse_leave(payload) {
+                Some(leave) => {
+                    self.left.insert(leave);
                 }
-            }
+                None => tracing::debug!(%from, "cluster leave notice malformed"),
+            },
             Err(e) => {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%from, "cluster datagram dropped: {e}");
+                // Authentic but out of time: a member's clock is off, and it stays out until it agrees. Said once a
+                // minute at most.
+                let warn =
+                    e == WireError::Stale && self.stale_warned.is_none_or(|at| at.elapsed() > Duration::from_secs(60));
+                if warn {
+                    self.stale_warned = Some(Instant::now());
+                    tracing::warn!(%from, "cluster datagram dropped: {e}");
+                } else {
+                    tracing::debug!(%from, "cluster datagram dropped: {e}");
+                }
             }
         }
     }
@@ -456,7 +435,7 @@ impl Driver {
     /// Sends what the crate wants sent, keeps its timers, logs its notifications and publishes the view.
     async fn flush(&mut self) {
         while let Some((to, data)) = self.runtime.to_send() {
-            let sealed = self.wire.seal(Kind::Gossip, &data);
+            let sealed = self.wire.seal(Kind::Gossip, &data, super::unix_ms());
             match self.socket.send_to(&sealed, to.gossip).await {
                 Ok(n) => _ = self.counters.sent.fetch_add(n as u64, Ordering::Relaxed),
                 Err(e) => tracing::debug!(to = %to.gossip, "cluster gossip send: {e}"),
@@ -517,7 +496,7 @@ impl Driver {
     /// Tells every live member that this node leaves, then lets the crate spread it.
     async fn leave(&mut self) {
         let this = self.members.this().clone();
-        let notice = self.wire.seal(Kind::Leave, format!("{} {}", this.name, this.started_ms).as_bytes());
+        let notice = self.wire.seal(Kind::Leave, &members::encode_leave(&this.name, this.started_ms), super::unix_ms());
         let live: Vec<SocketAddr> =
             self.members.iter().filter(|m| !m.this && m.state.is_live()).map(|m| m.id.gossip).collect();
         for to in &live {
@@ -579,30 +558,6 @@ mod tests {
         if tokio::time::timeout(Duration::from_secs(5), seen).await.is_err() {
             panic!("{node} not {state:?} within 5 s: {:?}", state_of(m, node));
         }
-    }
-
-    #[test]
-    fn a_suspicion_is_overdue_only_when_it_lasted_at_one_incarnation_past_the_limit() {
-        let b = NodeId::test("b", 3, &["b0"], 1000);
-        let c = NodeId::test("c", 4, &["c0"], 1000);
-        let t0 = Instant::now();
-        let limit = Duration::from_secs(3);
-        let mut s = Suspicions::default();
-        let members = |b_inc, b_state, c_inc, c_state| {
-            [foca::Member::new(b.clone(), b_inc, b_state), foca::Member::new(c.clone(), c_inc, c_state)]
-        };
-        s.follow(members(0, foca::State::Suspect, 0, foca::State::Alive).iter(), t0);
-        assert!(s.overdue(t0 + limit, limit).is_empty(), "not past the limit yet");
-        // b refutes (alive at the next incarnation), then is suspected again: a new suspicion, a new start.
-        s.follow(members(1, foca::State::Alive, 0, foca::State::Suspect).iter(), t0 + Duration::from_secs(1));
-        s.follow(members(1, foca::State::Suspect, 0, foca::State::Suspect).iter(), t0 + Duration::from_secs(2));
-        let due = s.overdue(t0 + Duration::from_millis(4500), limit);
-        let due: Vec<_> = due.iter().map(|m| (m.id().name.as_str(), m.incarnation(), m.state())).collect();
-        assert_eq!(due, [("c", 0, foca::State::Down)], "c suspect since 1 s; b since 2 s");
-        // Suspect at another incarnation restarts the clock; dead ends it.
-        s.follow(members(1, foca::State::Down, 1, foca::State::Suspect).iter(), t0 + Duration::from_secs(5));
-        assert!(s.overdue(t0 + Duration::from_secs(7), limit).is_empty());
-        assert_eq!(s.overdue(t0 + Duration::from_millis(8100), limit).len(), 1);
     }
 
     #[tokio::test]

@@ -4,10 +4,12 @@
 //!
 //! - [`wire`]: the sealed datagram (pure);
 //! - [`hop`]: the signed header of a forwarded request (pure);
+//! - [`replay`]: each datagram and each hop header accepted once (pure);
 //! - [`identity`]: what a member is to the gossip crate;
 //! - [`load`]: each node's load, gossiped as the crate's custom broadcasts;
 //! - [`members`]: the membership view, its changes and clashes (pure);
 //! - [`membership`]: the driver over a tokio socket;
+//! - [`suspicions`]: members suspect for too long, declared dead by the driver (pure);
 //! - [`route`]: where a request for a cache goes: here, to its owner node, or a 503 (pure);
 //! - [`door`]: what the front door asks of the cluster for a request, and the forward to its owner;
 //! - [`api`]: `GET /api/v1/cluster` and the metrics' lines;
@@ -21,7 +23,9 @@ pub mod identity;
 pub mod load;
 pub mod members;
 pub mod membership;
+pub mod replay;
 pub mod route;
+pub mod suspicions;
 pub mod wire;
 
 pub use identity::NodeId;
@@ -42,4 +46,10 @@ pub enum ClusterError {
     NameClash { names: Vec<String>, member: String, gossip: SocketAddr },
     #[error("cache id header: {0}")]
     Header(String),
+}
+
+/// Milliseconds since the Unix epoch by this host's clock (0 before it): the time hop headers and datagrams are
+/// sealed with and checked against.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -1,14 +1,16 @@
 //! Several `monitor run` nodes as one cluster, on loopback addresses of their own (127.0.0.2, 127.0.0.3 …), each
 //! with its own master and worker: membership by gossip and a graceful leave (python3 `http.server` processes), and
 //! requests for another node's caches forwarded to it or refused (`fixture-backend` processes, which issue cache
-//! ids and name themselves in `X-Served-By`); and three nodes in network namespaces of their own (`netns`): forwards
-//! under load, a node killed, cut off and healed, leaving, and restarted one at a time.
+//! ids and name themselves in `X-Served-By`); a forward captured on the wire and sent again, refused (`replay`); and
+//! three nodes in network namespaces of their own (`netns`): forwards under load, a node killed, cut off and
+//! healed, leaving, and restarted one at a time.
 
 mod events;
 mod fleet;
 mod forward;
 mod membership;
 mod netns;
+mod replay;
 
 use monitor_tests::agent::free_port;
 use monitor_tests::config::{Config, Process};
