@@ -1,12 +1,12 @@
 //! `cargo xtask fuzz [--seconds N] [TARGET…]`: runs the cargo-fuzz targets in fuzz/ (every parser of outside input:
 //! cgroup and /proc files, mountinfo and cgroup paths, the socket tables and sock_diag replies, the config, signed
-//! cache ids, the routing header, the brake's record, the cluster's hop header and gossip datagram, and the
-//! once-only rule they share) for N seconds each (default 20), on the nightly toolchain, each from its seed corpus
-//! kept in the tree (fuzz/corpus/<target>/, seeded from tests/fixtures and from what the code itself produces) and
-//! the inputs earlier runs found (target/fuzz-corpus/<target>/, where a run adds what it finds: the tree keeps only
-//! chosen inputs). The targets are the `[[bin]]`s of fuzz/Cargo.toml, as `cargo fuzz list` gives them: adding one
-//! there is all it takes for this task and CI to run it. Installs cargo-fuzz when it is missing. A crash fails the
-//! task and leaves its input in fuzz/artifacts/<target>/.
+//! cache ids, the routing header, the brake's record, the cluster's hop header and gossip datagram, the once-only rule
+//! they share, and the action POSTs' proof) for N seconds each (default 20), on the nightly toolchain, each from its
+//! seed corpus kept in the tree (fuzz/corpus/<target>/, seeded from tests/fixtures and from what the code itself
+//! produces) and the inputs earlier runs found (target/fuzz-corpus/<target>/, where a run adds what it finds: the tree
+//! keeps only chosen inputs). The targets are the `[[bin]]`s of fuzz/Cargo.toml, as `cargo fuzz list` gives them:
+//! adding one there is all it takes for this task and CI to run it. Installs cargo-fuzz when it is missing. A crash
+//! fails the task and leaves its input in fuzz/artifacts/<target>/.
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
