@@ -22,6 +22,7 @@ pub mod group;
 pub mod hog;
 pub mod hooks;
 pub mod http;
+pub mod markdown;
 pub mod netns;
 pub mod notify;
 pub mod proc;

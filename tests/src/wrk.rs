@@ -30,8 +30,10 @@ pub struct WrkReport {
     pub requests: u64,
     /// Socket errors: connect, read, write, timeout.
     pub socket_errors: [u64; 4],
-    /// Responses by status.
+    /// Responses by status (from this module's script; empty under another script).
     pub statuses: BTreeMap<u16, u64>,
+    /// wrk's own "Non-2xx or 3xx responses: N" (0 when it does not say).
+    pub non_2xx: u64,
     /// wrk's whole output.
     pub text: String,
 }
@@ -43,8 +45,8 @@ impl WrkReport {
     }
 }
 
-/// Parses wrk's summary ("N requests in …", "Socket errors: connect A, read B, write C, timeout D" when there were
-/// any) and the script's "STATUS code n" lines.
+/// Parses wrk's summary ("N requests in …", "Socket errors: connect A, read B, write C, timeout D" and "Non-2xx or
+/// 3xx responses: N" when there were any) and the script's "STATUS code n" lines.
 pub fn parse(text: &str) -> WrkReport {
     let mut r = WrkReport { text: text.to_string(), ..WrkReport::default() };
     for line in text.lines().map(str::trim) {
@@ -54,6 +56,8 @@ pub fn parse(text: &str) -> WrkReport {
             for (i, part) in rest.split(',').enumerate().take(4) {
                 r.socket_errors[i] = part.split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or(u64::MAX);
             }
+        } else if let Some(n) = line.strip_prefix("Non-2xx or 3xx responses:") {
+            r.non_2xx = n.trim().parse().unwrap_or(u64::MAX);
         } else if let Some(rest) = line.strip_prefix("STATUS ") {
             let mut it = rest.split_whitespace().map(str::parse::<u64>);
             if let (Some(Ok(code)), Some(Ok(n))) = (it.next(), it.next()) {
@@ -94,6 +98,7 @@ mod tests {
         assert_eq!((r.requests, r.socket_errors), (23736, [0, 50, 0, 3]));
         assert_eq!(r.statuses.into_iter().collect::<Vec<_>>(), [(200, 23734), (503, 2)]);
         let r = parse("  68461 requests in 3.05s, 9.79MB read\n");
-        assert_eq!((r.requests, r.socket_errors, r.count(200..300)), (68461, [0; 4], 0));
+        assert_eq!((r.requests, r.socket_errors, r.count(200..300), r.non_2xx), (68461, [0; 4], 0, 0));
+        assert_eq!(parse("  Non-2xx or 3xx responses: 12\n").non_2xx, 12);
     }
 }

@@ -8,6 +8,7 @@ use super::bench_all::{command_line, Head, Outcome, Run};
 use super::bench_all_figures::figures;
 use super::bench_all_text::{Bench, ABOUT_PAGE, TESTS_HOLD};
 use anyhow::{bail, Context, Result};
+use monitor_tests::markdown::anchor;
 
 const RUN: &str = "**This run**: started ";
 const MACHINE: &str = "**Machine**: ";
@@ -235,18 +236,6 @@ pub(super) fn summary_line(line: &str) -> Option<&str> {
         && l.as_bytes()[10] == b'T'
         && [" TRACE ", " DEBUG ", " INFO ", " WARN ", " ERROR "].iter().any(|k| l.contains(k));
     (!l.is_empty() && !harness && !log).then_some(l)
-}
-
-/// GitHub's anchor for a heading: lower case, spaces to dashes, other punctuation dropped.
-pub(super) fn anchor(title: &str) -> String {
-    title
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[cfg(test)]

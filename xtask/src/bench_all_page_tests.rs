@@ -14,13 +14,6 @@ fn output_becomes_markdown() {
     assert_eq!(unmarkdown("(nothing)\n"), "");
 }
 
-#[test]
-fn anchors_follow_headings() {
-    assert_eq!(anchor("Front door: instructions per request"), "front-door-instructions-per-request");
-    assert_eq!(anchor("eBPF probes"), "ebpf-probes");
-    assert_eq!(anchor("Cluster: forwarding and gossip"), "cluster-forwarding-and-gossip");
-}
-
 /// A run with every kind of outcome: done, failed with and without output, not run, not reached.
 fn run() -> Run {
     let done = |output: &str, status: Option<(&str, &str)>| Outcome::Done {

@@ -14,6 +14,7 @@
 //! section: `1.7` is not in `1.72x`, nor `32 µs` in `+32 µs`. After `cargo xtask bench all`, update the quotes it
 //! names.
 use monitor_tests::config::Config;
+use monitor_tests::markdown::anchor;
 use monitor_tests::{require, workspace_root, Agent};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -269,18 +270,6 @@ fn bench_links(doc: &str) -> Vec<Link> {
         }
     }
     out
-}
-
-/// GitHub's anchor for a heading: lower case, spaces to dashes, other punctuation dropped.
-fn anchor(title: &str) -> String {
-    title
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The section of `page` whose heading has `id` as its anchor: from the heading to the next heading of the same or

@@ -13,6 +13,7 @@
 use monitor_tests::require::{on_path, require};
 use monitor_tests::require_v1;
 use monitor_tests::run::{Run, Spec};
+use monitor_tests::wrk::WrkReport;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,36 +39,19 @@ done = function(summary, latency, requests)
 end
 "#;
 
-/// What wrk reported.
+/// What wrk reported, and the script's count of answers that said `Connection: close`.
 #[derive(Debug)]
 struct Report {
-    requests: u64,
-    /// connect, read, write, timeout.
-    socket_errors: [u64; 4],
-    non_2xx: u64,
-    /// Answers that said `Connection: close` (the script's count).
+    wrk: WrkReport,
     closes: u64,
-    text: String,
 }
 
-/// Parses wrk's summary: "N requests in …", "Socket errors: connect A, read B, write C, timeout D" (only when there
-/// were any), "Non-2xx or 3xx responses: N" (likewise).
 fn parse(text: &str) -> Report {
-    let mut r = Report { requests: 0, socket_errors: [0; 4], non_2xx: 0, closes: 0, text: text.to_string() };
-    for line in text.lines().map(str::trim) {
-        if let Some(n) = line.split_once(" requests in ").and_then(|(n, _)| n.trim().parse().ok()) {
-            r.requests = n;
-        } else if let Some(rest) = line.strip_prefix("Socket errors:") {
-            for (i, part) in rest.split(',').enumerate().take(4) {
-                r.socket_errors[i] = part.split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or(u64::MAX);
-            }
-        } else if let Some(n) = line.strip_prefix("Non-2xx or 3xx responses:") {
-            r.non_2xx = n.trim().parse().unwrap_or(u64::MAX);
-        } else if let Some(n) = line.strip_prefix("Connection: close answers:") {
-            r.closes = n.trim().parse().unwrap_or(u64::MAX);
-        }
-    }
-    r
+    let closes = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Connection: close answers:"))
+        .map_or(0, |n| n.trim().parse().unwrap_or(u64::MAX));
+    Report { wrk: monitor_tests::wrk::parse(text), closes }
 }
 
 /// Runs wrk (16 connections on `threads` threads) for `seconds` against `path` through the front door, SIGTERMs
@@ -101,11 +85,12 @@ fn sigterm_under_wrk(name: &str, threads: u32, path: &str, seconds: u64, term_af
 }
 
 fn check(r: &Report, at_least: u64, closes: std::ops::RangeInclusive<u64>) {
-    eprintln!("{}", r.text);
-    assert!(closes.contains(&r.closes), "answers with Connection: close:\n{}", r.text);
-    assert_eq!(r.socket_errors, [0; 4], "socket errors (connect, read, write, timeout):\n{}", r.text);
-    assert_eq!(r.non_2xx, 0, "non-2xx answers:\n{}", r.text);
-    assert!(r.requests >= at_least, "only {} requests before the drain:\n{}", r.requests, r.text);
+    let w = &r.wrk;
+    eprintln!("{}", w.text);
+    assert!(closes.contains(&r.closes), "answers with Connection: close:\n{}", w.text);
+    assert_eq!(w.socket_errors, [0; 4], "socket errors (connect, read, write, timeout):\n{}", w.text);
+    assert_eq!(w.non_2xx, 0, "non-2xx answers:\n{}", w.text);
+    assert!(w.requests >= at_least, "only {} requests before the drain:\n{}", w.requests, w.text);
 }
 
 #[test]
@@ -134,12 +119,10 @@ fn sigterm_during_wrk_loses_no_request_in_flight() {
 }
 
 #[test]
-fn wrk_summaries_are_parsed() {
+fn the_scripts_count_of_closes_is_parsed_beside_wrks_summary() {
     let text = "  62 requests in 4.10s, 9.79MB read\n  Socket errors: connect 0, read 16, write 45464, timeout 2\n  \
-                Non-2xx or 3xx responses: 3\nRequests/sec: 15.1\n";
+                Non-2xx or 3xx responses: 3\nRequests/sec: 15.1\nConnection: close answers: 16\n";
     let r = parse(text);
-    assert_eq!((r.requests, r.socket_errors, r.non_2xx), (62, [0, 16, 45464, 2], 3));
-    assert_eq!(parse("Connection: close answers: 16\n").closes, 16);
-    let r = parse("  68461 requests in 3.05s, 9.79MB read\nRequests/sec:  22419.08\n");
-    assert_eq!((r.requests, r.socket_errors, r.non_2xx), (68461, [0; 4], 0));
+    assert_eq!((r.wrk.requests, r.wrk.socket_errors, r.wrk.non_2xx, r.closes), (62, [0, 16, 45464, 2], 3, 16));
+    assert_eq!(parse("  68461 requests in 3.05s, 9.79MB read\n").closes, 0);
 }
