@@ -21,14 +21,7 @@ fn get(front: SocketAddr, path: &str, headers: &[(&str, &str)]) -> http::Respons
 #[test]
 fn a_cache_id_minted_on_a_and_used_through_b_reaches_its_process_on_a() {
     let _serial = one_at_a_time();
-    let (a, b) = (Node::new("a", 6), Node::new("b", 7));
-    let mut node_a = a.start_fixtures(&[], TOKENS);
-    wait_member(&node_a, "a", |m| m["self"] == true, Duration::from_secs(20));
-    let node_b = b.start_fixtures(&[a.gossip_addr()], TOKENS);
-    wait_member(&node_a, "b", |m| m["state"] == "alive", Duration::from_secs(20));
-    wait_member(&node_b, "a", |m| m["state"] == "alive", Duration::from_secs(20));
-    wait_ready(&node_a);
-    wait_ready(&node_b);
+    let (a, b, mut node_a, node_b) = fixture_pair((6, 7), TOKENS);
 
     // A cache started on a: its id comes back signed for node a and the process that issued it.
     let started = get(a.front_addr(), "/fhir/start?cache=start", &[]);

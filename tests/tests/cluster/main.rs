@@ -119,6 +119,20 @@ impl Node {
     }
 }
 
+/// Nodes a and b (with the last address bytes `last`), each a `monitor run` over fixture backends signing cache ids
+/// with `token_secret`, b joined through a; returned once each lists the other alive and both are ready.
+fn fixture_pair(last: (u8, u8), token_secret: &str) -> (Node, Node, Launched, Launched) {
+    let (a, b) = (Node::new("a", last.0), Node::new("b", last.1));
+    let node_a = a.start_fixtures(&[], token_secret);
+    wait_member(&node_a, "a", |m| m["self"] == true, Duration::from_secs(20));
+    let node_b = b.start_fixtures(&[a.gossip_addr()], token_secret);
+    wait_member(&node_a, "b", |m| m["state"] == "alive", Duration::from_secs(20));
+    wait_member(&node_b, "a", |m| m["state"] == "alive", Duration::from_secs(20));
+    wait_ready(&node_a);
+    wait_ready(&node_b);
+    (a, b, node_a, node_b)
+}
+
 /// Polls `/readyz` of a node every 50 ms until it answers 200; panics after 20 s.
 fn wait_ready(n: &Launched) {
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -111,14 +111,7 @@ fn a_forward_captured_between_two_nodes_and_sent_again_is_refused() {
         return;
     }
     let _serial = one_at_a_time();
-    let (a, b) = (Node::new("a", 12), Node::new("b", 13));
-    let node_a = a.start_fixtures(&[], TOKENS);
-    wait_member(&node_a, "a", |m| m["self"] == true, Duration::from_secs(20));
-    let node_b = b.start_fixtures(&[a.gossip_addr()], TOKENS);
-    wait_member(&node_a, "b", |m| m["state"] == "alive", Duration::from_secs(20));
-    wait_member(&node_b, "a", |m| m["state"] == "alive", Duration::from_secs(20));
-    wait_ready(&node_a);
-    wait_ready(&node_b);
+    let (a, b, _node_a, node_b) = fixture_pair((12, 13), TOKENS);
     let get = |front, headers: &[(&str, &str)]| {
         http::request(front, "GET", "/fhir/use?n=1", headers, Duration::from_secs(10)).expect("a response")
     };
