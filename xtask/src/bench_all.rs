@@ -361,19 +361,24 @@ fn utc_now() -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    #[test]
-    fn a_run_survives_run_json_and_a_new_benchmark_is_pending() {
-        let benches = super::super::bench_all_text::BENCHES;
-        let done = |output: &str, status: Option<(&str, &str)>| Outcome::Done {
+    /// A benchmark's outcome as the tests' sample run has it: started, took and load fixed, with `output` and the
+    /// failed `status` (exit status, stderr's tail) if any.
+    pub(in crate::bench) fn done(output: &str, status: Option<(&str, &str)>) -> Outcome {
+        Outcome::Done {
             started: "2026-12-02 08:52 UTC".into(),
             secs: 183.0,
             load: ("1.33 1.11 1.56".into(), "1.13 1.16 1.50".into()),
             status: status.map(|(s, tail)| (s.to_string(), tail.to_string())),
             output: output.into(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_run_survives_run_json_and_a_new_benchmark_is_pending() {
+        let benches = super::super::bench_all_text::BENCHES;
         let mut outcomes: Vec<Outcome> = benches.iter().map(|_| Outcome::Pending).collect();
         outcomes[0] = done("ratio full/raw = 1.16 (goal <= 1.5)\n", None);
         outcomes[1] = Outcome::NotRun("needs wrk, not found on this machine".into());

@@ -1,6 +1,7 @@
 //! The page against the run it is written from, and docs/benchmarks.md against the generator.
 
 use super::*;
+use crate::bench::bench_all::tests::done;
 use crate::bench::bench_all_text::BENCHES;
 
 #[test]
@@ -16,13 +17,6 @@ fn output_becomes_markdown() {
 
 /// A run with every kind of outcome: done, failed with and without output, not run, not reached.
 fn run() -> Run {
-    let done = |output: &str, status: Option<(&str, &str)>| Outcome::Done {
-        started: "2026-12-02 08:52 UTC".into(),
-        secs: 183.0,
-        load: ("1.33 1.11 1.56".into(), "1.13 1.16 1.50".into()),
-        status: status.map(|(s, tail)| (s.to_string(), tail.to_string())),
-        output: output.into(),
-    };
     let mut outcomes: Vec<Outcome> = BENCHES.iter().map(|_| Outcome::Pending).collect();
     outcomes[0] = done("16 processes: raw pread of the same files 39.5 µs, full sample 46.0 µs\n", None);
     outcomes[1] = done("", None);
