@@ -189,26 +189,24 @@ impl Signing {
     fn key(&self, cfg: &ActionsConfig, running: Option<&Key>) -> Option<Key> {
         match self {
             Signing::Fixed(k) => Some(k.clone()),
-            Signing::FromConfig => match cfg.secret().map(|s| s.map(|b| Key::new(&b))) {
-                Ok(Some(Ok(k))) => Some(k),
-                Ok(None) => {
-                    if cfg.posts_unsigned() {
-                        tracing::warn!(
-                            "[actions] secret_file is unset: the action POSTs to post_url and admin_path go \
-                             unsigned, and a process cannot tell them from forged ones (see docs/deploy.md)"
-                        );
+            Signing::FromConfig => {
+                match cfg.secret().and_then(|s| s.map(|b| Key::new(&b).map_err(|e| e.to_string())).transpose()) {
+                    Ok(Some(k)) => Some(k),
+                    Ok(None) => {
+                        if cfg.posts_unsigned() {
+                            tracing::warn!(
+                                "[actions] secret_file is unset: the action POSTs to post_url and admin_path go \
+                                 unsigned, and a process cannot tell them from forged ones (see docs/deploy.md)"
+                            );
+                        }
+                        None
                     }
-                    None
+                    Err(e) => {
+                        tracing::warn!("[actions] secret_file: {e}: the running secret is kept");
+                        running.cloned()
+                    }
                 }
-                Ok(Some(Err(e))) => {
-                    tracing::warn!("[actions] secret_file: {e}: the running secret is kept");
-                    running.cloned()
-                }
-                Err(e) => {
-                    tracing::warn!("[actions] secret_file: {e}: the running secret is kept");
-                    running.cloned()
-                }
-            },
+            }
         }
     }
 }
