@@ -58,7 +58,7 @@ pub fn boot_with_memory(
     label: &str,
     memory_mib: u32,
 ) -> Result<Boot> {
-    let append = format!("console=ttyS0 quiet panic=-1 {extra_append}");
+    let append = format!("console=ttyS0 quiet panic=-1 softlockup_all_cpu_backtrace=1 {extra_append}");
     let memory = memory_mib.to_string();
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args(["-accel", "tcg", "-cpu", "max", "-m", &memory, "-smp", "2", "-nic", "none"])
