@@ -48,4 +48,5 @@ pub mod sockets;
 pub mod table;
 pub mod token;
 pub mod units;
+pub mod view;
 pub mod wakeup;

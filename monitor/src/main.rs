@@ -4,8 +4,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
 use monitor::agent::Agent;
-use monitor::api::StatusView;
 use monitor::config::Config;
+use monitor::view::StatusView;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

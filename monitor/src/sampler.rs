@@ -10,7 +10,7 @@ use crate::guard::{KillBook, KillRecord, Roster};
 use crate::live::Live;
 use crate::pacing::{Pacer, Pacing};
 use crate::policy::{decide, Decision, PolicyState, Thresholds};
-use crate::probes::Probes;
+use crate::probes::{Probes, TraceRequest, Tracer};
 use crate::procs::ProcTable;
 use crate::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
 use crate::wakeup::{Ready, Wakeups};
@@ -115,33 +115,6 @@ pub struct Sampler {
     /// The limit the brake was last engaged or moved for (or failed at), and when it last failed.
     brake_limit: u64,
     brake_failed_at: Option<Instant>,
-}
-
-/// A pid to trace at once, and who to tell when it is.
-type TraceRequest = (u32, tokio::sync::oneshot::Sender<()>);
-
-/// Asks the sampler thread to trace a process at once, ahead of its next sample (see [`Probes::trace_now`]):
-/// `monitor run`'s launcher uses it for each process it starts, before its first health check, so that the kernel
-/// counts everything the process serves. Does nothing without probes.
-#[derive(Clone, Debug)]
-pub struct Tracer(Option<(mpsc::Sender<TraceRequest>, Arc<OwnedFd>)>);
-
-impl Tracer {
-    /// A tracer that does nothing (probes off, or no sampler).
-    pub fn none() -> Tracer {
-        Tracer(None)
-    }
-
-    /// Traces `pid` now; returns once the sampler thread has done it, or after a second at most.
-    pub async fn trace(&self, pid: u32) {
-        let Some((tx, efd)) = &self.0 else { return };
-        let (ack, done) = tokio::sync::oneshot::channel();
-        if tx.send((pid, ack)).is_err() {
-            return;
-        }
-        crate::wakeup::eventfd::ring(efd);
-        let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
-    }
 }
 
 /// The host's MemTotal in bytes (0 if /proc/meminfo cannot be read).
@@ -364,7 +337,7 @@ impl Sampler {
         };
         let (tx, rx) = mpsc::channel();
         self.early = Some((rx, efd.clone()));
-        Tracer(Some((tx, efd)))
+        Tracer::new(tx, efd)
     }
 
     /// Traces `pid` at once (a [`Tracer`] request).

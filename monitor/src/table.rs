@@ -1,9 +1,9 @@
 //! `monitor status` as text: the group line and a table of its processes; with `--cluster`, one row per member of
 //! the cluster from each one's own status.
 
-use crate::api::StatusView;
 use crate::live::ReloadResult;
 use crate::units::size;
+use crate::view::StatusView;
 use std::fmt::Write;
 
 /// The kernel's OOM kills, the wake-ups with the paced interval, and the brake when it is on.
@@ -309,7 +309,7 @@ mod tests {
         }))
         .expect("a cluster view");
         let p = Published::test(State::Refusing);
-        let a = crate::api::status_view(&p, &Thresholds::default());
+        let a = crate::view::status_view(&p, &Thresholds::default());
         let statuses = vec![("a".to_string(), Ok(a)), ("b".to_string(), Err("no answer within 3 s".to_string()))];
         let text = render_cluster(&view, &statuses);
         let row = |node: &str| text.lines().find(|l| l.starts_with(&format!("{node} "))).unwrap_or_default();
@@ -392,7 +392,7 @@ mod tests {
             }))
             .expect("a brake status"),
         );
-        let text = render(&crate::api::status_view(&p, &Thresholds::default()));
+        let text = render(&crate::view::status_view(&p, &Thresholds::default()));
         assert_eq!(line(&text, "oom "), Some("1 (processes of the group killed by the kernel's OOM killer)"), "{text}");
         assert_eq!(
             line(&text, "wake-ups "),
@@ -403,7 +403,7 @@ mod tests {
 
         // No count, the timer only, no brake: said so, and no brake line.
         let p = Published::test(State::Normal);
-        let text = render(&crate::api::status_view(&p, &Thresholds::default()));
+        let text = render(&crate::view::status_view(&p, &Thresholds::default()));
         assert_eq!(line(&text, "oom "), Some("not counted by this kernel"));
         assert_eq!(line(&text, "wake-ups "), Some("timer only; next sample in 100 ms"));
         assert_eq!(line(&text, "brake "), None, "{text}");
@@ -415,7 +415,7 @@ mod tests {
         (p.snapshot.group.processes_listed, p.snapshot.group.processes_sampled) = (5, 3);
         p.snapshot.group.unattributed_bytes = 300 << 20;
         p.decision.unseen = true;
-        let text = render(&crate::api::status_view(&p, &Thresholds::default()));
+        let text = render(&crate::view::status_view(&p, &Thresholds::default()));
         assert_eq!(
             line(&text, "unseen "),
             Some(
@@ -438,12 +438,12 @@ mod tests {
             anon_bytes: 1,
             traffic: Default::default(),
         }];
-        let mut v = crate::api::status_view(&p, &Thresholds::default());
+        let mut v = crate::view::status_view(&p, &Thresholds::default());
         let text = render(&v);
         assert!(text.lines().any(|l| l.trim_end().ends_with("RESTARTS KILLS")), "{text}");
         assert!(!text.contains("killed"), "no kill, no line: {text}");
         v.processes[0].kills = 2;
-        let kill = |pid: u32, unix_ms: u64, enforced: bool| crate::api::KillView {
+        let kill = |pid: u32, unix_ms: u64, enforced: bool| crate::view::KillView {
             pid,
             name: "tx1".into(),
             role: crate::snapshot::ProcessRole::Worker,
@@ -478,7 +478,7 @@ mod tests {
     #[test]
     fn a_failed_reload_and_keys_waiting_for_a_restart_are_shown() {
         let p = Published::test(State::Normal);
-        let mut v = crate::api::status_view(&p, &Thresholds::default());
+        let mut v = crate::view::status_view(&p, &Thresholds::default());
         let reloads = crate::live::Reloads::new(Some("/etc/monitor/agent.toml".into()));
         reloads.succeeded(vec!["web.listen".into()]);
         reloads.failed("/etc/monitor/agent.toml:3: unknown field `refuse_att`".into());

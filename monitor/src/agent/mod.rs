@@ -216,7 +216,7 @@ impl Parts<'_> {
         // Only launched processes are traced from their start; a guarded group's are found by the sampler.
         let tracer = match self.launching {
             true => sampler.tracer(),
-            false => sampler::Tracer::none(),
+            false => crate::probes::Tracer::none(),
         };
         let web_addr: SocketAddr = cfg.web.listen.parse().map_err(|e| AgentError::Io {
             what: "web.listen".into(),
@@ -366,9 +366,8 @@ impl Parts<'_> {
         let view = door.as_ref().map(|d| d.view.clone());
         let front_door = door.as_ref().map(|d| {
             let p = d.proxy.clone();
-            let f: Arc<dyn Fn() -> api::FrontDoorView + Send + Sync> = Arc::new(move || api::FrontDoorView {
-                shed_total: p.shed_total(),
-                forwarded_total: p.forwarded_total(),
+            let f: Arc<dyn Fn() -> crate::view::FrontDoorView + Send + Sync> = Arc::new(move || {
+                crate::view::FrontDoorView { shed_total: p.shed_total(), forwarded_total: p.forwarded_total() }
             });
             f
         });

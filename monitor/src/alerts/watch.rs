@@ -5,7 +5,7 @@
 
 use super::task::Raiser;
 use super::{names, Condition};
-use crate::launcher::{LauncherInfo, Phase};
+use crate::feed::{LauncherInfo, Phase};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -3,7 +3,7 @@
 
 use super::members::{Members, State};
 use super::Membership;
-use crate::launcher::{LauncherInfo, Phase};
+use crate::feed::{LauncherInfo, Phase};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};

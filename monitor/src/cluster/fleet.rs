@@ -6,11 +6,11 @@
 
 use super::members::Members;
 use super::Membership;
-use crate::api::StatusView;
 use crate::client::Bounds;
 use crate::config::{HttpUrl, UrlError};
 use crate::feed::Published;
-use crate::launcher::{LauncherInfo, Phase};
+use crate::feed::{LauncherInfo, Phase};
+use crate::view::StatusView;
 use axum::routing::get;
 use axum::{Json, Router};
 use hyper::body::Bytes;
@@ -241,9 +241,9 @@ pub async fn fetch(addr: SocketAddr, path: &str) -> Result<Bytes, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::FrontDoorView;
     use crate::feed::Published;
     use crate::policy::{State, Thresholds};
+    use crate::view::FrontDoorView;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
@@ -251,7 +251,7 @@ mod tests {
         let mut p = Published::test(State::Refusing);
         p.snapshot.group.usage_bytes = 300;
         p.snapshot.group.limit_bytes = 1000;
-        let mut v = crate::api::status_view(&p, &Thresholds::default());
+        let mut v = crate::view::status_view(&p, &Thresholds::default());
         v.group.ratio = 0.3;
         v.front_door = Some(FrontDoorView { shed_total: 4, forwarded_total: 1 });
         let f = figures_of(&v);
@@ -290,7 +290,7 @@ mod tests {
         p.decision.ratio = 0.9;
         let (_, latest) = watch::channel(Arc::new(p.clone()));
         let local = Local { latest, launcher: None, shed: Some(Arc::new(|| 5)) };
-        let mut v = crate::api::status_view(&p, &Thresholds::default());
+        let mut v = crate::view::status_view(&p, &Thresholds::default());
         v.front_door = Some(FrontDoorView { shed_total: 5, forwarded_total: 0 });
         assert_eq!(local.figures(), (figures_of(&v), 77));
     }
@@ -307,7 +307,7 @@ mod tests {
             let mut p = Published::test(State::Normal);
             p.snapshot.group.usage_bytes = usage;
             p.snapshot.unix_ms = 1000;
-            let mut v = crate::api::status_view(&p, &Thresholds::default());
+            let mut v = crate::view::status_view(&p, &Thresholds::default());
             v.front_door = Some(FrontDoorView { shed_total, forwarded_total: 0 });
             v
         };

@@ -14,8 +14,8 @@ pub mod ring;
 mod source;
 pub mod store;
 
+use crate::feed::LauncherInfo;
 use crate::feed::{Published, Samples};
-use crate::launcher::LauncherInfo;
 use crate::live::Live;
 use crate::policy::{Decisions, ProcId, Thresholds};
 use crate::snapshot::infer_roles;

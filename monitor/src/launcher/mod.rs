@@ -11,7 +11,9 @@ mod member;
 mod ready;
 mod spawn;
 
-pub use member::{LauncherInfo, Member, Phase};
+pub use member::Member;
+
+use crate::feed::Phase;
 
 use crate::config::ProcessConfig;
 use crate::config::Role;
@@ -58,7 +60,7 @@ pub struct Options {
     pub stop_grace: Duration,
     /// Traces each process the moment it is started (before its first health check), so that the kernel counts
     /// everything it serves; `Tracer::none()` without probes.
-    pub tracer: crate::sampler::Tracer,
+    pub tracer: crate::probes::Tracer,
     /// The guard's kills: a process that exits by the guard's hand is `killed`, not a crash.
     pub kills: std::sync::Arc<crate::guard::KillBook>,
     /// Environment every process gets besides its own `env` (the actions' secret, `MONITOR_ACTION_SECRET`),

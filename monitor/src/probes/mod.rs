@@ -9,10 +9,12 @@ mod bitmap;
 mod counters;
 mod lineage;
 pub mod object;
+mod tracer;
 
 pub use crate::config::{CloseHook, Hooks};
 pub use attach::tracefs_reachable;
 pub use counters::percentile;
+pub use tracer::{TraceRequest, Tracer};
 
 use crate::snapshot::Traffic;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues};

@@ -1,4 +1,4 @@
-//! The eventfds the sampler waits on: the v1 thresholds' and the one [`crate::sampler::Tracer`] rings.
+//! The eventfds the sampler waits on: the v1 thresholds' and the one [`crate::probes::Tracer`] rings.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -1,7 +1,8 @@
-//! The module graph of the monitor crate, read from its sources (monitor/src): every `crate::<module>` path outside comments is an edge
-//! from the top-level module that holds it to the one it names. The graph must have no cycle, so that data flows
-//! one way (cgroup files and /proc -> sampler -> feed -> consumers -> agent), and the feed, which every consumer
-//! reads, must depend on nothing but the snapshot, the policy and the config's typed values.
+//! The floors of the monitor crate (docs/design.md, "Layers"): every module of monitor/src stands on one floor, and
+//! imports only from the floors its row names. The imports are read from the sources: every `crate::<module>` path
+//! in code (not in comments or string literals, not in `#[cfg(test)]` modules) is an edge from the top-level module
+//! that holds it to the one it names. Any edge the table does not allow fails the test, as does a module no row
+//! names; and the graph must have no cycle, so that data flows one way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -14,7 +15,7 @@ fn graph(src: &Path) -> Graph {
     for entry in std::fs::read_dir(src).expect("reading src/") {
         let path = entry.expect("listing src/").path();
         let name = path.file_stem().and_then(|s| s.to_str()).expect("a UTF-8 file name").to_string();
-        if name == "lib" || name == "main" || name == "layering" {
+        if name == "lib" || name == "main" {
             continue;
         }
         let mut files = Vec::new();
@@ -22,9 +23,8 @@ fn graph(src: &Path) -> Graph {
         let mut deps = BTreeSet::new();
         for f in files {
             let text = std::fs::read_to_string(&f).expect("reading a source file");
-            for line in text.lines() {
-                let code = line.split("//").next().unwrap_or("");
-                deps.extend(named(code).filter(|d| *d != name));
+            for code in code_lines(&text) {
+                deps.extend(named(&code).filter(|d| *d != name));
             }
         }
         g.entry(name).or_default().extend(deps);
@@ -40,6 +40,139 @@ fn collect(path: &Path, out: &mut Vec<std::path::PathBuf>) {
     } else if path.extension().is_some_and(|e| e == "rs") {
         out.push(path.to_path_buf());
     }
+}
+
+/// The lines of a source file that are code: string literals emptied (so `"http://x"` does not hide the rest of
+/// its line), comments cut, and the lines of `#[cfg(test)]` modules left out.
+fn code_lines(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip_next_item = false;
+    let mut test_depth: Option<i64> = None;
+    for code in strip(text).lines() {
+        let trimmed = code.trim();
+        if let Some(depth) = test_depth.as_mut() {
+            *depth += braces(code);
+            if *depth <= 0 {
+                test_depth = None;
+            }
+            continue;
+        }
+        if trimmed.starts_with("#[cfg(test)]") {
+            skip_next_item = true;
+            continue;
+        }
+        if skip_next_item && !trimmed.is_empty() && !trimmed.starts_with("#[") {
+            skip_next_item = false;
+            let depth = braces(code);
+            if trimmed.contains("mod ") && depth > 0 {
+                test_depth = Some(depth);
+            }
+            continue;
+        }
+        out.push(code.to_string());
+    }
+    out
+}
+
+fn braces(code: &str) -> i64 {
+    code.chars().map(|c| i64::from(c == '{') - i64::from(c == '}')).sum()
+}
+
+/// A source file with the contents of its string literals (plain, over several lines, raw) and char literals
+/// emptied and its comments (line and block) cut; its line breaks kept.
+fn strip(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let get = |j: usize| c.get(j).copied();
+    let mut i = 0;
+    while i < c.len() {
+        match c[i] {
+            '/' if get(i + 1) == Some('/') => {
+                while i < c.len() && c[i] != '\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            '/' if get(i + 1) == Some('*') => {
+                let mut depth = 0;
+                while i < c.len() {
+                    if c[i] == '/' && get(i + 1) == Some('*') {
+                        depth += 1;
+                        i += 2;
+                    } else if c[i] == '*' && get(i + 1) == Some('/') {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        if c[i] == '\n' {
+                            out.push('\n');
+                        }
+                        i += 1;
+                    }
+                }
+                continue;
+            }
+            'r' if (get(i + 1) == Some('"') || get(i + 1) == Some('#'))
+                && !i.checked_sub(1).and_then(|p| c.get(p)).is_some_and(|p| p.is_alphanumeric() || *p == '_') =>
+            {
+                let hashes = c[i + 1..].iter().take_while(|&&h| h == '#').count();
+                if c.get(i + 1 + hashes) != Some(&'"') {
+                    out.push('r');
+                    i += 1;
+                    continue;
+                }
+                i += 2 + hashes;
+                out.push_str("\"\"");
+                while i < c.len() {
+                    if c[i] == '"' && c[i + 1..].iter().take(hashes).filter(|&&h| h == '#').count() == hashes {
+                        i += 1 + hashes;
+                        break;
+                    }
+                    if c[i] == '\n' {
+                        out.push('\n');
+                    }
+                    i += 1;
+                }
+                continue;
+            }
+            '"' => {
+                i += 1;
+                while i < c.len() && c[i] != '"' {
+                    match c[i] {
+                        '\\' => i += 2,
+                        '\n' => {
+                            out.push('\n');
+                            i += 1;
+                        }
+                        _ => i += 1,
+                    }
+                }
+                i += 1;
+                out.push_str("\"\"");
+                continue;
+            }
+            // A char literal ('x', '\n', '\''); a lifetime ('a) is code.
+            '\'' if get(i + 1) == Some('\\') => {
+                i += 2;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+                out.push_str("' '");
+                continue;
+            }
+            '\'' if get(i + 2) == Some('\'') => {
+                i += 3;
+                out.push_str("' '");
+                continue;
+            }
+            ch => out.push(ch),
+        }
+        i += 1;
+    }
+    out
 }
 
 /// The modules a line of code names: `crate::x`, and each `x` in `use crate::{x, y::z}`.
@@ -76,6 +209,59 @@ fn ident(s: &str) -> String {
     s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
 }
 
+/// The floors of docs/design.md's "Layers" table: each floor's modules, and the floors it may import.
+#[derive(Debug, Default)]
+struct Floors {
+    floor_of: BTreeMap<String, String>,
+    may: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn floors(design: &str) -> Floors {
+    let section = design.split("\n## Layers\n").nth(1).expect("docs/design.md has a \"## Layers\" section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut f = Floors::default();
+    for row in section.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        if cells.len() != 3 || cells[0] == "floor" || cells[0].starts_with("---") {
+            continue;
+        }
+        let list = |s: &str| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect::<Vec<_>>();
+        for m in list(cells[1]) {
+            let before = f.floor_of.insert(m.clone(), cells[0].to_string());
+            assert!(before.is_none(), "the Layers table names module {m} twice");
+        }
+        f.may.insert(cells[0].to_string(), list(cells[2]).into_iter().collect());
+    }
+    assert!(f.may.len() >= 5, "read only {} floors from docs/design.md's Layers table", f.may.len());
+    f
+}
+
+/// Each edge of `g` the floors do not allow, and each module no floor holds, in words.
+fn outside(g: &Graph, f: &Floors) -> Vec<String> {
+    let mut bad = Vec::new();
+    for m in f.floor_of.keys().filter(|m| !g.contains_key(*m)) {
+        bad.push(format!("the table names {m}, which monitor/src does not have"));
+    }
+    for (m, deps) in g {
+        let Some(floor) = f.floor_of.get(m) else {
+            bad.push(format!("{m} stands on no floor of the table"));
+            continue;
+        };
+        for d in deps {
+            let Some(to) = f.floor_of.get(d) else { continue };
+            if !f.may.get(floor).is_some_and(|may| may.contains(to)) {
+                bad.push(format!("{m} ({floor}) imports {d} ({to})"));
+            }
+        }
+    }
+    for (floor, may) in &f.may {
+        for to in may.iter().filter(|to| !f.may.contains_key(*to)) {
+            bad.push(format!("floor {floor} may import {to}, which is no floor"));
+        }
+    }
+    bad
+}
+
 /// A cycle in `g`, as the path of modules around it, if there is one.
 fn cycle(g: &Graph) -> Option<Vec<String>> {
     fn visit(n: &str, g: &Graph, path: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
@@ -105,10 +291,32 @@ fn src() -> std::path::PathBuf {
     monitor_tests::workspace_root().join("monitor/src")
 }
 
+fn design() -> String {
+    let path = monitor_tests::workspace_root().join("docs/design.md");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_import_is_one_the_layers_table_allows() {
+    let g = graph(&src());
+    assert!(g.len() > 20, "read only {} modules from {}", g.len(), src().display());
+    let bad = outside(&g, &floors(&design()));
+    assert!(bad.is_empty(), "imports outside docs/design.md's Layers table:\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn no_consumer_imports_another() {
+    let f = floors(&design());
+    assert!(!f.may["consumers"].contains("consumers"), "the consumers floor may import itself");
+    let consumers: Vec<&String> = f.floor_of.iter().filter(|(_, fl)| *fl == "consumers").map(|(m, _)| m).collect();
+    for m in ["actions", "alerts", "api", "metrics"] {
+        assert!(consumers.iter().any(|c| *c == m), "{m} is not on the consumers floor: {consumers:?}");
+    }
+}
+
 #[test]
 fn the_module_graph_has_no_cycle() {
     let g = graph(&src());
-    assert!(g.len() > 20, "read only {} modules from {}", g.len(), src().display());
     if let Some(c) = cycle(&g) {
         panic!("the modules import each other in a circle: {}", c.join(" -> "));
     }
@@ -131,10 +339,41 @@ fn the_reader_sees_every_form_of_import() {
     assert_eq!(names("use crate::{api, history::{ring, store}, policy::State};"), ["api", "history", "policy"]);
     assert_eq!(names("    let x = crate::procs::start_ticks(pid) + crate::cgroup::f();"), ["procs", "cgroup"]);
     assert_eq!(names("use crate::Foo;"), Vec::<String>::new());
+    // A URL in a string does not hide the path after it; a path in a string or a comment is no import.
+    let code = |s: &str| code_lines(s).iter().flat_map(|l| named(l).collect::<Vec<_>>()).collect::<Vec<_>>();
+    assert_eq!(code(r#"let u = "http://x"; crate::alerts::raise(u);"#), ["alerts"]);
+    assert_eq!(code(r#"let s = "crate::api"; // crate::metrics"#), Vec::<String>::new());
+    assert_eq!(code("let q = '\"'; crate::api::f();"), ["api"]);
+    assert_eq!(code("let q = '\\''; let s = \"a{\\\n b\"; crate::api::f();"), ["api"]);
+    assert_eq!(code("let s = r#\"a \"{ crate::metrics\"#; /* crate::alerts { */ crate::view::f();"), ["view"]);
+    // Test modules are left out, and what follows them is read again.
+    let text = "use crate::feed::X;\n#[cfg(test)]\nmod tests {\n    use crate::api::Y;\n    fn f() {\n    }\n}\nfn g() { crate::view::h() }\n";
+    assert_eq!(code(text), ["feed", "view"]);
     let mut g = Graph::new();
     g.entry("a".into()).or_default().insert("b".into());
     g.entry("b".into()).or_default().insert("c".into());
     assert_eq!(cycle(&g), None);
     g.entry("c".into()).or_default().insert("a".into());
     assert_eq!(cycle(&g), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+}
+
+#[test]
+fn a_planted_edge_outside_the_table_is_named() {
+    let f = floors(&design());
+    let mut g = graph(&src());
+    assert!(outside(&g, &f).is_empty());
+    // metrics importing api: one consumer importing another.
+    g.get_mut("metrics").expect("metrics").insert("api".into());
+    // the feed importing the sampler: a floor importing one above it.
+    g.get_mut("feed").expect("feed").insert("sampler".into());
+    g.insert("newcomer".into(), BTreeSet::new());
+    let bad = outside(&g, &f);
+    assert_eq!(
+        bad,
+        [
+            "feed (feed) imports sampler (sampler)",
+            "metrics (consumers) imports api (consumers)",
+            "newcomer stands on no floor of the table"
+        ]
+    );
 }

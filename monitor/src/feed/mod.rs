@@ -5,6 +5,10 @@
 //! [`crate::policy`] and the config's typed values: the producers (the sampler, the wake-ups, the brake) and the
 //! consumers both import it, and it imports none of them.
 
+mod launch;
+
+pub use launch::{LauncherInfo, Phase};
+
 use crate::policy::Decision;
 use crate::snapshot::Snapshot;
 use serde::Serialize;
