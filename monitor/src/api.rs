@@ -4,7 +4,7 @@
 //! the connections a client can hold, so a crowd of idle ones never locks out a probe; the status document is built
 //! on a thread of its own, a bounded number at a time, so a crowd asking for it never delays a probe either.
 
-use crate::feed::{LauncherInfo, Published};
+use crate::feed::Published;
 use crate::guard::KillBook;
 use crate::live::{Live, Reloads};
 use crate::policy::{self, Action, ProcId};
@@ -33,10 +33,9 @@ pub struct ApiState {
     pub config: Live,
     /// The config's reloads, shown as the status's `config` object (None: left out).
     pub reloads: Option<Arc<Reloads>>,
-    /// Under `monitor run`: the launched processes (role from the config, state, restarts). None for `agent`.
-    pub launcher: Option<Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>>,
-    /// Under `monitor run`: the front door's counts. None for `agent`.
-    pub front_door: Option<Arc<dyn Fn() -> FrontDoorView + Send + Sync>>,
+    /// Under `monitor run`: the launched processes (role from the config, state, restarts) and the front door's
+    /// counts. None for `agent`.
+    pub door: Option<crate::feed::Door>,
     /// The last resort's kills: the recent ones and the counts by name (None: no kills shown).
     pub kills: Option<Arc<KillBook>>,
 }
@@ -110,7 +109,7 @@ fn full_status(st: &ApiState) -> StatusView {
     view.config = st.reloads.as_ref().map(|r| r.status());
     view.group.kernel_oom_cost =
         Some(kernel_oom_cost(p.snapshot.group.oom_group, &p.snapshot.group.cgroup, under_systemd()));
-    if let Some(launched) = st.launcher.as_ref().map(|f| f()) {
+    if let Some(launched) = st.door.as_ref().map(|d| d.launched()) {
         // A launched process's name, role and restarts come from the launcher, not the process tree.
         for proc in &mut view.processes {
             if let Some(info) = launched.iter().find(|i| i.pid == Some(proc.pid)) {
@@ -121,7 +120,8 @@ fn full_status(st: &ApiState) -> StatusView {
         }
         view.launcher = Some(launched);
     }
-    view.front_door = st.front_door.as_ref().map(|f| f());
+    view.front_door =
+        st.door.as_ref().map(|d| FrontDoorView { shed_total: d.shed_total(), forwarded_total: d.forwarded_total() });
     if let Some(book) = &st.kills {
         let counts = book.counts();
         for proc in &mut view.processes {
@@ -398,14 +398,7 @@ mod tests {
 
     fn app() -> Router {
         let (_tx, latest) = watch::channel(Arc::new(Published::test(PolicyState::Normal)));
-        router(ApiState {
-            latest,
-            config: Live::fixed(Default::default()),
-            reloads: None,
-            launcher: None,
-            front_door: None,
-            kills: None,
-        })
+        router(ApiState { latest, config: Live::fixed(Default::default()), reloads: None, door: None, kills: None })
     }
 
     async fn call(method: &str, uri: &str) -> (StatusCode, String) {
@@ -452,8 +445,12 @@ mod tests {
             latest,
             config: Live::fixed(Default::default()),
             reloads: Some(Arc::new(Reloads::new(Some("/etc/monitor/run.toml".into())))),
-            launcher: Some(Arc::new(move || vec![launched.clone()])),
-            front_door: Some(Arc::new(|| FrontDoorView { shed_total: 7, forwarded_total: 2 })),
+            door: Some(crate::feed::Door::new(move || vec![launched.clone()], {
+                let counts = crate::feed::DoorCounts::default();
+                counts.shed.store(7, std::sync::atomic::Ordering::Relaxed);
+                counts.forwarded.store(2, std::sync::atomic::Ordering::Relaxed);
+                Arc::new(counts)
+            })),
             kills: None,
         };
         let v = serde_json::to_value(full_status(&st)).expect("json");
@@ -512,14 +509,8 @@ mod tests {
         book.record(rec(21, true));
         book.record(rec(22, false));
         let (_tx, latest) = watch::channel(Arc::new(p));
-        let st = ApiState {
-            latest,
-            config: Live::fixed(Default::default()),
-            reloads: None,
-            launcher: None,
-            front_door: None,
-            kills: Some(book),
-        };
+        let st =
+            ApiState { latest, config: Live::fixed(Default::default()), reloads: None, door: None, kills: Some(book) };
         let v = serde_json::to_value(full_status(&st)).expect("json");
         assert_eq!(v["group"]["shmem_bytes"], 8192);
         let pol = &v["policy"];
@@ -592,8 +583,7 @@ mod tests {
             latest,
             config: Live::fixed(Default::default()),
             reloads: None,
-            launcher: None,
-            front_door: None,
+            door: None,
             kills: None,
         });
         let req = axum::http::Request::builder().uri("/healthz").body(axum::body::Body::empty()).expect("a request");

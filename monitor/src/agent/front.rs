@@ -4,7 +4,6 @@
 use crate::actions::AdminUrl;
 use crate::config::Config;
 use crate::guard::{KillBook, LaunchedProc, Roster};
-use crate::history::LauncherFn;
 use crate::launcher::{Launcher, Member};
 use crate::proxy::{Proxy, ProxyError};
 use crate::reaction::Reactions;
@@ -15,7 +14,8 @@ pub struct FrontDoor {
     pub members: Arc<[Member]>,
     pub proxy: Arc<Proxy>,
     /// Each launched process's state, for the API, the history and the alerts.
-    pub view: LauncherFn,
+    /// What its readers see of it: the launched processes and the proxy's counts.
+    pub door: crate::feed::Door,
     /// Each process's admin endpoint (`[[process]] admin_path`, else `[actions] admin_path`), by its index.
     admins: Vec<(usize, String)>,
 }
@@ -34,10 +34,11 @@ impl FrontDoor {
         let ports: Vec<u16> = cfg.processes.iter().map(|p| p.port).collect();
         let post_url = cfg.actions.post_url.as_ref().and_then(|u| crate::proxy::channel::post_url_path(u, &ports));
         let own_admin: Vec<String> = admins.iter().map(|(_, path)| path.clone()).chain(post_url).collect();
-        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions, kills)?);
+        let counts = Arc::new(crate::feed::DoorCounts::default());
+        let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions, kills, counts.clone())?);
         let view_of = members.clone();
-        let view: LauncherFn = Arc::new(move || view_of.iter().map(|m| m.info()).collect());
-        Ok(FrontDoor { members, proxy, view, admins })
+        let door = crate::feed::Door::new(move || view_of.iter().map(|m| m.info()).collect(), counts);
+        Ok(FrontDoor { members, proxy, door, admins })
     }
 
     /// The launched processes as the guard's last resort sees them: pid, name, role and `[[process]] protect`.

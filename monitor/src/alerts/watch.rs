@@ -81,12 +81,12 @@ pub fn launcher_conditions(
 }
 
 /// Polls the launcher's view every second and raises or clears restart and crash-loop conditions.
-pub async fn launcher(view: Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>, raiser: Raiser) {
+pub async fn launcher(door: crate::feed::Door, raiser: Raiser) {
     let mut capped = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        for (key, cond) in launcher_conditions(&view(), now_ms(), &mut capped) {
+        for (key, cond) in launcher_conditions(&door.launched(), now_ms(), &mut capped) {
             raiser.set(key, cond);
         }
     }

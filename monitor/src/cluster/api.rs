@@ -3,7 +3,7 @@
 
 use super::members::{Members, State};
 use super::Membership;
-use crate::feed::{LauncherInfo, Phase};
+use crate::feed::Phase;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -88,16 +88,13 @@ pub fn peers(m: &Members) -> Vec<web::view::Peer> {
         .collect()
 }
 
-/// The launched processes now.
-pub type ProcessesFn = Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>;
-
 /// `GET /api/v1/cluster` and `GET /readyz`.
-pub fn router(m: Arc<Membership>, processes: ProcessesFn) -> Router {
+pub fn router(m: Arc<Membership>, door: crate::feed::Door) -> Router {
     let ready_m = m.clone();
     Router::new().route("/api/v1/cluster", get(move || async move { Json(view(&m.members(), Instant::now())) })).route(
         "/readyz",
         get(move || async move {
-            let procs: Vec<(String, Phase)> = processes().into_iter().map(|p| (p.name, p.state)).collect();
+            let procs: Vec<(String, Phase)> = door.launched().into_iter().map(|p| (p.name, p.state)).collect();
             match readiness(ready_m.has_left(), ready_m.refused().as_deref(), &procs) {
                 Ok(()) => (StatusCode::OK, "ready\n".to_string()),
                 Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),

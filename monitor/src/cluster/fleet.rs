@@ -8,8 +8,8 @@ use super::members::Members;
 use super::Membership;
 use crate::client::Bounds;
 use crate::config::{HttpUrl, UrlError};
+use crate::feed::Phase;
 use crate::feed::Published;
-use crate::feed::{LauncherInfo, Phase};
 use crate::view::StatusView;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -35,9 +35,7 @@ pub struct Local {
     /// Its latest sample.
     pub latest: watch::Receiver<Arc<Published>>,
     /// Its launched processes.
-    pub launcher: Option<Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>>,
-    /// Requests its front door shed.
-    pub shed: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+    pub door: Option<crate::feed::Door>,
 }
 
 impl Local {
@@ -46,7 +44,7 @@ impl Local {
     fn figures(&self) -> (Figures, u64) {
         let p = self.latest.borrow().clone();
         let (s, d) = (&p.snapshot, &p.decision);
-        let ready = self.launcher.as_ref().map(|f| f().iter().filter(|l| l.state == Phase::Ready).count() as u64);
+        let ready = self.door.as_ref().map(|d| d.launched().iter().filter(|l| l.state == Phase::Ready).count() as u64);
         let f = Figures {
             usage_bytes: s.group.usage_bytes,
             limit_bytes: s.group.limit_bytes,
@@ -57,7 +55,7 @@ impl Local {
             requests_total: s.processes.iter().map(|p| p.traffic.requests_total).sum(),
             requests_per_s: None,
             inflight: s.processes.iter().map(|p| p.traffic.inflight).sum(),
-            shed_total: self.shed.as_ref().map(|f| f()),
+            shed_total: self.door.as_ref().map(|d| d.shed_total()),
         };
         (f, s.unix_ms)
     }
@@ -289,9 +287,12 @@ mod tests {
         p.snapshot.group.limit_bytes = 1000;
         p.decision.ratio = 0.9;
         let (_, latest) = watch::channel(Arc::new(p.clone()));
-        let local = Local { latest, launcher: None, shed: Some(Arc::new(|| 5)) };
+        let counts = Arc::new(crate::feed::DoorCounts::default());
+        counts.shed.store(5, std::sync::atomic::Ordering::Relaxed);
+        let local = Local { latest, door: Some(crate::feed::Door::new(Vec::new, counts)) };
         let mut v = crate::view::status_view(&p, &Thresholds::default());
         v.front_door = Some(FrontDoorView { shed_total: 5, forwarded_total: 0 });
+        v.launcher = Some(Vec::new());
         assert_eq!(local.figures(), (figures_of(&v), 77));
     }
 

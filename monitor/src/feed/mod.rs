@@ -5,9 +5,9 @@
 //! [`crate::policy`] and the config's typed values: the producers (the sampler, the wake-ups, the brake) and the
 //! consumers both import it, and it imports none of them.
 
-mod launch;
+mod door;
 
-pub use launch::{LauncherInfo, Phase};
+pub use door::{Door, DoorCounts, LauncherInfo, Phase};
 
 use crate::policy::Decision;
 use crate::snapshot::Snapshot;

@@ -58,16 +58,11 @@ pub enum HistoryError {
     Db(#[from] rusqlite::Error),
 }
 
-/// Launched processes' names, roles and restarts (under `monitor run`).
-pub type LauncherFn = Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>;
-/// The front door's count of shed requests so far.
-pub type ShedFn = Arc<dyn Fn() -> u64 + Send + Sync>;
-
 /// What the history reads besides the samples.
 #[derive(Clone, Default)]
 pub struct Inputs {
-    pub launcher: Option<LauncherFn>,
-    pub shed_total: Option<ShedFn>,
+    /// Under `monitor run`: its launched processes and its counts.
+    pub door: Option<crate::feed::Door>,
     /// The agent's reaction times, for `/metrics`.
     pub reactions: Option<Arc<crate::reaction::Reactions>>,
     /// The config's reloads, for `/metrics`.
@@ -242,7 +237,7 @@ impl History {
 
     /// Reduces one sample to the aggregator's input, interning its names.
     fn input(&self, p: &Published) -> Input {
-        let launched = self.inputs.launcher.as_ref().map(|f| f()).unwrap_or_default();
+        let launched = self.inputs.door.as_ref().map(|d| d.launched()).unwrap_or_default();
         let mut inner = self.lock();
         let names = named(p, &launched, &mut inner.slots);
         let procs = p
@@ -270,7 +265,7 @@ impl History {
             limit: p.snapshot.group.limit_bytes,
             state: ring::state_code(p.decision.state),
             new_victim: p.decision.changed && p.decision.victim.is_some(),
-            shed_total: self.inputs.shed_total.as_ref().map(|f| f()).unwrap_or(0),
+            shed_total: self.inputs.door.as_ref().map_or(0, |d| d.shed_total()),
             procs,
         }
     }
@@ -312,7 +307,7 @@ impl History {
 
     /// The front door's shed count, when it has one.
     pub fn shed_total(&self) -> Option<u64> {
-        self.inputs.shed_total.as_ref().map(|f| f())
+        self.inputs.door.as_ref().map(|d| d.shed_total())
     }
 
     /// The agent's reaction times, when it keeps them.
@@ -342,7 +337,7 @@ impl History {
 
     /// Launched processes (empty under `monitor agent`).
     pub fn launched(&self) -> Vec<LauncherInfo> {
-        self.inputs.launcher.as_ref().map(|f| f()).unwrap_or_default()
+        self.inputs.door.as_ref().map(|d| d.launched()).unwrap_or_default()
     }
 
     /// The series names of the latest sample's processes, numbered as the history numbers them.

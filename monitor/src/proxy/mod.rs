@@ -170,8 +170,9 @@ pub struct Proxy {
     /// The guard's kills: a request whose process the guard killed is answered 503 with the reason, not 502.
     kills: Arc<crate::guard::KillBook>,
     tokens: Option<HostTokens>,
-    /// 503s sent by the memory guard (refused new requests and cancelled in-flight ones).
-    shed: AtomicU64,
+    /// 503s sent by the memory guard (refused new requests and cancelled in-flight ones), and requests sent on to
+    /// another node's front door: published to the door's readers.
+    counts: Arc<crate::feed::DoorCounts>,
     /// Times the first 503 after each entry into refusing or aborting ([`shed`]).
     reactions: Arc<crate::reaction::Reactions>,
     /// Malformed request bodies answered 400 since start, and the second (since `started`, plus one) of the last
@@ -181,8 +182,6 @@ pub struct Proxy {
     started: std::time::Instant,
     /// Under `[cluster]`: where requests with a cache id are routed across nodes ([`peer`]).
     cluster: std::sync::OnceLock<Arc<crate::cluster::door::Door>>,
-    /// Requests sent on to another node's front door.
-    forwarded: AtomicU64,
 }
 
 static X_ROUTE_FALLBACK: HeaderName = HeaderName::from_static("x-route-fallback");
@@ -230,6 +229,7 @@ impl Proxy {
         admin_paths: &[String],
         reactions: Arc<crate::reaction::Reactions>,
         kills: Arc<crate::guard::KillBook>,
+        counts: Arc<crate::feed::DoorCounts>,
     ) -> Result<Proxy, ProxyError> {
         let procs: Vec<(String, route::Role)> = members.iter().map(|m| (m.name.clone(), m.role)).collect();
         let table = route::Table::new(&procs, &cfg.master_paths, &cfg.tx_paths, cfg.master_serves_tx)?
@@ -269,13 +269,12 @@ impl Proxy {
                 .token_secret
                 .as_deref()
                 .map(|s| HostTokens::new(s.as_bytes(), &crate::config::host_name(), cfg.token_ttl_s)),
-            shed: AtomicU64::new(0),
+            counts,
             reactions,
             bad_bodies: AtomicU64::new(0),
             bad_body_logged: AtomicU64::new(0),
             started: std::time::Instant::now(),
             cluster: std::sync::OnceLock::new(),
-            forwarded: AtomicU64::new(0),
             kills,
             channel: channel::Channel::new(admin_paths),
         })
@@ -299,7 +298,7 @@ impl Proxy {
 
     /// How many requests the memory guard has answered with 503 (refused or cancelled) since start.
     pub fn shed_total(&self) -> u64 {
-        self.shed.load(Ordering::Relaxed)
+        self.counts.shed.load(Ordering::Relaxed)
     }
 
     /// Turns readiness off: health paths answer 503 from now on, and every response says `Connection: close`.

@@ -32,7 +32,7 @@ impl Proxy {
 
     /// Requests sent on to another node's front door since start.
     pub fn forwarded_total(&self) -> u64 {
-        self.forwarded.load(Ordering::Relaxed)
+        self.counts.forwarded.load(Ordering::Relaxed)
     }
 
     /// The request to serve here and what the cluster said of it, or the answer.
@@ -99,7 +99,7 @@ impl Proxy {
         door.sign_hop(parts.method.as_str(), target, &mut parts.headers);
         match door.send(front, Request::from_parts(parts, body)).await {
             Ok(resp) => {
-                self.forwarded.fetch_add(1, Ordering::Relaxed);
+                self.counts.forwarded.fetch_add(1, Ordering::Relaxed);
                 let (mut parts, body) = resp.into_parts();
                 headers::strip_hop_by_hop(&mut parts.headers);
                 Ok(Response::from_parts(parts, ProxyBody::Peer(body)))

@@ -92,7 +92,7 @@ impl Proxy {
 
     /// 503 for a new request refused by the memory guard.
     pub(super) fn refused(&self) -> Response<ProxyBody> {
-        self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counts.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.reactions.shed_sent();
         let body = format!(
             "memory guard: the group is at {:.0}% of its memory limit and refuses new requests; retry after {} s\n",
@@ -104,7 +104,7 @@ impl Proxy {
 
     /// 503 for an in-flight request cancelled because its process was told to abort.
     pub(super) fn aborted(&self, name: &str) -> Response<ProxyBody> {
-        self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counts.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.reactions.shed_sent();
         let body = format!(
             "memory guard: request cancelled: the group is at {:.0}% of its memory limit and process {name}, the \
@@ -117,7 +117,7 @@ impl Proxy {
 
     /// 503 for a request whose process the memory guard killed (its last resort), with the reason.
     pub(super) fn killed(&self, name: &str, reason: &str) -> Response<ProxyBody> {
-        self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counts.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let body = format!(
             "memory guard: request cancelled: process {name} was killed to keep the group under its memory limit \
              ({reason}); retry after {} s\n",

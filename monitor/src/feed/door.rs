@@ -1,8 +1,48 @@
-//! What the launcher of `monitor run` publishes of each process it started: its name, role, port, pid, phase and
-//! restarts. The launcher writes it; the API, the alerts, the history and a cluster peer read it.
+//! What the front door of `monitor run` publishes besides the samples: each process it started (name, role, port,
+//! pid, phase, restarts) and its counts since start (requests shed, requests forwarded to another node). The
+//! launcher and the proxy write it; the API, the alerts, the history, the fleet and `/metrics` read it. Under
+//! `monitor agent` there is none.
 
 use crate::config::Role;
 use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The front door as its readers see it.
+#[derive(Clone)]
+pub struct Door {
+    launched: Arc<dyn Fn() -> Vec<LauncherInfo> + Send + Sync>,
+    counts: Arc<DoorCounts>,
+}
+
+impl Door {
+    /// `launched` reads the launcher's processes; `counts` is the one the proxy counts into.
+    pub fn new(launched: impl Fn() -> Vec<LauncherInfo> + Send + Sync + 'static, counts: Arc<DoorCounts>) -> Door {
+        Door { launched: Arc::new(launched), counts }
+    }
+
+    /// Every launched process, running or backing off.
+    pub fn launched(&self) -> Vec<LauncherInfo> {
+        (self.launched)()
+    }
+
+    /// Requests answered 503 because the group was refusing or aborting, since start.
+    pub fn shed_total(&self) -> u64 {
+        self.counts.shed.load(Ordering::Relaxed)
+    }
+
+    /// Requests sent on to the node that owns their cache, since start (0 outside a cluster).
+    pub fn forwarded_total(&self) -> u64 {
+        self.counts.forwarded.load(Ordering::Relaxed)
+    }
+}
+
+/// The front door's counts since start, written by the proxy's threads.
+#[derive(Debug, Default)]
+pub struct DoorCounts {
+    pub shed: AtomicU64,
+    pub forwarded: AtomicU64,
+}
 
 /// Where a process is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
