@@ -1,7 +1,9 @@
 //! The `monitor` command line and the files shipped beside it: one-line errors for bad input, `check-config` on
-//! the fixtures and the README's examples, the deploy units, the man pages and completions, the docs' metric names
-//! against what is exported, and the monitor crate's module graph (no cycle).
+//! the fixtures and the docs' examples, docs/configuration.md against the config's keys and defaults, the deploy
+//! units, the man pages and completions, the docs' metric names against what is exported, and the monitor crate's
+//! module graph (no cycle).
 
+mod config_doc;
 mod deploy_units;
 mod docs_check;
 mod errors;

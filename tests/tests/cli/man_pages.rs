@@ -9,7 +9,7 @@ use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// The contract's subcommands (design.md), each of which must have its page.
+/// The subcommands docs/operations.md lists, each of which must have its page.
 const CONTRACT: [&str; 5] = ["agent", "run", "status", "report", "check-config"];
 
 /// The subcommands `monitor --help` lists (the lines under `Commands:`, `help` aside).

@@ -14,7 +14,7 @@ fn readme_config_examples_pass_check_config() {
         blocks.push(body[..end].to_string());
         rest = &body[end..];
     }
-    assert!(blocks.len() >= 2, "the README should show the agent's and monitor run's config");
+    assert!(!blocks.is_empty(), "the README shows a config");
     let dir = std::env::temp_dir().join(format!("monitor-readme-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     for (i, b) in blocks.iter().enumerate() {
