@@ -409,7 +409,7 @@ mod tests {
         (code, String::from_utf8_lossy(&body).into_owned())
     }
 
-    /// The enums of the status document serialize to the names the contract gives (design.md), and the
+    /// The enums of the status document serialize to the names the contract gives (docs/api.md), and the
     /// launcher's view of a process replaces the inferred role.
     #[test]
     fn the_status_names_states_roles_and_sources_as_before() {

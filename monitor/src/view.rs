@@ -222,7 +222,7 @@ impl From<Role> for ProcessRole {
     }
 }
 
-/// The status document of design.md, from one published sample.
+/// The status document of docs/api.md, from one published sample.
 pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
     let s = &p.snapshot;
     let d = &p.decision;
