@@ -113,6 +113,8 @@ impl Feed {
             brake: None,
             next_sample_ms: 100,
             kill: None,
+            thresholds: std::sync::Arc::new(self.thresholds.clone()),
+            interval_ms: 100,
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::feed::Published;
 use crate::guard::KillBook;
-use crate::live::{Live, Reloads};
+use crate::live::Reloads;
 use crate::policy::{self, Action, ProcId};
 use crate::reply::{busy, error, method_not_allowed};
 use crate::view::{kernel_oom_cost, status_view, FrontDoorView, KillView, StatusView};
@@ -27,10 +27,9 @@ use web::pool::{Gate, PoolError};
 /// What the routes read.
 #[derive(Clone)]
 pub struct ApiState {
+    /// The latest sample, with the policy's lines it was decided with and the interval it was taken at (after
+    /// [`STALE_INTERVALS`] of which without a sample `/healthz` calls the sampler stale).
     pub latest: watch::Receiver<Arc<Published>>,
-    /// The applied config: the policy's lines, and the sampling interval (`[policy] interval_ms`) after
-    /// [`STALE_INTERVALS`] of which without a sample `/healthz` calls the sampler stale.
-    pub config: Live,
     /// The config's reloads, shown as the status's `config` object (None: left out).
     pub reloads: Option<Arc<Reloads>>,
     /// Under `monitor run`: the launched processes (role from the config, state, restarts) and the front door's
@@ -67,7 +66,7 @@ pub fn health(p: &Published, age: Duration, interval: Duration) -> Result<(), St
 /// `GET /healthz`: 200 `ok` while the group is read on time, else 503 with the reason.
 async fn healthz(State(st): State<ApiState>) -> Response {
     let p = st.latest.borrow().clone();
-    let interval = Duration::from_millis(st.config.now().policy.interval_ms);
+    let interval = Duration::from_millis(p.interval_ms);
     match health(&p, p.wake.at.elapsed(), interval) {
         Ok(()) => "ok\n".into_response(),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
@@ -105,7 +104,7 @@ fn under_systemd() -> bool {
 /// The status document with the launcher's view of its processes merged in.
 fn full_status(st: &ApiState) -> StatusView {
     let p = st.latest.borrow().clone();
-    let mut view = status_view(&p, &st.config.thresholds());
+    let mut view = status_view(&p, &p.thresholds);
     view.config = st.reloads.as_ref().map(|r| r.status());
     view.group.kernel_oom_cost =
         Some(kernel_oom_cost(p.snapshot.group.oom_group, &p.snapshot.group.cgroup, under_systemd()));
@@ -390,7 +389,7 @@ mod tests {
     use crate::config::Role;
     use crate::feed::ProbeStatus;
     use crate::guard::KillRecord;
-    use crate::policy::State as PolicyState;
+    use crate::policy::{State as PolicyState, Thresholds};
     use crate::snapshot::ProcSample;
     use crate::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole};
     use http_body_util::BodyExt;
@@ -398,7 +397,7 @@ mod tests {
 
     fn app() -> Router {
         let (_tx, latest) = watch::channel(Arc::new(Published::test(PolicyState::Normal)));
-        router(ApiState { latest, config: Live::fixed(Default::default()), reloads: None, door: None, kills: None })
+        router(ApiState { latest, reloads: None, door: None, kills: None })
     }
 
     async fn call(method: &str, uri: &str) -> (StatusCode, String) {
@@ -443,7 +442,6 @@ mod tests {
         let (_tx, latest) = watch::channel(Arc::new(p));
         let st = ApiState {
             latest,
-            config: Live::fixed(Default::default()),
             reloads: Some(Arc::new(Reloads::new(Some("/etc/monitor/run.toml".into())))),
             door: Some(crate::feed::Door::new(move || vec![launched.clone()], {
                 let counts = crate::feed::DoorCounts::default();
@@ -509,8 +507,7 @@ mod tests {
         book.record(rec(21, true));
         book.record(rec(22, false));
         let (_tx, latest) = watch::channel(Arc::new(p));
-        let st =
-            ApiState { latest, config: Live::fixed(Default::default()), reloads: None, door: None, kills: Some(book) };
+        let st = ApiState { latest, reloads: None, door: None, kills: Some(book) };
         let v = serde_json::to_value(full_status(&st)).expect("json");
         assert_eq!(v["group"]["shmem_bytes"], 8192);
         let pol = &v["policy"];
@@ -535,6 +532,23 @@ mod tests {
         old["group"].as_object_mut().map(|o| o.remove("shmem_bytes"));
         let old: StatusView = serde_json::from_value(old).expect("an older agent's document");
         assert!(old.kills.is_empty() && !old.policy.kill && !old.policy.kills_halted);
+    }
+
+    /// The status shows the lines the sample was decided with, and /healthz judges it by the interval it was taken
+    /// at: a reload that the sampler has not applied yet changes neither.
+    #[test]
+    fn the_status_and_health_read_the_lines_and_interval_of_the_sample() {
+        let mut p = Published::test(PolicyState::Refusing);
+        p.thresholds = Arc::new(Thresholds { refuse_at: 0.6, abort_at: 0.7, ..Thresholds::default() });
+        p.interval_ms = 2_000;
+        let (_tx, latest) = watch::channel(Arc::new(p));
+        let st = ApiState { latest, reloads: None, door: None, kills: None };
+        let v = serde_json::to_value(full_status(&st)).expect("json");
+        assert_eq!((v["policy"]["refuse_at"].as_f64(), v["policy"]["abort_at"].as_f64()), (Some(0.6), Some(0.7)));
+        let p = st.latest.borrow().clone();
+        let interval = Duration::from_millis(p.interval_ms);
+        assert_eq!(health(&p, Duration::from_secs(19), interval), Ok(()), "ten intervals of 2 s are 20 s");
+        assert!(health(&p, Duration::from_secs(21), interval).is_err());
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -579,13 +593,7 @@ mod tests {
         let mut p = Published::test(PolicyState::Normal);
         p.error = Some("gone".into());
         let (_tx, latest) = watch::channel(Arc::new(p));
-        let app = router(ApiState {
-            latest,
-            config: Live::fixed(Default::default()),
-            reloads: None,
-            door: None,
-            kills: None,
-        });
+        let app = router(ApiState { latest, reloads: None, door: None, kills: None });
         let req = axum::http::Request::builder().uri("/healthz").body(axum::body::Body::empty()).expect("a request");
         let resp = app.oneshot(req).await.expect("infallible");
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -103,7 +103,7 @@ fn text(h: &History) -> String {
         persisted: h.note().is_none(),
         states: launched.iter().map(|m| (m.name.clone(), m.role.to_string(), m.state.to_string())).collect(),
         reactions: h.reactions().map(|r| Kind::ALL.iter().map(|&k| (k, r.counts(k))).collect()).unwrap_or_default(),
-        thresholds: h.thresholds(),
+        thresholds: (*p.thresholds).clone(),
         reloads: h.reloads().map(|r| r.counts()),
         decisions: h.decisions(),
         kills: h.kill_counts(),

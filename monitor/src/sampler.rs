@@ -613,7 +613,7 @@ pub fn spawn(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("sampler".into()).spawn(move || {
         let mut applied = config.now();
-        let mut thresholds = applied.policy.thresholds();
+        let mut thresholds = Arc::new(applied.policy.thresholds());
         let mut interval = Duration::from_millis(applied.policy.interval_ms);
         let mut next = Instant::now() + interval;
         let mut failing = false;
@@ -633,7 +633,7 @@ pub fn spawn(
             if let Some(cfg) = reloaded {
                 if cfg.policy != applied.policy {
                     sampler.set_policy(&cfg.policy);
-                    thresholds = cfg.policy.thresholds();
+                    thresholds = Arc::new(cfg.policy.thresholds());
                     interval = Duration::from_millis(cfg.policy.interval_ms);
                 }
                 if cfg.probes != applied.probes {
@@ -673,6 +673,8 @@ pub fn spawn(
                         brake: sampler.brake_status(),
                         next_sample_ms: paced.as_millis() as u64,
                         kill,
+                        thresholds: thresholds.clone(),
+                        interval_ms: interval.as_millis() as u64,
                     }));
                 }
                 Err(e) => {
@@ -684,6 +686,8 @@ pub fn spawn(
                     next = Instant::now() + interval;
                     let mut p = (*feed.current()).clone();
                     p.error = Some(e.to_string());
+                    p.thresholds = thresholds.clone();
+                    p.interval_ms = interval.as_millis() as u64;
                     p.wake = wake;
                     p.kill = None;
                     feed.publish(Arc::new(p));
@@ -706,7 +710,11 @@ pub fn status_line(snap: &Snapshot, d: &Decision) -> String {
 }
 
 /// Takes the first sample synchronously (so start-up fails fast on an unreadable group) and decides on it.
-pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicyState, Published), CgroupError> {
+pub fn first(
+    sampler: &mut Sampler,
+    thresholds: &Thresholds,
+    interval_ms: u64,
+) -> Result<(PolicyState, Published), CgroupError> {
     let mut snap = sampler.sample()?;
     let known = sampler.protect(&mut snap);
     let (state, decision) = decide(&PolicyState::default(), &snap, thresholds);
@@ -726,6 +734,8 @@ pub fn first(sampler: &mut Sampler, thresholds: &Thresholds) -> Result<(PolicySt
         brake: sampler.brake_status(),
         next_sample_ms: next.as_millis() as u64,
         kill,
+        thresholds: Arc::new(thresholds.clone()),
+        interval_ms,
     };
     Ok((state, published))
 }
@@ -746,7 +756,7 @@ pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, Cgrou
     let probes = load_probes(&cfg.probes);
     let mut sampler = Sampler::with_policy(group, cfg.policy.limit_bytes, probes, &cfg.policy)?;
     let thresholds = cfg.policy.thresholds();
-    let (state, first) = first(&mut sampler, &thresholds)?;
+    let (state, first) = first(&mut sampler, &thresholds, cfg.policy.interval_ms)?;
     let g = &first.snapshot.group;
     tracing::info!(
         cgroup = %g.cgroup.display(),

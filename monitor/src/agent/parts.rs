@@ -198,7 +198,6 @@ pub(super) fn web_app(
 ) -> axum::Router {
     let state = api::ApiState {
         latest: shared.latest.clone(),
-        config: shared.live.clone(),
         reloads: Some(shared.reloads.clone()),
         door: door.map(|d| d.door.clone()),
         kills: Some(shared.kills.clone()),

@@ -9,7 +9,7 @@ mod door;
 
 pub use door::{Door, DoorCounts, LauncherInfo, Phase};
 
-use crate::policy::Decision;
+use crate::policy::{Decision, Thresholds};
 use crate::snapshot::Snapshot;
 use serde::Serialize;
 use std::sync::Arc;
@@ -142,6 +142,12 @@ pub struct Published {
     pub next_sample_ms: u64,
     /// The last resort's kill carried out (or, in shadow mode, decided) on this sample.
     pub kill: Option<crate::policy::kill::KillRecord>,
+    /// The policy's lines this sample was decided with: what the status, the page and `/metrics` show beside it,
+    /// so a reload between two samples never pairs a decision with lines it was not taken against.
+    pub thresholds: Arc<Thresholds>,
+    /// `[policy] interval_ms` as applied for this sample: `/healthz` calls the sampler stale after
+    /// [`STALE_INTERVALS`](crate::api) of them.
+    pub interval_ms: u64,
 }
 
 /// Samples a slow consumer may fall behind by before it loses some (at the default 100 ms interval, 6.4 s). The
@@ -268,6 +274,8 @@ impl Published {
             brake: None,
             next_sample_ms: 100,
             kill: None,
+            thresholds: Arc::new(Thresholds::default()),
+            interval_ms: 100,
         }
     }
 

@@ -17,7 +17,7 @@ pub mod store;
 use crate::feed::LauncherInfo;
 use crate::feed::{Published, Samples};
 use crate::live::Live;
-use crate::policy::{Decisions, ProcId, Thresholds};
+use crate::policy::{Decisions, ProcId};
 use crate::snapshot::infer_roles;
 use events::{ClusterEvent, ClusterView, KillEvent};
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
@@ -110,8 +110,6 @@ struct Inner {
 pub struct History {
     inner: Mutex<Inner>,
     latest: watch::Receiver<Arc<Published>>,
-    /// The applied config: the policy's lines drawn on the page, the retention.
-    config: Live,
     inputs: Inputs,
 }
 
@@ -223,8 +221,8 @@ fn named(p: &Published, launched: &[LauncherInfo], slots: &mut Slots) -> Vec<(St
 }
 
 impl History {
-    fn new(latest: watch::Receiver<Arc<Published>>, config: Live, inputs: Inputs) -> History {
-        History { inner: Mutex::new(Inner::default()), latest, config, inputs }
+    fn new(latest: watch::Receiver<Arc<Published>>, inputs: Inputs) -> History {
+        History { inner: Mutex::new(Inner::default()), latest, inputs }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -325,11 +323,6 @@ impl History {
         self.latest.borrow().clone()
     }
 
-    /// The policy's lines as applied now.
-    pub fn thresholds(&self) -> Thresholds {
-        self.config.thresholds()
-    }
-
     /// The config's reloads, when they are counted.
     pub fn reloads(&self) -> Option<&crate::live::Reloads> {
         self.inputs.reloads.as_deref()
@@ -372,7 +365,7 @@ pub fn spawn(rx: watch::Receiver<Arc<Published>>, samples: Samples, config: Live
     let mut inputs = inputs;
     // Without a database there is nowhere to write the events: they stay the membership's.
     let view = inputs.cluster_events.take().filter(|_| cfg.path.is_some());
-    let history = Arc::new(History::new(rx.clone(), config.clone(), inputs));
+    let history = Arc::new(History::new(rx.clone(), inputs));
     let (tx, writes) = mpsc::channel::<Write>();
     let writer = cfg.path.clone().map(|path| {
         // Opened here, so that a database that cannot be opened is said before the API serves; the writer tries
@@ -688,7 +681,7 @@ mod tests {
             .execute_batch("PRAGMA journal_mode=DELETE; CREATE TABLE x(y); BEGIN EXCLUSIVE; INSERT INTO x VALUES (1);")
             .expect("lock");
         let (_tx, latest) = watch::channel(Arc::new(Published::test(State::Normal)));
-        let h = Arc::new(History::new(latest, Live::fixed(Default::default()), Inputs::default()));
+        let h = Arc::new(History::new(latest, Inputs::default()));
         h.set_note(Some("history is not persisted: database is locked".into()));
         let mut w = Writer::new(None, path.clone(), h.clone(), Live::fixed(Default::default()));
         w.retry = Duration::from_millis(100);
@@ -865,7 +858,7 @@ mod tests {
         }
         let (publisher, live) = Live::new(crate::config::Config::default());
         let (_tx, latest) = watch::channel(Arc::new(Published::test(State::Normal)));
-        let h = Arc::new(History::new(latest, live.clone(), Inputs::default()));
+        let h = Arc::new(History::new(latest, Inputs::default()));
         let w = Writer::new(Some(store), path.clone(), h, live);
         let (rows, writes) = mpsc::channel();
         let writer = std::thread::spawn(move || w.run(writes));

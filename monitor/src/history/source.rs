@@ -30,7 +30,7 @@ impl Source for History {
 
     fn dashboard(&self, range: Range, buckets: usize) -> Dashboard {
         let p = self.latest();
-        let t = self.thresholds();
+        let t = p.thresholds.clone();
         let s = &p.snapshot;
         let d = &p.decision;
         let launched = self.launched();
@@ -136,7 +136,7 @@ mod tests {
             40,
         );
         let (_tx, latest) = tokio::sync::watch::channel(Arc::new(p));
-        let h = History::new(latest, crate::live::Live::fixed(Default::default()), Default::default());
+        let h = History::new(latest, Default::default());
         let g = h.dashboard(Range::FiveMinutes, 10).group;
         assert_eq!(g.oom_kills, Some(1));
         assert_eq!(g.wakeups, ["events", "pressure"]);
