@@ -29,7 +29,8 @@ use crate::proof::Key;
 use crate::reaction::{Kind, Reactions};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 
 /// The configured signal numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -216,10 +217,80 @@ fn is_reaction(a: Action) -> bool {
     matches!(a, Action::Refuse | Action::Abort)
 }
 
-/// POSTs `body` to `url` in the background (a slow receiver delays nobody's signal), with its proof when there is
-/// a `key` (made now, a nonce of its own for each URL). `timed`: the reactions and the wake-up to time a 2xx answer
-/// from.
-fn post(url: HttpUrl, body: String, pid: u32, key: Option<&Key>, timed: Option<(Arc<Reactions>, Instant)>) {
+/// One change to POST: to `url`, signed with `key` when there is one, and timed into the reactions from the
+/// wake-up when it is a refuse or an abort.
+struct Post {
+    url: HttpUrl,
+    body: String,
+    pid: u32,
+    key: Option<Key>,
+    timed: Option<(Arc<Reactions>, Instant)>,
+}
+
+/// Changes waiting for one receiver at most; past that (a receiver that stopped answering) a new one is dropped,
+/// and logged.
+const QUEUED: usize = 64;
+/// A receiver's queue idle this long ends (the next change starts another), so receivers that come and go (the
+/// ports of processes long gone) leave nothing behind.
+const QUEUE_IDLE: Duration = Duration::from_secs(60);
+
+/// One queue, and one task posting from it, per receiver: the changes POSTed to one URL arrive in the order they
+/// were decided (a receiver told `refuse`, `abort`, `serve` never hears them in another order), while a slow
+/// receiver delays only its own changes, and nobody's signal.
+#[derive(Default)]
+struct Posters {
+    queues: HashMap<String, mpsc::Sender<Post>>,
+}
+
+impl Posters {
+    fn post(&mut self, job: Post) {
+        self.queues.retain(|_, q| !q.is_closed());
+        let url = job.url.to_string();
+        let queue = self.queues.entry(url.clone()).or_insert_with(start_queue);
+        match queue.try_send(job) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                tracing::warn!(
+                    pid = job.pid,
+                    url,
+                    "{QUEUED} action changes wait for this receiver: this one is dropped"
+                );
+            }
+            // Its task ended between the check and the send (idle): a new one takes it.
+            Err(mpsc::error::TrySendError::Closed(job)) => {
+                let queue = start_queue();
+                let _ = queue.try_send(job);
+                self.queues.insert(url, queue);
+            }
+        }
+    }
+}
+
+fn start_queue() -> mpsc::Sender<Post> {
+    let (tx, mut rx) = mpsc::channel::<Post>(QUEUED);
+    tokio::spawn(async move {
+        loop {
+            match tokio::time::timeout(QUEUE_IDLE, rx.recv()).await {
+                Ok(Some(job)) => deliver(job).await,
+                Ok(None) => return,
+                Err(_) => {
+                    // Closed first, so nothing sent from here on is lost: it fails and goes to a new queue.
+                    rx.close();
+                    while let Ok(job) = rx.try_recv() {
+                        deliver(job).await;
+                    }
+                    return;
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// POSTs one change, with its proof made now (a change that waited behind a slow receiver is not stale when it
+/// goes).
+async fn deliver(job: Post) {
+    let Post { url, body, pid, key, timed } = job;
     let proof = match key.map(|k| k.sign("POST", url.path(), body.as_bytes())).transpose() {
         Ok(p) => p,
         Err(e) => {
@@ -228,17 +299,15 @@ fn post(url: HttpUrl, body: String, pid: u32, key: Option<&Key>, timed: Option<(
             return;
         }
     };
-    tokio::spawn(async move {
-        let headers: Vec<(&str, &str)> = proof.iter().map(|p| (crate::proof::HEADER, p.as_str())).collect();
-        match crate::client::post_json_with(&url, &body, &headers).await {
-            Ok(()) => {
-                if let Some((reactions, wake)) = timed {
-                    reactions.record_since(Kind::Post, wake);
-                }
+    let headers: Vec<(&str, &str)> = proof.iter().map(|p| (crate::proof::HEADER, p.as_str())).collect();
+    match crate::client::post_json_with(&url, &body, &headers).await {
+        Ok(()) => {
+            if let Some((reactions, wake)) = timed {
+                reactions.record_since(Kind::Post, wake);
             }
-            Err(e) => tracing::warn!(pid, "posting the action change: {e}"),
         }
-    });
+        Err(e) => tracing::warn!(pid, "posting the action change: {e}"),
+    }
 }
 
 /// Starts the task that follows the published decisions, signals the processes and posts the changes as the
@@ -257,6 +326,7 @@ pub fn spawn(
         let (mut signals, mut post_url) = told(&config.now().actions);
         let mut key = signing.key(&config.now().actions, None);
         let mut plan = Plan::default();
+        let mut posters = Posters::default();
         while let Some(p) = samples.next().await {
             if let Some(cfg) = config.changed() {
                 (signals, post_url) = told(&cfg.actions);
@@ -289,7 +359,7 @@ pub fn spawn(
                     let body = post_body(&c, &p);
                     for url in post_url.iter().cloned().chain(own) {
                         let t = timed.then(|| (reactions.clone(), p.wake.at));
-                        post(url, body.clone(), c.to.pid, key.as_ref(), t);
+                        posters.post(Post { url, body: body.clone(), pid: c.to.pid, key: key.clone(), timed: t });
                     }
                 }
             }
@@ -302,6 +372,67 @@ mod tests {
     use super::*;
     use crate::policy::State;
     use crate::snapshot::{ProcSample, Traffic};
+
+    /// A receiver whose first answer takes 300 ms hears the next change only after it answered, and every change
+    /// in the order it was posted; a second receiver is not held up by the first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_receiver_hears_its_changes_in_order_and_a_slow_one_holds_up_no_other() {
+        use axum::routing::post;
+        use std::sync::Mutex;
+        type Heard = Arc<Mutex<Vec<(String, Instant, Instant)>>>;
+        async fn receiver(delay_first: Duration) -> (std::net::SocketAddr, Heard) {
+            let heard: Heard = Arc::default();
+            let h = heard.clone();
+            let app = axum::Router::new().route(
+                "/x",
+                post(move |body: String| {
+                    let h = h.clone();
+                    async move {
+                        let read = Instant::now();
+                        let first = h.lock().map(|v| v.is_empty()).unwrap_or(false);
+                        if first {
+                            tokio::time::sleep(delay_first).await;
+                        }
+                        if let Ok(mut v) = h.lock() {
+                            v.push((body, read, Instant::now()));
+                        }
+                        axum::http::StatusCode::NO_CONTENT
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = l.local_addr().expect("addr");
+            tokio::spawn(async move { axum::serve(l, app).await });
+            (addr, heard)
+        }
+        let (slow, slow_heard) = receiver(Duration::from_millis(300)).await;
+        let (fast, fast_heard) = receiver(Duration::ZERO).await;
+        let mut posters = Posters::default();
+        let job = |addr: std::net::SocketAddr, body: &str| Post {
+            url: format!("http://{addr}/x").parse().expect("url"),
+            body: body.to_string(),
+            pid: 1,
+            key: None,
+            timed: None,
+        };
+        let sent = Instant::now();
+        for body in ["refuse", "abort", "serve"] {
+            posters.post(job(slow, body));
+        }
+        posters.post(job(fast, "refuse"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while slow_heard.lock().map(|v| v.len()).unwrap_or(0) < 3 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let heard = slow_heard.lock().expect("heard").clone();
+        let bodies: Vec<&str> = heard.iter().map(|(b, _, _)| b.as_str()).collect();
+        assert_eq!(bodies, ["refuse", "abort", "serve"]);
+        assert!(heard[1].1 >= heard[0].2, "the second change was sent before the first was answered");
+        let fast = fast_heard.lock().expect("heard").clone();
+        assert_eq!(fast.len(), 1, "the other receiver heard its change");
+        assert!(fast[0].1 < heard[0].2, "the other receiver waited for the slow one");
+        assert!(fast[0].1 < sent + Duration::from_millis(250), "the other receiver waited");
+    }
 
     fn proc(pid: u32) -> ProcSample {
         ProcSample {
