@@ -1,9 +1,9 @@
 //! monitor: guards the memory of a group of server processes that share one cgroup.
 //!
 //! Data flows one way: cgroup files, /proc and eBPF maps -> [`sampler`] -> [`snapshot::Snapshot`] and
-//! [`policy::decide`] -> [`feed::Published`] on the [`feed::Feed`] -> the record ([`history`]) and the consumers
-//! (actions, alerts, api, metrics) -> the front door. [`agent::Agent`] builds and stops them all, for `monitor
-//! agent` and `monitor run` alike. Every module stands on a floor of docs/design.md's "Layers" table and imports
+//! [`policy::decide`] -> [`feed::Published`] on the [`feed::Feed`] -> its readers: the record ([`history`]), the
+//! consumers (actions, alerts, api, metrics) and the front door. [`agent::Agent`] builds and stops them all, for
+//! `monitor agent` and `monitor run` alike. Every module stands on a floor of docs/design.md's "Layers" table and imports
 //! only what its floor may (tests/tests/cli/layering.rs reads the table and fails on any other import).
 
 pub mod accounts;
