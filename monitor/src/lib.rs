@@ -12,7 +12,6 @@ pub mod agent;
 pub mod alerts;
 pub mod api;
 pub mod brake;
-pub mod brake_file;
 pub mod build;
 pub mod cgroup;
 pub mod client;

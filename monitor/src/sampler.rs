@@ -3,7 +3,7 @@
 //! sample in order for those that must not miss a state that lasted one sample (alerts, actions, history). It
 //! runs on its own thread so a sample never waits on the async runtime and its cost stays measurable.
 
-use crate::brake::Brake;
+use crate::brake::Steering;
 use crate::cgroup::{CgroupError, Group, GroupReader};
 use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeSource, WakeupStatus};
 use crate::guard::{KillBook, KillRecord, Roster};
@@ -26,48 +26,6 @@ const RESCAN_EVERY: Duration = Duration::from_secs(1);
 /// The sampler looks for a reloaded config at least this often, whatever its interval (the next sample then comes
 /// at once, with the new config).
 const CONFIG_POLL: Duration = Duration::from_secs(1);
-
-/// A brake that could not be set is tried again this often (and whenever the limit changes).
-const BRAKE_RETRY: Duration = Duration::from_secs(10);
-
-/// At start: puts back a `memory.high` an agent killed while braking left behind (cgroup v2), and says where the
-/// brake may be set: `[policy] brake_at` on cgroup v2 outside shadow mode. The status says why not otherwise.
-fn brake_start(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f64>, Option<BrakeStatus>) {
-    if group.version == crate::snapshot::CgroupVersion::V2 {
-        match Brake::recover(&group.dir) {
-            Ok(Some(old)) => {
-                tracing::warn!(memory_high = %old, "put back the memory.high a previous agent left braked")
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!("memory brake: looking for a brake left behind: {e}"),
-        }
-    }
-    if policy.brake_at.is_some() && group.version != crate::snapshot::CgroupVersion::V2 {
-        tracing::warn!("[policy] brake_at is set, but the brake needs cgroup v2 (memory.high): off");
-    }
-    brake_place(group, policy)
-}
-
-/// Where the brake may be set for `policy` on `group` (None when it is not configured, or with the status that
-/// says why not).
-fn brake_place(group: &Group, policy: &crate::config::PolicyConfig) -> (Option<f64>, Option<BrakeStatus>) {
-    let Some(at) = policy.brake_at else { return (None, None) };
-    let off = |why: &str| BrakeStatus {
-        at,
-        high_bytes: None,
-        previous: String::new(),
-        error: Some(why.to_string()),
-        note: None,
-        warning: None,
-    };
-    if group.version != crate::snapshot::CgroupVersion::V2 {
-        return (None, Some(off("cgroup v2 only (memory.high): this group is on cgroup v1")));
-    }
-    if policy.shadow {
-        return (None, Some(off("shadow mode: the brake is not set")));
-    }
-    (Some(at), None)
-}
 
 /// Reads one sample of the group.
 pub struct Sampler {
@@ -106,15 +64,8 @@ pub struct Sampler {
     reactions: Option<Arc<crate::reaction::Reactions>>,
     /// When the last sample was taken.
     last_sample: Instant,
-    /// `[policy] brake_at`, where the brake may be set (cgroup v2, not in shadow mode).
-    brake_at: Option<f64>,
-    /// The brake while it is engaged.
-    brake: Option<Brake>,
-    /// What the published samples say of the brake (None when it is not configured).
-    brake_status: Option<BrakeStatus>,
-    /// The limit the brake was last engaged or moved for (or failed at), and when it last failed.
-    brake_limit: u64,
-    brake_failed_at: Option<Instant>,
+    /// The memory brake (`[policy] brake_at`): where it may be set, and where it is.
+    brake: Steering,
 }
 
 /// The host's MemTotal in bytes (0 if /proc/meminfo cannot be read).
@@ -185,7 +136,7 @@ impl Sampler {
     ) -> Result<Sampler, CgroupError> {
         let reader = GroupReader::open(group)?;
         let wakeups = Wakeups::arm(reader.group(), &policy.wakeups, policy.pacing);
-        let (brake_at, brake_status) = brake_start(reader.group(), policy);
+        let brake = Steering::start(reader.group(), policy);
         let pacer = Pacer::new(Pacing {
             enabled: policy.pacing,
             max: Duration::from_millis(policy.interval_ms),
@@ -223,11 +174,7 @@ impl Sampler {
             kills: Arc::new(KillBook::default()),
             reactions: None,
             last_sample: Instant::now(),
-            brake_at,
-            brake: None,
-            brake_status,
-            brake_limit: 0,
-            brake_failed_at: None,
+            brake,
         })
     }
 
@@ -385,58 +332,14 @@ impl Sampler {
         self.pacer.min()
     }
 
-    /// Engages the brake for `limit`, or moves it when the limit changed. A failure is said in the status and
-    /// tried again when the limit changes or after [`BRAKE_RETRY`].
-    fn steer_brake(&mut self, limit: u64) {
-        let Some(at) = self.brake_at else { return };
-        let retry = self.brake_failed_at.is_some_and(|t| t.elapsed() >= BRAKE_RETRY);
-        if limit == self.brake_limit && !retry {
-            return;
-        }
-        self.brake_limit = limit;
-        let result = match self.brake.as_mut() {
-            Some(b) => b.follow_limit(limit),
-            None => Brake::engage(&self.reader.group().dir, at, limit).map(|b| {
-                self.brake = Some(b);
-            }),
-        };
-        match result {
-            Ok(()) => {
-                self.brake_failed_at = None;
-                if let Some(b) = &self.brake {
-                    let status = b.status();
-                    if self.brake_status.as_ref().and_then(|s| s.high_bytes) != status.high_bytes {
-                        tracing::info!(memory_high = ?status.high_bytes, previous = %status.previous, note = ?status.note, "memory brake set");
-                    }
-                    if let Some(w) = &status.warning {
-                        tracing::warn!("memory brake: {w}");
-                    }
-                    self.brake_status = Some(status);
-                }
-            }
-            Err(e) => {
-                if self.brake_failed_at.is_none() {
-                    tracing::warn!("memory brake not set: {e}");
-                }
-                self.brake_failed_at = Some(Instant::now());
-                self.brake_status = Some(BrakeStatus::failed(at, &e));
-            }
-        }
-    }
-
     /// Puts the group's own `memory.high` back (the sampler is stopping).
     pub fn release_brake(&mut self) {
-        if let Some(b) = self.brake.take() {
-            match b.release() {
-                Ok(()) => tracing::info!("memory brake released: the group's own memory.high is back"),
-                Err(e) => tracing::error!("memory brake: putting the group's memory.high back: {e}"),
-            }
-        }
+        self.brake.release();
     }
 
     /// The brake, for the published sample.
     pub fn brake_status(&self) -> Option<BrakeStatus> {
-        self.brake_status.clone()
+        self.brake.status()
     }
 
     /// The sources armed, for the published sample.
@@ -448,7 +351,7 @@ impl Sampler {
     /// the next interval.
     fn paced(&mut self, snap: &Snapshot) -> Duration {
         let g = &snap.group;
-        self.steer_brake(g.limit_bytes);
+        self.brake.steer(self.reader.group(), g.limit_bytes);
         self.wakeups.after_sample(g.limit_bytes, &self.lines);
         self.pacer.set_assumed(!self.wakeups.follows_usage());
         self.pacer.next(snap.mono_ms, g.usage_bytes, g.limit_bytes, &self.lines)
@@ -458,14 +361,7 @@ impl Sampler {
     /// bounds, and the brake in or out of shadow mode (released in it, set again out of it). The kernel wake-ups,
     /// pacing on or off and `brake_at` stay as started.
     pub fn set_policy(&mut self, policy: &crate::config::PolicyConfig) {
-        let (at, status) = brake_place(self.reader.group(), policy);
-        if at != self.brake_at {
-            self.release_brake();
-            self.brake_at = at;
-            self.brake_status = status;
-            self.brake_limit = 0;
-            self.brake_failed_at = None;
-        }
+        self.brake.set_policy(self.reader.group(), policy);
         self.lines = [policy.refuse_at, policy.abort_at, policy.kill_at];
         self.hysteresis = policy.hysteresis;
         self.limit_override = policy.limit_bytes;
@@ -506,8 +402,7 @@ impl Sampler {
             self.reopen = false;
             // A group created again is a new cgroup: its wake-ups are armed anew, and the brake set on it anew.
             self.wakeups = self.wakeups.rearm(self.reader.group());
-            self.brake = None;
-            self.brake_limit = 0;
+            self.brake.regroup();
         }
         self.last_sample = Instant::now();
         let snap = self.read();

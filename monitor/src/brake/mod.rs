@@ -8,17 +8,19 @@
 //! group created again never gets a stale record applied. A `memory.high` that no longer holds what the record says
 //! was changed by someone else since, and is left to them. Where the directory refuses the attribute (root's, and
 //! the agent is not: the hardened units), the record is a file in the agent's state or runtime directory
-//! ([`crate::brake_file`]); with neither, the brake works without a record, and its status says so.
+//! ([`file`]); with neither, the brake works without a record, and its status says so.
+
+mod file;
+mod record;
+mod steer;
+
+pub use record::{parse_record, Record, RECORD_XATTR};
+pub use steer::Steering;
 
 use crate::feed::BrakeStatus;
-use std::ffi::{CStr, CString};
+use record::{get_record, remove_record, set_record};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// The extended attribute holding the record on the group's directory.
-pub const RECORD_XATTR: &str = "user.monitor.brake";
-const RECORD_NAME: &CStr = c"user.monitor.brake";
 
 impl BrakeStatus {
     /// The status of a brake that could not be engaged at all.
@@ -70,51 +72,6 @@ impl High {
     }
 }
 
-/// What the brake set and what was there before. `was` is the value being moved from while the limit moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Record {
-    pub previous: High,
-    pub set: u64,
-    pub was: Option<u64>,
-}
-
-impl Record {
-    pub fn text(&self) -> String {
-        let mut t = format!("previous={} set={}", self.previous.text(), self.set);
-        if let Some(w) = self.was {
-            t.push_str(&format!(" was={w}"));
-        }
-        t
-    }
-
-    /// Whether `memory.high` still holds what the brake set.
-    pub fn holds(&self, high: High) -> bool {
-        high == High::Bytes(self.set) || self.was.is_some_and(|w| high == High::Bytes(w))
-    }
-}
-
-/// Parses a record: `previous=<max|bytes> set=<bytes>`, optionally ` was=<bytes>`, each key once.
-pub fn parse_record(text: &str) -> Result<Record, String> {
-    let (mut previous, mut set, mut was) = (None, None, None);
-    for word in text.split_ascii_whitespace() {
-        let (key, value) = word.split_once('=').ok_or_else(|| format!("{word:?} is not key=value"))?;
-        let bytes = || value.parse::<u64>().map_err(|_| format!("{key}: {value:?} is not a number of bytes"));
-        let slot_taken = match key {
-            "previous" => previous.replace(High::parse(value).ok_or_else(|| format!("previous: {value:?}"))?),
-            "set" => set.replace(bytes()?).map(High::Bytes),
-            "was" => was.replace(bytes()?).map(High::Bytes),
-            _ => return Err(format!("unknown key {key:?}")),
-        };
-        if slot_taken.is_some() {
-            return Err(format!("{key} given twice"));
-        }
-    }
-    match (previous, set) {
-        (Some(previous), Some(set)) => Ok(Record { previous, set, was }),
-        _ => Err(format!("needs previous= and set=: {text:?}")),
-    }
-}
-
 /// `at × limit_bytes`, rounded down to a whole page (as the kernel keeps `memory.high`); None below one page.
 pub fn brake_bytes(at: f64, limit_bytes: u64, page: u64) -> Option<u64> {
     let page = page.max(1);
@@ -147,45 +104,6 @@ fn gone(e: &io::Error) -> bool {
 /// A record file's error, named by the file.
 fn file_err(path: &Path) -> impl Fn(io::Error) -> BrakeError + '_ {
     move |source| BrakeError::Record { path: path.to_path_buf(), source }
-}
-
-fn c_path(dir: &Path) -> io::Result<CString> {
-    CString::new(dir.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-fn get_record(dir: &Path) -> io::Result<Option<String>> {
-    let path = c_path(dir)?;
-    let mut buf = [0u8; 256];
-    // SAFETY: both names are NUL-terminated C strings; buf is writable for buf.len() bytes.
-    let n = unsafe { libc::getxattr(path.as_ptr(), RECORD_NAME.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.raw_os_error() == Some(libc::ENODATA) { Ok(None) } else { Err(e) };
-    }
-    Ok(Some(String::from_utf8_lossy(&buf[..n as usize]).into_owned()))
-}
-
-fn set_record(dir: &Path, record: &Record) -> io::Result<()> {
-    let (path, text) = (c_path(dir)?, record.text());
-    // SAFETY: both names are NUL-terminated C strings; text is readable for text.len() bytes.
-    let rc = unsafe { libc::setxattr(path.as_ptr(), RECORD_NAME.as_ptr(), text.as_ptr().cast(), text.len(), 0) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn remove_record(dir: &Path) -> io::Result<()> {
-    let path = c_path(dir)?;
-    // SAFETY: both names are NUL-terminated C strings.
-    let rc = unsafe { libc::removexattr(path.as_ptr(), RECORD_NAME.as_ptr()) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ENODATA) {
-            return Err(e);
-        }
-    }
-    Ok(())
 }
 
 fn read_high(dir: &Path) -> Result<High, BrakeError> {
@@ -240,7 +158,7 @@ impl Brake {
     /// Returns what was restored (for the log). A record whose set value no longer matches memory.high means
     /// someone else changed it since: leave memory.high alone, drop the record.
     pub fn recover(group_dir: &Path) -> Result<Option<String>, BrakeError> {
-        Self::recover_in(group_dir, crate::brake_file::dir_from_env().as_deref())
+        Self::recover_in(group_dir, file::dir_from_env().as_deref())
     }
 
     /// [`Brake::recover`], looking for a record file in `files` where the directory has no record.
@@ -255,8 +173,8 @@ impl Brake {
         let found = match (found, files) {
             (Some(f), _) => Some(f),
             (None, Some(files)) => {
-                let file = crate::brake_file::path_for(files, group_dir).map_err(record_err)?;
-                crate::brake_file::get(&file).map_err(record_err)?.map(|t| (t, Some(file)))
+                let file = file::path_for(files, group_dir).map_err(record_err)?;
+                file::get(&file).map_err(record_err)?.map(|t| (t, Some(file)))
             }
             (None, None) => None,
         };
@@ -277,7 +195,7 @@ impl Brake {
             }
         };
         match file {
-            Some(f) => crate::brake_file::remove(&f).map_err(record_err)?,
+            Some(f) => file::remove(&f).map_err(record_err)?,
             None => remove_record(group_dir).map_err(record_err)?,
         }
         Ok(restored)
@@ -287,7 +205,7 @@ impl Brake {
     /// group's memory.high is already at or below that (an operator's own, stricter), leave it and say so in the
     /// status (not an error). Writes the record BEFORE writing memory.high.
     pub fn engage(group_dir: &Path, at: f64, limit_bytes: u64) -> Result<Brake, BrakeError> {
-        Self::engage_in(group_dir, at, limit_bytes, crate::brake_file::dir_from_env().as_deref())
+        Self::engage_in(group_dir, at, limit_bytes, file::dir_from_env().as_deref())
     }
 
     /// [`Brake::engage`], keeping the record in a file in `files` where the directory refuses the attribute.
@@ -297,7 +215,7 @@ impl Brake {
         }
         // A brake left behind is undone first, so that its value is never taken for the group's own.
         Self::recover_in(group_dir, files)?;
-        let file = files.and_then(|f| crate::brake_file::path_for(f, group_dir).ok());
+        let file = files.and_then(|f| file::path_for(f, group_dir).ok());
         let mut brake = Brake {
             dir: group_dir.to_path_buf(),
             at,
@@ -416,7 +334,7 @@ impl Brake {
             return Ok(());
         }
         if let (true, Some(f)) = (self.in_file, &self.file) {
-            return crate::brake_file::set(f, &record.text()).map_err(file_err(f));
+            return file::set(f, &record.text()).map_err(file_err(f));
         }
         match set_record(&self.dir, &record) {
             Ok(()) => Ok(()),
@@ -424,7 +342,7 @@ impl Brake {
                 let f = self.file.as_deref().unwrap_or(Path::new(""));
                 tracing::info!(dir = %self.dir.display(), file = %f.display(),
                     "the group's directory refuses the brake's record ({RECORD_XATTR}: {e}): kept in a file");
-                crate::brake_file::set(f, &record.text()).map_err(file_err(f))?;
+                file::set(f, &record.text()).map_err(file_err(f))?;
                 self.in_file = true;
                 Ok(())
             }
@@ -445,7 +363,7 @@ impl Brake {
             return Ok(());
         }
         if let (true, Some(f)) = (self.in_file, &self.file) {
-            return crate::brake_file::remove(f).map_err(|source| BrakeError::Record { path: f.clone(), source });
+            return file::remove(f).map_err(|source| BrakeError::Record { path: f.clone(), source });
         }
         remove_record(&self.dir).map_err(|source| BrakeError::Record { path: self.dir.clone(), source })
     }
@@ -463,6 +381,7 @@ impl Drop for Brake {
 
 #[cfg(test)]
 mod tests {
+    use super::record::{c_path, RECORD_NAME};
     use super::*;
 
     /// A ramfs mount standing for a group directory that refuses the record's extended attribute (ramfs keeps
@@ -514,18 +433,18 @@ mod tests {
         let brake = Brake::engage_in(&g.0, 0.5, limit, Some(&files)).expect("engage");
         assert_eq!(g.high(), (256u64 << 20).to_string());
         assert_eq!(brake.status().warning, None, "the record is kept");
-        let file = crate::brake_file::path_for(&files, &g.0).expect("path");
-        assert_eq!(crate::brake_file::get(&file).expect("read").as_deref(), Some("previous=max set=268435456"));
+        let file = file::path_for(&files, &g.0).expect("path");
+        assert_eq!(file::get(&file).expect("read").as_deref(), Some("previous=max set=268435456"));
         // As if SIGKILLed: nothing runs on the way out; the next agent finds the file and puts the old value back.
         std::mem::forget(brake);
         assert_eq!(Brake::recover_in(&g.0, Some(&files)).expect("recover").as_deref(), Some("max"));
         assert_eq!(g.high(), "max");
-        assert_eq!(crate::brake_file::get(&file).expect("read"), None, "the record goes with the brake");
+        assert_eq!(file::get(&file).expect("read"), None, "the record goes with the brake");
         // Released at stop: value and file.
         let brake = Brake::engage_in(&g.0, 0.5, limit, Some(&files)).expect("engage again");
-        assert!(crate::brake_file::get(&file).expect("read").is_some());
+        assert!(file::get(&file).expect("read").is_some());
         brake.release().expect("release");
-        assert_eq!((g.high().as_str(), crate::brake_file::get(&file).expect("read")), ("max", None));
+        assert_eq!((g.high().as_str(), file::get(&file).expect("read")), ("max", None));
         // With no place for a file, the brake still works and its status says the record is not kept.
         let brake = Brake::engage_in(&g.0, 0.5, limit, None).expect("engage without a file");
         assert_eq!(g.high(), (256u64 << 20).to_string());
