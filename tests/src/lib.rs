@@ -15,6 +15,7 @@ pub mod bins;
 pub mod cgroup;
 pub mod cgroup2;
 pub mod child;
+mod ci;
 pub mod clients;
 pub mod config;
 pub mod crowd;

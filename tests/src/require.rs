@@ -5,9 +5,7 @@
 //! `MONITOR_TEST_SKIPS` names, once per test and process, for `cargo xtask test`, which subtracts the skipped tests
 //! from the passed ones by name.
 
-#[path = "ci.rs"]
-mod ci;
-pub use ci::{in_ci, is_ci};
+pub use crate::ci::{in_ci, is_ci};
 
 use std::collections::BTreeSet;
 use std::io::Write;

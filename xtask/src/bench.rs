@@ -2,46 +2,35 @@
 //! baseline measured in the same run.
 //!
 //! - `all`: every benchmark below, one after the other, and docs/benchmarks.md written from what they printed
-//!   (bench_all.rs; `--quick` for fewer rounds and no VM, `--skip a,b` to leave some out, `--rewrite` to write the
+//!   (bench/all.rs; `--quick` for fewer rounds and no VM, `--skip a,b` to leave some out, `--rewrite` to write the
 //!   page again from the last run's output).
 //! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion), then the
 //!   cost of one pread of each file a sample reads.
 //! - `host-reads`: the LISTEN sockets from sock_diag against `/proc/self/net/tcp`, and a sample's reads per process
 //!   with `statm` kept open against open-read-close (criterion, monitor/benches/host_reads.rs).
 //! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
-//! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench_probes.rs).
-//! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench_proxy.rs).
+//! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench/probes.rs).
+//! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench/proxy.rs).
 //! - `proxy-instructions`: user-space instructions per request of the front door, the bare hop, the byte relay and
-//!   nginx, counted by callgrind (bench_proxy_instr.rs): the one proxy figure other load cannot move.
+//!   nginx, counted by callgrind (bench/proxy_instr.rs): the one proxy figure other load cannot move.
 //! - `reaction`: the grower suite: a fast grower in a 512 MiB group, the agent's abort against the kernel's OOM
-//!   killer, timer vs events vs the brake, on this host (v1) and in the test VM (v2) (bench_reaction.rs).
-//! - `config`: `monitor check-config` on 100,000 `[[process]]` against 10,000 (bench_config.rs).
+//!   killer, timer vs events vs the brake, on this host (v1) and in the test VM (v2) (bench/reaction.rs).
+//! - `config`: `monitor check-config` on 100,000 `[[process]]` against 10,000 (bench/config.rs).
 //! - `cluster`: a request forwarded to its owner node against a local one at c=16, and gossip bytes per node per
-//!   second at 3 and 50 members (bench_cluster.rs).
+//!   second at 3 and 50 members (bench/cluster.rs).
 
 // The benchmarks of other subsystems live beside this file; they are dispatched from here.
-#[path = "bench_all.rs"]
-mod bench_all;
-#[path = "bench_all_figures.rs"]
-mod bench_all_figures;
-#[path = "bench_all_page.rs"]
-mod bench_all_page;
-#[path = "bench_all_text.rs"]
-mod bench_all_text;
-#[path = "bench_cluster.rs"]
-mod bench_cluster;
-#[path = "bench_config.rs"]
-mod bench_config;
-#[path = "bench_probes.rs"]
-mod bench_probes;
-#[path = "bench_proxy.rs"]
-mod bench_proxy;
-#[path = "bench_proxy_instr.rs"]
-mod bench_proxy_instr;
-#[path = "bench_reaction.rs"]
-mod bench_reaction;
-#[path = "bench_web.rs"]
-mod bench_web;
+mod all;
+mod all_figures;
+mod all_page;
+mod all_text;
+mod cluster;
+mod config;
+mod probes;
+mod proxy;
+mod proxy_instr;
+mod reaction;
+mod web;
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -73,17 +62,17 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     match args.name.as_str() {
-        "all" => bench_all::run(args.quick, &args.skip, args.rewrite),
+        "all" => all::run(args.quick, &args.skip, args.rewrite),
         "sampler" => sampler(),
         "host-reads" => host_reads(),
         "agent-cpu" => agent_cpu(args.seconds),
-        "probes" => bench_probes::run(),
-        "proxy" => bench_proxy::run(),
-        "proxy-instructions" => bench_proxy_instr::run(),
-        "reaction" => bench_reaction::run(),
-        "web" => bench_web::run(),
-        "config" => bench_config::run(),
-        "cluster" => bench_cluster::run(),
+        "probes" => probes::run(),
+        "proxy" => proxy::run(),
+        "proxy-instructions" => proxy_instr::run(),
+        "reaction" => reaction::run(),
+        "web" => web::run(),
+        "config" => config::run(),
+        "cluster" => cluster::run(),
         other => bail!(
             "unknown benchmark {other:?} (all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster)"
         ),

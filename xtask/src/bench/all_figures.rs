@@ -297,5 +297,4 @@ fn cluster(out: &str) -> Vec<Figure> {
 }
 
 #[cfg(test)]
-#[path = "bench_all_figures_tests.rs"]
 mod tests;

@@ -12,7 +12,7 @@
 //!    `GOSSIP_SECONDS` apart (default 30), once every member lists every other as alive. The 50 members are 50
 //!    `monitor run` processes, each over one fixture master.
 
-use super::bench_proxy::{read_wrk, release_bins};
+use super::proxy::{read_wrk, release_bins};
 use crate::util::root;
 use anyhow::{bail, Context, Result};
 use monitor_tests::agent::free_port;

@@ -1,8 +1,8 @@
 //! The page against the run it is written from, and docs/benchmarks.md against the generator.
 
 use super::*;
-use crate::bench::bench_all::tests::done;
-use crate::bench::bench_all_text::BENCHES;
+use crate::bench::all::tests::done;
+use crate::bench::all_text::BENCHES;
 
 #[test]
 fn output_becomes_markdown() {
@@ -70,7 +70,7 @@ fn a_page_that_is_not_the_generators_is_refused() {
 }
 
 /// The page in the repository is exactly what the generator writes from what it says each benchmark printed: no
-/// part of it is edited by hand (change bench_all_text.rs or bench_all_figures.rs, then `cargo xtask bench all
+/// part of it is edited by hand (change bench/all_text.rs or bench/all_figures.rs, then `cargo xtask bench all
 /// --rewrite`).
 #[test]
 fn docs_benchmarks_md_is_what_the_generator_writes() {

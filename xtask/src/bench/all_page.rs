@@ -4,9 +4,9 @@
 //! page itself when target/bench-all/ is gone, and a test holds docs/benchmarks.md to exactly what [`page`] writes:
 //! the page is not edited by hand.
 
-use super::bench_all::{command_line, Head, Outcome, Run};
-use super::bench_all_figures::figures;
-use super::bench_all_text::{Bench, ABOUT_PAGE, TESTS_HOLD};
+use super::all::{command_line, Head, Outcome, Run};
+use super::all_figures::figures;
+use super::all_text::{Bench, ABOUT_PAGE, TESTS_HOLD};
 use anyhow::{bail, Context, Result};
 use monitor_tests::markdown::anchor;
 
@@ -239,5 +239,4 @@ pub(super) fn summary_line(line: &str) -> Option<&str> {
 }
 
 #[cfg(test)]
-#[path = "bench_all_page_tests.rs"]
 mod tests;

@@ -1,12 +1,12 @@
 //! `cargo xtask bench all [--quick] [--skip a,b] [--rewrite]`: runs every benchmark as `cargo xtask bench <name>` (a
 //! child process each, its printed summary captured) and writes docs/benchmarks.md whole from what they printed
-//! (bench_all_page.rs): for each, the command, when it ran, how long it took and the load around it, its headline
-//! figures (bench_all_figures.rs) and all it printed. The page is rewritten after each benchmark, so a run that
+//! (bench/all_page.rs): for each, the command, when it ran, how long it took and the load around it, its headline
+//! figures (bench/all_figures.rs) and all it printed. The page is rewritten after each benchmark, so a run that
 //! stops keeps what it finished, and what each printed is kept in target/bench-all/run.json: `--rewrite` writes the
-//! page again from it without running anything (after a change to the page's text, in bench_all_text.rs, or to how
+//! page again from it without running anything (after a change to the page's text, in bench/all_text.rs, or to how
 //! figures are read), or, when target/bench-all/ is gone, from what the page itself says each benchmark printed.
 
-use super::bench_all_text::Bench;
+use super::all_text::Bench;
 use crate::util::root;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
@@ -46,7 +46,7 @@ pub(super) struct Run {
 const TIMEOUT: Duration = Duration::from_secs(90 * 60);
 
 pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
-    let benches = super::bench_all_text::BENCHES;
+    let benches = super::all_text::BENCHES;
     let page = root().join("docs/benchmarks.md");
     let saved = crate::util::target_dir().join("bench-all/run.json");
     if rewrite {
@@ -56,7 +56,7 @@ pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
         } else {
             eprintln!("bench all: no {}; the figures are read back from the page itself", saved.display());
             let text = std::fs::read_to_string(&page).with_context(|| format!("reading {}", page.display()))?;
-            super::bench_all_page::read(&text, benches)?
+            super::all_page::read(&text, benches)?
         };
         return write_page(&page, benches, &run);
     }
@@ -333,7 +333,7 @@ impl Head {
 }
 
 fn write_page(page: &std::path::Path, benches: &[Bench], run: &Run) -> Result<()> {
-    let text = super::bench_all_page::page(benches, run);
+    let text = super::all_page::page(benches, run);
     std::fs::write(page, text).with_context(|| format!("writing {}", page.display()))
 }
 
@@ -378,7 +378,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_run_survives_run_json_and_a_new_benchmark_is_pending() {
-        let benches = super::super::bench_all_text::BENCHES;
+        let benches = super::super::all_text::BENCHES;
         let mut outcomes: Vec<Outcome> = benches.iter().map(|_| Outcome::Pending).collect();
         outcomes[0] = done("ratio full/raw = 1.16 (goal <= 1.5)\n", None);
         outcomes[1] = Outcome::NotRun("needs wrk, not found on this machine".into());

@@ -4,7 +4,7 @@ use super::*;
 
 macro_rules! sample {
     ($name:literal) => {
-        include_str!(concat!("../fixtures/bench-all/", $name, ".txt"))
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/bench-all/", $name, ".txt"))
     };
 }
 
@@ -254,7 +254,7 @@ fn cluster() {
 
 #[test]
 fn every_benchmark_has_a_reader_and_a_recorded_output() {
-    for b in crate::bench::bench_all_text::BENCHES {
+    for b in crate::bench::all_text::BENCHES {
         let path = crate::util::root().join("xtask/fixtures/bench-all").join(format!("{}.txt", b.name));
         let output = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(!read(b.name, &output).is_empty(), "{}: no figures are read for it", b.name);

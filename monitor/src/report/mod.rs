@@ -2,7 +2,6 @@
 //! memory per process, requests per process and in total, refusals, aborts, restarts, and under `[cluster]` the
 //! membership's events; `--png` draws the day ([`png`]).
 
-#[path = "report_png.rs"]
 pub mod png;
 
 use crate::history::events::{ClusterEvent, KillEvent};

@@ -1,9 +1,9 @@
 //! What docs/benchmarks.md says besides the figures: the page's opening, each benchmark's description (what it
 //! measures, against which baseline of the same run, its goal) with the knobs `bench all` runs it with, and the
-//! bounds that tests hold. `cargo xtask bench all` (bench_all.rs) writes the page from these and the figures.
+//! bounds that tests hold. `cargo xtask bench all` (bench/all.rs) writes the page from these and the figures.
 
 pub(super) const ABOUT_PAGE: &str = "\
-This page is written by `cargo xtask bench all` (xtask/src/bench_all.rs; its text in xtask/src/bench_all_text.rs):
+This page is written by `cargo xtask bench all` (xtask/src/bench/all.rs; its text in xtask/src/bench/all_text.rs):
 it runs each benchmark below as `cargo xtask bench <name>`, a process of its own, and puts here what it printed.
 Change the text there and run it again rather than editing the page. Every benchmark measures its baseline in the
 same run, beside the figure: the machines it runs on are shared with builds, so absolute figures move from run to
@@ -15,7 +15,7 @@ cgroups, load eBPF programs or start nginx); one that cannot run here says why i
 under emulation) add most of an hour. Each section's command says what it ran with. `--skip name,name` leaves
 benchmarks out; `--rewrite` writes this page again from the last run's output (kept in target/bench-all/, or read
 back from this page when that is gone) without running anything. Each section's table holds its headline figures,
-read from what the benchmark printed (xtask/src/bench_all_figures.rs); the other pages quote a figure only as a link
+read from what the benchmark printed (xtask/src/bench/all_figures.rs); the other pages quote a figure only as a link
 to its section here, `[1.89x](benchmarks.md#cluster-forwarding-and-gossip)`, and
 tests/tests/cli/docs_check.rs fails when a quote is not in the section it links to.
 ";
@@ -116,7 +116,7 @@ Knobs: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` 
         about: "\
 **The same two release fixture backends behind `monitor run`, nginx (`least_conn`, `keepalive 64`, 2 workers), a
 bare hyper hop and a byte relay, wrk at c = 1, 16, 64, interleaved, a direct connection as the latency baseline**
-(xtask/src/bench_proxy.rs). The bare hop (tests/src/bin/bare-hop.rs: the same accept loop, no routing, pool,
+(xtask/src/bench/proxy.rs). The bare hop (tests/src/bin/bare-hop.rs: the same accept loop, no routing, pool,
 retry, header rewriting or shedding) is the floor of the library the front door is built on; the byte relay
 (tests/src/bin/byte-relay.rs: blocking threads copying bytes, no HTTP) the floor of any proxy on this machine.
 Goal: throughput >= nginx's at every c, and added p50 over direct <= 25 µs at c = 1. Columns: CPU µs per request
@@ -135,7 +135,7 @@ same rounds.
         tools: &["nginx", "curl", "valgrind", "callgrind_control"],
         v1: true,
         about: "\
-**User-space instructions per request, counted by valgrind's callgrind** (xtask/src/bench_proxy_instr.rs): the
+**User-space instructions per request, counted by valgrind's callgrind** (xtask/src/bench/proxy_instr.rs): the
 proxy figure other load on the machine cannot move. Each proxy runs under callgrind in front of two release
 fixture backends: `monitor run` (its front door on one thread, only that thread counted), the bare hyper hop, the
 byte relay and nginx (one process). curl sends a warm-up, the counters are zeroed, curl sends `BENCH_REQUESTS` GETs
@@ -152,7 +152,7 @@ two instances of one build differ by up to 0.3%.
         v1: false,
         about: "\
 **The home page with 24 h of per-second data for 16 processes, and the agent's memory holding it**
-(xtask/src/bench_web.rs, monitor/benches/web_page.rs). Render (criterion): 86,400 samples go through the real
+(xtask/src/bench/web.rs, monitor/benches/web_page.rs). Render (criterion): 86,400 samples go through the real
 history; the 24 h page (query, downsampling, five SVG charts, HTML) against the same run's baseline, the same 24 h
 data as JSON (what `/api/v1/dashboard?range=24h` sends); the 5 min page tells the query's share from the charts'.
 Goal: page <= 50 ms. Memory: the bench binary fills a stats database through the real history (1440 minutes × 16
@@ -170,7 +170,7 @@ five 24 h pages, and its VmRSS is read. Goal: <= 40 MB.
         v1: false,
         about: "\
 **`monitor check-config` (release) on 100,000 `[[process]]` tables against 10,000 in the same run, fastest of 3**
-(xtask/src/bench_config.rs). Both files end in the same error (the last process reuses the first's port, as any
+(xtask/src/bench/config.rs). Both files end in the same error (the last process reuses the first's port, as any
 file of more than 65,535 processes must), named at its line. Linear validation takes about 10 times as long for
 10 times the processes, a pairwise one about 100 times. Goal: < 2 s for 100,000.
 ",
@@ -184,7 +184,7 @@ file of more than 65,535 processes must), named at its line. Linear validation t
         v1: true,
         about: "\
 **Does the agent abort a fast grower before the kernel's OOM killer acts, and how soon after the group crosses
-92%?** (xtask/src/bench_reaction.rs, tests/src/reaction.rs). The cells run on this host (cgroup v1), then, unless
+92%?** (xtask/src/bench/reaction.rs, tests/src/reaction.rs). The cells run on this host (cgroup v1), then, unless
 `BENCH_REACTION_VM=none`, in the test VM once per kernel (cgroup v2, Debian 6.1 and 6.12, qemu with software
 emulation: every instruction emulated, so the grower reaches about 280 MB/s there and CPU times are inflated).
 Each run starts from nothing: a new 512 MiB group, two 40 MiB `alloc-hog` bystanders, one `grower`
@@ -225,7 +225,7 @@ Knobs: `BENCH_REACTION_RUNS` (20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION
         v1: false,
         about: "\
 **A request forwarded to the node that owns its cache against one served where it arrives, and the gossip each
-node sends** (xtask/src/bench_cluster.rs). Every node is a release `monitor run` on a loopback address of its own
+node sends** (xtask/src/bench/cluster.rs). Every node is a release `monitor run` on a loopback address of its own
 (127.0.1.x) with `[cluster]` at its defaults (1000 ms suspect, 5000 ms dead) over fixture-backend processes.
 Forwarding: two nodes a and b; `wrk -t2 -c16` sends `/fhir/use` to b's front door with a cache id minted on b
 (served by b's process: the baseline) and with one minted on a (b forwards it, with its signed hop header, on a

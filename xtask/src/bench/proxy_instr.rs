@@ -16,7 +16,7 @@
 //! (`BENCH_PROXY_BASELINE` naming the same binary shows it), so only a larger difference is the build's. Needs
 //! root (a v1 test cgroup), valgrind, curl and nginx.
 
-use super::bench_proxy::{monitor_config, nginx_conf, release_bins, wait_port_for, PATH};
+use super::proxy::{monitor_config, nginx_conf, release_bins, wait_port_for, PATH};
 use anyhow::{bail, Context, Result};
 use monitor_tests::agent::free_port;
 use monitor_tests::{on_path, spawn_in_cgroup, CgroupV1, ChildGuard};
