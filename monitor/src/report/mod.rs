@@ -68,32 +68,13 @@ pub struct DayReport {
     pub kills: Vec<KillEvent>,
 }
 
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// The date (`YYYY-MM-DD`, UTC) of the day that starts `day × 86,400` seconds after the Unix epoch.
+pub fn civil_from_days(day: u64) -> String {
+    let start = std::time::UNIX_EPOCH + std::time::Duration::from_secs(day.saturating_mul(86_400));
+    let stamp = humantime::format_rfc3339_seconds(start).to_string();
+    stamp.get(..10).unwrap_or_default().to_string()
 }
 
-/// The civil date of a day number.
-pub fn civil_from_days(z: i64) -> String {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// `YYYY-MM-DD` -> the Unix second its UTC day starts.
 /// The start (Unix seconds) of the UTC day `s` names: `today` or `yesterday` (from `now`, Unix seconds), or a date.
 pub fn parse_day(s: &str, now: u64) -> Result<u64, ReportError> {
     let today = now / 86_400 * 86_400;
@@ -104,21 +85,15 @@ pub fn parse_day(s: &str, now: u64) -> Result<u64, ReportError> {
     }
 }
 
-/// The start (Unix seconds) of the UTC day `YYYY-MM-DD`.
+/// The start (Unix seconds) of the UTC day `YYYY-MM-DD` (1970 to 9999; a day the month does not have is refused).
 pub fn parse_date(s: &str) -> Result<u64, ReportError> {
     let bad = || ReportError::Date(s.to_string());
-    let mut it = s.split('-');
-    let (Some(y), Some(m), Some(d), None) = (it.next(), it.next(), it.next(), it.next()) else { return Err(bad()) };
-    let (y, m, d): (i64, u32, u32) =
-        (y.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?, d.parse().map_err(|_| bad())?);
-    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+    let digit_or_dash = |(i, b): (usize, u8)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() };
+    if s.len() != 10 || !s.bytes().enumerate().all(digit_or_dash) {
         return Err(bad());
     }
-    let days = days_from_civil(y, m, d);
-    if civil_from_days(days) != format!("{y:04}-{m:02}-{d:02}") {
-        return Err(bad()); // 2024-02-30 and the like
-    }
-    Ok(days as u64 * 86_400)
+    let start = humantime::parse_rfc3339(&format!("{s}T00:00:00Z")).map_err(|_| bad())?;
+    start.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).map_err(|_| bad())
 }
 
 /// Sums a day's minutes.
@@ -198,7 +173,7 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
     let minutes = store.minutes(day_start, day_start + 86_400, &mut labels).map_err(not_a_database)?;
     let events = store.events(day_start, day_start + 86_400).map_err(not_a_database)?;
     let kills = store.kills(day_start, day_start + 86_400).map_err(not_a_database)?;
-    let date = civil_from_days((day_start / 86_400) as i64);
+    let date = civil_from_days(day_start / 86_400);
     let report = DayReport { cluster_events: events, kills, ..summarize(&date, &minutes, &labels) };
     Ok((report, minutes, labels))
 }
@@ -326,10 +301,14 @@ mod tests {
     fn dates() {
         assert_eq!(parse_date("1970-01-02").ok(), Some(86_400));
         assert_eq!(parse_date("2024-03-01").ok(), Some(1_709_251_200));
-        for bad in ["2024-02-30", "2024-13-01", "24-1-1x", "", "2024-01-01-01"] {
+        assert_eq!(parse_date("2024-02-29").ok(), Some(1_709_164_800), "a leap day");
+        for bad in
+            ["2024-02-30", "2023-02-29", "2024-13-01", "2024-00-10", "1969-12-31", "24-1-1x", "", "2024-01-01-01"]
+        {
             assert!(parse_date(bad).is_err(), "{bad}");
         }
         assert_eq!(civil_from_days(19_783), "2024-03-01");
+        assert_eq!(civil_from_days(0), "1970-01-01");
         let now = 1_709_251_200 + 3_600; // 2024-03-01 01:00 UTC
         assert_eq!(parse_day("today", now).ok(), Some(1_709_251_200));
         assert_eq!(parse_day("yesterday", now).ok(), Some(1_709_251_200 - 86_400));

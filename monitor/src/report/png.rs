@@ -374,7 +374,7 @@ pub fn describe(path: &Path, o: &PngOutcome) -> String {
 
 /// The date shown for a day start (used by tests and callers that only have the Unix second).
 pub fn date_of(day_start: u64) -> String {
-    civil_from_days((day_start / 86_400) as i64)
+    civil_from_days(day_start / 86_400)
 }
 
 #[cfg(test)]
