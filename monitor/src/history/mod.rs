@@ -9,16 +9,21 @@
 //! (the home page, `/api/v1/dashboard` and `/metrics`), and [`HistoryHandle::close`] at shutdown.
 
 pub mod events;
+mod names;
 pub mod query;
 pub mod ring;
 mod source;
 pub mod store;
+mod writer;
+
+use names::named;
+pub use names::{names, Slots};
+use writer::{open_and_load, Writer};
 
 use crate::feed::LauncherInfo;
 use crate::feed::{Published, Samples};
 use crate::live::Live;
-use crate::policy::{Decisions, ProcId};
-use crate::snapshot::infer_roles;
+use crate::policy::Decisions;
 use events::{ClusterEvent, ClusterView, KillEvent};
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
 use std::collections::{HashMap, VecDeque};
@@ -115,109 +120,6 @@ pub struct History {
 
 fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
-/// A command name as a series label: the `memfd:` names of programs run from an anonymous file carry a number
-/// that changes at each start (`memfd:sealed-91`), which is dropped so a restarted process keeps its series.
-fn label_of(comm: &str) -> &str {
-    match comm.strip_prefix("memfd:").and_then(|rest| rest.rsplit_once('-')) {
-        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => &comm[..6 + base.len()],
-        _ => comm,
-    }
-}
-
-/// Stable numbers for processes that share a command name: each keeps its number (`bash#2`) for life, and a new
-/// one takes the lowest number free, so a process that restarts takes its predecessor's series. A name stays
-/// numbered while any of its numbers is held.
-#[derive(Debug, Default)]
-pub struct Slots {
-    held: HashMap<String, Vec<Option<ProcId>>>,
-}
-
-impl Slots {
-    /// The number of each process (`(label, id)`, in order) whose label is shared now or still holds numbers;
-    /// None for the others. Numbers of processes that are gone are freed first.
-    pub fn assign(&mut self, procs: &[(&str, ProcId)]) -> Vec<Option<usize>> {
-        let live: std::collections::HashSet<ProcId> = procs.iter().map(|(_, id)| *id).collect();
-        for slots in self.held.values_mut() {
-            for s in slots.iter_mut() {
-                if s.is_some_and(|id| !live.contains(&id)) {
-                    *s = None;
-                }
-            }
-            while slots.last().is_some_and(Option::is_none) {
-                slots.pop();
-            }
-        }
-        self.held.retain(|_, v| !v.is_empty());
-        let mut count: HashMap<&str, usize> = HashMap::new();
-        for (label, _) in procs {
-            *count.entry(label).or_default() += 1;
-        }
-        // The oldest first, so that numbers given at once follow start order.
-        let mut order: Vec<usize> = (0..procs.len()).collect();
-        order.sort_by_key(|&i| (procs[i].1.start_ticks, procs[i].1.pid));
-        let mut out = vec![None; procs.len()];
-        for i in order {
-            let (label, id) = procs[i];
-            if count[label] < 2 && !self.held.contains_key(label) {
-                continue;
-            }
-            let slots = self.held.entry(label.to_string()).or_default();
-            let k = match slots.iter().position(|s| *s == Some(id)) {
-                Some(k) => k,
-                None => match slots.iter().position(Option::is_none) {
-                    Some(k) => {
-                        slots[k] = Some(id);
-                        k
-                    }
-                    None => {
-                        slots.push(Some(id));
-                        slots.len() - 1
-                    }
-                },
-            };
-            out[i] = Some(k + 1);
-        }
-        out
-    }
-}
-
-/// Series names for a sample's processes: the launcher's name for a launched pid; otherwise the command name,
-/// numbered `comm#1`, `comm#2`… when several share it, each keeping its number for life ([`Slots`]). Roles from
-/// the launcher or the process tree.
-pub fn names(p: &Published, launched: &[LauncherInfo], slots: &mut Slots) -> Vec<(String, String)> {
-    named(p, launched, slots).into_iter().map(|(n, r, _)| (n, r)).collect()
-}
-
-/// [`names`] with a flag for the numbered ones (`comm#k`), whose number can pass to another process: a new pid
-/// under such a name is not taken for a restart.
-fn named(p: &Published, launched: &[LauncherInfo], slots: &mut Slots) -> Vec<(String, String, bool)> {
-    let procs = &p.snapshot.processes;
-    let roles = infer_roles(procs);
-    let member = |pid: u32| launched.iter().find(|m| m.pid == Some(pid));
-    let unlaunched: Vec<(usize, (&str, ProcId))> = procs
-        .iter()
-        .enumerate()
-        .filter(|(_, x)| member(x.pid).is_none())
-        .map(|(i, x)| (i, (label_of(&x.name), ProcId { pid: x.pid, start_ticks: x.start_ticks })))
-        .collect();
-    let ids: Vec<(&str, ProcId)> = unlaunched.iter().map(|(_, x)| *x).collect();
-    let numbers = slots.assign(&ids);
-    let mut out: Vec<(String, String, bool)> = procs
-        .iter()
-        .zip(&roles)
-        .map(|(x, role)| match member(x.pid) {
-            Some(m) => (m.name.clone(), m.role.to_string(), false),
-            None => (label_of(&x.name).to_string(), role.to_string(), false),
-        })
-        .collect();
-    for ((i, (label, _)), n) in unlaunched.iter().zip(numbers) {
-        if let Some(n) = n {
-            out[*i] = (format!("{label}#{n}"), out[*i].1.clone(), true);
-        }
-    }
-    out
 }
 
 impl History {
@@ -397,37 +299,6 @@ pub fn spawn(rx: watch::Receiver<Arc<Published>>, samples: Samples, config: Live
     HistoryHandle { history, consumer, writer }
 }
 
-/// Opens the database and loads its minutes of the last week that are older than those already in memory (none at
-/// start-up; those of the time it could not be opened when it opens late), and its kills of the last week that are
-/// not in memory.
-fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> Result<Store, HistoryError> {
-    let mut s = Store::open(path)?;
-    let now = now_s();
-    let gone = s.retain(days, now)?;
-    let mut inner = h.lock();
-    let from = now.saturating_sub(MINUTES_KEPT as u64 * 60);
-    let to = inner.minutes.front().map_or(now + 60, |m| m.t);
-    let loaded = s.minutes(from, to, &mut inner.labels)?;
-    tracing::info!(path = %path.display(), minutes = loaded.len(), deleted = gone, "stats database open");
-    for m in loaded.into_iter().rev() {
-        if inner.minutes.len() >= MINUTES_KEPT {
-            break;
-        }
-        inner.minutes.push_front(Arc::new(m));
-    }
-    let kills = s.kills(from, now + 60)?;
-    let held: std::collections::HashSet<(u64, u32)> = inner.kills.iter().map(|k| (k.at_unix_ms, k.pid)).collect();
-    for k in kills.into_iter().rev().filter(|k| !held.contains(&(k.at_unix_ms, k.pid))) {
-        if inner.kills.len() >= KILLS_KEPT {
-            break;
-        }
-        inner.kills.push_front(Arc::new(k));
-    }
-    let kills = inner.kills.make_contiguous();
-    kills.sort_by_key(|k| k.at_unix_ms);
-    Ok(s)
-}
-
 /// Reads every sample into the rings and hands each finished minute to the database thread; under `[cluster]`, hands
 /// it each membership event as the membership records it (those recorded before the history started first, and
 /// those not handed over yet when the samples stop last). Sending never waits: the thread has an unbounded queue.
@@ -472,153 +343,6 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
     }
 }
 
-/// The database thread: writes each finished minute and each cluster event as it comes; while the database cannot
-/// be opened or written, keeps the minutes (up to [`PENDING_KEPT`]) and the events (up to [`PENDING_EVENTS_KEPT`]),
-/// the oldest dropped first, and tries again every [`REOPEN_EVERY`], saying so once when it fails and once when it
-/// works again.
-struct Writer {
-    store: Option<Store>,
-    path: PathBuf,
-    h: Arc<History>,
-    /// `[stats] retention_days` as applied now (a reload changes it).
-    config: Live,
-    /// The retention the rows were last deleted for (at the start, the one the database was opened with).
-    retained_for: u32,
-    /// Minutes not written yet, oldest first.
-    pending: VecDeque<Minute>,
-    /// Cluster events not written yet, oldest first.
-    pending_events: VecDeque<ClusterEvent>,
-    /// Kills not written yet, oldest first.
-    pending_kills: VecDeque<KillEvent>,
-    /// The latest labels (they only grow, so they name every pending minute's processes).
-    labels: Labels,
-    /// How often a database that cannot be opened or written is tried again ([`REOPEN_EVERY`]).
-    retry: Duration,
-}
-
-impl Writer {
-    fn new(store: Option<Store>, path: PathBuf, h: Arc<History>, config: Live) -> Writer {
-        let retained_for = config.now().stats.retention_days;
-        Writer {
-            store,
-            path,
-            h,
-            config,
-            retained_for,
-            pending: VecDeque::new(),
-            pending_events: VecDeque::new(),
-            pending_kills: VecDeque::new(),
-            labels: Labels::default(),
-            retry: REOPEN_EVERY,
-        }
-    }
-
-    fn run(mut self, rows: mpsc::Receiver<Write>) {
-        let mut last_retain = std::time::Instant::now();
-        loop {
-            let idle = self.pending.is_empty() && self.pending_events.is_empty() && self.pending_kills.is_empty();
-            let row = if idle && self.store.is_some() {
-                rows.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
-            } else {
-                rows.recv_timeout(self.retry)
-            };
-            let done = match row {
-                Ok(Write::Minute(m, labels)) => {
-                    self.labels = labels;
-                    if self.pending.len() >= PENDING_KEPT {
-                        self.pending.pop_front();
-                    }
-                    self.pending.push_back(m);
-                    false
-                }
-                Ok(Write::Events(events)) => {
-                    for e in events {
-                        if self.pending_events.len() >= PENDING_EVENTS_KEPT {
-                            self.pending_events.pop_front();
-                        }
-                        self.pending_events.push_back(e);
-                    }
-                    false
-                }
-                Ok(Write::Kill(k)) => {
-                    if self.pending_kills.len() >= PENDING_KILLS_KEPT {
-                        self.pending_kills.pop_front();
-                    }
-                    self.pending_kills.push_back(k);
-                    false
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => false,
-                Err(mpsc::RecvTimeoutError::Disconnected) => true,
-            };
-            self.flush();
-            if done {
-                return;
-            }
-            // A reload that changes the retention applies with the next minute written, not the next hour.
-            let days = self.days();
-            let due = last_retain.elapsed() >= RETAIN_EVERY || days != self.retained_for;
-            if let Some(s) = self.store.as_mut().filter(|_| due) {
-                last_retain = std::time::Instant::now();
-                self.retained_for = days;
-                if let Err(e) = s.retain(days, now_s()) {
-                    tracing::warn!("deleting old history rows: {e}");
-                }
-            }
-        }
-    }
-
-    fn days(&self) -> u32 {
-        self.config.now().stats.retention_days
-    }
-
-    /// Opens the database if it is not open, and writes the pending minutes, oldest first, then the pending events.
-    fn flush(&mut self) {
-        let failing = self.h.note().is_some();
-        if self.store.is_none() {
-            match open_and_load(&self.path, self.days(), &self.h) {
-                Ok(s) => self.store = Some(s),
-                Err(e) => {
-                    tracing::debug!("stats database still cannot be opened: {e}");
-                    return;
-                }
-            }
-        }
-        let Some(store) = self.store.as_mut() else { return };
-        // Says once that writing fails, and shows why on the home page until it works again.
-        let failed = |h: &History, e: &HistoryError, note: String| {
-            if !failing {
-                tracing::error!("history is not persisted: {e} (kept in memory, trying again)");
-            }
-            h.set_note(Some(note));
-        };
-        while let Some(m) = self.pending.front() {
-            if let Err(e) = store.insert(m, &self.labels) {
-                failed(&self.h, &e, format!("history is not persisted since minute {}: {e}", m.t));
-                return;
-            }
-            self.pending.pop_front();
-        }
-        if !self.pending_events.is_empty() {
-            if let Err(e) = store.insert_events(self.pending_events.make_contiguous()) {
-                failed(&self.h, &e, format!("history is not persisted: writing cluster events: {e}"));
-                return;
-            }
-            self.pending_events.clear();
-        }
-        if !self.pending_kills.is_empty() {
-            if let Err(e) = store.insert_kills(self.pending_kills.make_contiguous()) {
-                failed(&self.h, &e, format!("history is not persisted: writing the guard's kills: {e}"));
-                return;
-            }
-            self.pending_kills.clear();
-        }
-        if failing {
-            tracing::info!("stats database writable again: history is persisted");
-            self.h.set_note(None);
-        }
-    }
-}
-
 impl HistoryHandle {
     /// The home page and `/api/v1/dashboard`, drawn from the history.
     pub fn router(&self) -> axum::Router {
@@ -648,30 +372,6 @@ mod tests {
 
     /// Minutes finished while another process holds the database locked are kept and written, in order, once the
     /// lock is gone; the note says why nothing is written meanwhile and goes away after.
-    #[test]
-    fn a_restarted_process_takes_its_predecessors_number() {
-        let id = |pid: u32, start_ticks: u64| ProcId { pid, start_ticks };
-        let mut slots = Slots::default();
-        // Two workers and a lone master: the workers are numbered in start order, the master is not.
-        let n = slots.assign(&[("bash", id(10, 1)), ("nginx", id(11, 2)), ("bash", id(12, 3))]);
-        assert_eq!(n, [Some(1), None, Some(2)]);
-        // bash#1 dies: bash#2 keeps its number though it is alone now.
-        assert_eq!(slots.assign(&[("nginx", id(11, 2)), ("bash", id(12, 3))]), [None, Some(2)]);
-        // Its replacement takes #1, not #3; the order of the list does not matter.
-        assert_eq!(slots.assign(&[("bash", id(12, 3)), ("bash", id(20, 9))]), [Some(2), Some(1)]);
-        // Both gone: the name is free again, a lone newcomer is unnumbered.
-        assert_eq!(slots.assign(&[("bash", id(30, 12))]), [None]);
-    }
-
-    #[test]
-    fn memfd_names_drop_their_changing_number() {
-        assert_eq!(label_of("memfd:sealed-91"), "memfd:sealed");
-        assert_eq!(label_of("memfd:x-y-7"), "memfd:x-y");
-        assert_eq!(label_of("memfd:sealed"), "memfd:sealed");
-        assert_eq!(label_of("nginx-1"), "nginx-1", "only memfd names");
-        assert_eq!(label_of("memfd:a-"), "memfd:a-");
-    }
-
     #[test]
     fn minutes_wait_for_a_locked_database_and_are_written_after() {
         let dir = monitor_tests::temp_dir("history-locked");
