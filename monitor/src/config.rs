@@ -6,20 +6,24 @@
 //! consumers get the parsed value. [`Config::validate`] (validate.rs) checks what is left: values against each
 //! other and the ranges of plain numbers and strings. The config names no consumer: they depend on it.
 
+mod alerts;
 mod changes;
 mod check;
 mod cluster;
 mod hooks;
 mod position;
+mod proxy;
 mod role;
 mod signal;
 mod url;
 mod validate;
 
+pub use alerts::{AlertsConfig, BasicAuth};
 pub use changes::{reload, Apply, Change, Reload};
 pub use check::{check, Checked, Mode};
 pub use cluster::{host_name, ClusterConfig, Fallback};
 pub use hooks::{CloseHook, Hooks, HooksChoice};
+pub use proxy::{ProcessConfig, ProxyConfig};
 pub use role::Role;
 pub use signal::Signal;
 pub use url::{HttpUrl, UrlError};
@@ -27,7 +31,6 @@ pub use validate::{key_name, KeyPart, Problem};
 
 use position::Positions;
 use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A config that cannot be used.
@@ -252,249 +255,6 @@ impl ProbesConfig {
     /// The hook set `hooks` names, or `None` for `auto`.
     pub fn chosen_hooks(&self) -> Option<Hooks> {
         self.hooks.only()
-    }
-}
-
-/// `[proxy]`: the front door of `monitor run`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProxyConfig {
-    /// Address the front door listens on. Default `127.0.0.1:8080`.
-    pub listen: String,
-    /// Path regexes served by tx processes (the rest goes to the master). Default `["^/"]` (every path).
-    pub tx_paths: Vec<String>,
-    /// Path regexes only the master serves. Default `$closure`/`%24closure` anywhere, `^/syndication`, `^/info/`.
-    pub master_paths: Vec<String>,
-    /// Path regexes of admin endpoints, which the memory guard never refuses (like the health paths; each
-    /// `[[process]] admin_path` is one too). Default: none.
-    pub admin_paths: Vec<String>,
-    /// Header whose prefix (text before the first `.`) names the owning process. Default `X-Cache-Id`.
-    pub cache_id_header: String,
-    /// The master is in the least-loaded pool of tx processes. Default true.
-    pub master_serves_tx: bool,
-    /// `Retry-After` seconds on a shed request. Default 5.
-    pub retry_after_s: u64,
-    /// A process that has not sent a response head this long after the request gets a 504, and a response body it
-    /// leaves this long without a byte is cut (as nginx's `proxy_read_timeout`: streams with longer pauses, such as
-    /// server-sent events, need a larger value). Default 60.
-    pub upstream_timeout_s: u64,
-    /// Idle upstream keep-alive connections are closed after this, below the backends' own (Node: 5 s). Default 4000.
-    pub idle_timeout_ms: u64,
-    /// On SIGTERM/SIGINT, in-flight requests get this long to finish. Default 30.
-    pub drain_timeout_s: u64,
-    /// After SIGTERM, children get this long to exit before SIGKILL. Default 10.
-    pub stop_grace_s: u64,
-    /// A restarted process's backoff goes back to 1 s once it has been healthy this long. Default 30.
-    pub backoff_reset_s: u64,
-    /// Largest request head (request line + headers) in bytes; larger gets 431. Default 65536 (at least 8192).
-    pub max_header_bytes: usize,
-    /// HMAC-SHA256 key for signed cache ids (`<prefix>.<id>.<hmac>`, at least 32 bytes). Default: none (cache ids
-    /// are passed through unsigned).
-    pub token_secret: Option<String>,
-    /// Lifetime of a signed cache id in seconds. Default 3600.
-    pub token_ttl_s: u64,
-    /// Front-door threads (each a current-thread runtime accepting on the same socket). Default 0: one per core
-    /// the process may run on.
-    pub threads: usize,
-    /// Client connections served at once. At the cap, a connection waiting on its client is closed to admit a new
-    /// one: the one that has waited longest owing a request (it sent nothing yet, or part of a request's head or
-    /// held body), else the one idle longest between requests; when every one has a request at a process, new
-    /// ones wait in the kernel's accept backlog. Default 256.
-    pub max_connections: usize,
-    /// A client has this long to send a request's head, counted from when its connection opens or falls idle
-    /// between requests: then it is closed. Default 30.
-    pub header_read_timeout_s: u64,
-    /// The most of one request's body read before the request goes on (as nginx's `client_body_buffer_size`,
-    /// held in memory): a body that ends within it reaches the process whole or not at all; the rest of a longer
-    /// one is streamed. 0 streams every body at once. Default 65536.
-    pub body_buffer_bytes: usize,
-    /// The most request-body bytes held at once across all connections: a body read while they are taken is
-    /// streamed from there on, held no further. Default 8388608 (8 MiB).
-    pub body_buffer_total_bytes: usize,
-}
-
-impl Default for ProxyConfig {
-    fn default() -> Self {
-        ProxyConfig {
-            listen: "127.0.0.1:8080".into(),
-            tx_paths: vec!["^/".into()],
-            master_paths: vec![r"(\$|%24)closure".into(), "^/syndication".into(), "^/info/".into()],
-            admin_paths: Vec::new(),
-            cache_id_header: "X-Cache-Id".into(),
-            master_serves_tx: true,
-            retry_after_s: 5,
-            upstream_timeout_s: 60,
-            idle_timeout_ms: 4000,
-            drain_timeout_s: 30,
-            stop_grace_s: 10,
-            backoff_reset_s: 30,
-            max_header_bytes: 65536,
-            token_secret: None,
-            token_ttl_s: 3600,
-            threads: 0,
-            max_connections: 256,
-            header_read_timeout_s: 30,
-            body_buffer_bytes: 64 * 1024,
-            body_buffer_total_bytes: 8 << 20,
-        }
-    }
-}
-
-/// `[[process]]`: one process the launcher starts.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct ProcessConfig {
-    /// Unique name, also the cache-id prefix it issues (e.g. `m0`, `tx1`). Required.
-    pub name: String,
-    /// `master` or `worker`. Required.
-    pub role: Role,
-    /// argv, run without a shell. Required.
-    pub command: Vec<String>,
-    /// Loopback port the process listens on. Required.
-    pub port: u16,
-    /// Health path. Default `/health`.
-    #[serde(default = "default_health")]
-    pub health: String,
-    /// Extra environment. Default none.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Seconds the launcher waits for the health path to answer 200 at start-up (the master's start fails
-    /// after it). Default 60.
-    #[serde(default = "default_start_timeout_s")]
-    pub start_timeout_s: u64,
-    /// Once ready, the health path is asked this often, in milliseconds; a check fails without a 2xx answer
-    /// within the interval (at most 1 s). 0: only at start-up. Default 2000.
-    #[serde(default = "default_health_interval_ms")]
-    pub health_interval_ms: u64,
-    /// A ready process that fails this many checks in a row leaves the front door's pool (state `unhealthy`) until a
-    /// check passes again. Default 3.
-    #[serde(default = "default_health_failures")]
-    pub health_failures: u32,
-    /// `monitor run`: each change of this process's action (serve, refuse, abort) is POSTed as JSON to
-    /// `http://127.0.0.1:<port><admin_path>` (see [`crate::actions`]). Unset by default.
-    #[serde(default)]
-    pub admin_path: Option<String>,
-    /// The user the process runs as: a name (`"www-data"`) or a numeric uid. Its primary group and supplementary
-    /// groups come with it (unless `group` is set), and `HOME`, `USER` and `LOGNAME` are its own. Another user than
-    /// monitor's own needs monitor to run as root. Default: monitor's own user.
-    #[serde(default)]
-    pub user: Option<crate::accounts::Account>,
-    /// The group the process runs as: a name or a numeric gid (the only supplementary group when `user` is unset).
-    /// Default: the user's primary group, else monitor's own.
-    #[serde(default)]
-    pub group: Option<crate::accounts::Account>,
-    /// The guard's last resort spares this process while another process's death would relieve the group, as it
-    /// spares every master. Default false.
-    #[serde(default)]
-    pub protect: bool,
-}
-
-fn default_health_interval_ms() -> u64 {
-    2000
-}
-
-fn default_health_failures() -> u32 {
-    3
-}
-
-fn default_start_timeout_s() -> u64 {
-    60
-}
-
-fn default_health() -> String {
-    "/health".into()
-}
-
-/// `[alerts]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct AlertsConfig {
-    /// argv of a hook run (without a shell) on every alert, the alert as JSON on stdin and in `MONITOR_*`
-    /// variables. Default none.
-    pub command: Option<Vec<String>>,
-    /// A run of the command is killed after this many seconds. Default 10.
-    pub command_timeout_s: u64,
-    /// `http://` or `https://` URL receiving the Alertmanager webhook JSON (version 4). Default none.
-    pub webhook: Option<HttpUrl>,
-    /// `http://` or `https://` base URL of an Alertmanager (alerts go to `/api/v2/alerts`). Default none.
-    pub alertmanager: Option<HttpUrl>,
-    /// More Alertmanagers, each sent every alert (an HA pair de-duplicates them, as with Prometheus). Default none.
-    pub alertmanagers: Vec<HttpUrl>,
-    /// A PEM file of CA certificates trusted besides the host's store, for `https://` sinks behind a private CA.
-    pub ca_file: Option<PathBuf>,
-    /// A file holding a token sent as `Authorization: Bearer <token>` to the webhook and the Alertmanagers.
-    pub bearer_token_file: Option<PathBuf>,
-    /// HTTP basic auth for the webhook and the Alertmanagers: `{ username = "…", password_file = "…" }`.
-    pub basic_auth: Option<BasicAuth>,
-    /// The page of runbooks (docs/alerts.md): each alert's `runbook_url` annotation is this with `#<alertname in
-    /// lower case>` after it. Default the page the package installs, `file:///usr/share/doc/monitor/alerts.md`.
-    pub runbook_url: String,
-    /// Labels added to every alert, as Prometheus' `external_labels` (`{ team = "storage", env = "prod" }`).
-    /// `instance` defaults to the host's name, so the same group on two hosts makes two alerts.
-    pub labels: std::collections::BTreeMap<String, String>,
-    /// An alert that resolves and fires again within this many seconds is one incident (its resolution is sent
-    /// only once it has stayed clear this long). Default 30.
-    pub quiet_s: u64,
-    /// Firing alerts are re-sent to Alertmanager this often, in seconds. Default 30.
-    pub resend_s: u64,
-}
-
-/// `[alerts] basic_auth`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct BasicAuth {
-    pub username: String,
-    /// The password is read from this file (kept out of the config, which may be world-readable).
-    pub password_file: PathBuf,
-}
-
-impl AlertsConfig {
-    /// The `Authorization` header the HTTP sinks send, read from the token or password file.
-    pub fn authorization(&self) -> Result<Option<String>, String> {
-        let read = |f: &PathBuf| {
-            std::fs::read_to_string(f)
-                .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
-                .map_err(|e| format!("{}: {e}", f.display()))
-        };
-        match (&self.bearer_token_file, &self.basic_auth) {
-            (Some(f), _) => Ok(Some(format!("Bearer {}", read(f)?))),
-            (None, Some(b)) => {
-                use base64::Engine;
-                let pair = format!("{}:{}", b.username, read(&b.password_file)?);
-                Ok(Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))))
-            }
-            (None, None) => Ok(None),
-        }
-    }
-
-    /// Every Alertmanager to send to: `alertmanager` and `alertmanagers`, each once.
-    pub fn all_alertmanagers(&self) -> Vec<HttpUrl> {
-        let mut all: Vec<HttpUrl> = Vec::new();
-        for u in self.alertmanager.iter().chain(&self.alertmanagers) {
-            if !all.iter().any(|a| a.to_string() == u.to_string()) {
-                all.push(u.clone());
-            }
-        }
-        all
-    }
-}
-
-impl Default for AlertsConfig {
-    fn default() -> Self {
-        AlertsConfig {
-            command: None,
-            command_timeout_s: 10,
-            webhook: None,
-            alertmanager: None,
-            alertmanagers: Vec::new(),
-            ca_file: None,
-            bearer_token_file: None,
-            basic_auth: None,
-            runbook_url: "file:///usr/share/doc/monitor/alerts.md".into(),
-            labels: std::collections::BTreeMap::new(),
-            quiet_s: 30,
-            resend_s: 30,
-        }
     }
 }
 
