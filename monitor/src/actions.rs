@@ -46,10 +46,6 @@ impl Signals {
         Signals { refuse: num(cfg.refuse_signal), abort: num(cfg.abort_signal), serve: num(cfg.serve_signal) }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.refuse.is_none() && self.abort.is_none() && self.serve.is_none()
-    }
-
     fn for_action(&self, a: Action) -> Option<i32> {
         match a {
             Action::Serve => self.serve,

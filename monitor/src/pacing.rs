@@ -60,7 +60,8 @@ impl Pacer {
     }
 
     /// The growth the pacer reckons with now, bytes per second.
-    pub fn rate(&self) -> f64 {
+    #[cfg(test)]
+    fn rate(&self) -> f64 {
         self.rate
     }
 
