@@ -98,8 +98,11 @@ fn sighup_under_load_loses_no_request_and_restarts_no_process() {
             TIMEOUT,
         )
     };
-    let s = reload(&base.clone().set("policy", "refuse_at", 0.7), 1, 0);
-    assert_eq!(s["policy"]["refuse_at"].as_f64(), Some(0.7), "{s}");
+    // The status shows the lines the latest sample was decided with: the new ones from the first sample after the
+    // sampler applied the file (within a second).
+    let decided_with = |at: f64| move |s: &Value| s["policy"]["refuse_at"].as_f64() == Some(at);
+    reload(&base.clone().set("policy", "refuse_at", 0.7), 1, 0);
+    run.wait_for("the sample decided with refuse_at 0.7", decided_with(0.7), TIMEOUT);
     let s = reload(&base.clone().set("policy", "refuse_at", 0.6).set("proxy", "bogus", 1), 1, 1);
     let error = s["config"]["error"].as_str().unwrap_or_default();
     assert!(error.starts_with(&format!("{}:", run.config.display())) && error.contains("bogus"), "{error}");
@@ -107,8 +110,8 @@ fn sighup_under_load_loses_no_request_and_restarts_no_process() {
     let mut other = python_server(&dir, tx1);
     other.insert(1, "-u".into());
     let s = reload(&fleet(other).set("policy", "refuse_at", 0.75), 2, 1);
-    assert_eq!(s["policy"]["refuse_at"].as_f64(), Some(0.75), "{s}");
     assert_eq!(s["config"]["restart_needed"], serde_json::json!(["process"]), "{s}");
+    run.wait_for("the sample decided with refuse_at 0.75", decided_with(0.75), TIMEOUT);
 
     let failed = fresh.join().expect("the fresh-connection client");
     let kept_failed = kept.join().expect("the kept-alive client");
