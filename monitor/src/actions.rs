@@ -24,13 +24,13 @@
 use crate::config::{ActionsConfig, HttpUrl, Signal};
 use crate::feed::{Published, Samples};
 use crate::live::Live;
+use crate::ordered;
 use crate::policy::{Action, ProcId};
 use crate::proof::Key;
 use crate::reaction::{Kind, Reactions};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 
 /// The configured signal numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -223,64 +223,42 @@ struct Post {
     timed: Option<(Arc<Reactions>, Instant)>,
 }
 
-/// Changes waiting for one receiver at most; past that (a receiver that stopped answering) a new one is dropped,
-/// and logged.
+/// Changes waiting for one receiver at most; past that (a receiver that stopped answering) the oldest is dropped,
+/// said once until it catches up: the newest carries the process's present action.
 const QUEUED: usize = 64;
 /// A receiver's queue idle this long ends (the next change starts another), so receivers that come and go (the
 /// ports of processes long gone) leave nothing behind.
 const QUEUE_IDLE: Duration = Duration::from_secs(60);
 
-/// One queue, and one task posting from it, per receiver: the changes POSTed to one URL arrive in the order they
-/// were decided (a receiver told `refuse`, `abort`, `serve` never hears them in another order), while a slow
-/// receiver delays only its own changes, and nobody's signal.
+/// One ordered queue ([`crate::ordered`]), and one task posting from it, per receiver: the changes POSTed to one
+/// URL arrive in the order they were decided (a receiver told `refuse`, `abort`, `serve` never hears them in
+/// another order), while a slow receiver delays only its own changes, and nobody's signal.
 #[derive(Default)]
 struct Posters {
-    queues: HashMap<String, mpsc::Sender<Post>>,
+    queues: HashMap<String, ordered::Sender<Post>>,
 }
 
 impl Posters {
     fn post(&mut self, job: Post) {
-        self.queues.retain(|_, q| !q.is_closed());
+        self.queues.retain(|_, q| !q.is_ended());
         let url = job.url.to_string();
-        let queue = self.queues.entry(url.clone()).or_insert_with(start_queue);
-        match queue.try_send(job) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(job)) => {
-                tracing::warn!(
-                    pid = job.pid,
-                    url,
-                    "{QUEUED} action changes wait for this receiver: this one is dropped"
-                );
+        // Given back when that receiver's task has just ended (idle): a new one takes it.
+        let job = match self.queues.get(&url) {
+            Some(queue) => match queue.push(job) {
+                Ok(()) => return,
+                Err(job) => job,
+            },
+            None => job,
+        };
+        let (queue, changes) = ordered::channel(format!("action receiver {url}"), QUEUED);
+        tokio::spawn(async move {
+            while let Some(job) = changes.next_within(QUEUE_IDLE).await {
+                deliver(job).await;
             }
-            // Its task ended between the check and the send (idle): a new one takes it.
-            Err(mpsc::error::TrySendError::Closed(job)) => {
-                let queue = start_queue();
-                let _ = queue.try_send(job);
-                self.queues.insert(url, queue);
-            }
-        }
+        });
+        let _ = queue.push(job);
+        self.queues.insert(url, queue);
     }
-}
-
-fn start_queue() -> mpsc::Sender<Post> {
-    let (tx, mut rx) = mpsc::channel::<Post>(QUEUED);
-    tokio::spawn(async move {
-        loop {
-            match tokio::time::timeout(QUEUE_IDLE, rx.recv()).await {
-                Ok(Some(job)) => deliver(job).await,
-                Ok(None) => return,
-                Err(_) => {
-                    // Closed first, so nothing sent from here on is lost: it fails and goes to a new queue.
-                    rx.close();
-                    while let Ok(job) = rx.try_recv() {
-                        deliver(job).await;
-                    }
-                    return;
-                }
-            }
-        }
-    });
-    tx
 }
 
 /// POSTs one change, with its proof made now (a change that waited behind a slow receiver is not stale when it

@@ -29,6 +29,7 @@ pub mod logs;
 pub mod metrics;
 pub(crate) mod nocaps;
 pub(crate) mod notify;
+pub(crate) mod ordered;
 pub(crate) mod pacing;
 pub(crate) mod pidfd;
 pub mod policy;

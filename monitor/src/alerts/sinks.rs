@@ -5,12 +5,11 @@
 
 use super::{rfc3339, Notification, Status};
 use crate::config::HttpUrl;
+use crate::ordered;
 use serde_json::{json, Value};
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::sync::Notify;
 
 /// Queue depth per sink (batches); past it the oldest are dropped (and said once).
 const QUEUE: usize = 256;
@@ -106,93 +105,17 @@ pub fn command_env(n: &Notification) -> Vec<(String, String)> {
     env
 }
 
-/// Batches waiting for one sink, at most [`QUEUE`]: past it the oldest is dropped (the newest batches carry the
-/// present state: a resolution must not be lost behind stale re-sends), and that is said once until the sink has
-/// caught up.
-#[derive(Default)]
-struct Pending {
-    batches: VecDeque<Vec<Notification>>,
-    /// Batches dropped since the sink fell behind (0: it is not behind).
-    dropped: usize,
-    /// No handle is left: the sink ends once its queue is empty.
-    closed: bool,
-}
-
-impl Pending {
-    /// Queues a batch; returns true when it made the sink fall behind (the first batch dropped since it caught up).
-    fn push(&mut self, batch: Vec<Notification>) -> bool {
-        let mut fell_behind = false;
-        if self.batches.len() >= QUEUE {
-            self.batches.pop_front();
-            fell_behind = self.dropped == 0;
-            self.dropped += 1;
-        }
-        self.batches.push_back(batch);
-        fell_behind
-    }
-
-    /// The oldest batch, and (once, when the queue is empty again) how many were dropped while it was behind.
-    fn pop(&mut self) -> (Option<Vec<Notification>>, Option<usize>) {
-        let batch = self.batches.pop_front();
-        let caught_up = (self.batches.is_empty() && self.dropped > 0).then(|| std::mem::take(&mut self.dropped));
-        (batch, caught_up)
-    }
-}
-
-struct Queue {
-    name: &'static str,
-    pending: Mutex<Pending>,
-    ready: Notify,
-}
-
-impl Queue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The next batch to send; None once every handle is gone and the queue is empty.
-    async fn next(&self) -> Option<Vec<Notification>> {
-        loop {
-            let ready = self.ready.notified();
-            let (batch, caught_up, closed) = {
-                let mut p = self.lock();
-                let (batch, caught_up) = p.pop();
-                (batch, caught_up, p.closed)
-            };
-            if let Some(dropped) = caught_up {
-                tracing::info!(sink = self.name, dropped, "alert sink caught up (its oldest batches were dropped)");
-            }
-            match batch {
-                Some(b) => return Some(b),
-                None if closed => return None,
-                None => ready.await,
-            }
-        }
-    }
-}
-
-/// Marks the queue closed when the last [`SinkHandle`] goes.
-struct Closer(Arc<Queue>);
-
-impl Drop for Closer {
-    fn drop(&mut self) {
-        self.0.lock().closed = true;
-        self.0.ready.notify_one();
-    }
-}
-
-/// A running sink: push notifications; it sends them in order on its own task.
+/// A running sink: push notifications; it sends them in order on its own task, behind a queue of [`QUEUE`]
+/// batches that drops its oldest when full (the newest batches carry the present state: a resolution must not be
+/// lost behind stale re-sends), said once until the sink has caught up.
 #[derive(Clone)]
-pub struct SinkHandle {
-    queue: Arc<Queue>,
-    _closer: Arc<Closer>,
-}
+pub struct SinkHandle(ordered::Sender<Vec<Notification>>);
 
 impl SinkHandle {
     /// A queue for a sink called `name`, and the handle that fills it.
-    fn new(name: &'static str) -> (SinkHandle, Arc<Queue>) {
-        let queue = Arc::new(Queue { name, pending: Mutex::new(Pending::default()), ready: Notify::new() });
-        (SinkHandle { queue: queue.clone(), _closer: Arc::new(Closer(queue.clone())) }, queue)
+    fn new(name: &'static str) -> (SinkHandle, ordered::Receiver<Vec<Notification>>) {
+        let (tx, rx) = ordered::channel(format!("alert sink {name}"), QUEUE);
+        (SinkHandle(tx), rx)
     }
 
     /// Queues a batch without waiting; a sink far behind (or hung) loses its oldest batches, said once.
@@ -200,14 +123,8 @@ impl SinkHandle {
         if batch.is_empty() {
             return;
         }
-        if self.queue.lock().push(batch) {
-            tracing::warn!(
-                sink = self.queue.name,
-                queued = QUEUE,
-                "alert sink is behind: dropping its oldest batches (said once until it catches up)"
-            );
-        }
-        self.queue.ready.notify_one();
+        // Refused only once the sink's task has ended, and then there is nobody to send it.
+        let _ = self.0.push(batch);
     }
 }
 
@@ -430,26 +347,6 @@ mod tests {
         assert_eq!(retry(&refused(503, Some(Duration::from_secs(1)))), Retry::After(Duration::from_secs(1)));
         assert_eq!(retry(&refused(500, None)), Retry::Backoff);
         assert_eq!(retry(&crate::client::ClientError::Timeout("u".into(), Duration::from_secs(5))), Retry::Backoff);
-    }
-
-    #[test]
-    fn a_full_queue_drops_its_oldest_batches_and_says_so_once_until_it_catches_up() {
-        let mut p = Pending::default();
-        let behind: Vec<bool> = (0..QUEUE + 3).map(|i| p.push(numbered(i))).collect();
-        assert_eq!(behind.iter().filter(|b| **b).count(), 1, "said once");
-        assert!(behind[QUEUE], "when the first batch is dropped");
-        let mut sent = Vec::new();
-        let mut caught_up = Vec::new();
-        while let (Some(b), c) = p.pop() {
-            sent.push(b[0].fingerprint.clone());
-            caught_up.extend(c);
-        }
-        assert_eq!(sent.len(), QUEUE);
-        assert_eq!((sent[0].as_str(), sent[QUEUE - 1].clone()), ("3", (QUEUE + 2).to_string()), "newest kept");
-        assert_eq!(caught_up, [3], "how many were lost, once, when it has caught up");
-        // Behind again later: said again.
-        let again = (0..=QUEUE).map(|i| p.push(numbered(i))).filter(|b| *b).count();
-        assert_eq!(again, 1);
     }
 
     #[tokio::test(flavor = "current_thread")]
