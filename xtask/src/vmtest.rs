@@ -119,15 +119,7 @@ pub fn run(args: Args) -> Result<()> {
     let (mut passed, mut failed_tests) = (0u64, 0u64);
     for k in &kernels {
         let label = k.series.name();
-        // A boot whose suite never reported (the guest hung or qemu died: seen under TCG on 6.1, both vCPUs in a
-        // soft lockup, the agent's thread one of the two, once while other work loaded the host and once on an
-        // idle one) is tried once more, loudly; a suite that ran and failed is never retried. The guest prints
-        // every CPU's backtrace on a soft lockup (softlockup_all_cpu_backtrace, printk level 5).
-        let booted = qemu::boot(&k.vmlinuz, &initrd, &extra, timeout, label).or_else(|e| {
-            eprintln!("vmtest: {label}: the suite did not report ({e:#}); booting it once more");
-            qemu::boot(&k.vmlinuz, &initrd, &extra, timeout, label)
-                .map_err(|e2| e2.context(format!("second boot, after a first that did not report: {e:#}")))
-        });
+        let booted = qemu::boot_again_if_silent(label, || qemu::boot(&k.vmlinuz, &initrd, &extra, timeout, label));
         let line = match booted {
             Ok(b) => {
                 match b.summary.as_deref().and_then(counts) {

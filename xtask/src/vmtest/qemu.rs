@@ -42,6 +42,18 @@ pub struct Boot {
     pub elapsed: Duration,
 }
 
+/// Runs `boot`, and once more when the guest never reported (it hung, or qemu died: seen under TCG on 6.1, both
+/// vCPUs in a soft lockup, the agent's thread one of the two, once while other work loaded the host and once on an
+/// idle one), loudly. A guest that ran its suite and reported a failure is never booted again: `boot` returns Ok
+/// with its exit status. The guests print every CPU's backtrace on a soft lockup (softlockup_all_cpu_backtrace,
+/// printk level 5), for the log to say where the kernel was.
+pub fn boot_again_if_silent(label: &str, boot: impl Fn() -> Result<Boot>) -> Result<Boot> {
+    boot().or_else(|e| {
+        eprintln!("vmtest: {label}: the guest did not report ({e:#}); booting it once more");
+        boot().map_err(|e2| e2.context(format!("second boot, after a first that did not report: {e:#}")))
+    })
+}
+
 /// Boots `kernel` with `initrd` and the extra kernel command-line words, echoing the console with `label`, until
 /// the marker appears (then waits briefly for the power-off) or `timeout` passes (then fails with the console's
 /// tail).

@@ -59,13 +59,8 @@ pub fn run(deb: Option<PathBuf>, timeout: Duration) -> Result<()> {
     let initrd = work.join("initrd.gz");
     concat(&[&base, &overlay], &initrd)?;
 
-    // As for the kernel suites: a boot whose scenario never reported (the guest hung: seen under TCG on 6.1, both
-    // vCPUs in a soft lockup while the agent attached its probes) is tried once more, loudly; a scenario that ran
-    // and failed is never retried.
-    let boot_once = || qemu::boot_with_memory(&kernel.vmlinuz, &initrd, APPEND, timeout, "systemd", MEMORY_MIB);
-    let boot = boot_once().or_else(|e| {
-        eprintln!("vmtest --systemd: the scenario did not report ({e:#}); booting it once more");
-        boot_once().map_err(|e2| e2.context(format!("second boot, after a first that did not report: {e:#}")))
+    let boot = qemu::boot_again_if_silent("systemd", || {
+        qemu::boot_with_memory(&kernel.vmlinuz, &initrd, APPEND, timeout, "systemd", MEMORY_MIB)
     });
     eprintln!("vmtest --systemd ({}, {}):", kernel.package, deb.display());
     eprintln!("  package and fixtures built in {build_s:.1} s; root filesystem ready in {rootfs_s:.1} s");
