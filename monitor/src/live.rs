@@ -1,9 +1,8 @@
 //! The applied config as the running parts read it: one watch channel, published at start and after each good
-//! reload (SIGHUP), that the sampler, the API, the history, the alerts and the actions each read; the config never
-//! calls them. Beside it, [`Reloads`]: what the last reload did, for `/api/v1/status` and `/metrics`.
+//! reload (SIGHUP), that the sampler, the alerts, the actions and the stats database's writer each read; the config
+//! never calls them. The other readers take the policy's lines from the sample decided with them. Beside it, [`Reloads`]: what the last reload did, for `/api/v1/status` and `/metrics`.
 
 use crate::config::Config;
-use crate::policy::Thresholds;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,8 +39,9 @@ impl Live {
         self.rx.borrow().clone()
     }
 
-    /// The policy's lines now.
-    pub fn thresholds(&self) -> Thresholds {
+    /// The policy's lines now (the readers take the lines each sample was decided with, from the sample).
+    #[cfg(test)]
+    pub fn thresholds(&self) -> crate::policy::Thresholds {
         self.rx.borrow().policy.thresholds()
     }
 

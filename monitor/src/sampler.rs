@@ -638,7 +638,6 @@ pub fn first(
 /// A sampler opened on the group, with its first sample taken and decided on.
 pub struct Started {
     pub sampler: Sampler,
-    pub thresholds: Thresholds,
     pub state: PolicyState,
     pub first: Published,
 }
@@ -650,8 +649,7 @@ pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, Cgrou
     crate::privileges::warn_missing(cfg, &group.dir, v2);
     let probes = load_probes(&cfg.probes);
     let mut sampler = Sampler::with_policy(group, cfg.policy.limit_bytes, probes, &cfg.policy)?;
-    let thresholds = cfg.policy.thresholds();
-    let (state, first) = first(&mut sampler, &thresholds, cfg.policy.interval_ms)?;
+    let (state, first) = first(&mut sampler, &cfg.policy.thresholds(), cfg.policy.interval_ms)?;
     let g = &first.snapshot.group;
     tracing::info!(
         cgroup = %g.cgroup.display(),
@@ -661,7 +659,7 @@ pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, Cgrou
         processes = first.snapshot.processes.len(),
         "watching group"
     );
-    Ok(Started { sampler, thresholds, state, first })
+    Ok(Started { sampler, state, first })
 }
 
 /// Logs the last resort halting (its kills freed nothing) and resuming.

@@ -13,8 +13,8 @@ use std::sync::Arc;
 pub struct FrontDoor {
     pub members: Arc<[Member]>,
     pub proxy: Arc<Proxy>,
-    /// Each launched process's state, for the API, the history and the alerts.
-    /// What its readers see of it: the launched processes and the proxy's counts.
+    /// What its readers (the API, the history, the alerts, the fleet) see of it: the launched processes and the
+    /// proxy's counts.
     pub door: crate::feed::Door,
     /// Each process's admin endpoint (`[[process]] admin_path`, else `[actions] admin_path`), by its index.
     admins: Vec<(usize, String)>,

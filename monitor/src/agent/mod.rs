@@ -197,7 +197,7 @@ impl Parts<'_> {
     ) -> Result<(), AgentError> {
         let cfg = self.cfg;
         let (publisher, live) = Live::new(cfg.clone());
-        let sampler::Started { mut sampler, state, first, .. } = started;
+        let sampler::Started { mut sampler, state, first } = started;
         // Only launched processes are traced from their start; a guarded group's are found by the sampler.
         let tracer = if self.launching { sampler.tracer() } else { crate::probes::Tracer::none() };
         let listeners = Listeners::bind(cfg, self.launching).await?;
@@ -220,7 +220,7 @@ impl Parts<'_> {
         let net = cluster.map(|m| Net::start(m, cfg, &shared, door.as_ref())).transpose()?;
         // Every reader of the feed subscribes before the first process starts: a decision taken while they start
         // is alerted, told and kept like any other.
-        let readers = Readers::start(cfg, &shared, &feed, door.as_ref(), net.as_ref(), self.launching)?;
+        let readers = Readers::start(cfg, &shared, &feed, door.as_ref(), net.as_ref())?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = sampler::spawn(sampler, shared.live.clone(), state, feed, stop.clone())
             .map_err(AgentError::io("starting the sampler thread"))?;

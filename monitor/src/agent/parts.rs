@@ -147,7 +147,6 @@ impl Readers {
         feed: &Feed,
         door: Option<&FrontDoor>,
         net: Option<&Net>,
-        launching: bool,
     ) -> Result<Readers, AgentError> {
         let inputs = history::Inputs {
             door: door.map(|d| d.door.clone()),
@@ -173,16 +172,18 @@ impl Readers {
         }
         let h = history.history.clone();
         tokio::spawn(alerts::watch::stats(Arc::new(move || h.note()), raiser));
-        let admin_url = match door {
-            Some(d) => d.admin_url(),
-            None => cfg.actions.admin_path.clone().map(actions::admin_url_by_port),
-        };
-        // `monitor run` signs with a secret it hands the processes it starts; the agent with `[actions] secret_file`.
-        let (signing, secret_env) = match launching {
-            true => {
-                actions::Signing::for_run(&cfg.actions).map(|(s, env)| (s, vec![env])).map_err(AgentError::Actions)?
+        // Under `monitor run` (a front door): each process's own admin URL, signed with a secret handed to the
+        // processes at start. The agent: the lowest port each process listens on, signed with `[actions]
+        // secret_file`.
+        let (admin_url, signing, secret_env) = match door {
+            Some(d) => {
+                let (signing, env) = actions::Signing::for_run(&cfg.actions).map_err(AgentError::Actions)?;
+                (d.admin_url(), signing, vec![env])
             }
-            false => (actions::Signing::FromConfig, Vec::new()),
+            None => {
+                let by_port = cfg.actions.admin_path.clone().map(actions::admin_url_by_port);
+                (by_port, actions::Signing::FromConfig, Vec::new())
+            }
         };
         actions::spawn(shared.live.clone(), feed.subscribe("actions"), admin_url, signing, shared.reactions.clone());
         Ok(Readers { history, secret_env })

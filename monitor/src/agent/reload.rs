@@ -1,6 +1,6 @@
 //! SIGHUP reloads the config: the file the agent started with is read and checked again as at start
 //! (`load -> parse -> validate`, with the command line's values over it). A good one is published on the applied
-//! config's watch channel ([`Live`]), which the sampler, the API, the history, the alerts and the actions read;
+//! config's watch channel ([`Live`]), which the sampler, the alerts, the actions and the stats database read;
 //! keys only a restart applies keep their running values, each named once in a warning. A bad one is logged with
 //! its file, line and key, and the running config is kept. Either way the outcome is counted
 //! (`monitor_config_reloads_total`) and shown (`/api/v1/status` `config`), and systemd hears `RELOADING=1` at the
