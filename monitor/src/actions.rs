@@ -31,6 +31,7 @@ use crate::reaction::{Kind, Reactions};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::{JoinHandle, JoinSet};
 
 /// The configured signal numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -236,11 +237,13 @@ const QUEUE_IDLE: Duration = Duration::from_secs(60);
 #[derive(Default)]
 struct Posters {
     queues: HashMap<String, ordered::Sender<Post>>,
+    tasks: JoinSet<()>,
 }
 
 impl Posters {
     fn post(&mut self, job: Post) {
         self.queues.retain(|_, q| !q.is_ended());
+        while self.tasks.try_join_next().is_some() {}
         let url = job.url.to_string();
         // Given back when that receiver's task has just ended (idle): a new one takes it.
         let job = match self.queues.get(&url) {
@@ -251,13 +254,19 @@ impl Posters {
             None => job,
         };
         let (queue, changes) = ordered::channel(format!("action receiver {url}"), QUEUED);
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             while let Some(job) = changes.next_within(QUEUE_IDLE).await {
                 deliver(job).await;
             }
         });
         let _ = queue.push(job);
         self.queues.insert(url, queue);
+    }
+
+    /// Waits until every receiver has been sent what was queued for it.
+    async fn finish(mut self) {
+        self.queues.clear();
+        while self.tasks.join_next().await.is_some() {}
     }
 }
 
@@ -288,14 +297,14 @@ async fn deliver(job: Post) {
 /// applied config's `[actions]` says (a reload changes the signals, `post_url` and the agent's secret from the next
 /// sample), signed as `signing` says, timing each refuse or abort into `reactions`. It follows the decisions even
 /// while nothing is configured, so a signal configured later is sent on the next change, not on the state the
-/// group was already in.
+/// group was already in. The task ends when the samples do, once every change has been posted.
 pub fn spawn(
     mut config: Live,
     mut samples: Samples,
     admin_url: Option<AdminUrl>,
     signing: Signing,
     reactions: Arc<Reactions>,
-) {
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let (mut signals, mut post_url) = told(&config.now().actions);
         let mut key = signing.key(&config.now().actions, None);
@@ -338,7 +347,8 @@ pub fn spawn(
                 }
             }
         }
-    });
+        posters.finish().await;
+    })
 }
 
 #[cfg(test)]

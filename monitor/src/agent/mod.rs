@@ -16,6 +16,7 @@ mod front;
 pub mod group;
 mod parts;
 pub mod reload;
+mod services;
 
 use crate::cgroup::{self, CgroupError};
 use crate::config::{Config, ConfigError, Source};
@@ -28,6 +29,7 @@ use drain::{Drain, DrainWatch};
 use front::FrontDoor;
 use group::GroupEnd;
 use parts::{web_app, Listeners, Net, Readers, Shared};
+use services::Services;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,20 +130,23 @@ impl Agent {
     }
 }
 
-/// The running sampler, and how to stop it.
+/// The running sampler and the parts that read it, and how to stop them.
 struct Sampling {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
     history: history::HistoryHandle,
+    services: Services,
 }
 
 impl Sampling {
-    /// Stops the sampler thread and waits for it, then for the history to write its last minute.
+    /// Stops the sampler thread and waits for it, then for the history to write its last minute and for the other
+    /// readers to deliver what they hold (the last alerts and action changes), 3 s at most.
     async fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         let thread = self.thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        self.history.close(Duration::from_secs(3)).await;
+        let within = Duration::from_secs(3);
+        tokio::join!(self.history.close(within), self.services.stop(within));
     }
 }
 
@@ -213,18 +218,19 @@ impl Parts<'_> {
         } else {
             None
         };
+        let mut services = Services::new();
         if let Some(d) = &door {
             sampler.set_roster(d.roster(cfg));
-            tokio::spawn(proxy::shed::follow(d.proxy.clone(), shared.latest.clone()));
+            services.add("shedding", tokio::spawn(proxy::shed::follow(d.proxy.clone(), shared.latest.clone())));
         }
-        let net = cluster.map(|m| Net::start(m, cfg, &shared, door.as_ref())).transpose()?;
+        let net = cluster.map(|m| Net::start(m, cfg, &shared, door.as_ref(), &mut services)).transpose()?;
         // Every reader of the feed subscribes before the first process starts: a decision taken while they start
         // is alerted, told and kept like any other.
-        let readers = Readers::start(cfg, &shared, &feed, door.as_ref(), net.as_ref())?;
+        let readers = Readers::start(cfg, &shared, &feed, door.as_ref(), net.as_ref(), &mut services)?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = sampler::spawn(sampler, shared.live.clone(), state, feed, stop.clone())
             .map_err(AgentError::io("starting the sampler thread"))?;
-        let sampling = Sampling { stop, thread, history: readers.history };
+        let sampling = Sampling { stop, thread, history: readers.history, services };
         let (drain, drained) = Drain::new();
         drain.on_signals();
         shared.reloader(publisher, self.source.clone(), self.launching).spawn(hangups, drained.clone());

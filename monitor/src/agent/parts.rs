@@ -4,6 +4,7 @@
 
 use super::front::FrontDoor;
 use super::reload::Reloader;
+use super::services::Services;
 use super::AgentError;
 use crate::cluster::{fleet, Membership};
 use crate::config::{Config, Mode};
@@ -106,8 +107,9 @@ impl Net {
         cfg: &Config,
         shared: &Shared,
         door: Option<&FrontDoor>,
+        services: &mut Services,
     ) -> Result<Net, AgentError> {
-        tokio::spawn(gossip_load(membership.clone(), shared.latest.clone()));
+        services.add("gossip", tokio::spawn(gossip_load(membership.clone(), shared.latest.clone())));
         if let (Some(d), Some(c)) = (door, &cfg.cluster) {
             let routes = crate::cluster::door::Door::new(c, membership.clone(), &cfg.proxy)?;
             d.proxy.join_cluster(Arc::new(routes));
@@ -147,6 +149,7 @@ impl Readers {
         feed: &Feed,
         door: Option<&FrontDoor>,
         net: Option<&Net>,
+        services: &mut Services,
     ) -> Result<Readers, AgentError> {
         let inputs = history::Inputs {
             door: door.map(|d| d.door.clone()),
@@ -163,15 +166,16 @@ impl Readers {
         let history = history::spawn(shared.latest.clone(), feed.subscribe("history"), shared.live.clone(), inputs);
         // The Raiser is for other parts (the launcher, the cluster, the stats database) to raise conditions.
         let client = alerts::task::client(&cfg.alerts).map_err(AgentError::Alerts)?;
-        let raiser = alerts::task::spawn(shared.live.clone(), client, feed.subscribe("alerts"));
+        let (raiser, alerting) = alerts::task::spawn(shared.live.clone(), client, feed.subscribe("alerts"));
+        services.add("alerts", alerting);
         if let Some(d) = door {
-            tokio::spawn(alerts::watch::launcher(d.door.clone(), raiser.clone()));
+            services.until_stop("launcher watch", alerts::watch::launcher(d.door.clone(), raiser.clone()));
         }
         if let Some(n) = net {
-            tokio::spawn(alerts::watch::cluster(n.membership.watch(), raiser.clone()));
+            services.until_stop("cluster watch", alerts::watch::cluster(n.membership.watch(), raiser.clone()));
         }
         let h = history.history.clone();
-        tokio::spawn(alerts::watch::stats(Arc::new(move || h.note()), raiser));
+        services.until_stop("stats watch", alerts::watch::stats(Arc::new(move || h.note()), raiser));
         // Under `monitor run` (a front door): each process's own admin URL, signed with a secret handed to the
         // processes at start. The agent: the lowest port each process listens on, signed with `[actions]
         // secret_file`.
@@ -185,7 +189,11 @@ impl Readers {
                 (by_port, actions::Signing::FromConfig, Vec::new())
             }
         };
-        actions::spawn(shared.live.clone(), feed.subscribe("actions"), admin_url, signing, shared.reactions.clone());
+        let reactions = shared.reactions.clone();
+        services.add(
+            "actions",
+            actions::spawn(shared.live.clone(), feed.subscribe("actions"), admin_url, signing, reactions),
+        );
         Ok(Readers { history, secret_env })
     }
 }

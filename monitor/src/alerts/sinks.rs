@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
 
 /// Queue depth per sink (batches); past it the oldest are dropped (and said once).
 const QUEUE: usize = 256;
@@ -128,10 +129,11 @@ impl SinkHandle {
     }
 }
 
-/// Starts the command sink: one run per notification, sequential (so at most one run per alert at a time).
-pub fn command(argv: Vec<String>, timeout: Duration, generator_url: String) -> SinkHandle {
+/// Starts the command sink on `tasks`: one run per notification, sequential (so at most one run per alert at a
+/// time). Its task ends once every handle is dropped and what it holds is done.
+pub fn command(argv: Vec<String>, timeout: Duration, generator_url: String, tasks: &mut JoinSet<()>) -> SinkHandle {
     let (handle, queue) = SinkHandle::new("command");
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         while let Some(batch) = queue.next().await {
             for n in batch {
                 run_command(&argv, &n, timeout, &generator_url).await;
@@ -259,16 +261,17 @@ fn retry(e: &crate::client::ClientError) -> Retry {
     }
 }
 
-/// Starts an HTTP sink posting `render(batch)` to `url`, with retries and a once-only "down" report.
+/// Starts an HTTP sink on `tasks`, posting `render(batch)` to `url`, with retries and a once-only "down" report.
 pub fn http(
     name: &'static str,
     url: HttpUrl,
     client: crate::client::Client,
     generator_url: String,
     render: fn(&[Notification], &str) -> Value,
+    tasks: &mut JoinSet<()>,
 ) -> SinkHandle {
     let (handle, queue) = SinkHandle::new(name);
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut down = false;
         while let Some(batch) = queue.next().await {
             let body = render(&batch, &generator_url).to_string();
@@ -417,13 +420,9 @@ mod tests {
         let hook = monitor_tests::Recorder::start(&[500, 500], 200);
         let posts = || hook.requests();
         let url: HttpUrl = hook.url("/hook").parse().expect("a webhook URL");
-        let sink = http(
-            "webhook",
-            url,
-            crate::client::Client::plain().expect("the plain client").clone(),
-            "http://x/".into(),
-            webhook_json,
-        );
+        let mut tasks = JoinSet::new();
+        let client = crate::client::Client::plain().expect("the plain client").clone();
+        let sink = http("webhook", url, client, "http://x/".into(), webhook_json, &mut tasks);
         let started = std::time::Instant::now();
         sink.push(vec![n(Status::Firing)]);
         while posts().len() < 3 && started.elapsed() < Duration::from_secs(10) {

@@ -15,6 +15,7 @@ use crate::policy::State;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
 
 /// Raises and clears conditions from outside the sampler (launcher, stats database). Cheap to clone.
 #[derive(Clone)]
@@ -115,26 +116,29 @@ pub fn client(cfg: &AlertsConfig) -> Result<crate::client::Client, String> {
     crate::client::Client::new(cfg.ca_file.as_deref(), authorization.as_deref()).map_err(|e| format!("[alerts] {e}"))
 }
 
-/// The sinks `cfg` names: those sent each batch once, and the Alertmanagers (which also get the firing alerts
-/// again every `resend_s`).
+/// The sinks `cfg` names, started on `tasks`: those sent each batch once, and the Alertmanagers (which also get the
+/// firing alerts again every `resend_s`).
 fn sinks_of(
     cfg: &AlertsConfig,
     client: &crate::client::Client,
     generator_url: &str,
+    tasks: &mut JoinSet<()>,
 ) -> (Vec<SinkHandle>, Vec<SinkHandle>) {
     let mut once: Vec<SinkHandle> = Vec::new();
     if let Some(argv) = &cfg.command {
-        once.push(sinks::command(argv.clone(), Duration::from_secs(cfg.command_timeout_s), generator_url.into()));
+        let timeout = Duration::from_secs(cfg.command_timeout_s);
+        once.push(sinks::command(argv.clone(), timeout, generator_url.into(), tasks));
     }
     if let Some(url) = &cfg.webhook {
-        once.push(sinks::http("webhook", url.clone(), client.clone(), generator_url.into(), sinks::webhook_json));
+        let render = sinks::webhook_json;
+        once.push(sinks::http("webhook", url.clone(), client.clone(), generator_url.into(), render, tasks));
     }
     let am = cfg
         .all_alertmanagers()
         .iter()
         .map(|base| {
             let url = base.join("/api/v2/alerts");
-            sinks::http("alertmanager", url, client.clone(), generator_url.into(), sinks::alertmanager_json)
+            sinks::http("alertmanager", url, client.clone(), generator_url.into(), sinks::alertmanager_json, tasks)
         })
         .collect();
     (once, am)
@@ -142,15 +146,17 @@ fn sinks_of(
 
 /// Starts the alerts task over the applied config's `[alerts]` (its sinks, labels and timings follow a reload;
 /// with no sink the conditions are still followed, so a sink added later hears of those already firing). `client`
-/// is the start-up config's ([`client`]); a reload builds its own.
-pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Samples) -> Raiser {
+/// is the start-up config's ([`client`]); a reload builds its own. The task ends when the samples do, once its
+/// sinks have sent what they hold.
+pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Samples) -> (Raiser, JoinHandle<()>) {
     let (tx, mut ext_rx) = mpsc::unbounded_channel::<(String, Option<Condition>)>();
     let host = hostname();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
+        let mut tasks = JoinSet::new();
         let mut applied = config.now();
         // The cluster is read at start only: its node name is the same until the next start.
         let node = applied.cluster.as_ref().map(|c| c.node_name());
-        let (mut sinks, mut am) = sinks_of(&applied.alerts, &client, &applied.web.generator_url());
+        let (mut sinks, mut am) = sinks_of(&applied.alerts, &client, &applied.web.generator_url(), &mut tasks);
         let mut labels = fleet_labels(&applied.alerts.labels, &host, node.as_deref());
         let mut book = Book::new(Duration::from_secs(applied.alerts.quiet_s));
         let mut oom = OomWatch::default();
@@ -177,7 +183,7 @@ pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Sampl
                     if cfg.alerts != applied.alerts || url != applied.web.generator_url() {
                         match self::client(&cfg.alerts) {
                             // The old sinks finish what they hold, then stop.
-                            Ok(c) => (sinks, am) = sinks_of(&cfg.alerts, &c, &url),
+                            Ok(c) => (sinks, am) = sinks_of(&cfg.alerts, &c, &url, &mut tasks),
                             Err(e) => tracing::error!("{e}: the alert sinks stay as they were"),
                         }
                         labels = fleet_labels(&cfg.alerts.labels, &host, node.as_deref());
@@ -212,9 +218,13 @@ pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Sampl
             for s in sinks.iter().chain(&am) {
                 s.push(out.clone());
             }
+            // Sinks replaced by a reload end once they have sent what they held.
+            while tasks.try_join_next().is_some() {}
         }
+        drop((sinks, am));
+        while tasks.join_next().await.is_some() {}
     });
-    Raiser { tx }
+    (Raiser { tx }, task)
 }
 
 #[cfg(test)]

@@ -1,35 +1,47 @@
 //! The floors of the monitor crate (docs/design.md, "Layers"): every module of monitor/src stands on one floor, and
-//! imports only from the floors its row names. The imports are read from the sources: every `crate::<module>` path
-//! in code (not in comments or string literals, not in `#[cfg(test)]` modules) is an edge from the top-level module
-//! that holds it to the one it names. Any edge the table does not allow fails the test, as does a module no row
-//! names; and the graph must have no cycle, so that data flows one way.
+//! imports only from the floors its row names. A floor of several modules is a folder, `src/<floor>/<module>`; a
+//! floor of one module is that module. The imports are read from the sources: every `crate::<path>` in code (not
+//! in comments or string literals, not in `#[cfg(test)]` modules) is an edge from the module that holds it to the
+//! one it names. Any edge the table does not allow fails the test, as does a module no row names; and the graph
+//! must have no cycle, so that data flows one way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// The top-level modules (`src/x.rs` or `src/x/`) and the modules each one's code names.
-fn graph(src: &Path) -> Graph {
+/// The modules of `src` (as the floors place them) and the modules each one's code names.
+fn graph(src: &Path, f: &Floors) -> Graph {
+    let mut files = Vec::new();
+    collect(src, &mut files);
     let mut g = Graph::new();
-    for entry in std::fs::read_dir(src).expect("reading src/") {
-        let path = entry.expect("listing src/").path();
-        let name = path.file_stem().and_then(|s| s.to_str()).expect("a UTF-8 file name").to_string();
-        if name == "lib" || name == "main" {
-            continue;
-        }
-        let mut files = Vec::new();
-        collect(&path, &mut files);
+    for file in files {
+        let rel = file.strip_prefix(src).expect("a file under src/");
+        let Some(name) = module_of(rel, f) else { continue };
+        let text = std::fs::read_to_string(&file).expect("reading a source file");
         let mut deps = BTreeSet::new();
-        for f in files {
-            let text = std::fs::read_to_string(&f).expect("reading a source file");
-            for code in code_lines(&text) {
-                deps.extend(named(&code).filter(|d| *d != name));
-            }
+        for code in code_lines(&text) {
+            deps.extend(named(&code, f).into_iter().filter(|d| *d != name));
         }
         g.entry(name).or_default().extend(deps);
     }
     g
+}
+
+/// The module a file of `src` belongs to: `<floor>/<module>…` on a floor folder, else its top-level module. None
+/// for `lib.rs`, `main.rs` and a floor folder's `mod.rs`, which only declare modules.
+fn module_of(rel: &Path, f: &Floors) -> Option<String> {
+    let stem = |s: &std::ffi::OsStr| Path::new(s).file_stem().and_then(|s| s.to_str()).map(str::to_string);
+    let segs: Vec<String> = rel.iter().filter_map(stem).collect();
+    let top = segs.first()?.clone();
+    if top == "lib" || top == "main" {
+        return None;
+    }
+    match segs.get(1) {
+        Some(m) if f.holds(&top, m) => Some(m.clone()),
+        Some(m) if m == "mod" && segs.len() == 2 && f.is_folder(&top) => None,
+        _ => Some(top),
+    }
 }
 
 fn collect(path: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -175,34 +187,70 @@ fn strip(text: &str) -> String {
     out
 }
 
-/// The modules a line of code names: `crate::x`, and each `x` in `use crate::{x, y::z}`.
-fn named(code: &str) -> impl Iterator<Item = String> + '_ {
-    code.match_indices("crate::").flat_map(move |(i, m)| {
-        let rest = &code[i + m.len()..];
-        let heads: Vec<String> = if let Some(group) = rest.strip_prefix('{') {
-            // Only the first level of a group names modules: split at commas outside nested braces.
-            let mut depth = 0;
-            let mut parts = vec![String::new()];
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => parts.push(String::new()),
-                    _ => {}
-                }
-                if let Some(p) = parts.last_mut() {
-                    if depth == 0 && c != ',' && c != '}' && c != '{' {
-                        p.push(c);
-                    }
-                }
+/// The modules a line of code names: `crate::x`, `crate::<floor>::x`, and each of them in a group
+/// (`use crate::{x, <floor>::{y, z}}`).
+fn named(code: &str, f: &Floors) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, m) in code.match_indices("crate::") {
+        for (head, next) in heads(&code[i + m.len()..]) {
+            if !head.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
+                continue;
             }
-            parts.into_iter().map(|p| ident(p.trim())).collect()
-        } else {
-            vec![ident(rest)]
-        };
-        heads.into_iter().filter(|h| !h.is_empty() && h.chars().next().is_some_and(|c| c.is_ascii_lowercase()))
-    })
+            let held: Vec<String> = next.into_iter().filter(|n| f.holds(&head, n)).collect();
+            if held.is_empty() || !f.is_folder(&head) {
+                out.push(head);
+            } else {
+                out.extend(held);
+            }
+        }
+    }
+    out
+}
+
+/// The first segments of the paths that `rest` (what follows `crate::`) starts, each with the segments that follow
+/// it: `a::b` gives (a, [b]); `{a, b::{c, d}}` gives (a, []) and (b, [c, d]).
+fn heads(rest: &str) -> Vec<(String, Vec<String>)> {
+    let level = |s: &str| -> Vec<String> {
+        match s.strip_prefix('{') {
+            Some(group) => group_items(group),
+            None => vec![s.to_string()],
+        }
+    };
+    level(rest.trim_start())
+        .into_iter()
+        .map(|item| {
+            let head = ident(item.trim());
+            let after = item.trim()[head.len()..].trim_start();
+            let next = match after.strip_prefix("::") {
+                Some(n) => level(n.trim_start()).iter().map(|x| ident(x.trim())).collect(),
+                None => Vec::new(),
+            };
+            (head, next)
+        })
+        .collect()
+}
+
+/// The items of a group, `group` being what follows its `{`: split at its commas outside nested braces, up to its
+/// closing brace.
+fn group_items(group: &str) -> Vec<String> {
+    let mut depth = 0;
+    let mut parts = vec![String::new()];
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        if let Some(p) = parts.last_mut() {
+            p.push(c);
+        }
+    }
+    parts
 }
 
 fn ident(s: &str) -> String {
@@ -214,6 +262,18 @@ fn ident(s: &str) -> String {
 struct Floors {
     floor_of: BTreeMap<String, String>,
     may: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Floors {
+    /// Whether `floor` is a folder: it holds a module of another name.
+    fn is_folder(&self, floor: &str) -> bool {
+        self.floor_of.iter().any(|(m, f)| f == floor && m != floor)
+    }
+
+    /// Whether `module` lives in the folder of `floor`.
+    fn holds(&self, floor: &str, module: &str) -> bool {
+        module != floor && self.floor_of.get(module).is_some_and(|f| f == floor)
+    }
 }
 
 fn floors(design: &str) -> Floors {
@@ -298,10 +358,31 @@ fn design() -> String {
 
 #[test]
 fn every_import_is_one_the_layers_table_allows() {
-    let g = graph(&src());
+    let g = graph(&src(), &floors(&design()));
     assert!(g.len() > 20, "read only {} modules from {}", g.len(), src().display());
     let bad = outside(&g, &floors(&design()));
     assert!(bad.is_empty(), "imports outside docs/design.md's Layers table:\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn a_floor_of_several_modules_is_a_folder_that_holds_them() {
+    let f = floors(&design());
+    let src = src();
+    let mut misplaced = Vec::new();
+    for (m, floor) in f.floor_of.iter().filter(|(m, fl)| f.is_folder(fl) && *m != *fl) {
+        let dir = src.join(floor);
+        if !dir.join(format!("{m}.rs")).is_file() && !dir.join(m).is_dir() {
+            misplaced.push(format!("{m} is not in src/{floor}/"));
+        }
+    }
+    for e in std::fs::read_dir(&src).expect("listing src/") {
+        let name = e.expect("listing src/").path().file_stem().and_then(|s| s.to_str()).map(str::to_string);
+        let name = name.expect("a UTF-8 file name");
+        if !["lib", "main"].contains(&name.as_str()) && !f.may.contains_key(&name) && !f.floor_of.contains_key(&name) {
+            misplaced.push(format!("src/{name} is neither a floor nor a module of the table"));
+        }
+    }
+    assert!(misplaced.is_empty(), "{}", misplaced.join("\n"));
 }
 
 #[test]
@@ -316,7 +397,7 @@ fn no_consumer_imports_another() {
 
 #[test]
 fn the_module_graph_has_no_cycle() {
-    let g = graph(&src());
+    let g = graph(&src(), &floors(&design()));
     if let Some(c) = cycle(&g) {
         panic!("the modules import each other in a circle: {}", c.join(" -> "));
     }
@@ -324,7 +405,7 @@ fn the_module_graph_has_no_cycle() {
 
 #[test]
 fn the_feed_depends_only_on_the_snapshot_the_policy_and_the_config_values() {
-    let g = graph(&src());
+    let g = graph(&src(), &floors(&design()));
     let allowed: BTreeSet<String> = ["snapshot", "policy", "config"].map(String::from).into();
     assert!(g["feed"].is_subset(&allowed), "feed imports {:?}", g["feed"]);
     assert!(g["snapshot"].is_empty(), "snapshot imports {:?}", g["snapshot"]);
@@ -334,21 +415,41 @@ fn the_feed_depends_only_on_the_snapshot_the_policy_and_the_config_values() {
 
 #[test]
 fn the_reader_sees_every_form_of_import() {
-    let names = |s: &str| named(s).collect::<Vec<_>>();
+    let f = floors(&design());
+    let names = |s: &str| named(s, &f);
     assert_eq!(names("use crate::feed::{Published, Samples};"), ["feed"]);
-    assert_eq!(names("use crate::{api, history::{ring, store}, policy::State};"), ["api", "history", "policy"]);
-    assert_eq!(names("    let x = crate::procs::start_ticks(pid) + crate::cgroup::f();"), ["procs", "cgroup"]);
+    assert_eq!(
+        names("use crate::{consumers::api, history::{ring, store}, decision::policy::State};"),
+        ["api", "history", "policy"]
+    );
+    assert_eq!(names("use crate::consumers::{actions, alerts::Raiser};"), ["actions", "alerts"]);
+    assert_eq!(
+        names("use crate::{base::{token, units}, config::{live::Live, Config}};"),
+        ["token", "units", "live", "config"]
+    );
+    assert_eq!(
+        names("    let x = crate::sources::procs::start_ticks(pid) + crate::cluster::wire::f();"),
+        ["procs", "cluster"]
+    );
     assert_eq!(names("use crate::Foo;"), Vec::<String>::new());
     // A URL in a string does not hide the path after it; a path in a string or a comment is no import.
-    let code = |s: &str| code_lines(s).iter().flat_map(|l| named(l).collect::<Vec<_>>()).collect::<Vec<_>>();
-    assert_eq!(code(r#"let u = "http://x"; crate::alerts::raise(u);"#), ["alerts"]);
-    assert_eq!(code(r#"let s = "crate::api"; // crate::metrics"#), Vec::<String>::new());
-    assert_eq!(code("let q = '\"'; crate::api::f();"), ["api"]);
-    assert_eq!(code("let q = '\\''; let s = \"a{\\\n b\"; crate::api::f();"), ["api"]);
-    assert_eq!(code("let s = r#\"a \"{ crate::metrics\"#; /* crate::alerts { */ crate::view::f();"), ["view"]);
+    let code = |s: &str| code_lines(s).iter().flat_map(|l| named(l, &f)).collect::<Vec<_>>();
+    assert_eq!(code(r#"let u = "http://x"; crate::consumers::alerts::raise(u);"#), ["alerts"]);
+    assert_eq!(code(r#"let s = "crate::view"; // crate::sampler"#), Vec::<String>::new());
+    assert_eq!(code("let q = '\"'; crate::view::f();"), ["view"]);
+    assert_eq!(code("let q = '\\''; let s = \"a{\\\n b\"; crate::view::f();"), ["view"]);
+    assert_eq!(code("let s = r#\"a \"{ crate::sampler\"#; /* crate::feed { */ crate::view::f();"), ["view"]);
     // Test modules are left out, and what follows them is read again.
-    let text = "use crate::feed::X;\n#[cfg(test)]\nmod tests {\n    use crate::api::Y;\n    fn f() {\n    }\n}\nfn g() { crate::view::h() }\n";
+    let text = "use crate::feed::X;\n#[cfg(test)]\nmod tests {\n    use crate::sampler::Y;\n    fn f() {\n    }\n}\nfn g() { crate::view::h() }\n";
     assert_eq!(code(text), ["feed", "view"]);
+    // Files are read as the module their folder places them in.
+    let of = |p: &str| module_of(Path::new(p), &f);
+    assert_eq!(of("consumers/metrics/render.rs").as_deref(), Some("metrics"));
+    assert_eq!(of("consumers/mod.rs"), None);
+    assert_eq!(of("config/live.rs").as_deref(), Some("live"));
+    assert_eq!(of("config/check.rs").as_deref(), Some("config"));
+    assert_eq!(of("cluster/wire.rs").as_deref(), Some("cluster"));
+    assert_eq!(of("sampler.rs").as_deref(), Some("sampler"));
     let mut g = Graph::new();
     g.entry("a".into()).or_default().insert("b".into());
     g.entry("b".into()).or_default().insert("c".into());
@@ -360,7 +461,7 @@ fn the_reader_sees_every_form_of_import() {
 #[test]
 fn a_planted_edge_outside_the_table_is_named() {
     let f = floors(&design());
-    let mut g = graph(&src());
+    let mut g = graph(&src(), &f);
     assert!(outside(&g, &f).is_empty());
     // metrics importing api: one consumer importing another.
     g.get_mut("metrics").expect("metrics").insert("api".into());
