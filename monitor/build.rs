@@ -1,5 +1,5 @@
 //! Builds the eBPF object (`monitor-ebpf`, for `bpfel-unknown-none`) with aya-build and leaves it in
-//! `OUT_DIR/monitor-ebpf` for `monitor::probes` to embed.
+//! `OUT_DIR/monitor-ebpf` for `monitor::sources::probes` to embed.
 //!
 //! Without the eBPF toolchain (a `nightly` with rust-src, and `bpf-linker` on PATH) the build still succeeds: the
 //! object is left empty and `MONITOR_EBPF_SKIPPED` says why, so the agent runs with probes disabled. In CI
@@ -15,7 +15,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The file in OUT_DIR that `monitor::probes` includes (aya-build names it after the bin target).
+/// The file in OUT_DIR that `monitor::sources::probes` includes (aya-build names it after the bin target).
 const OBJECT: &str = "monitor-ebpf";
 
 fn main() -> Result<()> {
@@ -102,7 +102,8 @@ fn toolchain() -> Result<(), String> {
     Ok(())
 }
 
-/// The commit the binary is built from (12 hex digits), or `unknown` outside a git checkout (a source package). Asks cargo to rerun this script when HEAD moves.
+/// The commit the binary is built from (12 hex digits), or `unknown` outside a git checkout (a source package). Asks
+/// cargo to rerun this script when HEAD moves.
 fn revision(workspace: &Path) -> String {
     let git = |args: &[&str]| {
         Command::new("git")

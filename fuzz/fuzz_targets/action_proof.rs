@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use monitor::proof::{Key, ProofError, Verifier};
+use monitor::base::proof::{Key, ProofError, Verifier};
 
 const SECRET: &[u8] = b"secret of the fuzz targets' group, 32+ bytes";
 const NOW_MS: u64 = 1_700_000_000_000;

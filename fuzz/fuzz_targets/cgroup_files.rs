@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use monitor::cgroup::{parse_procs, v1, v2};
+use monitor::sources::cgroup::{parse_procs, v1, v2};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use monitor::cgroup::{locate, mounts, Mounts};
+use monitor::sources::cgroup::{locate, mounts, Mounts};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

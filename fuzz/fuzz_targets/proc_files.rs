@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use monitor::procs::{parse_stat, parse_statm, parse_status_rss_anon};
+use monitor::sources::procs::{parse_stat, parse_statm, parse_status_rss_anon};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

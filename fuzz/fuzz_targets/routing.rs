@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use monitor::route::{cache_prefix, Live, Request, Role, Route, Table};
+use monitor::config::route::{cache_prefix, Live, Request, Role, Route, Table};
 
 /// The default routing table over a master and two workers, built once (its regexes are the slow part).
 fn table() -> &'static Table {

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use monitor::sockets::{diag, parse_socket_link, parse_tcp_listeners};
+use monitor::sources::sockets::{diag, parse_socket_link, parse_tcp_listeners};
 
 fuzz_target!(|data: &[u8]| {
     let mut out = Vec::new();

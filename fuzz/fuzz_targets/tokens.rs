@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use monitor::token::{HostTokens, NodeTokens};
+use monitor::base::token::{HostTokens, NodeTokens};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

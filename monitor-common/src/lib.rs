@@ -1,4 +1,4 @@
-//! `#[repr(C)]` types shared by the kernel programs (`monitor-ebpf`) and user space (`monitor::probes`).
+//! `#[repr(C)]` types shared by the kernel programs (`monitor-ebpf`) and user space (`monitor::sources::probes`).
 //!
 //! One module per map. Every type is plain old data: fixed size, no padding holes that the kernel could leave
 //! uninitialised, and with the `user` feature an `aya::Pod` impl so user space can read and write the maps.

@@ -5,8 +5,8 @@
 //! - a sample of 200 processes per process, with their `statm` kept open against open-read-close.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use monitor::procs::ProcTable;
-use monitor::sockets::{self, diag};
+use monitor::sources::procs::ProcTable;
+use monitor::sources::sockets::{self, diag};
 use std::hint::black_box;
 use std::process::{Child, Command};
 

@@ -17,7 +17,7 @@
 mod counts;
 
 use counts::{load_probes_with, read, sync};
-use monitor::probes::Hooks;
+use monitor::sources::probes::Hooks;
 use monitor_tests::agent::free_port;
 use monitor_tests::cgroup::CgroupV1;
 use monitor_tests::servers::start_nginx_in;
@@ -246,7 +246,7 @@ fn main() {
     let port = free_port();
     // nginx runs in a cgroup2 group of its own (no controllers: it changes nothing for the other modes), so the
     // empty cgroup_skb programs see its sockets and nobody else's.
-    let mount = monitor::cgroup::Mounts::read().ok().and_then(|m| m.v2);
+    let mount = monitor::sources::cgroup::Mounts::read().ok().and_then(|m| m.v2);
     if mount.is_none() && in_ci() {
         panic!("{name}: no cgroup2 hierarchy mounted");
     }

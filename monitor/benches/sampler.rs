@@ -2,10 +2,10 @@
 //! run (`cargo xtask bench sampler`). Needs root (it creates a v1 memory cgroup); otherwise it says why and stops.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use monitor::cgroup::Group;
-use monitor::kernfile::pread_all;
+use monitor::base::kernfile::pread_all;
+use monitor::decision::snapshot::CgroupVersion;
 use monitor::sampler::Sampler;
-use monitor::snapshot::CgroupVersion;
+use monitor::sources::cgroup::Group;
 use monitor_tests::{spawn_in_cgroup, CgroupV1, ChildGuard};
 use std::fs::File;
 use std::hint::black_box;

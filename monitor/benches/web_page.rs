@@ -13,10 +13,10 @@
 
 use criterion::Criterion;
 use monitor::config::StatsConfig;
+use monitor::decision::policy::{decide, PolicyState, Thresholds};
+use monitor::decision::snapshot::{CgroupVersion, GroupSample, LimitSource, ProcSample, Snapshot, Traffic};
 use monitor::feed::{ProbeStatus, Published};
 use monitor::history::{self, HistoryHandle, Inputs};
-use monitor::policy::{decide, PolicyState, Thresholds};
-use monitor::snapshot::{CgroupVersion, GroupSample, LimitSource, ProcSample, Snapshot, Traffic};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -135,7 +135,8 @@ fn fill(rt: &tokio::runtime::Runtime, stats: &StatsConfig) -> (HistoryHandle, mo
     let mut feed = Feed::new(start_s);
     let (tx, rx) = monitor::feed::Feed::new(feed.sample(0));
     let handle = rt.block_on(async {
-        let live = monitor::live::Live::fixed(monitor::config::Config { stats: stats.clone(), ..Default::default() });
+        let live =
+            monitor::config::live::Live::fixed(monitor::config::Config { stats: stats.clone(), ..Default::default() });
         let handle = history::spawn(rx, tx.subscribe("history"), live, Inputs::default());
         tokio::task::yield_now().await;
         for i in 1..DAY_S {

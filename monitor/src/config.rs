@@ -5,15 +5,21 @@
 //! [`Signal`], [`HttpUrl`]), so a bad one is an error of the TOML parser itself, at its key and line, and the
 //! consumers get the parsed value. [`Config::validate`] (validate.rs) checks what is left: values against each
 //! other and the ranges of plain numbers and strings. The config names no consumer: they depend on it.
+//!
+//! Its floor (docs/design.md, "Layers") also holds [`live`] (the applied config and its reloads), [`route`] (the
+//! pure routing table) and [`client`] (the HTTP client of the alerts and the actions).
 
 mod alerts;
 mod changes;
 mod check;
+pub mod client;
 mod cluster;
 mod hooks;
+pub mod live;
 mod position;
 mod proxy;
 mod role;
+pub mod route;
 mod signal;
 mod url;
 mod validate;
@@ -167,8 +173,8 @@ impl Default for PolicyConfig {
 }
 
 impl PolicyConfig {
-    pub fn thresholds(&self) -> crate::policy::Thresholds {
-        crate::policy::Thresholds {
+    pub fn thresholds(&self) -> crate::decision::policy::Thresholds {
+        crate::decision::policy::Thresholds {
             refuse_at: self.refuse_at,
             abort_at: self.abort_at,
             hysteresis: self.hysteresis,
@@ -277,7 +283,7 @@ pub struct Config {
 }
 
 /// `[actions]`: a signal to each process of the group when its action changes (for processes not behind the
-/// front door; see [`crate::actions`]). Names such as `"SIGUSR1"`; each unset by default (nothing is sent).
+/// front door; see [`crate::consumers::actions`]). Names such as `"SIGUSR1"`; each unset by default (nothing is sent).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ActionsConfig {
@@ -288,15 +294,15 @@ pub struct ActionsConfig {
     /// Sent when a process may serve again. Default: none.
     pub serve_signal: Option<Signal>,
     /// Every change of a process's action is POSTed here as JSON (`http://host[:port]/path`; `https://` is not
-    /// supported yet), with the proof of [`crate::proof`] when there is a secret. Default: none.
+    /// supported yet), with the proof of [`crate::base::proof`] when there is a secret. Default: none.
     pub post_url: Option<HttpUrl>,
     /// Each process is POSTed its own changes at this path on the port it listens on (under `monitor run`, its
     /// `[[process]] port`; for the agent, the lowest TCP port the process listens on, found when a change is told).
     /// A `[[process]] admin_path` takes precedence. Default: none.
     pub admin_path: Option<String>,
     /// A file holding the group's secret (at least 32 bytes; its trailing newline is not part of it) that every
-    /// action POST is signed with (`X-Monitor-Proof`, see [`crate::proof`]). `monitor agent` reads it at start and
-    /// on each reload; without it the agent's POSTs are unsigned (it says so at start). `monitor run` reads it at
+    /// action POST is signed with (`X-Monitor-Proof`, see [`crate::base::proof`]). `monitor agent` reads it at start
+    /// and on each reload; without it the agent's POSTs are unsigned (it says so at start). `monitor run` reads it at
     /// start and hands it to its processes as hex in `MONITOR_ACTION_SECRET`. Default: none (`monitor run` makes a
     /// random secret of 32 bytes at start).
     pub secret_file: Option<PathBuf>,
@@ -521,7 +527,7 @@ mod tests {
     fn empty_file_gives_the_defaults() {
         let c = Config::from_toml("", Path::new("m.toml")).expect("empty");
         assert_eq!(c, Config::default());
-        assert_eq!(c.policy.thresholds(), crate::policy::Thresholds::default());
+        assert_eq!(c.policy.thresholds(), crate::decision::policy::Thresholds::default());
     }
 
     #[test]

@@ -1,15 +1,16 @@
 //! The last resort, carried out: the sampler thread kills the process the policy's kill step names
-//! ([`crate::policy::kill`]) on the same wake-up that decided it, and records the kill in the [`KillBook`] that the
-//! launcher (a guard's kill is not a crash), the front door (the victim's clients get 503 with the reason, not 502)
-//! and `/metrics` read.
+//! ([`crate::decision::policy::kill`]) on the same wake-up that decided it, and records the kill in the
+//! [`KillBook`] that the launcher (a guard's kill is not a crash), the front door (the victim's clients get 503
+//! with the reason, not 502) and `/metrics` read. The memory brake ([`brake`]) stands beside it.
 //!
 //! The kill goes through a pidfd opened on the pid; it is sent only when the process behind that pidfd has the
 //! sampled start time and is still listed in the group's tree, so a reused pid or a process that left the group is
 //! never hit. The agent never kills itself.
 
-pub use crate::policy::kill::KillRecord;
-use crate::policy::KillOrder;
-use crate::snapshot::{ProcessRole, Snapshot};
+pub mod brake;
+pub use crate::decision::policy::kill::KillRecord;
+use crate::decision::policy::KillOrder;
+use crate::decision::snapshot::{ProcessRole, Snapshot};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -51,20 +52,20 @@ pub fn kill(order: &KillOrder, dir: &Path) -> Result<(), GuardError> {
     if pid == std::process::id() {
         return Err(GuardError::Itself);
     }
-    let fd = crate::pidfd::open(pid).map_err(|source| match source.raw_os_error() {
+    let fd = crate::base::pidfd::open(pid).map_err(|source| match source.raw_os_error() {
         Some(libc::ESRCH) => GuardError::Gone { pid },
         _ => GuardError::Open { pid, source },
     })?;
-    match crate::procs::start_ticks(pid) {
+    match crate::sources::procs::start_ticks(pid) {
         Ok(t) if t == order.target.start_ticks => {}
         Ok(_) => return Err(GuardError::Reused { pid }),
         Err(_) => return Err(GuardError::Gone { pid }),
     }
-    let listed = crate::cgroup::kill::members(dir).map_err(|e| GuardError::Group(e.to_string()))?;
+    let listed = crate::sources::cgroup::kill::members(dir).map_err(|e| GuardError::Group(e.to_string()))?;
     if listed.binary_search(&pid).is_err() {
         return Err(GuardError::Left { pid });
     }
-    crate::pidfd::send_signal(&fd, libc::SIGKILL).map_err(|source| match source.raw_os_error() {
+    crate::base::pidfd::send_signal(&fd, libc::SIGKILL).map_err(|source| match source.raw_os_error() {
         Some(libc::ESRCH) => GuardError::Gone { pid },
         _ => GuardError::Send { pid, source },
     })
@@ -206,7 +207,7 @@ pub fn known_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (Known, 
             (known, protected)
         }
         None => {
-            let roles = crate::snapshot::infer_roles(&snap.processes);
+            let roles = crate::decision::snapshot::infer_roles(&snap.processes);
             let protected = snap
                 .processes
                 .iter()

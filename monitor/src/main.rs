@@ -16,7 +16,7 @@ const ENVIRONMENT: &str = "Environment:
                module (`info,monitor::sampler=debug`). Default: info. An invalid value stops start-up.";
 
 /// `--version`: the version, the commit and whether the eBPF object is built in.
-static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(monitor::build::long_version);
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(monitor::sources::build::long_version);
 
 #[derive(Parser)]
 #[command(
@@ -29,7 +29,7 @@ struct Cli {
     /// How the agent writes its log on stderr: `text` lines (with syslog priorities when stderr is the journal), or
     /// `json`, one object per line.
     #[arg(long, global = true, value_enum, default_value_t, value_name = "FORMAT")]
-    log_format: monitor::logs::LogFormat,
+    log_format: monitor::base::logs::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -122,22 +122,22 @@ struct AgentArgs {
 fn main() -> ExitCode {
     // The daemons reload on SIGHUP: until their handler exists, a hangup must not end them. The other commands
     // keep the default action.
-    monitor::hangup::ignore_until_handled();
+    monitor::base::hangup::ignore_until_handled();
     let cli = Cli::parse();
     if !matches!(cli.cmd, Cmd::Agent(_) | Cmd::Run { .. }) {
-        monitor::hangup::default_in_child();
+        monitor::base::hangup::default_in_child();
     }
     // The agent keeps about one descriptor per process of the group (past the limit it reads the rest by
     // open-read-close); `run` adds the front door's connections. Children get the limit they would have had.
-    let _ = monitor::procs::raise_fd_limit();
+    let _ = monitor::sources::procs::raise_fd_limit();
     let result = match cli.cmd {
         Cmd::Agent(a) => agent_config(&a).and_then(|cfg| {
-            monitor::logs::init(cli.log_format)?;
+            monitor::base::logs::init(cli.log_format)?;
             Ok(Agent::guard(cfg)?.reading(agent_source(&a)).run()?)
         }),
         Cmd::Status { url, config, json, cluster } => status(url, config, json, cluster),
         Cmd::Report(r) => report(r),
-        Cmd::Run { config } => monitor::logs::init(cli.log_format)
+        Cmd::Run { config } => monitor::base::logs::init(cli.log_format)
             .map_err(Into::into)
             .and_then(|()| Config::load(&config).map_err(Into::into))
             .and_then(|cfg| Ok(Agent::launch(cfg, &config)?.run()?)),
@@ -170,7 +170,7 @@ fn describe(e: &anyhow::Error) -> String {
 }
 
 fn generate_docs(dir: &std::path::Path) -> Result<()> {
-    for file in monitor::docs::write(Cli::command(), dir)? {
+    for file in monitor::commands::docs::write(Cli::command(), dir)? {
         println!("{}", file.display());
     }
     Ok(())
@@ -253,8 +253,8 @@ fn status(url: Option<String>, config: Option<PathBuf>, json: bool, cluster: boo
         return rt.block_on(cluster_status(&base, json));
     }
     let url = format!("{}/api/v1/status", base.trim_end_matches('/'));
-    let body = rt.block_on(monitor::client::get(&url)).map_err(|e| match e {
-        monitor::client::ClientError::Connect(_, io) => anyhow::anyhow!(
+    let body = rt.block_on(monitor::config::client::get(&url)).map_err(|e| match e {
+        monitor::config::client::ClientError::Connect(_, io) => anyhow::anyhow!(
             "no monitor agent answers at {base} ({io}): start one with `monitor agent`, or name where it listens \
              with --url or -c CONFIG"
         ),
@@ -268,7 +268,7 @@ fn status(url: Option<String>, config: Option<PathBuf>, json: bool, cluster: boo
         println!("{body}");
         return Ok(());
     }
-    print!("{}", monitor::table::render(&v));
+    print!("{}", monitor::commands::table::render(&v));
     Ok(())
 }
 
@@ -279,15 +279,15 @@ async fn cluster_status(base: &str, json: bool) -> Result<()> {
     use monitor::cluster::api::ClusterView;
     if !json {
         let url = format!("{}/api/v1/cluster/fleet", base.trim_end_matches('/'));
-        let fleet = monitor::client::get(&url).await.ok().and_then(|b| serde_json::from_str(&b).ok());
-        if let Some(fleet) = fleet.filter(monitor::table::fleet_complete) {
-            print!("{}", monitor::table::render_fleet(&fleet));
+        let fleet = monitor::config::client::get(&url).await.ok().and_then(|b| serde_json::from_str(&b).ok());
+        if let Some(fleet) = fleet.filter(monitor::commands::table::fleet_complete) {
+            print!("{}", monitor::commands::table::render_fleet(&fleet));
             return Ok(());
         }
     }
     let url = format!("{}/api/v1/cluster", base.trim_end_matches('/'));
-    let body = monitor::client::get(&url).await.map_err(|e| match e {
-        monitor::client::ClientError::Status(_, 404) => {
+    let body = monitor::config::client::get(&url).await.map_err(|e| match e {
+        monitor::config::client::ClientError::Status(_, 404) => {
             anyhow::anyhow!("{url}: 404: this monitor is not in a cluster (its config has no [cluster])")
         }
         e => e.into(),
@@ -300,14 +300,16 @@ async fn cluster_status(base: &str, json: bool) -> Result<()> {
         serde_json::from_str(&body).with_context(|| format!("{url}: not a monitor cluster document"))?;
     let mut asks = tokio::task::JoinSet::new();
     // Patient beside the fleet poller's 1 s: a person waits for this once.
-    let bounds =
-        monitor::client::Bounds { timeout: std::time::Duration::from_secs(3), ..monitor::cluster::fleet::BOUNDS };
+    let bounds = monitor::config::client::Bounds {
+        timeout: std::time::Duration::from_secs(3),
+        ..monitor::cluster::fleet::BOUNDS
+    };
     for m in view.members.iter().filter(|m| m.state.is_live()) {
         let (node, url) = (m.node.clone(), format!("http://{}/api/v1/status", m.web));
         asks.spawn(async move {
             let asked = async {
                 let parsed: monitor::config::HttpUrl = url.parse()?;
-                monitor::client::fetch(&parsed, bounds).await
+                monitor::config::client::fetch(&parsed, bounds).await
             };
             let got = match asked.await {
                 Ok(body) => serde_json::from_slice::<StatusView>(&body).map_err(|e| format!("{url}: {e}")),
@@ -317,12 +319,12 @@ async fn cluster_status(base: &str, json: bool) -> Result<()> {
         });
     }
     let statuses = asks.join_all().await;
-    print!("{}", monitor::table::render_cluster(&view, &statuses));
+    print!("{}", monitor::commands::table::render_cluster(&view, &statuses));
     Ok(())
 }
 
 fn report(r: ReportArgs) -> Result<()> {
-    use monitor::report;
+    use monitor::commands::report;
     let db = match (r.db, default_config(r.config)) {
         (Some(db), _) => db,
         (None, Some(c)) => Config::load(&c)?.stats.path.ok_or(report::ReportError::NoDatabase)?,

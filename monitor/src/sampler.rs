@@ -3,17 +3,17 @@
 //! sample in order for those that must not miss a state that lasted one sample (alerts, actions, history). It
 //! runs on its own thread so a sample never waits on the async runtime and its cost stays measurable.
 
-use crate::brake::Steering;
-use crate::cgroup::{CgroupError, Group, GroupReader};
+use crate::base::pacing::{Pacer, Pacing};
+use crate::config::live::Live;
+use crate::decision::policy::{decide, Decision, PolicyState, Thresholds};
+use crate::decision::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
 use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeSource, WakeupStatus};
+use crate::guard::brake::Steering;
 use crate::guard::{KillBook, KillRecord, Roster};
-use crate::live::Live;
-use crate::pacing::{Pacer, Pacing};
-use crate::policy::{decide, Decision, PolicyState, Thresholds};
-use crate::probes::{Probes, TraceRequest, Tracer};
-use crate::procs::ProcTable;
-use crate::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
-use crate::wakeup::{Ready, Wakeups};
+use crate::sources::cgroup::{CgroupError, Group, GroupReader};
+use crate::sources::probes::{Probes, TraceRequest, Tracer};
+use crate::sources::procs::ProcTable;
+use crate::sources::wakeup::{Ready, Wakeups};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -61,7 +61,7 @@ pub struct Sampler {
     /// The last resort's kills, shared with the launcher, the front door and `/metrics`.
     kills: Arc<KillBook>,
     /// Where the kill's reaction time is recorded.
-    reactions: Option<Arc<crate::reaction::Reactions>>,
+    reactions: Option<Arc<crate::base::reaction::Reactions>>,
     /// When the last sample was taken.
     last_sample: Instant,
     /// The memory brake (`[policy] brake_at`): where it may be set, and where it is.
@@ -94,8 +94,8 @@ pub fn load_probes(cfg: &crate::config::ProbesConfig) -> Result<Probes, String> 
             let first = full.lines().next().unwrap_or_default();
             // Without the capabilities the probes need, say so (an object not built in is the reason as it is).
             let first = match e {
-                crate::probes::ProbeError::NotBuilt(_) => first.to_string(),
-                _ => crate::privileges::probes_reason(first, e.attach_errno()),
+                crate::sources::probes::ProbeError::NotBuilt(_) => first.to_string(),
+                _ => crate::sources::privileges::probes_reason(first, e.attach_errno()),
             };
             match chosen {
                 Some(h) => format!("[probes] hooks = {:?}: {first}", h.name()),
@@ -109,7 +109,7 @@ pub fn load_probes(cfg: &crate::config::ProbesConfig) -> Result<Probes, String> 
         Err(reason) => tracing::warn!("request counting is off: {reason}"),
         Ok(p) => {
             if let Some(why) = p.forks_off() {
-                let why = crate::privileges::forks_reason(why, p.forks_errno());
+                let why = crate::sources::privileges::forks_reason(why, p.forks_errno());
                 tracing::warn!("forked children are not traced from their fork: {why}");
             }
         }
@@ -193,7 +193,7 @@ impl Sampler {
     }
 
     /// Where the kill's reaction time is recorded (`monitor_reaction_seconds{action="kill"}`).
-    pub fn set_reactions(&mut self, reactions: Arc<crate::reaction::Reactions>) {
+    pub fn set_reactions(&mut self, reactions: Arc<crate::base::reaction::Reactions>) {
         self.reactions = Some(reactions);
     }
 
@@ -245,7 +245,7 @@ impl Sampler {
                 rec.sent_mono_ns = Some(at);
                 self.kills.sent(rec.pid, rec.start_ticks, at);
                 if let Some(r) = &self.reactions {
-                    r.record_since(crate::reaction::Kind::Kill, wake.at);
+                    r.record_since(crate::base::reaction::Kind::Kill, wake.at);
                 }
                 tracing::warn!(
                     pid = rec.pid,
@@ -275,7 +275,7 @@ impl Sampler {
         if self.probes.is_none() {
             return Tracer::none();
         }
-        let efd = match crate::wakeup::eventfd::new() {
+        let efd = match crate::sources::wakeup::eventfd::new() {
             Ok(fd) => Arc::new(fd),
             Err(e) => {
                 tracing::warn!("eventfd: {e}: new processes are traced from their first sample");
@@ -298,7 +298,7 @@ impl Sampler {
     /// Serves the [`Tracer`] requests waiting.
     fn serve_tracer(&mut self) {
         let Some((rx, efd)) = &self.early else { return };
-        crate::wakeup::eventfd::take(efd);
+        crate::sources::wakeup::eventfd::take(efd);
         let mut waiting = Vec::new();
         loop {
             match rx.try_recv() {
@@ -458,7 +458,7 @@ impl Sampler {
                 pressure: mem.pressure,
                 processes_listed: self.pids.len(),
                 processes_sampled: self.samples.len(),
-                unattributed_bytes: crate::snapshot::unattributed(mem.usage_bytes, &self.samples),
+                unattributed_bytes: crate::decision::snapshot::unattributed(mem.usage_bytes, &self.samples),
             },
             processes: self.samples.clone(),
             agent_pid: self.agent_pid,
@@ -513,7 +513,7 @@ pub fn spawn(
         let mut next = Instant::now() + interval;
         let mut failing = false;
         // systemd's watchdog is fed from this loop: a sampler that hangs stops feeding it.
-        let mut watchdog = crate::notify::Watchdog::from_env();
+        let mut watchdog = crate::base::notify::Watchdog::from_env();
         while !stop.load(Ordering::Relaxed) {
             let due = watchdog.period().map_or(next, |p| next.min(Instant::now() + p));
             // A reloaded config is looked for at least every CONFIG_POLL, so a long interval does not delay it.
@@ -553,7 +553,7 @@ pub fn spawn(
                         log_halt(decision.kills_halted, &decision);
                     }
                     if decision.changed || recovered {
-                        crate::notify::status(&status_line(&snap, &decision));
+                        crate::base::notify::status(&status_line(&snap, &decision));
                     }
                     let paced = sampler.paced(&snap);
                     next = sampler.last_sample + paced;
@@ -575,7 +575,7 @@ pub fn spawn(
                 Err(e) => {
                     if !failing {
                         tracing::error!("sample failed: {e}");
-                        crate::notify::status(&format!("the group cannot be read: {e}"));
+                        crate::base::notify::status(&format!("the group cannot be read: {e}"));
                         failing = true;
                     }
                     next = Instant::now() + interval;
@@ -596,12 +596,12 @@ pub fn spawn(
 /// The group's state in a line, for `systemctl status`: `normal at 45% of 512.0 MiB`.
 pub fn status_line(snap: &Snapshot, d: &Decision) -> String {
     let state = match d.state {
-        crate::policy::State::Normal => "normal",
-        crate::policy::State::Refusing => "refusing new requests",
-        crate::policy::State::Aborting => "aborting the largest",
+        crate::decision::policy::State::Normal => "normal",
+        crate::decision::policy::State::Refusing => "refusing new requests",
+        crate::decision::policy::State::Aborting => "aborting the largest",
     };
     let shadow = if d.shadow { " (shadow)" } else { "" };
-    format!("{state}{shadow} at {:.0}% of {}", d.ratio * 100.0, crate::units::size(snap.group.limit_bytes))
+    format!("{state}{shadow} at {:.0}% of {}", d.ratio * 100.0, crate::base::units::size(snap.group.limit_bytes))
 }
 
 /// Takes the first sample synchronously (so start-up fails fast on an unreadable group) and decides on it.
@@ -645,8 +645,8 @@ pub struct Started {
 /// Opens the group with the config's probes, limit and thresholds, takes the first sample (start-up fails fast
 /// on an unreadable group) and logs what is watched. Shared by `monitor agent` and `monitor run`.
 pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, CgroupError> {
-    let v2 = group.version == crate::snapshot::CgroupVersion::V2;
-    crate::privileges::warn_missing(cfg, &group.dir, v2);
+    let v2 = group.version == crate::decision::snapshot::CgroupVersion::V2;
+    crate::sources::privileges::warn_missing(cfg, &group.dir, v2);
     let probes = load_probes(&cfg.probes);
     let mut sampler = Sampler::with_policy(group, cfg.policy.limit_bytes, probes, &cfg.policy)?;
     let (state, first) = first(&mut sampler, &cfg.policy.thresholds(), cfg.policy.interval_ms)?;
@@ -669,7 +669,7 @@ fn log_halt(halted: bool, d: &Decision) {
             ratio = format!("{:.3}", d.ratio),
             "the last resort stopped: {} kills did not bring the group below abort_at; the memory is held by what no \
              kill frees (tmpfs, shared memory, the kernel)",
-            crate::policy::kill::MAX_KILLS
+            crate::decision::policy::kill::MAX_KILLS
         );
     } else {
         tracing::info!(

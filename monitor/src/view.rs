@@ -2,12 +2,12 @@
 //! and what a cluster peer reads of another node, built from one published sample. Shared by the API, the
 //! status table and the fleet, so none of them depends on another.
 
+use crate::config::live::ConfigStatus;
 use crate::config::Role;
+use crate::decision::policy::{self, Action, ProcId, Thresholds};
+use crate::decision::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole};
 use crate::feed::{BrakeStatus, LauncherInfo, ProbeStatus, Published, WakeupOff};
 use crate::guard::KillRecord;
-use crate::live::ConfigStatus;
-use crate::policy::{self, Action, ProcId, Thresholds};
-use crate::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -305,7 +305,7 @@ pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::State as PolicyState;
+    use crate::decision::policy::State as PolicyState;
 
     #[test]
     fn the_group_shows_oom_kills_wakeups_brake_and_interval() {

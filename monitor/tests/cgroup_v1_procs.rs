@@ -3,8 +3,8 @@
 //! second, so the reader opens the file for each read (the agent listed a new process up to a second late, at its
 //! next rescan).
 
-use monitor::cgroup::{Group, GroupReader};
-use monitor::snapshot::CgroupVersion;
+use monitor::decision::snapshot::CgroupVersion;
+use monitor::sources::cgroup::{Group, GroupReader};
 use monitor_tests::{require_v1, spawn_in_cgroup, CgroupV1};
 use std::process::{Command, Stdio};
 

@@ -161,7 +161,7 @@ fn pread_ns(files: &[File], rounds: u32) -> Result<f64> {
 }
 
 /// The cost of one pread of each file a sample reads, and of the two it does not (`status`, `stat`), on a v1 group
-/// of 16 `sleep` processes: the figures docs/design.md and monitor/src/procs.rs cite.
+/// of 16 `sleep` processes: the figures docs/design.md and monitor/src/sources/procs.rs cite.
 fn file_costs() -> Result<()> {
     const ROUNDS: u32 = 2000;
     let cg = CgroupV1::create("bench-sampler-files", Some(1 << 30));

@@ -26,7 +26,7 @@ impl Drain {
     pub fn on_signals(self) {
         tokio::spawn(async move {
             signalled().await;
-            crate::notify::stopping();
+            crate::base::notify::stopping();
             self.start();
         });
     }

@@ -1,12 +1,12 @@
 //! The parts `monitor run` adds to the agent: the processes it launches (known before the first starts, so every
 //! consumer of the samples knows them), the front door before them, and where each one's admin endpoint is.
 
-use crate::actions::AdminUrl;
+use crate::base::reaction::Reactions;
 use crate::config::Config;
+use crate::consumers::actions::AdminUrl;
+use crate::front::launcher::{Launcher, Member};
+use crate::front::proxy::{Proxy, ProxyError};
 use crate::guard::{KillBook, LaunchedProc, Roster};
-use crate::launcher::{Launcher, Member};
-use crate::proxy::{Proxy, ProxyError};
-use crate::reaction::Reactions;
 use std::sync::Arc;
 
 /// The launched processes and the front door, before anything starts.
@@ -32,7 +32,8 @@ impl FrontDoor {
         // The admin endpoints are never refused by the front door: they are where the action changes are POSTed.
         // So is `post_url` when it points at a process of the group (the channel's, from the config it starts with).
         let ports: Vec<u16> = cfg.processes.iter().map(|p| p.port).collect();
-        let post_url = cfg.actions.post_url.as_ref().and_then(|u| crate::proxy::channel::post_url_path(u, &ports));
+        let post_url =
+            cfg.actions.post_url.as_ref().and_then(|u| crate::front::proxy::channel::post_url_path(u, &ports));
         let own_admin: Vec<String> = admins.iter().map(|(_, path)| path.clone()).chain(post_url).collect();
         let counts = Arc::new(crate::feed::DoorCounts::default());
         let proxy = Arc::new(Proxy::new(&cfg.proxy, members.clone(), &own_admin, reactions, kills, counts.clone())?);

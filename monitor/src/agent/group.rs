@@ -2,9 +2,9 @@
 //! config asks (`monitor run`), and ended with everything still in it when `monitor run` stops.
 
 use super::AgentError;
-use crate::cgroup::{self, Mounts};
 use crate::config::Config;
-use crate::snapshot::CgroupVersion;
+use crate::decision::snapshot::CgroupVersion;
+use crate::sources::cgroup::{self, Mounts};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

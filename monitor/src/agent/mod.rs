@@ -18,13 +18,13 @@ mod parts;
 pub mod reload;
 mod services;
 
-use crate::cgroup::{self, CgroupError};
+use crate::config::live::Live;
 use crate::config::{Config, ConfigError, Source};
 use crate::feed::Feed;
-use crate::launcher::{self, LaunchError, Launcher};
-use crate::live::Live;
-use crate::proxy::{self, ProxyError};
-use crate::{api, history, sampler};
+use crate::front::launcher::{self, LaunchError, Launcher};
+use crate::front::proxy::{self, ProxyError};
+use crate::sources::cgroup::{self, CgroupError};
+use crate::{consumers::api, history, sampler};
 use drain::{Drain, DrainWatch};
 use front::FrontDoor;
 use group::GroupEnd;
@@ -204,7 +204,7 @@ impl Parts<'_> {
         let (publisher, live) = Live::new(cfg.clone());
         let sampler::Started { mut sampler, state, first } = started;
         // Only launched processes are traced from their start; a guarded group's are found by the sampler.
-        let tracer = if self.launching { sampler.tracer() } else { crate::probes::Tracer::none() };
+        let tracer = if self.launching { sampler.tracer() } else { crate::sources::probes::Tracer::none() };
         let listeners = Listeners::bind(cfg, self.launching).await?;
         // Joined before the processes start: a node whose names clash with a member's stops here.
         let cluster = match (&cfg.cluster, self.launching) {
@@ -248,7 +248,7 @@ impl Parts<'_> {
         let app = web_app(&shared, &sampling.history, door.as_ref(), net.as_ref());
         let api = tokio::spawn(api::serve(listeners.web, app, cfg.web.clone(), drained.clone().started()));
         // Ready for systemd: the API answers, and under `monitor run` the master and the workers are healthy.
-        crate::notify::ready(&shared.status_line());
+        crate::base::notify::ready(&shared.status_line());
         match (door, listeners.front, launcher) {
             (Some(d), Some(front), Some(launcher)) => {
                 tracing::info!(proxy = %cfg.proxy.listen, web = %cfg.web.listen, "serving");
@@ -273,7 +273,7 @@ impl Parts<'_> {
     async fn launch(
         &self,
         d: &FrontDoor,
-        tracer: crate::probes::Tracer,
+        tracer: crate::sources::probes::Tracer,
         env: Vec<(String, String)>,
         shared: &Shared,
         drained: &DrainWatch,

@@ -7,9 +7,9 @@
 //! start and `READY=1` at the end. The signal never stops the agent; the drain ([`super::drain`]) ends the task.
 
 use super::drain::DrainWatch;
+use crate::config::live::{Publisher, Reloads};
 use crate::config::{self, Source};
 use crate::feed::Published;
-use crate::live::{Publisher, Reloads};
 use std::sync::Arc;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
@@ -58,13 +58,13 @@ impl Reloader {
 
     /// One reload, from `RELOADING=1` to `READY=1`.
     pub fn reload(&self) {
-        crate::notify::reloading();
+        crate::base::notify::reloading();
         let outcome = self.apply();
         let line = {
             let now = self.latest.borrow();
             crate::sampler::status_line(&now.snapshot, &now.decision)
         };
-        crate::notify::ready(&format!("{line}; {outcome}"));
+        crate::base::notify::ready(&format!("{line}; {outcome}"));
     }
 
     /// Reads, checks and applies the config; says how it went in a few words.
@@ -123,9 +123,9 @@ impl Reloader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::live::{Live, ReloadResult};
     use crate::config::{Config, Mode};
-    use crate::live::{Live, ReloadResult};
-    use crate::policy::State;
+    use crate::decision::policy::State;
 
     /// A reloader of the file `text` is written to, running `running`.
     fn reloader(name: &str, running: &str) -> (Reloader, Live, std::path::PathBuf) {

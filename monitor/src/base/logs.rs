@@ -163,10 +163,10 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "<3>monitor::logs::tests: e",
-                "<4>monitor::logs::tests: w pid=7",
-                "<6>monitor::logs::tests: i",
-                "<7>monitor::logs::tests: d"
+                "<3>monitor::base::logs::tests: e",
+                "<4>monitor::base::logs::tests: w pid=7",
+                "<6>monitor::base::logs::tests: i",
+                "<7>monitor::base::logs::tests: d"
             ]
         );
     }
@@ -200,7 +200,7 @@ mod tests {
         assert_eq!(got.len(), 1, "{got:?}");
         let v: serde_json::Value = serde_json::from_str(&got[0]).unwrap_or_else(|e| panic!("{e}: {}", got[0]));
         assert_eq!(v["level"], "WARN", "{v}");
-        assert_eq!(v["target"], "monitor::logs::tests", "{v}");
+        assert_eq!(v["target"], "monitor::base::logs::tests", "{v}");
         assert_eq!(v["message"], "group unreadable", "{v}");
         assert_eq!(v["pid"], 7, "{v}");
         assert!(v["timestamp"].is_string(), "{v}");
@@ -210,7 +210,7 @@ mod tests {
     fn the_filter_reads_levels_and_targets() {
         assert_eq!(lines("", false).len(), 1, "empty is info");
         assert_eq!(lines("debug", false).len(), 2);
-        assert_eq!(lines("warn,monitor::logs=debug", false).len(), 2);
+        assert_eq!(lines("warn,monitor::base::logs=debug", false).len(), 2);
         assert_eq!(lines("error", false).len(), 0);
         assert_eq!(lines("monitor::sampler=debug", false).len(), 0, "only the sampler's debug");
     }
@@ -228,7 +228,7 @@ mod tests {
             assert!(text.starts_with("MONITOR_LOG: "), "{text}");
             assert!(text.contains(&format!("`{bad}`")), "{value:?}: {text}");
         }
-        for good in ["info", "WARN", "off", "monitor=trace", "info,monitor::proxy=debug", " debug "] {
+        for good in ["info", "WARN", "off", "monitor=trace", "info,monitor::front::proxy=debug", " debug "] {
             assert!(parse_filter(good).is_ok(), "{good:?} refused");
         }
     }

@@ -14,7 +14,7 @@
 //! starts as hex in [`SECRET_ENV`], or read from `[actions] secret_file`. Signing and verifying are pure: the clock
 //! and the nonce are parameters of [`Key::sign_at`] and [`Verifier::verify_at`].
 
-use crate::token::{hex, keyed, unhex, HmacSha256};
+use crate::base::token::{hex, keyed, unhex, HmacSha256};
 use hmac::Mac;
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -1,6 +1,6 @@
 //! Reaction times: how long the agent took from the sampler's wake-up (`Published::wake.at`) to each action it led
-//! to. Four kinds: `signal` (a refuse or abort signal sent by [`crate::actions`]), `post` (a refuse or abort change
-//! POSTed to `post_url` or a process's admin path, timed when the receiver has answered it with 2xx) and `shed`
+//! to. Four kinds: `signal` (a refuse or abort signal sent by [`crate::consumers::actions`]), `post` (a refuse or abort
+//! change POSTed to `post_url` or a process's admin path, timed when the receiver has answered it with 2xx) and `shed`
 //! (the front door's first 503 after the group entered refusing or aborting); and `kill`, the last resort's SIGKILL
 //! sent by the sampler thread ([`crate::guard`]).
 //!

@@ -6,7 +6,7 @@
 
 use super::members::Members;
 use super::Membership;
-use crate::client::Bounds;
+use crate::config::client::Bounds;
 use crate::config::{HttpUrl, UrlError};
 use crate::feed::Phase;
 use crate::feed::Published;
@@ -233,14 +233,14 @@ async fn ask(web: SocketAddr) -> Answer {
 /// complete within [`ASK_TIMEOUT`] and holds at most [`MAX_BODY`] bytes.
 pub async fn fetch(addr: SocketAddr, path: &str) -> Result<Bytes, String> {
     let url: HttpUrl = format!("http://{addr}{path}").parse().map_err(|e: UrlError| e.to_string())?;
-    crate::client::fetch(&url, BOUNDS).await.map_err(|e| e.to_string())
+    crate::config::client::fetch(&url, BOUNDS).await.map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decision::policy::{State, Thresholds};
     use crate::feed::Published;
-    use crate::policy::{State, Thresholds};
     use crate::view::FrontDoorView;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -8,7 +8,7 @@
 
 use super::replay::{Nonce, Replay, ReplayError};
 use super::wire::derive_key;
-use crate::token::{hex, keyed, unhex, HmacSha256};
+use crate::base::token::{hex, keyed, unhex, HmacSha256};
 use hmac::Mac;
 
 /// The header's name.

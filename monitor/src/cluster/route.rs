@@ -1,7 +1,7 @@
 //! Where a request with a cache id goes in a cluster: a pure function of the id's owner (from a verified token or a
 //! plain prefix), the membership view, whether the request was already forwarded once, and `[cluster] fallback`.
-//! The front door then either routes it among its own processes ([`crate::route::Table::select`]), forwards it, or
-//! answers it.
+//! The front door then either routes it among its own processes ([`crate::config::route::Table::select`]), forwards it,
+//! or answers it.
 
 use super::members::Members;
 use crate::config::Fallback;

@@ -16,7 +16,7 @@
 //! Pure: no sockets; the caller gives the time.
 
 use super::replay::{Counter, Nonce, Replay, ReplayError};
-use crate::token::{keyed, HmacSha256};
+use crate::base::token::{keyed, HmacSha256};
 use hmac::Mac;
 
 /// Bytes of the mac at the end of every datagram.

@@ -28,7 +28,7 @@ const SHELLS: [(Shell, &str); 3] =
 /// Writes the man pages and completions of `cmd` under `dir`; returns the files written.
 pub fn write(cmd: clap::Command, dir: &Path) -> Result<Vec<PathBuf>, DocsError> {
     // The version line of each page: the plain version (the long one spans several clauses).
-    let mut cmd = visible(cmd).version(crate::build::VERSION).disable_help_subcommand(true);
+    let mut cmd = visible(cmd).version(crate::sources::build::VERSION).disable_help_subcommand(true);
     cmd.build();
     let man = dir.join("man");
     let completions = dir.join("completions");
@@ -38,7 +38,7 @@ pub fn write(cmd: clap::Command, dir: &Path) -> Result<Vec<PathBuf>, DocsError> 
     let mut written = Vec::new();
     let pages = std::iter::once(cmd.clone()).chain(cmd.get_subcommands().cloned());
     for page in pages {
-        let page = clap_mangen::Man::new(page).source(format!("{NAME} {}", crate::build::VERSION));
+        let page = clap_mangen::Man::new(page).source(format!("{NAME} {}", crate::sources::build::VERSION));
         let path = man.join(page.get_filename());
         let mut out = Vec::new();
         page.render(&mut out)

@@ -1,8 +1,8 @@
 //! `monitor status` as text: the group line and a table of its processes; with `--cluster`, one row per member of
 //! the cluster from each one's own status.
 
-use crate::live::ReloadResult;
-use crate::units::size;
+use crate::base::units::size;
+use crate::config::live::ReloadResult;
 use crate::view::StatusView;
 use std::fmt::Write;
 
@@ -282,9 +282,9 @@ fn fleet_row(s: &mut String, node: &str, state: &str, f: Option<&web::view::Figu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::units::count;
+    use crate::decision::policy::{State, Thresholds};
     use crate::feed::Published;
-    use crate::policy::{State, Thresholds};
-    use crate::units::count;
 
     fn line<'a>(text: &'a str, head: &str) -> Option<&'a str> {
         text.lines().find_map(|l| l.strip_prefix(head)).map(str::trim)
@@ -429,7 +429,7 @@ mod tests {
     #[test]
     fn each_process_shows_its_kills_and_the_last_kill_is_said_under_the_table() {
         let mut p = Published::test(State::Aborting);
-        p.snapshot.processes = vec![crate::snapshot::ProcSample {
+        p.snapshot.processes = vec![crate::decision::snapshot::ProcSample {
             pid: 123,
             name: "node".into(),
             start_ticks: 1,
@@ -446,7 +446,7 @@ mod tests {
         let kill = |pid: u32, unix_ms: u64, enforced: bool| crate::view::KillView {
             pid,
             name: "tx1".into(),
-            role: crate::snapshot::ProcessRole::Worker,
+            role: crate::decision::snapshot::ProcessRole::Worker,
             rss_bytes: 1,
             anon_bytes: 1,
             ratio: 0.97,
@@ -479,7 +479,7 @@ mod tests {
     fn a_failed_reload_and_keys_waiting_for_a_restart_are_shown() {
         let p = Published::test(State::Normal);
         let mut v = crate::view::status_view(&p, &Thresholds::default());
-        let reloads = crate::live::Reloads::new(Some("/etc/monitor/agent.toml".into()));
+        let reloads = crate::config::live::Reloads::new(Some("/etc/monitor/agent.toml".into()));
         reloads.succeeded(vec!["web.listen".into()]);
         reloads.failed("/etc/monitor/agent.toml:3: unknown field `refuse_att`".into());
         v.config = Some(reloads.status());

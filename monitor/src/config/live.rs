@@ -1,6 +1,7 @@
 //! The applied config as the running parts read it: one watch channel, published at start and after each good
 //! reload (SIGHUP), that the sampler, the alerts, the actions and the stats database's writer each read; the config
-//! never calls them. The other readers take the policy's lines from the sample decided with them. Beside it, [`Reloads`]: what the last reload did, for `/api/v1/status` and `/metrics`.
+//! never calls them. The other readers take the policy's lines from the sample decided with them. Beside it,
+//! [`Reloads`]: what the last reload did, for `/api/v1/status` and `/metrics`.
 
 use crate::config::Config;
 use serde::{Deserialize, Serialize};
@@ -41,7 +42,7 @@ impl Live {
 
     /// The policy's lines now (the readers take the lines each sample was decided with, from the sample).
     #[cfg(test)]
-    pub fn thresholds(&self) -> crate::policy::Thresholds {
+    pub fn thresholds(&self) -> crate::decision::policy::Thresholds {
         self.rx.borrow().policy.thresholds()
     }
 

@@ -120,18 +120,18 @@ pub struct ProcessConfig {
     #[serde(default = "default_health_failures")]
     pub health_failures: u32,
     /// `monitor run`: each change of this process's action (serve, refuse, abort) is POSTed as JSON to
-    /// `http://127.0.0.1:<port><admin_path>` (see [`crate::actions`]). Unset by default.
+    /// `http://127.0.0.1:<port><admin_path>` (see [`crate::consumers::actions`]). Unset by default.
     #[serde(default)]
     pub admin_path: Option<String>,
     /// The user the process runs as: a name (`"www-data"`) or a numeric uid. Its primary group and supplementary
     /// groups come with it (unless `group` is set), and `HOME`, `USER` and `LOGNAME` are its own. Another user than
     /// monitor's own needs monitor to run as root. Default: monitor's own user.
     #[serde(default)]
-    pub user: Option<crate::accounts::Account>,
+    pub user: Option<crate::base::accounts::Account>,
     /// The group the process runs as: a name or a numeric gid (the only supplementary group when `user` is unset).
     /// Default: the user's primary group, else monitor's own.
     #[serde(default)]
-    pub group: Option<crate::accounts::Account>,
+    pub group: Option<crate::base::accounts::Account>,
     /// The guard's last resort spares this process while another process's death would relieve the group, as it
     /// spares every master. Default false.
     #[serde(default)]

@@ -248,19 +248,19 @@ fn processes(procs: &[ProcessConfig], out: &mut Vec<Problem>) {
         if proc.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
             out.push(problem(&at("admin_path"), "must start with /"));
         }
-        if proc.env.contains_key(crate::proof::SECRET_ENV) {
+        if proc.env.contains_key(crate::base::proof::SECRET_ENV) {
             out.push(problem(
                 &at("env"),
                 format!(
                     "{} is monitor's to set (the actions' secret): use [actions] secret_file",
-                    crate::proof::SECRET_ENV
+                    crate::base::proof::SECRET_ENV
                 ),
             ));
         }
         if proc.health_failures == 0 {
             out.push(problem(&at("health_failures"), "must be above 0"));
         }
-        if let Err(e) = crate::accounts::resolve(proc.user.as_ref(), proc.group.as_ref()) {
+        if let Err(e) = crate::base::accounts::resolve(proc.user.as_ref(), proc.group.as_ref()) {
             out.push(problem(&at(e.key()), e.to_string()));
         }
     }
@@ -316,7 +316,7 @@ fn actions(a: &ActionsConfig, out: &mut Vec<Problem>) {
     if a.admin_path.as_deref().is_some_and(|p| !p.starts_with('/')) {
         out.push(problem(&[Key("actions"), Key("admin_path")], "must start with /"));
     }
-    let min = crate::proof::MIN_SECRET_BYTES;
+    let min = crate::base::proof::MIN_SECRET_BYTES;
     match a.secret() {
         Ok(Some(b)) if b.len() < min => out.push(problem(
             &[Key("actions"), Key("secret_file")],

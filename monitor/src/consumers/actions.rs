@@ -17,17 +17,17 @@
 //! Each refuse or abort signal sent, and each such change POSTed (once answered with 2xx), is timed from the
 //! wake-up of the sample that decided it into [`Reactions`] (`monitor_reaction_seconds`).
 //!
-//! Every POST carries the proof of [`crate::proof`] (`X-Monitor-Proof`), made with the group's secret
+//! Every POST carries the proof of [`crate::base::proof`] (`X-Monitor-Proof`), made with the group's secret
 //! ([`Signing`]): `monitor run`'s, handed to its processes at start, or the agent's `[actions] secret_file`, read
 //! again on each reload. An agent without one POSTs unsigned, and says so.
 
+use crate::base::ordered;
+use crate::base::proof::Key;
+use crate::base::reaction::{Kind, Reactions};
+use crate::config::live::Live;
 use crate::config::{ActionsConfig, HttpUrl, Signal};
+use crate::decision::policy::{Action, ProcId};
 use crate::feed::{Published, Samples};
-use crate::live::Live;
-use crate::ordered;
-use crate::policy::{Action, ProcId};
-use crate::proof::Key;
-use crate::reaction::{Kind, Reactions};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,12 +118,12 @@ pub enum ActionError {
 /// start time of the process behind it is compared with the sampled one.
 pub fn send(to: ProcId, signal: i32) -> Result<(), ActionError> {
     let pid = to.pid;
-    let fd = crate::pidfd::open(pid).map_err(|source| ActionError::Open { pid, source })?;
-    let start = crate::procs::start_ticks(pid).map_err(|msg| ActionError::StartTime { pid, msg })?;
+    let fd = crate::base::pidfd::open(pid).map_err(|source| ActionError::Open { pid, source })?;
+    let start = crate::sources::procs::start_ticks(pid).map_err(|msg| ActionError::StartTime { pid, msg })?;
     if start != to.start_ticks {
         return Err(ActionError::Reused { pid });
     }
-    crate::pidfd::send_signal(&fd, signal).map_err(|source| match source.raw_os_error() {
+    crate::base::pidfd::send_signal(&fd, signal).map_err(|source| match source.raw_os_error() {
         Some(libc::EPERM) => ActionError::NotPermitted { pid },
         _ => ActionError::Send { pid, source },
     })?;
@@ -151,7 +151,7 @@ pub type AdminUrl = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
 /// told, not per sample). A process that listens on nothing is told nothing there.
 pub fn admin_url_by_port(path: String) -> AdminUrl {
     Arc::new(move |pid: u32| {
-        let addr = crate::sockets::listening_addrs(pid).into_iter().min_by_key(|a| a.port())?;
+        let addr = crate::sources::sockets::listening_addrs(pid).into_iter().min_by_key(|a| a.port())?;
         Some(format!("http://{addr}{path}"))
     })
 }
@@ -176,10 +176,10 @@ impl Signing {
     pub fn for_run(cfg: &ActionsConfig) -> Result<(Signing, (String, String)), String> {
         let secret = match cfg.secret()? {
             Some(s) => s,
-            None => crate::proof::random_secret().map_err(|e| e.to_string())?,
+            None => crate::base::proof::random_secret().map_err(|e| e.to_string())?,
         };
         let key = Key::new(&secret).map_err(|e| format!("secret_file: {e}"))?;
-        Ok((Signing::Fixed(key), (crate::proof::SECRET_ENV.to_string(), crate::token::hex(&secret))))
+        Ok((Signing::Fixed(key), (crate::base::proof::SECRET_ENV.to_string(), crate::base::token::hex(&secret))))
     }
 
     /// The key after the applied config `cfg` (at start or after a reload), `running` the one signing until now. A
@@ -231,7 +231,7 @@ const QUEUED: usize = 64;
 /// ports of processes long gone) leave nothing behind.
 const QUEUE_IDLE: Duration = Duration::from_secs(60);
 
-/// One ordered queue ([`crate::ordered`]), and one task posting from it, per receiver: the changes POSTed to one
+/// One ordered queue ([`crate::base::ordered`]), and one task posting from it, per receiver: the changes POSTed to one
 /// URL arrive in the order they were decided (a receiver told `refuse`, `abort`, `serve` never hears them in
 /// another order), while a slow receiver delays only its own changes, and nobody's signal.
 #[derive(Default)]
@@ -282,8 +282,8 @@ async fn deliver(job: Post) {
             return;
         }
     };
-    let headers: Vec<(&str, &str)> = proof.iter().map(|p| (crate::proof::HEADER, p.as_str())).collect();
-    match crate::client::post_json_with(&url, &body, &headers).await {
+    let headers: Vec<(&str, &str)> = proof.iter().map(|p| (crate::base::proof::HEADER, p.as_str())).collect();
+    match crate::config::client::post_json_with(&url, &body, &headers).await {
         Ok(()) => {
             if let Some((reactions, wake)) = timed {
                 reactions.record_since(Kind::Post, wake);
@@ -354,8 +354,8 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::State;
-    use crate::snapshot::{ProcSample, Traffic};
+    use crate::decision::policy::State;
+    use crate::decision::snapshot::{ProcSample, Traffic};
 
     /// A receiver whose first answer takes 300 ms hears the next change only after it answered, and every change
     /// in the order it was posted; a second receiver is not held up by the first.
@@ -529,7 +529,10 @@ mod tests {
         assert_eq!(proof(run.key(&cfg(None), None).as_ref()), proof(Some(&a)));
         // Its own secret: the file's, handed to the processes as hex; else a random one.
         let (signing, (var, value)) = Signing::for_run(&cfg(Some(&file))).expect("the file's secret");
-        assert_eq!((var.as_str(), value), ("MONITOR_ACTION_SECRET", crate::token::hex("b".repeat(32).as_bytes())));
+        assert_eq!(
+            (var.as_str(), value),
+            ("MONITOR_ACTION_SECRET", crate::base::token::hex("b".repeat(32).as_bytes()))
+        );
         assert_eq!(proof(signing.key(&cfg(None), None).as_ref()), proof(Some(&b)));
         let (_, (_, random)) = Signing::for_run(&cfg(None)).expect("a random secret");
         assert_eq!(random.len(), 64, "32 bytes in hex");
@@ -543,7 +546,7 @@ mod tests {
         let me = ProcId { pid: std::process::id(), start_ticks: 1 };
         let e = send(me, libc::SIGCONT).expect_err("a different start time");
         assert!(matches!(e, ActionError::Reused { .. }), "{e}");
-        let real = crate::procs::start_ticks(me.pid).expect("own start time");
+        let real = crate::sources::procs::start_ticks(me.pid).expect("own start time");
         send(ProcId { start_ticks: real, ..me }, 0).expect("signal 0 to itself");
     }
 }

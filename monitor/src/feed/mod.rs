@@ -1,16 +1,16 @@
 //! The feed: what the sampler publishes and every consumer reads. Each sample ([`Published`]: the snapshot, the
 //! decision taken on it, and the state of the parts that produced it) goes out on a [`Feed`]: the latest for readers
 //! of the present (the API, the front door's shedding), and every sample in order for those that must not miss a
-//! state that lasted one sample (alerts, actions, history). It depends only on [`crate::snapshot`],
-//! [`crate::policy`] and the config's typed values: the producers (the sampler, the wake-ups, the brake) and the
-//! consumers both import it, and it imports none of them.
+//! state that lasted one sample (alerts, actions, history). It depends only on [`crate::decision::snapshot`],
+//! [`crate::decision::policy`] and the config's typed values: the producers (the sampler, the wake-ups, the brake) and
+//! the consumers both import it, and it imports none of them.
 
 mod door;
 
 pub use door::{Door, DoorCounts, LauncherInfo, Phase};
 
-use crate::policy::{Decision, Thresholds};
-use crate::snapshot::Snapshot;
+use crate::decision::policy::{Decision, Thresholds};
+use crate::decision::snapshot::Snapshot;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -141,12 +141,12 @@ pub struct Published {
     /// The interval until the next timed sample, in milliseconds, as pacing chose it.
     pub next_sample_ms: u64,
     /// The last resort's kill carried out (or, in shadow mode, decided) on this sample.
-    pub kill: Option<crate::policy::kill::KillRecord>,
+    pub kill: Option<crate::decision::policy::kill::KillRecord>,
     /// The policy's lines this sample was decided with: what the status, the page and `/metrics` show beside it,
     /// so a reload between two samples never pairs a decision with lines it was not taken against.
     pub thresholds: Arc<Thresholds>,
     /// `[policy] interval_ms` as applied for this sample: `/healthz` calls the sampler stale after
-    /// [`STALE_INTERVALS`](crate::api) of them.
+    /// [`STALE_INTERVALS`](crate::consumers::api) of them.
     pub interval_ms: u64,
 }
 
@@ -231,20 +231,20 @@ impl Samples {
 impl Published {
     /// For unit tests: sample 0 of an empty v1 group `/g` (limit 1 byte, nothing used) with a decision in `state`
     /// that just changed, no victim, probes off.
-    pub(crate) fn test(state: crate::policy::State) -> Published {
+    pub(crate) fn test(state: crate::decision::policy::State) -> Published {
         Published {
             snapshot: Snapshot {
                 seq: 0,
                 unix_ms: 0,
                 mono_ms: 0,
-                group: crate::snapshot::GroupSample {
+                group: crate::decision::snapshot::GroupSample {
                     cgroup: "/g".into(),
-                    version: crate::snapshot::CgroupVersion::V1,
+                    version: crate::decision::snapshot::CgroupVersion::V1,
                     usage_bytes: 0,
                     shmem_bytes: 0,
                     oom_group: None,
                     limit_bytes: 1,
-                    limit_source: crate::snapshot::LimitSource::Cgroup,
+                    limit_source: crate::decision::snapshot::LimitSource::Cgroup,
                     oom_kills: None,
                     processes_listed: 0,
                     processes_sampled: 0,
@@ -311,7 +311,7 @@ impl Published {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::State;
+    use crate::decision::policy::State;
 
     fn published(seq: u64, state: State) -> Published {
         let mut p = Published::test(state);

@@ -20,10 +20,10 @@ use names::named;
 pub use names::{names, Slots};
 use writer::{open_and_load, Writer};
 
+use crate::config::live::Live;
+use crate::decision::policy::Decisions;
 use crate::feed::LauncherInfo;
 use crate::feed::{Published, Samples};
-use crate::live::Live;
-use crate::policy::Decisions;
 use events::{ClusterEvent, ClusterView, KillEvent};
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
 use std::collections::{HashMap, VecDeque};
@@ -69,9 +69,9 @@ pub struct Inputs {
     /// Under `monitor run`: its launched processes and its counts.
     pub door: Option<crate::feed::Door>,
     /// The agent's reaction times, for `/metrics`.
-    pub reactions: Option<Arc<crate::reaction::Reactions>>,
+    pub reactions: Option<Arc<crate::base::reaction::Reactions>>,
     /// The config's reloads, for `/metrics`.
-    pub reloads: Option<Arc<crate::live::Reloads>>,
+    pub reloads: Option<Arc<crate::config::live::Reloads>>,
     /// In a cluster: the nodes, for the home page.
     pub peers: Option<PeersFn>,
     /// In a cluster: the membership, whose events are written to the stats database.
@@ -211,7 +211,7 @@ impl History {
     }
 
     /// The agent's reaction times, when it keeps them.
-    pub fn reactions(&self) -> Option<&crate::reaction::Reactions> {
+    pub fn reactions(&self) -> Option<&crate::base::reaction::Reactions> {
         self.inputs.reactions.as_deref()
     }
 
@@ -226,7 +226,7 @@ impl History {
     }
 
     /// The config's reloads, when they are counted.
-    pub fn reloads(&self) -> Option<&crate::live::Reloads> {
+    pub fn reloads(&self) -> Option<&crate::config::live::Reloads> {
         self.inputs.reloads.as_deref()
     }
 
@@ -368,7 +368,7 @@ impl HistoryHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::State;
+    use crate::decision::policy::State;
 
     /// Minutes finished while another process holds the database locked are kept and written, in order, once the
     /// lock is gone; the note says why nothing is written meanwhile and goes away after.
@@ -433,7 +433,7 @@ mod tests {
     async fn membership_events_are_written_as_they_come() {
         use crate::cluster::members::Change;
         use crate::cluster::{Members, NodeId};
-        use crate::policy::State as Policy;
+        use crate::decision::policy::State as Policy;
         let dir = monitor_tests::temp_dir("history-events");
         let path = dir.join("stats.db");
         let mut cfg = crate::config::Config::default();

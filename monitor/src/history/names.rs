@@ -2,9 +2,9 @@
 //! command name, numbered (`bash#2`) where several share it, each number kept for a process's life.
 
 use super::Published;
+use crate::decision::policy::ProcId;
+use crate::decision::snapshot::infer_roles;
 use crate::feed::LauncherInfo;
-use crate::policy::ProcId;
-use crate::snapshot::infer_roles;
 use std::collections::HashMap;
 
 /// A command name as a series label: the `memfd:` names of programs run from an anonymous file carry a number

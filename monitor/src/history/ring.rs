@@ -2,7 +2,7 @@
 //! feeds it every sample, keeps the seconds of the last hour and the minutes of the last week, and sends each
 //! finished minute to the store.
 
-use crate::policy::State;
+use crate::decision::policy::State;
 use std::collections::HashMap;
 
 /// Series names and roles, interned: a point refers to its process by index.

@@ -2,7 +2,7 @@
 //! view types. Its revision is the latest sample's: one render answers every request until the next sample.
 
 use super::{query, History};
-use crate::policy::ProcId;
+use crate::decision::policy::ProcId;
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use web::{BrakeNow, Dashboard, GroupNow, ProcessStatus, Range, Source};
@@ -122,8 +122,8 @@ impl Source for History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decision::policy::State;
     use crate::feed::Published;
-    use crate::policy::State;
     use std::sync::Arc;
 
     #[test]

@@ -8,14 +8,14 @@ pub const REVISION: &str = env!("MONITOR_GIT_REVISION");
 
 /// Whether the eBPF object is built in (without it the probes are off, whatever the config says).
 pub fn probes_built() -> bool {
-    crate::probes::object::SKIPPED.is_empty()
+    crate::sources::probes::object::SKIPPED.is_empty()
 }
 
 /// `0.1.0 (revision 0123456789ab, eBPF object built in)`, or why the object is missing.
 pub fn long_version() -> String {
     let probes = match probes_built() {
         true => "eBPF object built in".to_string(),
-        false => format!("eBPF object not built in: {}", crate::probes::object::SKIPPED),
+        false => format!("eBPF object not built in: {}", crate::sources::probes::object::SKIPPED),
     };
     format!("{VERSION} (revision {REVISION}, {probes})")
 }

@@ -3,10 +3,10 @@
 //! names the feature, the capability and the effect. The probes' disabled reason names it too.
 //!
 //! An unprivileged agent needs CAP_BPF and CAP_PERFMON for the probes (and CAP_DAC_READ_SEARCH where tracefs is
-//! root's with mode 0700, as `ls -ld /sys/kernel/tracing` shows; CAP_SYS_ADMIN to mount it), CAP_KILL for signal actions to processes of
-//! other users, CAP_SYS_PTRACE to read other users' `/proc/<pid>/fd` (the port of `[actions] admin_path`), and
-//! write access to the group's `memory.high` for the brake. `grep CapEff /proc/<pid>/status` shows what a running
-//! agent has; `capsh --decode=<hex>` names the bits.
+//! root's with mode 0700, as `ls -ld /sys/kernel/tracing` shows; CAP_SYS_ADMIN to mount it), CAP_KILL for signal
+//! actions to processes of other users, CAP_SYS_PTRACE to read other users' `/proc/<pid>/fd` (the port of `[actions]
+//! admin_path`), and write access to the group's `memory.high` for the brake. `grep CapEff /proc/<pid>/status` shows
+//! what a running agent has; `capsh --decode=<hex>` names the bits.
 
 use crate::config::Config;
 use std::path::Path;
@@ -194,8 +194,10 @@ pub fn warn_missing(cfg: &Config, group_dir: &Path, v2: bool) {
         Err(e) => return tracing::warn!("privileges not checked: {e}"),
     };
     let brake = brake_missing(&p, cfg, group_dir, v2);
-    for m in
-        missing(&p, cfg, crate::probes::tracefs_reachable()).into_iter().chain(brake).filter(|m| m.feature != "probes")
+    for m in missing(&p, cfg, crate::sources::probes::tracefs_reachable())
+        .into_iter()
+        .chain(brake)
+        .filter(|m| m.feature != "probes")
     {
         tracing::warn!(feature = m.feature, "{m}");
     }
@@ -206,7 +208,7 @@ pub fn warn_missing(cfg: &Config, group_dir: &Path, v2: bool) {
 /// remedy: `load_error` as it is otherwise.
 pub fn probes_reason(load_error: &str, attach_errno: Option<i32>) -> String {
     let Ok(p) = current() else { return load_error.to_string() };
-    let lack = p.probes_lack(crate::probes::tracefs_reachable());
+    let lack = p.probes_lack(crate::sources::probes::tracefs_reachable());
     if !lack.is_empty() {
         return format!("{} missing: {PROBES_EFFECT} ({load_error})", names(&lack));
     }

@@ -10,8 +10,8 @@
 //! of the agent; the processes past that (or met when fds run out) are read by open-read-close at each sample, their
 //! start time checked each time, so that no listed process is left out for want of a descriptor.
 
-use crate::kernfile::pread_record;
-use crate::snapshot::{ProcSample, Traffic};
+use crate::base::kernfile::pread_record;
+use crate::decision::snapshot::{ProcSample, Traffic};
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -81,7 +81,7 @@ pub struct StatInfo {
 
 /// The start time of process `pid` (`/proc/<pid>/stat` field 22, clock ticks since boot).
 pub fn start_ticks(pid: u32) -> Result<u64, String> {
-    let text = crate::kernfile::read_lossy(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    let text = crate::base::kernfile::read_lossy(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
     parse_stat(&text).map(|s| s.start_ticks)
 }
 
@@ -108,7 +108,7 @@ pub fn with_descendants(proc_root: &Path, pid: u32) -> std::collections::HashSet
     if let Ok(dir) = std::fs::read_dir(proc_root) {
         for e in dir.flatten() {
             let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let Ok(text) = crate::kernfile::read_lossy(e.path().join("stat")) else { continue };
+            let Ok(text) = crate::base::kernfile::read_lossy(e.path().join("stat")) else { continue };
             if let Ok(s) = parse_stat(&text) {
                 children.entry(s.ppid).or_default().push(p);
             }
@@ -283,7 +283,7 @@ impl ProcTable {
         } else {
             None
         };
-        let text = crate::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
+        let text = crate::base::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
         let stat = parse_stat(&text).map_err(ReadError::Other)?;
         if statm.is_some() {
             self.kept += 1;
@@ -319,7 +319,7 @@ impl ProcTable {
                 let f = File::open(dir.join("statm")).map_err(classify)?;
                 pread_record(&f, buf).map_err(classify)?;
                 drop(f);
-                let text = crate::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
+                let text = crate::base::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
                 let stat = parse_stat(&text).map_err(ReadError::Other)?;
                 if stat.start_ticks != e.stat.start_ticks || stat.comm != e.stat.comm {
                     e.stat = stat;
@@ -451,9 +451,9 @@ impl Default for ProcTable {
 mod tests {
     use super::*;
 
-    const STATM: &str = include_str!("../../tests/fixtures/proc/python-64m.statm");
-    const STATUS: &str = include_str!("../../tests/fixtures/proc/python-64m.status");
-    const STAT: &str = include_str!("../../tests/fixtures/proc/python-64m.stat");
+    const STATM: &str = include_str!("../../../tests/fixtures/proc/python-64m.statm");
+    const STATUS: &str = include_str!("../../../tests/fixtures/proc/python-64m.status");
+    const STAT: &str = include_str!("../../../tests/fixtures/proc/python-64m.stat");
     #[test]
     fn captured_python_process() {
         assert_eq!(parse_statm(STATM), Ok(Statm { size: 20526, resident: 19808, shared: 1706 }));

@@ -1,8 +1,8 @@
 //! Loading the probes and reading what they counted: the per-tgid traffic summed over a server's processes and
 //! compared with what the clients sent (`monitor_tests::clients::Sent`), waiting for the kernel's last exits.
 
-use monitor::probes::{CloseHook, Hooks, Probes};
-use monitor::snapshot::Traffic;
+use monitor::decision::snapshot::Traffic;
+use monitor::sources::probes::{CloseHook, Hooks, Probes};
 use monitor_tests::clients::Sent;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -74,8 +74,8 @@ pub fn total(m: &HashMap<u32, Traffic>, pids: &[u32]) -> Traffic {
         }
     }
     if let Ok(h) = <[u64; monitor_common::stats::HIST_BUCKETS]>::try_from(t.latency_hist_us.as_slice()) {
-        t.latency_p50_us = monitor::probes::percentile(&h, 0.5);
-        t.latency_p99_us = monitor::probes::percentile(&h, 0.99);
+        t.latency_p50_us = monitor::sources::probes::percentile(&h, 0.5);
+        t.latency_p99_us = monitor::sources::probes::percentile(&h, 0.99);
     }
     t
 }

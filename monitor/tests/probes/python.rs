@@ -3,7 +3,7 @@
 //! the filter counts nothing; a pid added later starts from zero; programs are gone after the probes drop.
 
 use crate::counts::{assert_counts, counts, late_accepts, load_probes, read, sync, total};
-use monitor::probes::Hooks;
+use monitor::sources::probes::Hooks;
 use monitor_tests::agent::free_port;
 use monitor_tests::clients::{curl, KeepAlive, Sent};
 use monitor_tests::servers::{python_http, Server};

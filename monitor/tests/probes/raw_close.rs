@@ -4,7 +4,7 @@
 //! short connections leave no tracked socket behind.
 
 use crate::counts::{assert_counts, load_probes_raw_close, sync};
-use monitor::probes::{CloseHook, Hooks, Probes};
+use monitor::sources::probes::{CloseHook, Hooks, Probes};
 use monitor_tests::agent::free_port;
 use monitor_tests::clients::{curl, KeepAlive, Sent};
 use monitor_tests::servers::{python_http, Server};

@@ -4,7 +4,7 @@
 //! default where the kernel has them) adopt TCP sockets only and count nothing there, as docs/probes.md says.
 
 use crate::counts::{assert_counts, counts, load_probes_with, read, sync, total};
-use monitor::probes::Hooks;
+use monitor::sources::probes::Hooks;
 use monitor_tests::agent::free_port;
 use monitor_tests::clients::{curl, Sent};
 use monitor_tests::servers::{python_http, Server};

@@ -218,7 +218,7 @@ fn each_listening_process_is_told_on_its_own_port() {
     let fixture = |name: &str, port: u16, cgroup: Option<&Path>, secret: &[u8]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixture-backend"));
         cmd.args(["--name", name, "--port", &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null());
-        cmd.env(monitor::proof::SECRET_ENV, hex(secret));
+        cmd.env(monitor::base::proof::SECRET_ENV, hex(secret));
         let child = match cgroup {
             Some(cg) => spawn_in_cgroup(&mut cmd, cg),
             None => ChildGuard::spawn(&mut cmd),
@@ -266,7 +266,8 @@ fn each_listening_process_is_told_on_its_own_port() {
     assert_eq!(stats(ports[3])["rejected"], serde_json::json!(["bad mac", "bad mac"]));
     assert!(!agent.stderr().contains("go unsigned"), "{}", agent.stderr());
     // post_url's POSTs carry the proof too, each with a nonce of its own, made with the file's secret.
-    let mut verifier = monitor::proof::Verifier::new(monitor::proof::Key::new(secret).expect("a long secret"));
+    let mut verifier =
+        monitor::base::proof::Verifier::new(monitor::base::proof::Key::new(secret).expect("a long secret"));
     let got = posts.requests();
     assert_eq!(got.len(), 8, "the four processes of the group refused, then served: {got:#?}");
     for r in &got {

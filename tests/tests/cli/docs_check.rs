@@ -2,7 +2,7 @@
 //! tests (`promtool test rules docs/prometheus-alerts.test.yml`: each rule fires with its name, labels and
 //! annotations), and both it and `docs/grafana-dashboard.json` (which must parse) name only `monitor_*` series that
 //! a running agent's `/metrics` exports; the rules raise the agent's own alerts under the agent's names
-//! (`monitor::alerts::names`). promtool missing: skipped locally, a failure in CI.
+//! (`monitor::consumers::alerts::names`). promtool missing: skipped locally, a failure in CI.
 //!
 //! And the benchmark figures the docs quote against docs/benchmarks.md, which `cargo xtask bench all` writes. How
 //! to quote one: in README.md, docs/*.md or a file under deploy/ a benchmark figure is written only as a link on one
@@ -98,7 +98,7 @@ fn dashboard_and_alerts_name_only_exported_series() {
     have.insert("monitor_process_state".to_string());
     // Exported only under `[cluster]`; tests/tests/cluster/membership.rs checks it there.
     have.insert("monitor_cluster_members".to_string());
-    // Exported once the guard has killed a process; monitor::metrics' unit tests check it.
+    // Exported once the guard has killed a process; monitor::consumers::metrics' unit tests check it.
     have.insert("monitor_guard_kills_total".to_string());
     for (doc, names) in [("grafana-dashboard.json", &from_dashboard), ("prometheus-alerts.yml", &from_alerts)] {
         let missing: Vec<&String> = names.iter().filter(|n| !have.contains(*n)).collect();
@@ -152,7 +152,7 @@ fn alert_rules_fire_as_their_unit_tests_expect() {
 
 #[test]
 fn the_rules_raise_the_agents_alerts_under_its_names() {
-    use monitor::alerts::names::{RAISED_BY_AGENT, RAISED_BY_RULES_ONLY};
+    use monitor::consumers::alerts::names::{RAISED_BY_AGENT, RAISED_BY_RULES_ONLY};
     let rules = names_after(&doc("prometheus-alerts.yml"), "alert: ");
     let agent: BTreeSet<String> = RAISED_BY_AGENT.iter().map(|s| s.to_string()).collect();
     let only: BTreeSet<String> = RAISED_BY_RULES_ONLY.iter().map(|s| s.to_string()).collect();
@@ -187,7 +187,7 @@ fn names_after(text: &str, prefix: &str) -> BTreeSet<String> {
 
 /// The agent's own alert names.
 fn agent_alert_names() -> BTreeSet<String> {
-    monitor::alerts::names::RAISED_BY_AGENT.iter().map(|s| s.to_string()).collect()
+    monitor::consumers::alerts::names::RAISED_BY_AGENT.iter().map(|s| s.to_string()).collect()
 }
 
 #[test]

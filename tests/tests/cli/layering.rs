@@ -196,12 +196,12 @@ fn named(code: &str, f: &Floors) -> Vec<String> {
             if !head.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
                 continue;
             }
-            let held: Vec<String> = next.into_iter().filter(|n| f.holds(&head, n)).collect();
-            if held.is_empty() || !f.is_folder(&head) {
+            // `<floor>::<module>` names the module; anything else under a module is the module itself.
+            let (held, own): (Vec<String>, Vec<String>) = next.into_iter().partition(|n| f.holds(&head, n));
+            if own.len() + held.len() == 0 || !own.is_empty() {
                 out.push(head);
-            } else {
-                out.extend(held);
             }
+            out.extend(held);
         }
     }
     out
@@ -265,9 +265,9 @@ struct Floors {
 }
 
 impl Floors {
-    /// Whether `floor` is a folder: it holds a module of another name.
+    /// Whether `floor` is a folder: it holds several modules.
     fn is_folder(&self, floor: &str) -> bool {
-        self.floor_of.iter().any(|(m, f)| f == floor && m != floor)
+        self.floor_of.values().filter(|f| *f == floor).count() > 1
     }
 
     /// Whether `module` lives in the folder of `floor`.
@@ -425,7 +425,7 @@ fn the_reader_sees_every_form_of_import() {
     assert_eq!(names("use crate::consumers::{actions, alerts::Raiser};"), ["actions", "alerts"]);
     assert_eq!(
         names("use crate::{base::{token, units}, config::{live::Live, Config}};"),
-        ["token", "units", "live", "config"]
+        ["token", "units", "config", "live"]
     );
     assert_eq!(
         names("    let x = crate::sources::procs::start_ticks(pid) + crate::cluster::wire::f();"),

@@ -104,7 +104,7 @@ fn a_cache_id_minted_on_a_and_used_through_b_reaches_its_process_on_a() {
     // Expired: a token of a's, well signed, whose expiry has passed: 410 where it arrives, not forwarded.
     let inner = token.split('.').take(3).skip(1).collect::<Vec<_>>().join(".");
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let expired = monitor::token::NodeTokens::new(TOKENS.as_bytes(), "a", 60)
+    let expired = monitor::base::token::NodeTokens::new(TOKENS.as_bytes(), "a", 60)
         .sign_at(&inner, now_s.saturating_sub(120))
         .expect("a signed token");
     let forwarded = |n: &Launched| {

@@ -41,7 +41,7 @@ fn a_malformed_chunked_body_gets_400_and_never_reaches_a_process() {
     let spec = Spec {
         workers: 1,
         process: "health_interval_ms = 0".into(),
-        env: vec![("MONITOR_LOG".into(), "info,monitor::proxy=debug".into())],
+        env: vec![("MONITOR_LOG".into(), "info,monitor::front::proxy=debug".into())],
         ..Spec::default()
     };
     let run = Run::start("bodies", &spec);

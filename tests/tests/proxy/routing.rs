@@ -128,11 +128,11 @@ fn signed_cache_ids() {
     assert!(own.starts_with(&format!("{owner}.")) && token.contains(&format!(".{own}.")), "{own} in {token}");
 
     // An id in the older form `<process>.<id>~<expiry>.<mac>`, signed with the same secret, is still served.
-    let older = monitor::token::Tokens::new(SECRET.as_bytes(), 60).sign(&own);
+    let older = monitor::base::token::Tokens::new(SECRET.as_bytes(), 60).sign(&own);
     let r = run.get("/r4/x", &[("X-Cache-Id", &older)]);
     assert_eq!((r.status, served_by(&r)), (200, owner.clone()), "{}", r.text());
     // A valid token of another node (a renamed host, or a cluster with the same secret): 503, not served here.
-    let elsewhere = monitor::token::NodeTokens::new(SECRET.as_bytes(), "another-host", 60).sign(&own);
+    let elsewhere = monitor::base::token::NodeTokens::new(SECRET.as_bytes(), "another-host", 60).sign(&own);
     let r = run.get("/r4/x", &[("X-Cache-Id", elsewhere.as_deref().unwrap_or_default())]);
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.text().contains("owner-node-unavailable") && r.header("retry-after").is_some(), "{}", r.text());

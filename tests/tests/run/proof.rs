@@ -1,4 +1,4 @@
-//! The proof on the agent's action POSTs (`X-Monitor-Proof`, monitor/src/proof.rs) under `monitor run`: each
+//! The proof on the agent's action POSTs (`X-Monitor-Proof`, monitor/src/base/proof.rs) under `monitor run`: each
 //! process it starts finds the group's secret in `MONITOR_ACTION_SECRET`, and the fixture backend acts only on
 //! POSTs that prove themselves with it, on its admin endpoint and as the master relaying `post_url`. One real POST
 //! of the agent's, captured by the process that got it and sent to it again byte for byte, is refused (replayed);
@@ -6,7 +6,7 @@
 //! real secret a minute ago; and none of them changes what the process was told. The Python check that
 //! docs/deploy.md gives server authors agrees with monitor's proofs, case by case.
 
-use monitor::proof::{Key, HEADER, SECRET_ENV};
+use monitor::base::proof::{Key, HEADER, SECRET_ENV};
 use monitor_tests::run::{member, Run, Spec, TIMEOUT};
 use monitor_tests::{agent::free_port, require_program, require_v1, Hog};
 use serde_json::Value;
@@ -115,7 +115,7 @@ fn processes_act_only_on_the_agents_proven_posts() {
     let abort = body.replace("\"refuse\"", "\"abort\"");
     assert_eq!(post_direct(&run, 1, target, None, abort.as_bytes()), 401, "a POST without proof was taken");
     let key = Key::new(&handed_secret(tx1_pid)).expect("a secret of 32 bytes or more");
-    let minute_ago = monitor::proof::now_ms() - 60_000;
+    let minute_ago = monitor::base::proof::now_ms() - 60_000;
     let old = key.sign_at("POST", target, abort.as_bytes(), minute_ago, &[7; 16]);
     assert_eq!(post_direct(&run, 1, target, Some(&old), abort.as_bytes()), 401, "a stale proof was taken");
     // And at the master's relay path, the master's own proof replayed there is refused too.
@@ -158,7 +158,7 @@ fn the_documented_python_check_agrees_with_monitors_proofs() {
     let key = Key::new(&secret).expect("a long secret");
     let other = Key::new(b"another secret of thirty-two bytes").expect("a long secret");
     let body = br#"{"pid":42,"name":"tx1","action":"abort","state":"aborting","ratio":0.93,"cgroup":"/g"}"#;
-    let now = monitor::proof::now_ms();
+    let now = monitor::base::proof::now_ms();
     let good = key.sign_at("POST", "/admin/memory", body, now, &[1; 16]);
     let mut altered = body.to_vec();
     altered[8] = b'3';

@@ -1,5 +1,5 @@
-//! The web API under `monitor run` is served as `monitor agent`'s is (`monitor::api::serve`): a connection that
-//! sends no complete request head within 10 s is closed, so idle or half-sent clients cannot hold it open, and the
+//! The web API under `monitor run` is served as `monitor agent`'s is (`monitor::consumers::api::serve`): a connection
+//! that sends no complete request head within 10 s is closed, so idle or half-sent clients cannot hold it open, and the
 //! API answers others meanwhile.
 
 use monitor_tests::require_v1;

@@ -48,7 +48,7 @@ pub(super) const BENCHES: &[Bench] = &[
 monitor/benches/sampler.rs). The baseline opens the files a sample reads (the group's `memory.stat` and
 `cgroup.procs`, each process's `/proc/<pid>/statm`) once and `pread`s them in a loop: the floor a sample cannot go
 under. Goal: full / raw <= 1.5. Then the cost of one `pread` of each file, one kind at a time, over the same 16
-`sleep` processes (xtask/src/bench.rs): the figures docs/design.md and monitor/src/procs.rs cite. `status` and
+`sleep` processes (xtask/src/bench.rs): the figures docs/design.md and monitor/src/sources/procs.rs cite. `status` and
 `stat` are there to compare: a sample takes RSS and RssAnon from `statm` (resident − shared is the kernel's
 MM_ANONPAGES, the `RssAnon` of `status`), and reads `stat` once per process, when it joins.
 ",
@@ -66,7 +66,7 @@ monitor/benches/host_reads.rs). Who holds a port: the LISTEN sockets from the ke
 (`sock_diag`), against reading `/proc/self/net/tcp`, which lists every connection of the host, and one readiness
 check's `port_owner`. A sample of 200 `sleep` processes, per process: `statm` kept open against open-read-close,
 the way the processes past the fd limit are read. No goal: these say what the choices in
-monitor/src/sockets/ and monitor/src/procs.rs save.
+monitor/src/sources/sockets/ and monitor/src/sources/procs.rs save.
 ",
     },
     Bench {

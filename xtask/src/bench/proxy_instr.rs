@@ -27,7 +27,7 @@ use std::time::Duration;
 /// Requests sent before the counters are zeroed: connections, pools and lazy state are made by then.
 const WARMUP: u32 = 200;
 /// A function only the front door's threads run (`monitor run`'s other threads are not counted).
-const FRONT_DOOR: &str = "monitor::proxy::server::Thread::run";
+const FRONT_DOOR: &str = "monitor::front::proxy::server::Thread::run";
 
 /// One proxy under callgrind.
 struct Target {

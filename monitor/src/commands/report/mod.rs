@@ -181,15 +181,19 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
 /// The report as a text table.
 pub fn text(r: &DayReport) -> String {
     let mut o = String::new();
-    let _ =
-        writeln!(o, "monitor report for {} (UTC), {} of data", r.date, crate::units::count(r.minutes as u64, "minute"));
+    let _ = writeln!(
+        o,
+        "monitor report for {} (UTC), {} of data",
+        r.date,
+        crate::base::units::count(r.minutes as u64, "minute")
+    );
     let _ = writeln!(
         o,
         "group: peak {} mean {} of {}; requests {}; refusals {} ({} s refusing); aborts {} ({} s aborting); \
          shed {}; restarts {}",
-        crate::units::size(r.peak_usage_bytes),
-        crate::units::size(r.mean_usage_bytes),
-        crate::units::size(r.limit_bytes),
+        crate::base::units::size(r.peak_usage_bytes),
+        crate::base::units::size(r.mean_usage_bytes),
+        crate::base::units::size(r.limit_bytes),
         r.requests_total,
         r.refusals,
         r.refusing_seconds,
@@ -209,8 +213,8 @@ pub fn text(r: &DayReport) -> String {
             "{:<20} {:<8} {:>12} {:>12} {:>10} {:>8} {:>8}",
             p.process,
             p.role,
-            crate::units::size(p.peak_rss_bytes),
-            crate::units::size(p.mean_rss_bytes),
+            crate::base::units::size(p.peak_rss_bytes),
+            crate::base::units::size(p.mean_rss_bytes),
             p.requests,
             p.errors_5xx,
             p.restarts
@@ -249,7 +253,7 @@ fn kills_text(o: &mut String, kills: &[KillEvent]) {
             time_of_day(k.at_unix_ms),
             process,
             k.pid,
-            crate::units::size(k.rss_bytes),
+            crate::base::units::size(k.rss_bytes),
             k.reason
         );
     }
@@ -284,7 +288,8 @@ fn cluster_text(o: &mut String, events: &[ClusterEvent]) {
         return;
     }
     let counts: Vec<String> = count_kinds(events).into_iter().map(|(k, n)| format!("{k} {n}")).collect();
-    let _ = writeln!(o, "\ncluster: {}: {}", crate::units::count(events.len() as u64, "event"), counts.join(", "));
+    let _ =
+        writeln!(o, "\ncluster: {}: {}", crate::base::units::count(events.len() as u64, "event"), counts.join(", "));
     let _ = writeln!(o, "{:<14} {:<20} {:<12} FROM -> TO", "TIME (UTC)", "NODE", "WHAT");
     for e in events {
         let from = e.from.as_deref().unwrap_or("-");

@@ -380,8 +380,8 @@ pub fn date_of(day_start: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::report::summarize;
     use crate::history::ring::ProcMinute;
-    use crate::report::summarize;
 
     fn day() -> (Vec<Minute>, Labels, u64) {
         let mut labels = Labels::default();

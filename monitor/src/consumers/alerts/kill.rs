@@ -42,8 +42,8 @@ pub fn killed(r: &KillRecord) -> Condition {
         "{} (pid {}, {} resident, {} anon) with the group at {:.1}% of its limit",
         r.name,
         r.pid,
-        crate::units::size(r.rss_bytes),
-        crate::units::size(r.anon_bytes),
+        crate::base::units::size(r.rss_bytes),
+        crate::base::units::size(r.anon_bytes),
         r.ratio * 100.0
     );
     let summary = match (&r.error, r.enforced) {
@@ -87,9 +87,9 @@ pub fn ineffective(p: &Published) -> Option<Condition> {
             format!(
                 "{} kills did not bring the group below abort_at (at {:.1}% of its limit, {} of it shmem): its memory \
                  is held by something no kill frees (tmpfs, shared memory, the kernel); the guard has stopped killing",
-                crate::policy::kill::MAX_KILLS,
+                crate::decision::policy::kill::MAX_KILLS,
                 p.decision.ratio * 100.0,
-                crate::units::size(g.shmem_bytes)
+                crate::base::units::size(g.shmem_bytes)
             ),
         );
     Some(c)
@@ -98,7 +98,7 @@ pub fn ineffective(p: &Published) -> Option<Condition> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::State;
+    use crate::decision::policy::State;
 
     fn record(pid: u32, enforced: bool) -> KillRecord {
         KillRecord { start_ticks: u64::from(pid) * 10, ..KillRecord::example(pid, "tx1", enforced) }

@@ -140,7 +140,7 @@ fn condition(k: &Kill) -> Condition {
                 let all: Vec<String> = k
                     .victims
                     .iter()
-                    .map(|v| format!("{} (pid {}, {})", v.name, v.pid, crate::units::size(v.rss_bytes)))
+                    .map(|v| format!("{} (pid {}, {})", v.name, v.pid, crate::base::units::size(v.rss_bytes)))
                     .collect();
                 c = c.annotate("vanished", all.join(", "));
             }
@@ -149,7 +149,7 @@ fn condition(k: &Kill) -> Condition {
                  the group so far",
                 v.name,
                 v.pid,
-                crate::units::size(v.rss_bytes),
+                crate::base::units::size(v.rss_bytes),
                 k.cgroup,
                 k.count
             )
@@ -166,8 +166,8 @@ fn condition(k: &Kill) -> Condition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::State;
-    use crate::snapshot::{ProcSample, Traffic};
+    use crate::decision::policy::State;
+    use crate::decision::snapshot::{ProcSample, Traffic};
 
     fn proc(pid: u32, name: &str, mib: u64) -> ProcSample {
         ProcSample {

@@ -4,8 +4,8 @@
 //! sink that is down is reported once, not per notification.
 
 use super::{rfc3339, Notification, Status};
+use crate::base::ordered;
 use crate::config::HttpUrl;
-use crate::ordered;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -183,11 +183,11 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // The command gets none of the agent's capabilities (crate::nocaps).
-    let last_cap = crate::nocaps::last_cap();
+    // The command gets none of the agent's capabilities (crate::base::nocaps).
+    let last_cap = crate::base::nocaps::last_cap();
     // SAFETY: the closure runs between fork and exec and only makes the async-signal-safe calls of `drop_all`.
     unsafe {
-        cmd.pre_exec(move || crate::nocaps::drop_all(last_cap));
+        cmd.pre_exec(move || crate::base::nocaps::drop_all(last_cap));
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -251,12 +251,12 @@ enum Retry {
     Backoff,
 }
 
-fn retry(e: &crate::client::ClientError) -> Retry {
+fn retry(e: &crate::config::client::ClientError) -> Retry {
     match e {
-        crate::client::ClientError::Refused { status, .. } if (400..500).contains(status) && *status != 429 => {
+        crate::config::client::ClientError::Refused { status, .. } if (400..500).contains(status) && *status != 429 => {
             Retry::Never
         }
-        crate::client::ClientError::Refused { retry_after: Some(d), .. } => Retry::After(*d),
+        crate::config::client::ClientError::Refused { retry_after: Some(d), .. } => Retry::After(*d),
         _ => Retry::Backoff,
     }
 }
@@ -265,7 +265,7 @@ fn retry(e: &crate::client::ClientError) -> Retry {
 pub fn http(
     name: &'static str,
     url: HttpUrl,
-    client: crate::client::Client,
+    client: crate::config::client::Client,
     generator_url: String,
     render: fn(&[Notification], &str) -> Value,
     tasks: &mut JoinSet<()>,
@@ -341,7 +341,7 @@ mod tests {
 
     #[test]
     fn a_refusal_is_not_retried_unless_it_says_when() {
-        use crate::client::ClientError::Refused;
+        use crate::config::client::ClientError::Refused;
         let refused = |status, retry_after| Refused { url: "u".into(), status, retry_after };
         assert_eq!(retry(&refused(400, None)), Retry::Never);
         assert_eq!(retry(&refused(404, Some(Duration::from_secs(3)))), Retry::Never);
@@ -349,7 +349,10 @@ mod tests {
         assert_eq!(retry(&refused(429, None)), Retry::Backoff);
         assert_eq!(retry(&refused(503, Some(Duration::from_secs(1)))), Retry::After(Duration::from_secs(1)));
         assert_eq!(retry(&refused(500, None)), Retry::Backoff);
-        assert_eq!(retry(&crate::client::ClientError::Timeout("u".into(), Duration::from_secs(5))), Retry::Backoff);
+        assert_eq!(
+            retry(&crate::config::client::ClientError::Timeout("u".into(), Duration::from_secs(5))),
+            Retry::Backoff
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -421,7 +424,7 @@ mod tests {
         let posts = || hook.requests();
         let url: HttpUrl = hook.url("/hook").parse().expect("a webhook URL");
         let mut tasks = JoinSet::new();
-        let client = crate::client::Client::plain().expect("the plain client").clone();
+        let client = crate::config::client::Client::plain().expect("the plain client").clone();
         let sink = http("webhook", url, client, "http://x/".into(), webhook_json, &mut tasks);
         let started = std::time::Instant::now();
         sink.push(vec![n(Status::Firing)]);

@@ -1,17 +1,18 @@
 //! The alerts task: derives conditions from each published decision, from the group's OOM kill count
-//! ([`OomWatch`]) and from the guard's own kills ([`KillWatch`]), merges those raised by other parts (the launcher's crashes and crash loops, the stats database),
-//! runs the [`Book`](super::engine::Book) and hands notifications to the sinks. It reads every published sample in
-//! order ([`Samples`]), so a decision that lasted a single sample is alerted too; it never blocks the sampler.
+//! ([`OomWatch`]) and from the guard's own kills ([`KillWatch`]), merges those raised by other parts (the launcher's
+//! crashes and crash loops, the stats database), runs the [`Book`](super::engine::Book) and hands notifications to the
+//! sinks. It reads every published sample in order ([`Samples`]), so a decision that lasted a single sample is alerted
+//! too; it never blocks the sampler.
 
 use super::engine::Book;
 use super::kill::KillWatch;
 use super::oom::OomWatch;
 use super::sinks::{self, SinkHandle};
 use super::{names, Condition};
+use crate::config::live::Live;
 use crate::config::AlertsConfig;
+use crate::decision::policy::State;
 use crate::feed::{Published, Samples};
-use crate::live::Live;
-use crate::policy::State;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
@@ -111,16 +112,17 @@ fn fleet_labels(configured: &BTreeMap<String, String>, host: &str, node: Option<
 
 /// The client of the HTTP sinks: the host's CA store and `[alerts] ca_file`, the credentials of
 /// `[alerts] bearer_token_file` or `basic_auth`. An error names the file.
-pub fn client(cfg: &AlertsConfig) -> Result<crate::client::Client, String> {
+pub fn client(cfg: &AlertsConfig) -> Result<crate::config::client::Client, String> {
     let authorization = cfg.authorization().map_err(|e| format!("[alerts] credentials: {e}"))?;
-    crate::client::Client::new(cfg.ca_file.as_deref(), authorization.as_deref()).map_err(|e| format!("[alerts] {e}"))
+    crate::config::client::Client::new(cfg.ca_file.as_deref(), authorization.as_deref())
+        .map_err(|e| format!("[alerts] {e}"))
 }
 
 /// The sinks `cfg` names, started on `tasks`: those sent each batch once, and the Alertmanagers (which also get the
 /// firing alerts again every `resend_s`).
 fn sinks_of(
     cfg: &AlertsConfig,
-    client: &crate::client::Client,
+    client: &crate::config::client::Client,
     generator_url: &str,
     tasks: &mut JoinSet<()>,
 ) -> (Vec<SinkHandle>, Vec<SinkHandle>) {
@@ -148,7 +150,11 @@ fn sinks_of(
 /// with no sink the conditions are still followed, so a sink added later hears of those already firing). `client`
 /// is the start-up config's ([`client`]); a reload builds its own. The task ends when the samples do, once its
 /// sinks have sent what they hold.
-pub fn spawn(mut config: Live, client: crate::client::Client, mut samples: Samples) -> (Raiser, JoinHandle<()>) {
+pub fn spawn(
+    mut config: Live,
+    client: crate::config::client::Client,
+    mut samples: Samples,
+) -> (Raiser, JoinHandle<()>) {
     let (tx, mut ext_rx) = mpsc::unbounded_channel::<(String, Option<Condition>)>();
     let host = hostname();
     let task = tokio::spawn(async move {

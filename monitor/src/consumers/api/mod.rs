@@ -8,11 +8,11 @@ mod serve;
 
 pub use serve::{admit, serve, Admission, OpenConn, HEADER_TIMEOUT, MAX_PER_IP};
 
+use crate::base::reply::{busy, error, method_not_allowed};
+use crate::config::live::Reloads;
+use crate::decision::policy::{self, Action, ProcId};
 use crate::feed::Published;
 use crate::guard::KillBook;
-use crate::live::Reloads;
-use crate::policy::{self, Action, ProcId};
-use crate::reply::{busy, error, method_not_allowed};
 use crate::view::{kernel_oom_cost, status_view, FrontDoorView, KillView, StatusView};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -181,11 +181,11 @@ async fn decision(State(st): State<ApiState>, Query(q): Query<DecisionQuery>) ->
 mod tests {
     use super::*;
     use crate::config::Role;
+    use crate::decision::policy::{State as PolicyState, Thresholds};
+    use crate::decision::snapshot::ProcSample;
+    use crate::decision::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole};
     use crate::feed::ProbeStatus;
     use crate::guard::KillRecord;
-    use crate::policy::{State as PolicyState, Thresholds};
-    use crate::snapshot::ProcSample;
-    use crate::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole};
     use http_body_util::BodyExt;
     use tower::ServiceExt;
 
@@ -206,8 +206,8 @@ mod tests {
     /// launcher's view of a process replaces the inferred role.
     #[test]
     fn the_status_names_states_roles_and_sources_as_before() {
+        use crate::decision::snapshot::Traffic;
         use crate::feed::{LauncherInfo, Phase};
-        use crate::snapshot::Traffic;
         let proc = |pid: u32, ppid: u32| ProcSample {
             pid,
             name: format!("p{pid}"),
@@ -223,7 +223,8 @@ mod tests {
         p.snapshot.processes = vec![proc(10, 1), proc(11, 10), proc(20, 1)];
         p.decision.largest_pid = Some(11);
         p.decision.victim = Some(ProcId { pid: 11, start_ticks: 11 });
-        p.probes = ProbeStatus::on(crate::config::Hooks::RawSysExit, Some(crate::probes::CloseHook::RawSysEnter));
+        p.probes =
+            ProbeStatus::on(crate::config::Hooks::RawSysExit, Some(crate::sources::probes::CloseHook::RawSysEnter));
         let launched = LauncherInfo {
             name: "tx1".into(),
             role: Role::Worker,
@@ -276,7 +277,7 @@ mod tests {
 
     #[test]
     fn the_status_shows_the_last_resort_and_its_kills() {
-        use crate::snapshot::Traffic;
+        use crate::decision::snapshot::Traffic;
         let mut p = Published::test(PolicyState::Aborting);
         p.snapshot.group.shmem_bytes = 8192;
         p.decision.kills_halted = true;
@@ -377,7 +378,7 @@ mod tests {
         let (code, body) = call("GET", "/api/v1/status").await;
         assert_eq!(code, StatusCode::OK, "{body}");
         let v: StatusView = serde_json::from_str(&body).expect("a status document");
-        assert_eq!(v.policy.state, crate::policy::State::Normal);
+        assert_eq!(v.policy.state, crate::decision::policy::State::Normal);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -6,8 +6,8 @@ mod render;
 
 pub use render::{escape_label, render, Extra};
 
+use crate::base::reaction::Kind;
 use crate::history::History;
-use crate::reaction::Kind;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -88,7 +88,7 @@ async fn metrics(h: Arc<History>, gate: Arc<Gate>, more: Option<MoreFn>, node: O
     };
     match gate.run(all).await {
         Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
-        Err(e @ PoolError::Busy(_)) => crate::reply::busy(&e),
+        Err(e @ PoolError::Busy(_)) => crate::base::reply::busy(&e),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }

@@ -1,10 +1,10 @@
 //! The Prometheus text (version 0.0.4) of one sample and what the agent counted beside it: every family with
 //! HELP and TYPE, label values escaped. Pure: the same inputs give the same text.
 
+use crate::base::reaction::{Counts, Kind, BOUNDS_NS};
+use crate::decision::policy::{Decisions, Thresholds};
 use crate::feed::Published;
 use crate::guard::KillCounts;
-use crate::policy::{Decisions, Thresholds};
-use crate::reaction::{Counts, Kind, BOUNDS_NS};
 use std::fmt::Write;
 
 /// What the text holds beyond the sample.
@@ -59,12 +59,12 @@ pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> Strin
         "gauge",
         "1, labelled with the version, the commit and whether the eBPF object is built in.",
     );
-    let probes = if crate::build::probes_built() { "built" } else { "not built" };
+    let probes = if crate::sources::build::probes_built() { "built" } else { "not built" };
     let _ = writeln!(
         o,
         "monitor_build_info{{version=\"{}\",revision=\"{}\",probes=\"{probes}\"}} 1",
-        crate::build::VERSION,
-        crate::build::REVISION
+        crate::sources::build::VERSION,
+        crate::sources::build::REVISION
     );
     family(
         &mut o,
@@ -346,8 +346,8 @@ fn histogram(o: &mut String, labels: &str, hist: &[u64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::State;
-    use crate::reaction::Reactions;
+    use crate::base::reaction::Reactions;
+    use crate::decision::policy::State;
     use std::time::Duration;
 
     #[test]
@@ -442,14 +442,14 @@ mod tests {
         p.snapshot.unix_ms = 1_000_000;
         let mut decisions = Decisions::default();
         for state in [State::Normal, State::Refusing, State::Normal, State::Refusing] {
-            decisions.observe(&crate::policy::Decision { state, ..p.decision.clone() });
+            decisions.observe(&crate::decision::policy::Decision { state, ..p.decision.clone() });
         }
         let thresholds = Thresholds { refuse_at: 0.8, abort_at: 0.9, ..Thresholds::default() };
         let extra = Extra { thresholds, decisions, now_unix_ms: 1_002_500, ..Extra::default() };
         let text = render(&p, &[], &extra);
         let info = lines_of(&text, "monitor_build_info{");
         assert_eq!(info.len(), 1, "{text}");
-        assert!(info[0].contains(&format!("version=\"{}\"", crate::build::VERSION)), "{text}");
+        assert!(info[0].contains(&format!("version=\"{}\"", crate::sources::build::VERSION)), "{text}");
         assert!(info[0].contains("revision=\"") && info[0].ends_with("} 1"), "{text}");
         assert_eq!(
             lines_of(&text, "monitor_policy_threshold_ratio{"),
@@ -465,7 +465,7 @@ mod tests {
         assert_eq!(lines_of(&text, "monitor_policy_victims_total "), ["monitor_policy_victims_total 0"]);
         assert_eq!(lines_of(&text, "monitor_sample_age_seconds "), ["monitor_sample_age_seconds 2.5"]);
         assert!(lines_of(&text, "monitor_memory_pressure").is_empty(), "no PSI, no family");
-        p.snapshot.group.pressure = Some(crate::snapshot::Pressure { some_us: 2_500_000, full_us: 1_000 });
+        p.snapshot.group.pressure = Some(crate::decision::snapshot::Pressure { some_us: 2_500_000, full_us: 1_000 });
         let text = render(&p, &[], &extra);
         assert_eq!(
             lines_of(&text, "monitor_memory_pressure_seconds_total{"),

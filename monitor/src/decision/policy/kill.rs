@@ -14,7 +14,7 @@
 //! - In shadow mode the order is decided and logged, never sent, and does not count toward the halt.
 
 use super::{find, id, ProcId};
-use crate::snapshot::{ProcSample, ProcessRole, Snapshot};
+use crate::decision::snapshot::{ProcSample, ProcessRole, Snapshot};
 use serde::Serialize;
 
 /// Kills without the ratio falling below `abort_at` after which the step halts.

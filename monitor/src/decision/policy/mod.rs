@@ -7,7 +7,7 @@
 
 pub mod kill;
 
-use crate::snapshot::{ProcSample, Snapshot};
+use crate::decision::snapshot::{ProcSample, Snapshot};
 pub use kill::{KillOrder, KillState, KillWhy};
 use serde::Serialize;
 
@@ -265,7 +265,7 @@ impl Decisions {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::snapshot::{CgroupVersion, GroupSample, LimitSource, Traffic};
+    use crate::decision::snapshot::{CgroupVersion, GroupSample, LimitSource, Traffic};
 
     /// A process of `rss` bytes, all of it anon, started at `1000 + pid`.
     pub(crate) fn proc(pid: u32, rss: u64) -> ProcSample {
@@ -297,7 +297,7 @@ pub(super) mod tests {
                 oom_kills: None,
                 processes_listed: procs.len(),
                 processes_sampled: procs.len(),
-                unattributed_bytes: crate::snapshot::unattributed(usage, &procs),
+                unattributed_bytes: crate::decision::snapshot::unattributed(usage, &procs),
                 pressure: None,
             },
             processes: procs,

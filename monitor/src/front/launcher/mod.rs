@@ -46,7 +46,7 @@ pub enum LaunchError {
     #[error("the config has no master process")]
     NoMaster,
     #[error("process {name}: {source}")]
-    Credentials { name: String, source: crate::accounts::AccountError },
+    Credentials { name: String, source: crate::base::accounts::AccountError },
     #[error("stopped by a signal during start-up")]
     Interrupted,
 }
@@ -60,7 +60,7 @@ pub struct Options {
     pub stop_grace: Duration,
     /// Traces each process the moment it is started (before its first health check), so that the kernel counts
     /// everything it serves; `Tracer::none()` without probes.
-    pub tracer: crate::probes::Tracer,
+    pub tracer: crate::sources::probes::Tracer,
     /// The guard's kills: a process that exits by the guard's hand is `killed`, not a crash.
     pub kills: std::sync::Arc<crate::guard::KillBook>,
     /// Environment every process gets besides its own `env` (the actions' secret, `MONITOR_ACTION_SECRET`),

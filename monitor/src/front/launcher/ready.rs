@@ -2,7 +2,7 @@
 //! and only then is its health path asked. A port held by another program is never probed (that program would get
 //! the request) and the process is not marked ready, so nothing is routed there.
 
-use crate::sockets::{self, PortOwner};
+use crate::sources::sockets::{self, PortOwner};
 use std::time::Duration;
 
 /// The outcome of one readiness check.
@@ -76,7 +76,7 @@ impl Said {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sockets::Holder;
+    use crate::sources::sockets::Holder;
 
     #[test]
     fn the_error_names_the_holders() {

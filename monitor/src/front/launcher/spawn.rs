@@ -5,7 +5,7 @@
 //! with the launcher's environment for every process (the actions' secret) after its own. Also the health probe.
 
 use super::Options;
-use crate::accounts::{self, AccountError, Credentials};
+use crate::base::accounts::{self, AccountError, Credentials};
 use crate::config::ProcessConfig;
 use std::ffi::CString;
 use std::io;
@@ -48,7 +48,7 @@ pub fn spawn(p: &ProcessConfig, opts: &Options) -> io::Result<Child> {
     // SAFETY: getpid is async-signal-safe and has no preconditions.
     let parent = unsafe { libc::getpid() };
     // The soft fd limit monitor started with (it raised its own): a server using select() breaks past 1024.
-    let nofile = crate::procs::child_fd_limit();
+    let nofile = crate::sources::procs::child_fd_limit();
     // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe system calls
     // (prctl, getppid, getrlimit, setrlimit, open, write, close, setgroups, setgid, setuid, signal) on memory allocated
     // before the fork.
@@ -89,7 +89,7 @@ pub fn spawn(p: &ProcessConfig, opts: &Options) -> io::Result<Child> {
             // server across exec: it gets none.
             libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0);
             // monitor ignores SIGHUP until its reload handler exists: the server gets the default action.
-            crate::hangup::default_in_child();
+            crate::base::hangup::default_in_child();
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }

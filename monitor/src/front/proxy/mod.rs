@@ -1,7 +1,7 @@
 //! The front door of `monitor run`: a hyper HTTP/1.1 reverse proxy in front of the launched processes. Routes each
-//! request with [`crate::route`], sheds and aborts by the policy's Decision ([`shed`]), streams both bodies, keeps
-//! upstream keep-alive pools ([`upstream`]) with an idle timeout below the backends', retries an idempotent bodiless
-//! request once when it fails before any response byte (on another process when least-outstanding chose the
+//! request with [`crate::config::route`], sheds and aborts by the policy's Decision ([`shed`]), streams both bodies,
+//! keeps upstream keep-alive pools ([`upstream`]) with an idle timeout below the backends', retries an idempotent
+//! bodiless request once when it fails before any response byte (on another process when least-outstanding chose the
 //! first, [`route::Table::retry`]), and drains on shutdown ([`server`]).
 //!
 //! At the edges: an absolute-form target is sent on in origin form with the target's host as `Host`; an HTTP/1.1
@@ -29,10 +29,10 @@ pub mod server;
 pub mod shed;
 pub mod upstream;
 
+use crate::base::token::{HostOwner, HostTokens};
+use crate::config::route::{self, Live, Route, Rule, Unavailable};
 use crate::config::ProxyConfig;
-use crate::launcher::Member;
-use crate::route::{self, Live, Route, Rule, Unavailable};
-use crate::token::{HostOwner, HostTokens};
+use crate::front::launcher::Member;
 use body::{aborted, Lease, Outstanding, ProxyBody, Streamed};
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Bytes, Incoming};
@@ -174,7 +174,7 @@ pub struct Proxy {
     /// another node's front door: published to the door's readers.
     counts: Arc<crate::feed::DoorCounts>,
     /// Times the first 503 after each entry into refusing or aborting ([`shed`]).
-    reactions: Arc<crate::reaction::Reactions>,
+    reactions: Arc<crate::base::reaction::Reactions>,
     /// Malformed request bodies answered 400 since start, and the second (since `started`, plus one) of the last
     /// debug line about them: at most one a second, so a flood of them cannot flood the log.
     bad_bodies: AtomicU64,
@@ -227,7 +227,7 @@ impl Proxy {
         cfg: &ProxyConfig,
         members: Arc<[Member]>,
         admin_paths: &[String],
-        reactions: Arc<crate::reaction::Reactions>,
+        reactions: Arc<crate::base::reaction::Reactions>,
         kills: Arc<crate::guard::KillBook>,
         counts: Arc<crate::feed::DoorCounts>,
     ) -> Result<Proxy, ProxyError> {

@@ -4,7 +4,8 @@
 //! connection after it: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]).
 //!
 //! The drain, as nginx's graceful quit: the connections the kernel has already completed are taken (as far as
-//! `max_connections` allows; the rest are closed), then the listening socket is closed (new ones are refused); every request received is answered, each answer with
+//! `max_connections` allows; the rest are closed), then the listening socket is closed (new ones are refused); every
+//! request received is answered, each answer with
 //! `Connection: close`, after which the connection closes; a kept-alive connection is closed only once it has been
 //! quiet for [`QUIET`] (nothing read or written, the last bytes its answer's), so a request the client sent just
 //! before or during the drain is answered rather than cut by a close; in-flight requests may finish until the

@@ -1,13 +1,13 @@
 //! Load shedding from the latest Decision: a task that turns each published decision into a per-process action
 //! (read lock-free on the request path) and cancels the in-flight requests of a process told to abort; and the
 //! 503 answers that name the memory guard. Each entry into refusing or aborting (enforced, not shadow) arms the
-//! timing of the first 503 after it, from the wake-up of the sample that decided it ([`crate::reaction`]).
+//! timing of the first 503 after it, from the wake-up of the sample that decided it ([`crate::base::reaction`]).
 
 use super::body::ProxyBody;
 use super::Proxy;
+use crate::base::reaction::Reactions;
+use crate::decision::policy::{Action, ProcId, State};
 use crate::feed::Published;
-use crate::policy::{Action, ProcId, State};
-use crate::reaction::Reactions;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 use std::sync::atomic::Ordering;
@@ -135,7 +135,7 @@ impl Proxy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reaction::Kind;
+    use crate::base::reaction::Kind;
     use std::time::{Duration, Instant};
 
     /// A decision in `state`, taken on a sample whose wake-up was `ago` before now.

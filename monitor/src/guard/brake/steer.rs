@@ -3,9 +3,9 @@
 //! the published samples say of it.
 
 use super::{Brake, BrakeStatus};
-use crate::cgroup::Group;
 use crate::config::PolicyConfig;
-use crate::snapshot::CgroupVersion;
+use crate::decision::snapshot::CgroupVersion;
+use crate::sources::cgroup::Group;
 use std::time::{Duration, Instant};
 
 /// A brake that could not be set is tried again this often (and whenever the limit changes).

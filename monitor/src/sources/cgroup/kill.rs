@@ -93,18 +93,18 @@ impl Descendants {
     pub fn in_group(dir: &Path) -> Result<Descendants, CgroupError> {
         let me = std::process::id();
         let proc_root = Path::new("/proc");
-        let ours = crate::procs::with_descendants(proc_root, me);
+        let ours = crate::sources::procs::with_descendants(proc_root, me);
         let mut held = Vec::new();
         for pid in members(dir)? {
             if pid != me && ours.contains(&pid) {
-                if let Ok(fd) = crate::pidfd::open(pid) {
+                if let Ok(fd) = crate::base::pidfd::open(pid) {
                     held.push((pid, fd));
                 }
             }
         }
         // A pid that named another process by the time its pidfd was opened is dropped: the pidfd's process must
         // still be listed and still descend from this one.
-        let (listed, ours) = (members(dir)?, crate::procs::with_descendants(proc_root, me));
+        let (listed, ours) = (members(dir)?, crate::sources::procs::with_descendants(proc_root, me));
         held.retain(|(pid, _)| listed.binary_search(pid).is_ok() && ours.contains(pid));
         Ok(Descendants(held))
     }
@@ -121,16 +121,16 @@ impl Descendants {
 
     /// SIGKILLs every held process still running; how many were.
     pub fn kill(self) -> usize {
-        self.0.iter().filter(|(_, fd)| crate::pidfd::send_signal(fd, libc::SIGKILL).is_ok()).count()
+        self.0.iter().filter(|(_, fd)| crate::base::pidfd::send_signal(fd, libc::SIGKILL).is_ok()).count()
     }
 }
 
 /// SIGKILLs `pid` if, through a pidfd opened on it, it is still a member of the group `dir`. True when signalled.
 fn signal_member(dir: &Path, pid: u32) -> bool {
     let listed = || members(dir).is_ok_and(|m| m.binary_search(&pid).is_ok());
-    match crate::pidfd::open(pid) {
+    match crate::base::pidfd::open(pid) {
         // The pidfd names one process for good: if the pid is listed in the group now, it is that process.
-        Ok(fd) => listed() && crate::pidfd::send_signal(&fd, libc::SIGKILL).is_ok(),
+        Ok(fd) => listed() && crate::base::pidfd::send_signal(&fd, libc::SIGKILL).is_ok(),
         // A kernel without pidfds (before 5.3): the membership check just made is the best there is.
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
             let Ok(raw) = libc::pid_t::try_from(pid) else { return false };

@@ -8,8 +8,8 @@ pub mod mounts;
 pub mod v1;
 pub mod v2;
 
-use crate::kernfile::{pread_all, pread_record};
-use crate::snapshot::CgroupVersion;
+use crate::base::kernfile::{pread_all, pread_record};
+use crate::decision::snapshot::CgroupVersion;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -152,7 +152,7 @@ pub struct Memory {
     /// The kernel's count of OOM kills in the group (None where the kernel has no such count).
     pub oom_kills: Option<u64>,
     /// The group's memory stall totals (v2 with PSI; None otherwise).
-    pub pressure: Option<crate::snapshot::Pressure>,
+    pub pressure: Option<crate::decision::snapshot::Pressure>,
     /// v2 `memory.oom.group` as last read (at the start and each rescan); None on v1 or without the file.
     pub oom_group: Option<bool>,
 }
@@ -372,13 +372,13 @@ mod tests {
     use super::*;
 
     fn v1_mounts() -> Mounts {
-        Mounts::parse(include_str!("../../../tests/fixtures/proc/v1-host.mountinfo"))
+        Mounts::parse(include_str!("../../../../tests/fixtures/proc/v1-host.mountinfo"))
     }
 
     #[test]
     fn auto_on_v1_host_takes_the_memory_line() {
-        let g =
-            locate("auto", &v1_mounts(), include_str!("../../../tests/fixtures/proc/v1-host.cgroup")).expect("locate");
+        let g = locate("auto", &v1_mounts(), include_str!("../../../../tests/fixtures/proc/v1-host.cgroup"))
+            .expect("locate");
         assert_eq!(g.version, CgroupVersion::V1);
         assert_eq!(g.dir, PathBuf::from("/sys/fs/cgroup/memory/monitor-capture-1061/child"));
         assert_eq!(g.mount, PathBuf::from("/sys/fs/cgroup/memory"));
@@ -386,8 +386,8 @@ mod tests {
 
     #[test]
     fn auto_on_v2_host_takes_the_0_line() {
-        let m = Mounts::parse(include_str!("../../../tests/fixtures/proc/v2-only.mountinfo"));
-        let g = locate("auto", &m, include_str!("../../../tests/fixtures/proc/v2-only.cgroup")).expect("locate");
+        let m = Mounts::parse(include_str!("../../../../tests/fixtures/proc/v2-only.mountinfo"));
+        let g = locate("auto", &m, include_str!("../../../../tests/fixtures/proc/v2-only.cgroup")).expect("locate");
         assert_eq!(g.version, CgroupVersion::V2);
         assert_eq!(g.dir, PathBuf::from("/sys/fs/cgroup/system.slice/app.service"));
     }

@@ -17,7 +17,8 @@ pub struct Mounts {
 
 impl Mounts {
     /// Parses mountinfo text. Assumes a cgroup2 mount offers memory; [`Mounts::read`] checks it.
-    /// Lines that do not parse, or name a mount point that is not absolute, are skipped (mountinfo comes from the kernel; a bad line must not stop the agent).
+    /// Lines that do not parse, or name a mount point that is not absolute, are skipped (mountinfo comes from the
+    /// kernel; a bad line must not stop the agent).
     pub fn parse(mountinfo: &str) -> Mounts {
         let mut m = Mounts::default();
         for line in mountinfo.lines() {
@@ -99,14 +100,14 @@ mod tests {
 
     #[test]
     fn v1_host_mounts() {
-        let m = Mounts::parse(include_str!("../../../tests/fixtures/proc/v1-host.mountinfo"));
+        let m = Mounts::parse(include_str!("../../../../tests/fixtures/proc/v1-host.mountinfo"));
         assert_eq!(m.v1_memory, Some(PathBuf::from("/sys/fs/cgroup/memory")));
         assert_eq!(m.v2, Some(PathBuf::from("/sys/fs/cgroup/unified")));
     }
 
     #[test]
     fn v2_only_mounts() {
-        let m = Mounts::parse(include_str!("../../../tests/fixtures/proc/v2-only.mountinfo"));
+        let m = Mounts::parse(include_str!("../../../../tests/fixtures/proc/v2-only.mountinfo"));
         assert_eq!(m.v1_memory, None);
         assert_eq!(m.v2_memory, Some(PathBuf::from("/sys/fs/cgroup")));
     }
@@ -123,7 +124,7 @@ mod tests {
 
     #[test]
     fn proc_cgroup_lines() {
-        let c = parse_proc_cgroup(include_str!("../../../tests/fixtures/proc/v1-host.cgroup"));
+        let c = parse_proc_cgroup(include_str!("../../../../tests/fixtures/proc/v1-host.cgroup"));
         assert_eq!(c.v1_memory.as_deref(), Some("/monitor-capture-1061/child"));
         assert_eq!(c.v2.as_deref(), Some("/"));
         let c = parse_proc_cgroup("0::/system.slice/x.service\n");

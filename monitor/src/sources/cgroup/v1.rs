@@ -31,16 +31,17 @@ mod tests {
     #[test]
     fn captured_child_with_limit() {
         // Captured on this project's host: a python process holding a touched 64 MiB bytearray (RssAnon 72408 kB).
-        let s = parse_memory_stat(include_str!("../../../tests/fixtures/v1/child-limited.memory.stat")).expect("parse");
+        let s =
+            parse_memory_stat(include_str!("../../../../tests/fixtures/v1/child-limited.memory.stat")).expect("parse");
         assert_eq!(s, V1Stat { total_rss: 72408 * 1024, total_shmem: 0, limit_bytes: Some(128 << 20) });
         let p =
-            parse_memory_stat(include_str!("../../../tests/fixtures/v1/parent-limited.memory.stat")).expect("parse");
+            parse_memory_stat(include_str!("../../../../tests/fixtures/v1/parent-limited.memory.stat")).expect("parse");
         assert_eq!(p.limit_bytes, Some(256 << 20));
     }
 
     #[test]
     fn captured_root_is_unlimited() {
-        let s = parse_memory_stat(include_str!("../../../tests/fixtures/v1/root.memory.stat")).expect("parse");
+        let s = parse_memory_stat(include_str!("../../../../tests/fixtures/v1/root.memory.stat")).expect("parse");
         assert_eq!(s.limit_bytes, None);
         assert_eq!(s.total_rss, 83378176);
     }

@@ -19,7 +19,7 @@ pub fn keyed(text: &str, key: &str) -> Result<Option<u64>, String> {
 
 /// The `total=` of the `some` and `full` lines of a PSI file (`memory.pressure`):
 /// `some avg10=0.00 avg60=0.00 avg300=0.00 total=1234`.
-pub fn parse_pressure(text: &str) -> Result<crate::snapshot::Pressure, String> {
+pub fn parse_pressure(text: &str) -> Result<crate::decision::snapshot::Pressure, String> {
     let total = |kind: &str| -> Result<u64, String> {
         let line = text.lines().find(|l| l.split_ascii_whitespace().next() == Some(kind));
         let line = line.ok_or_else(|| format!("no {kind} line"))?;
@@ -27,7 +27,7 @@ pub fn parse_pressure(text: &str) -> Result<crate::snapshot::Pressure, String> {
         let v = v.ok_or_else(|| format!("{kind} has no total"))?;
         v.parse().map_err(|_| format!("{kind} total is not a number: {v:?}"))
     };
-    Ok(crate::snapshot::Pressure { some_us: total("some")?, full_us: total("full")? })
+    Ok(crate::decision::snapshot::Pressure { some_us: total("some")?, full_us: total("full")? })
 }
 
 /// The `anon` value of a v2 `memory.stat`.
@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn anon_from_fixture() {
-        let t = include_str!("../../../tests/fixtures/v2/nested/system.slice/app.service/workers/memory.stat");
+        let t = include_str!("../../../../tests/fixtures/v2/nested/system.slice/app.service/workers/memory.stat");
         assert_eq!(parse_anon(t), Ok(41996288));
         // `anon_thp` and `inactive_anon` must not be mistaken for `anon`.
         assert_eq!(parse_anon("anon_thp 5\ninactive_anon 7\nanon 9\n"), Ok(9));

@@ -1,6 +1,6 @@
 //! Turns the kernel's per-CPU `Counters` into a process's `Traffic` (pure: summing and percentiles).
 
-use crate::snapshot::Traffic;
+use crate::decision::snapshot::Traffic;
 use monitor_common::stats::{Counters, HIST_BUCKETS};
 
 /// Sums one tgid's per-CPU counters.

@@ -67,7 +67,7 @@ pub fn parse_live_process(status: &str, pid: u32) -> bool {
 
 /// Reads `/proc/<pid>/status`: false when the process is gone, a zombie or a thread.
 pub fn live_process(pid: u32) -> bool {
-    crate::kernfile::read_lossy(format!("/proc/{pid}/status")).is_ok_and(|s| parse_live_process(&s, pid))
+    crate::base::kernfile::read_lossy(format!("/proc/{pid}/status")).is_ok_and(|s| parse_live_process(&s, pid))
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ pub use attach::tracefs_reachable;
 pub use counters::percentile;
 pub use tracer::{TraceRequest, Tracer};
 
-use crate::snapshot::Traffic;
+use crate::decision::snapshot::Traffic;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use aya::programs::{ProgramError, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader};

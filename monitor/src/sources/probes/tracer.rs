@@ -32,7 +32,7 @@ impl Tracer {
         if tx.send((pid, ack)).is_err() {
             return;
         }
-        crate::wakeup::eventfd::ring(efd);
+        crate::sources::wakeup::eventfd::ring(efd);
         let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
     }
 }

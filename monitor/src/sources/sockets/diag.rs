@@ -1,6 +1,7 @@
 //! The LISTEN sockets of this network namespace from the kernel's socket diagnostics (`NETLINK_SOCK_DIAG`,
 //! `inet_diag`): the kernel sends the listeners alone, where `/proc/net/tcp` lists every connection of the host
-//! (on a busy test machine 11.6 ms a read, against 52 µs here: `cargo bench -p monitor --bench host_reads -- listeners`).
+//! (on a busy test machine 11.6 ms a read, against 52 µs here: `cargo bench -p monitor --bench host_reads --
+//! listeners`).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

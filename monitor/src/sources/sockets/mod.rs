@@ -154,7 +154,7 @@ pub fn holders(proc_root: &Path, inodes: &HashSet<u64>) -> Vec<Holder> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(mine) = socket_inodes(proc_root, pid) else { continue };
         if !mine.is_disjoint(inodes) {
-            let comm = crate::kernfile::read_lossy(e.path().join("comm")).ok().map(|c| c.trim_end().to_string());
+            let comm = crate::base::kernfile::read_lossy(e.path().join("comm")).ok().map(|c| c.trim_end().to_string());
             out.push(Holder { pid, comm });
         }
     }
@@ -191,7 +191,7 @@ pub fn port_owner_in(proc_root: &Path, listeners: &[(u64, SocketAddr)], pid: u32
     let mut left = listeners;
     take_held(proc_root, pid, &mut left);
     if !left.is_empty() {
-        for p in crate::procs::with_descendants(proc_root, pid) {
+        for p in crate::sources::procs::with_descendants(proc_root, pid) {
             if p != pid {
                 take_held(proc_root, p, &mut left);
             }
@@ -213,8 +213,8 @@ mod tests {
 
     /// Captured in a network namespace of their own: python's http.server on 127.0.0.1:8000 with one accepted
     /// connection (and its client), and another on [::1]:8443.
-    const NET_TCP: &str = include_str!("../../../tests/fixtures/proc/net-tcp");
-    const NET_TCP6: &str = include_str!("../../../tests/fixtures/proc/net-tcp6");
+    const NET_TCP: &str = include_str!("../../../../tests/fixtures/proc/net-tcp");
+    const NET_TCP6: &str = include_str!("../../../../tests/fixtures/proc/net-tcp6");
 
     #[test]
     fn tcp_tables_give_the_listeners_only() {

@@ -1,4 +1,4 @@
-//! The eventfds the sampler waits on: the v1 thresholds' and the one [`crate::probes::Tracer`] rings.
+//! The eventfds the sampler waits on: the v1 thresholds' and the one [`crate::sources::probes::Tracer`] rings.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -11,9 +11,9 @@ pub mod eventfd;
 pub mod v1;
 pub mod v2;
 
-use crate::cgroup::Group;
 use crate::config::WakeupKind;
-use crate::snapshot::CgroupVersion;
+use crate::decision::snapshot::CgroupVersion;
+use crate::sources::cgroup::Group;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;

@@ -34,7 +34,7 @@ impl Events {
 
     /// Reads the file again, which acknowledges the change notified (kernfs keeps notifying until it is read).
     pub fn consume(&mut self) {
-        let _ = crate::kernfile::pread_record(&self.file, &mut self.buf);
+        let _ = crate::base::kernfile::pread_record(&self.file, &mut self.buf);
     }
 }
 
