@@ -6,6 +6,7 @@
 //! `monitor agent` and `monitor run` alike. Every module stands on a floor of docs/design.md's "Layers" table and imports
 //! only what its floor may (tests/tests/cli/layering.rs reads the table and fails on any other import).
 
+pub mod accept;
 pub(crate) mod accounts;
 pub(crate) mod actions;
 pub mod agent;
