@@ -1,6 +1,7 @@
 //! What every floor may use: small leaves that know nothing of the group (kernel files, pidfds, tokens, units,
 //! the log, systemd's notify, the actions' proofs, reaction times, ordered queues).
 
+pub(crate) mod accept;
 pub(crate) mod accounts;
 pub mod hangup;
 pub mod kernfile;

@@ -6,7 +6,7 @@
 
 mod serve;
 
-pub use serve::{admit, serve, Admission, OpenConn, HEADER_TIMEOUT, MAX_PER_IP};
+pub use serve::{serve, HEADER_TIMEOUT, MAX_PER_IP};
 
 use crate::base::reply::{busy, error, method_not_allowed};
 use crate::config::live::Reloads;

@@ -15,13 +15,11 @@
 //! (bad chunk size, a chunk shorter or longer than its size, the client gone midway) gets 400 and a closed
 //! connection, logged at debug at most once a second, and the process sees nothing of it; past the limits the rest
 //! is streamed, and a fault there closes the upstream connection before the body's end. 502 is only ever for what a
-//! process did. At most `max_connections` clients are served at once ([`admit`]). While draining, every answer says
-//! `Connection: close` ([`server`]).
+//! process did. At most `max_connections` clients are served at once ([`crate::base::accept::admit`]). While draining,
+//! every answer says `Connection: close` ([`crate::base::accept`]).
 
-pub mod admit;
 pub mod body;
 pub mod channel;
-pub mod client_io;
 pub mod headers;
 pub mod peer;
 pub mod request_body;
@@ -341,13 +339,13 @@ impl Proxy {
     }
 
     /// Answers one request from a client at `peer` ([`headers::client_value`]), with this thread's table and
-    /// upstream connections; marks the connection's `seat` busy once the request goes on ([`admit`]).
+    /// upstream connections; marks the connection's `seat` busy once the request goes on ([`crate::base::accept::admit`]).
     pub async fn handle(
         &self,
         local: &Local,
         req: Request<Incoming>,
         peer: &HeaderValue,
-        seat: &admit::Seat,
+        seat: &crate::base::accept::Seat,
     ) -> Response<ProxyBody> {
         if req.body().is_end_stream() {
             // Nothing more to wait for from the client.
@@ -437,7 +435,7 @@ impl Proxy {
         req: Request<Incoming>,
         peer: &HeaderValue,
         fallback: Option<HeaderValue>,
-        seat: &admit::Seat,
+        seat: &crate::base::accept::Seat,
     ) -> Response<ProxyBody> {
         let out = match self.request_filter(&to, req, peer, fallback).await {
             // Held whole or in part: what the request waits for from here on is the process.

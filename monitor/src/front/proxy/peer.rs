@@ -41,7 +41,7 @@ impl Proxy {
         door: &Door,
         req: Request<Incoming>,
         peer: &HeaderValue,
-        seat: &super::admit::Seat,
+        seat: &crate::base::accept::Seat,
     ) -> Result<(Request<Incoming>, Here), Response<ProxyBody>> {
         let (mut parts, body) = req.into_parts();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();

@@ -1,24 +1,15 @@
-//! The accept loop and the drain. Connections are admitted by [`super::admit`] (`max_connections`); each is served
-//! by hyper's HTTP/1.1 server (malformed request line: 400; request head over `max_header_bytes`: 431, and no more
-//! of a connection's input is buffered; a head not complete within `header_read_timeout_s`, or an idle kept-alive
-//! connection after it: closed; a client that takes nothing of its answer for 30 s: cut, [`super::client_io`]).
-//!
-//! The drain, as nginx's graceful quit: the connections the kernel has already completed are taken (as far as
-//! `max_connections` allows; the rest are closed), then the listening socket is closed (new ones are refused); every
-//! request received is answered, each answer with
-//! `Connection: close`, after which the connection closes; a kept-alive connection is closed only once it has been
-//! quiet for [`QUIET`] (nothing read or written, the last bytes its answer's), so a request the client sent just
-//! before or during the drain is answered rather than cut by a close; in-flight requests may finish until the
-//! deadline. The front door has threads of its own (see [`serve`]).
+//! The front door's threads on [`crate::base::accept`]'s loop: connections are admitted by `max_connections` (at the
+//! cap, the one that has owed a request longest is closed, else the one idle longest; when every one has a request
+//! at a process, new ones wait in the kernel's backlog), served by hyper with `max_header_bytes` and
+//! `header_read_timeout_s`, and drained as nginx's graceful quit; in-flight requests may finish until the deadline.
+//! The front door has threads of its own (see [`serve`]).
 
-use super::admit::{self, Admission, Admitted, Seat};
 use super::body::{BoxError, ProxyBody};
-use super::client_io::ClientIo;
 use super::{Local, Proxy};
+use crate::base::accept::admit::Answering;
+use crate::base::accept::{self, Admission, Admitted, Bounds, Conn, Conns, Limits};
 use crate::config::ProxyConfig;
 use hyper::body::{Body, Bytes, Frame, SizeHint};
-use hyper::header::{HeaderValue, CONNECTION};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -29,11 +20,6 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-/// During the drain, how long a kept-alive connection must be quiet before it is closed.
-pub const QUIET: Duration = Duration::from_millis(200);
-
-/// The most connections one thread takes from the listening socket's queue when the drain starts.
-const QUEUED_MAX: usize = 4096;
 /// Resolves once the flag is true (or its sender is gone).
 pub async fn until_set(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|d| *d).await;
@@ -68,10 +54,13 @@ pub async fn serve(
 ) -> Drained {
     let n = threads(cfg.threads);
     let limits = Limits {
-        max_header_bytes: cfg.max_header_bytes,
+        name: "front door",
+        bounds: Bounds { max_total: cfg.max_connections, max_per_ip: None, owed_first: true },
+        refuse_when_busy: false,
         header_read_timeout: Duration::from_secs(cfg.header_read_timeout_s),
+        max_header_bytes: cfg.max_header_bytes,
     };
-    let admission = Admission::new(cfg.max_connections);
+    let admission = Admission::new(limits.bounds);
     let (handoff, inboxes): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::unbounded_channel()).unzip();
     let load = Arc::new(Load { live: (0..n).map(|_| AtomicUsize::new(0)).collect(), handoff });
     // Closed once every thread has stopped accepting (dropped its listener).
@@ -128,13 +117,6 @@ pub async fn serve(
             Drained { left }
         }
     }
-}
-
-/// What hyper is told of each front-door connection.
-#[derive(Debug, Clone, Copy)]
-struct Limits {
-    max_header_bytes: usize,
-    header_read_timeout: Duration,
 }
 
 /// A connection accepted (and admitted) by one thread for another.
@@ -204,82 +186,45 @@ impl Thread {
                 }
             };
             let local = Arc::new(proxy.local());
-            // This thread's own drain signal for its connections, raised when the shared one is: each connection
-            // waits on it (a lock on every wake of the connection's task) without touching another thread's state.
-            let (conn_drain_tx, conn_drain) = watch::channel(false);
             let reaper =
                 tokio::spawn(local.pool.clone().reaper((proxy.idle_timeout() / 2).max(Duration::from_millis(100))));
-            // Held by each connection of this thread: recv() ends once they are all gone.
-            let (conn_tx, mut conn_rx) = mpsc::channel::<()>(1);
-            let serve = Serve { local, load: load.clone(), index, limits, drain: conn_drain, conn: conn_tx };
-            // A connection accepted at the cap: served once the one closed for it is gone, or (every connection
-            // with a request on it) once one ends; no other is accepted meanwhile: they wait in the kernel's backlog.
-            let mut waiting: Option<(TcpStream, IpAddr)> = None;
-            let mut full = FullLog::default();
-            loop {
-                tokio::select! {
-                    r = listener.accept(), if waiting.is_none() => match r {
-                        Ok((stream, peer)) => match admission.admit() {
-                            Ok(seat) => serve.dispatch(stream, peer.ip(), seat),
-                            Err(why) => {
-                                full.saw(why, admission.max());
-                                waiting = Some((stream, peer.ip()));
-                            }
-                        },
-                        Err(e) => {
-                            // EMFILE and the like: wait a little rather than spin.
-                            tracing::warn!("accept: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
+            // This thread's own connections: their drain signal (raised when the shared one is, so a connection
+            // waits on it without touching another thread's state) and the wait for their end.
+            let conns = Conns::new();
+            let serve = Arc::new(Serve { local, load: load.clone(), index, limits, conn: conns.conn() });
+            // Connections handed over by another thread, until the drain.
+            let handed = {
+                let (serve, mut drain) = (serve.clone(), drain.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            Some((s, ip, seat)) = inbox.recv() => match TcpStream::from_std(s) {
+                                // Counted on this thread by the one that handed it over.
+                                Ok(stream) => serve.start(stream, ip, true, seat),
+                                Err(e) => {
+                                    serve.load.live[index].fetch_sub(1, Ordering::Relaxed);
+                                    tracing::warn!("taking a connection from another thread: {e}");
+                                }
+                            },
+                            _ = until_set(&mut drain) => break,
                         }
-                    },
-                    _ = admission.room(), if waiting.is_some() => match admission.admit() {
-                        Ok(seat) => {
-                            if let Some((stream, ip)) = waiting.take() {
-                                serve.dispatch(stream, ip, seat);
-                            }
-                            full.over();
-                        }
-                        Err(why) => full.saw(why, admission.max()),
-                    },
-                    Some((s, ip, seat)) = inbox.recv() => match TcpStream::from_std(s) {
-                        // Counted on this thread by the one that handed it over.
-                        Ok(stream) => serve.start(stream, ip, true, seat),
-                        Err(e) => {
-                            load.live[index].fetch_sub(1, Ordering::Relaxed);
-                            tracing::warn!("taking a connection from another thread: {e}");
-                        }
-                    },
-                    _ = until_set(&mut drain) => {
-                        proxy.set_draining();
-                        break;
                     }
-                }
-            }
-            let _ = conn_drain_tx.send(true);
-            // Connections the kernel completed before the drain: their requests may be on the way, so they are
-            // served (each answer closes its connection) as far as the door has room; the others are closed. Then
-            // the listener is closed: new ones are refused.
-            if let Some((stream, ip)) = waiting.take() {
-                if let Ok(seat) = admission.admit() {
-                    serve.start(stream, ip, false, seat);
-                }
-            }
-            for _ in 0..QUEUED_MAX {
-                let queued = std::future::poll_fn(|cx| match listener.poll_accept(cx) {
-                    Poll::Ready(r) => Poll::Ready(Some(r.map(|(s, peer)| (s, peer.ip())))),
-                    Poll::Pending => Poll::Ready(None),
                 })
-                .await;
-                let Some(Ok((stream, ip))) = queued else { break };
-                if let Ok(seat) = admission.admit() {
-                    serve.start(stream, ip, false, seat);
-                }
-            }
-            drop(listener);
+            };
+            let stop = async {
+                until_set(&mut drain).await;
+                proxy.set_draining();
+            };
+            accept::accept(listener, &admission, &limits, stop, &conns, |stream, ip, seat, queued| match queued {
+                true => serve.start(stream, ip, false, seat),
+                false => serve.dispatch(stream, ip, seat),
+            })
+            .await;
             drop(accepting);
+            let _ = handed.await;
             drop(serve);
             tokio::select! {
-                _ = conn_rx.recv() => {}
+                _ = conns.ended() => {}
                 _ = until_set(&mut halt) => {}
             }
             reaper.abort();
@@ -290,42 +235,14 @@ impl Thread {
     }
 }
 
-/// One thread's log of the door being full with every connection busy: a line when it starts, one when it ends.
-#[derive(Default)]
-struct FullLog {
-    since: Option<tokio::time::Instant>,
-}
-
-impl FullLog {
-    /// An admission just failed.
-    fn saw(&mut self, why: admit::Full, max_connections: usize) {
-        if self.since.is_none() && why == admit::Full::Busy {
-            self.since = Some(tokio::time::Instant::now());
-            tracing::warn!(
-                max_connections,
-                "front door full, every connection with a request on it: new connections wait"
-            );
-        }
-    }
-
-    /// A connection was admitted.
-    fn over(&mut self) {
-        if let Some(t) = self.since.take() {
-            tracing::info!("front door admitting again after {} ms full", t.elapsed().as_millis());
-        }
-    }
-}
-
 /// Starts connections' tasks on one thread.
 struct Serve {
     local: Arc<Local>,
     load: Arc<Load>,
     index: usize,
     limits: Limits,
-    /// The thread's own drain signal, which each connection watches.
-    drain: watch::Receiver<bool>,
-    /// Held by each connection: the thread waits for them all at the end.
-    conn: mpsc::Sender<()>,
+    /// Held by each connection: its drain signal, and the thread waits for them all at the end.
+    conn: Conn,
 }
 
 impl Serve {
@@ -350,103 +267,45 @@ impl Serve {
 
     /// Serves `stream` on this thread, counted on it until it ends; `counted` when the count already holds it (a
     /// connection handed over by another thread).
-    fn start(&self, stream: TcpStream, ip: IpAddr, counted: bool, seat: Admitted) {
+    fn start(&self, stream: TcpStream, ip: IpAddr, counted: bool, admitted: Admitted) {
         let _ = stream.set_nodelay(true);
         if !counted {
             self.load.live[self.index].fetch_add(1, Ordering::Relaxed);
         }
-        let finished = Finished { load: self.load.clone(), index: self.index, _conn: self.conn.clone(), seat };
-        tokio::spawn(connection(self.local.clone(), stream, ip, self.limits, self.drain.clone(), finished));
+        let counts = Counted { load: self.load.clone(), index: self.index };
+        let (local, peer, seat) = (self.local.clone(), super::headers::client_value(ip), admitted.seat.clone());
+        let svc = hyper::service::service_fn(move |req| {
+            let (local, peer, seat) = (local.clone(), peer.clone(), seat.clone());
+            async move {
+                let resp = local.proxy.handle(&local, req, &peer, &seat).await;
+                let (parts, body) = resp.into_parts();
+                Ok::<_, Infallible>(hyper::Response::from_parts(parts, Answer { body, _seat: Answering(seat) }))
+            }
+        });
+        let conn = accept::connection(stream, admitted, self.limits, self.conn.clone(), svc);
+        tokio::spawn(async move {
+            conn.await;
+            drop(counts);
+        });
     }
 }
 
-/// Counts a connection on its thread, and holds its seat at the door, until it ends.
-struct Finished {
+/// Counts a connection on its thread until it ends.
+struct Counted {
     load: Arc<Load>,
     index: usize,
-    _conn: mpsc::Sender<()>,
-    seat: Admitted,
 }
 
-impl Drop for Finished {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.load.live[self.index].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-async fn connection(
-    local: Arc<Local>,
-    stream: TcpStream,
-    ip: IpAddr,
-    limits: Limits,
-    mut drain: watch::Receiver<bool>,
-    finished: Finished,
-) {
-    let peer = super::headers::client_value(ip);
-    let seat = finished.seat.seat.clone();
-    let svc = {
-        let seat = seat.clone();
-        hyper::service::service_fn(move |req| {
-            let local = local.clone();
-            let peer = peer.clone();
-            let seat = seat.clone();
-            async move {
-                let resp = local.proxy.handle(&local, req, &peer, &seat).await;
-                let (mut parts, body) = resp.into_parts();
-                if local.proxy.draining() {
-                    // The last answer on this connection: hyper closes it once written.
-                    parts.headers.insert(CONNECTION, HeaderValue::from_static("close"));
-                }
-                Ok::<_, Infallible>(hyper::Response::from_parts(parts, Answer { body, seat }))
-            }
-        })
-    };
-    let marks = seat.marks.clone();
-    // No more of the client's input is buffered than the largest head allowed (hyper's default is 400 KiB).
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_header_size(limits.max_header_bytes)
-        .max_buf_size(limits.max_header_bytes)
-        .serve_connection(TokioIo::new(ClientIo::new(stream, marks.clone())), svc);
-    tokio::pin!(conn);
-    tokio::select! {
-        biased;
-        _ = conn.as_mut() => return,
-        _ = seat.evicted() => return,
-        _ = until_set(&mut drain) => {}
-    }
-    // Draining. A request that comes (or has come) is answered with `Connection: close` and hyper then closes the
-    // connection by itself; one that is quiet for QUIET, its last bytes an answer's, is closed here (at once if idle,
-    // else after the answer in progress).
-    let mut seen = marks.moves();
-    loop {
-        tokio::select! {
-            biased;
-            _ = conn.as_mut() => return,
-            _ = seat.evicted() => return,
-            _ = tokio::time::sleep(QUIET) => {}
-        }
-        let now = marks.moves();
-        if now == seen && !marks.read_last() {
-            break;
-        }
-        seen = now;
-    }
-    conn.as_mut().graceful_shutdown();
-    let _ = conn.await;
-}
-
 /// An answer's body, which marks its connection as waiting on its client again once it is sent (or dropped).
 struct Answer {
     body: ProxyBody,
-    seat: Arc<Seat>,
-}
-
-impl Drop for Answer {
-    fn drop(&mut self) {
-        self.seat.waiting();
-    }
+    _seat: Answering,
 }
 
 impl Body for Answer {

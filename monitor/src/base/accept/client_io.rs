@@ -1,4 +1,4 @@
-//! The client side of a front-door connection: its TCP stream, whose writes give up once the client has taken no
+//! The client side of a served connection: its TCP stream, whose writes give up once the client has taken no
 //! byte for [`SEND_TIMEOUT`] (as nginx's `send_timeout`), so a client that stops reading cannot hold its response,
 //! the upstream connection and the process's outstanding count for as long as it stays connected. The timer is made
 //! the first time a write has to wait and moved on only when one waits again after progress: a write that goes
