@@ -10,7 +10,7 @@ use crate::base::reaction::Reactions;
 use crate::cluster::{fleet, Membership};
 use crate::config::live::{Live, Publisher, Reloads};
 use crate::config::{Config, Mode};
-use crate::feed::{Door, Feed, Published};
+use crate::feed::{Feed, Published};
 use crate::front::proxy::ProxyError;
 use crate::guard::KillBook;
 use crate::{base::reply, consumers::actions, consumers::alerts, consumers::api, consumers::metrics, history, sampler};
@@ -212,16 +212,13 @@ pub(super) fn web_app(
         kills: Some(shared.kills.clone()),
     };
     let more = net.map(|n| {
-        let (m, door) = (n.membership.clone(), door.map(|d| d.door.clone()));
-        let f: metrics::MoreFn = Arc::new(move || {
-            let forwarded = door.as_ref().map_or(0, Door::forwarded_total);
-            crate::cluster::api::metrics_text(&m.members(), m.rejected(), forwarded, m.gossip_bytes())
-        });
-        f
+        let families =
+            crate::cluster::api::Families { membership: n.membership.clone(), door: door.map(|d| d.door.clone()) };
+        Box::new(families) as Box<dyn prometheus_client::collector::Collector>
     });
     let node = net.map(|n| n.membership.members().this().name.clone());
     let mut app =
-        api::router(state).merge(history.router()).merge(metrics::router_with(history.history.clone(), more, node));
+        api::router(state).merge(history.router()).merge(metrics::router(history.history.clone(), more, node));
     if let (Some(n), Some(d)) = (net, door) {
         app = app.merge(crate::cluster::api::router(n.membership.clone(), d.door.clone()));
     }

@@ -1,14 +1,19 @@
 //! `GET /api/v1/cluster` (this node and every member it knows), `GET /readyz` (this node is a member and its
-//! processes are healthy) and the cluster's lines of `/metrics`, from the [`Members`] view and the launcher's.
+//! processes are healthy) and the cluster's families of `/metrics` (a collector the agent adds to its registry), from
+//! the [`Members`] view and the launcher's.
 
 use super::members::{Members, State};
 use super::Membership;
-use crate::feed::Phase;
+use crate::feed::{Door, Phase};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -121,37 +126,60 @@ pub fn readiness(left: bool, refused: Option<&str>, processes: &[(String, Phase)
     }
 }
 
-/// The cluster's families in the Prometheus text format; `gossip_bytes` is (sent, received).
-pub fn metrics_text(m: &Members, rejected: u64, forwarded: u64, gossip_bytes: (u64, u64)) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "# HELP monitor_cluster_members Members this node knows, by state (this node included, alive).\n\
-         # TYPE monitor_cluster_members gauge"
-    );
-    for (state, n) in m.counts() {
-        let _ = writeln!(o, "monitor_cluster_members{{state=\"{}\"}} {n}", state.as_str());
+/// The cluster's families of `/metrics`, read from the membership and the front door at each scrape.
+pub struct Families {
+    pub membership: Arc<Membership>,
+    /// The front door, for the requests forwarded (none: 0).
+    pub door: Option<Door>,
+}
+
+impl std::fmt::Debug for Families {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cluster::Families")
     }
-    let _ = writeln!(
-        o,
-        "# HELP monitor_cluster_datagrams_rejected_total Gossip datagrams dropped: their mac did not match the \
-         cluster secret, or they were malformed.\n# TYPE monitor_cluster_datagrams_rejected_total counter\n\
-         monitor_cluster_datagrams_rejected_total {rejected}"
-    );
-    let _ = writeln!(
-        o,
-        "# HELP monitor_cluster_forwarded_total Requests sent on to the front door of the node that owns their cache.\n\
-         # TYPE monitor_cluster_forwarded_total counter\nmonitor_cluster_forwarded_total {forwarded}"
-    );
-    let _ = writeln!(
-        o,
-        "# HELP monitor_cluster_gossip_bytes_total Bytes of gossip datagrams (UDP payloads), by direction.\n\
-         # TYPE monitor_cluster_gossip_bytes_total counter\n\
-         monitor_cluster_gossip_bytes_total{{direction=\"sent\"}} {}\n\
-         monitor_cluster_gossip_bytes_total{{direction=\"received\"}} {}",
-        gossip_bytes.0, gossip_bytes.1
-    );
-    o
+}
+
+impl Collector for Families {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let (m, forwarded) = (&self.membership, self.door.as_ref().map_or(0, Door::forwarded_total));
+        encode(&mut e, &m.members(), m.rejected(), forwarded, m.gossip_bytes())
+    }
+}
+
+/// The cluster's families; `gossip_bytes` is (sent, received).
+pub fn encode(
+    e: &mut DescriptorEncoder,
+    m: &Members,
+    rejected: u64,
+    forwarded: u64,
+    gossip_bytes: (u64, u64),
+) -> std::fmt::Result {
+    let help = "Members this node knows, by state (this node included, alive).";
+    let mut members = e.encode_descriptor("monitor_cluster_members", help, None, MetricType::Gauge)?;
+    for (state, n) in m.counts() {
+        ConstGauge::new(n).encode(members.encode_family(&[("state", state.as_str())])?)?;
+    }
+    // Counters are named without `_total`: the encoder writes it.
+    for (name, help, n) in [
+        (
+            "monitor_cluster_datagrams_rejected",
+            "Gossip datagrams dropped: their mac did not match the cluster secret, or they were malformed.",
+            rejected,
+        ),
+        (
+            "monitor_cluster_forwarded",
+            "Requests sent on to the front door of the node that owns their cache.",
+            forwarded,
+        ),
+    ] {
+        ConstCounter::new(n).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)?;
+    }
+    let help = "Bytes of gossip datagrams (UDP payloads), by direction.";
+    let mut bytes = e.encode_descriptor("monitor_cluster_gossip_bytes", help, None, MetricType::Counter)?;
+    for (direction, n) in [("sent", gossip_bytes.0), ("received", gossip_bytes.1)] {
+        ConstCounter::new(n).encode(bytes.encode_family(&[("direction", direction)])?)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -163,6 +191,24 @@ mod tests {
 
     fn node(name: &str, ip: u8, procs: &[&str]) -> NodeId {
         NodeId::test(name, ip, procs, 7)
+    }
+
+    /// The families of `m` with 3 datagrams rejected, 5 requests forwarded, 700 bytes sent and 650 received.
+    #[derive(Debug)]
+    struct Fixed(Members);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+            encode(&mut e, &self.0, 3, 5, (700, 650))
+        }
+    }
+
+    fn metrics_text(m: Members) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(Fixed(m)));
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).expect("encoded");
+        text
     }
 
     #[test]
@@ -204,7 +250,7 @@ mod tests {
         assert_eq!((peers[0].url.as_str(), peers[0].this), ("http://127.0.0.2:9464/", true));
         assert_eq!((peers[0].memory_ratio, peers[0].policy.as_deref()), (Some(0.25), Some("refusing")));
         assert_eq!((peers[2].state.as_str(), peers[2].memory_ratio), ("dead", None));
-        let text = metrics_text(&m, 3, 5, (700, 650));
+        let text = metrics_text(m);
         for line in [
             "monitor_cluster_members{state=\"alive\"} 2",
             "monitor_cluster_members{state=\"suspect\"} 0",
@@ -215,6 +261,9 @@ mod tests {
             "monitor_cluster_gossip_bytes_total{direction=\"sent\"} 700",
             "monitor_cluster_gossip_bytes_total{direction=\"received\"} 650",
             "# TYPE monitor_cluster_members gauge",
+            "# HELP monitor_cluster_datagrams_rejected_total Gossip datagrams dropped: their mac did not match the \
+             cluster secret, or they were malformed.",
+            "# TYPE monitor_cluster_gossip_bytes_total counter",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
         }

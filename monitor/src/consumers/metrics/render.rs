@@ -1,13 +1,20 @@
-//! The Prometheus text (version 0.0.4) of one sample and what the agent counted beside it: every family with
-//! HELP and TYPE, label values escaped. Pure: the same inputs give the same text.
+//! The families of `/metrics` for one sample and what the agent counted beside it, through prometheus-client's
+//! encoder: every family with HELP and TYPE, labels as labels (their values escaped by the crate), histograms as
+//! bucket counts that the encoder makes cumulative. Pure: the same inputs give the same text.
 
 use crate::base::reaction::{Counts, Kind, BOUNDS_NS};
 use crate::decision::policy::{Decisions, Thresholds};
 use crate::feed::Published;
 use crate::guard::KillCounts;
-use std::fmt::Write;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use std::fmt::Result;
 
-/// What the text holds beyond the sample.
+/// What the families hold beyond the sample.
 #[derive(Debug, Clone, Default)]
 pub struct Extra {
     /// Restarts per process name.
@@ -31,316 +38,308 @@ pub struct Extra {
     pub now_unix_ms: u64,
 }
 
-/// Escapes a label value: backslash, double quote and newline.
-pub fn escape_label(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+/// No labels: a family of one series.
+const NONE: [(&str, &str); 0] = [];
+
+/// A family of gauges: one series per label set.
+fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, V)>,
+) -> Result {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in series {
+        ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
     }
-    out
+    Ok(())
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+fn gauge<V: EncodeGaugeValue>(e: &mut DescriptorEncoder, name: &str, help: &str, v: V) -> Result {
+    gauges(e, name, help, [(NONE, v)])
 }
 
-/// The whole text: `names` are the (series name, role) of each of the sample's processes, in order.
-pub fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> String {
-    let mut o = String::with_capacity(4096 + names.len() * 2048);
+/// A family of counters; `name` is the exported one, whose `_total` the encoder writes itself.
+fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, V)>,
+) -> Result {
+    let name = name.strip_suffix("_total").unwrap_or(name);
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        ConstCounter::new(v).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn counter<V: EncodeCounterValue>(e: &mut DescriptorEncoder, name: &str, help: &str, v: V) -> Result {
+    counters(e, name, help, [(NONE, v)])
+}
+
+/// One series of a histogram family: `buckets` are (upper bound, count in that bucket alone); what `count` holds
+/// beyond them is in `+Inf` only.
+fn histogram(
+    family: &mut MetricEncoder,
+    labels: &impl EncodeLabelSet,
+    buckets: &[(f64, u64)],
+    sum: f64,
+    count: u64,
+) -> Result {
+    family.encode_family(labels)?.encode_histogram::<NoLabelSet>(sum, count, buckets, None)
+}
+
+/// Every family: `names` are the (series name, role) of each of the sample's processes, in order.
+pub fn encode(e: &mut DescriptorEncoder, p: &Published, names: &[(String, String)], extra: &Extra) -> Result {
     let g = &p.snapshot.group;
-    family(
-        &mut o,
-        "monitor_build_info",
-        "gauge",
-        "1, labelled with the version, the commit and whether the eBPF object is built in.",
-    );
     let probes = if crate::sources::build::probes_built() { "built" } else { "not built" };
-    let _ = writeln!(
-        o,
-        "monitor_build_info{{version=\"{}\",revision=\"{}\",probes=\"{probes}\"}} 1",
-        crate::sources::build::VERSION,
-        crate::sources::build::REVISION
-    );
-    family(
-        &mut o,
+    let build = [
+        ("version", crate::sources::build::VERSION),
+        ("revision", crate::sources::build::REVISION),
+        ("probes", probes),
+    ];
+    gauges(
+        e,
+        "monitor_build_info",
+        "1, labelled with the version, the commit and whether the eBPF object is built in.",
+        [(build, 1u32)],
+    )?;
+    gauge(
+        e,
         "monitor_group_memory_usage_bytes",
-        "gauge",
         "The group's unreclaimable memory: anon plus shmem (v2 anon + shmem, v1 total_rss + total_shmem).",
-    );
-    let _ = writeln!(o, "monitor_group_memory_usage_bytes {}", g.usage_bytes);
-    family(
-        &mut o,
+        g.usage_bytes,
+    )?;
+    gauge(
+        e,
         "monitor_group_shmem_bytes",
-        "gauge",
         "The shmem part of the usage: tmpfs files and shared memory, which killing a process may not free.",
-    );
-    let _ = writeln!(o, "monitor_group_shmem_bytes {}", g.shmem_bytes);
-    family(
-        &mut o,
+        g.shmem_bytes,
+    )?;
+    gauge(
+        e,
         "monitor_group_unattributed_bytes",
-        "gauge",
         "What the group holds beyond the sampled processes' anon (a lower bound).",
-    );
-    let _ = writeln!(o, "monitor_group_unattributed_bytes {}", g.unattributed_bytes);
-    family(&mut o, "monitor_group_processes_unsampled", "gauge", "Listed processes of the group not sampled.");
-    let _ = writeln!(o, "monitor_group_processes_unsampled {}", g.processes_unsampled());
-    family(&mut o, "monitor_group_memory_limit_bytes", "gauge", "The group's memory limit (cgroup, config or host).");
-    let _ = writeln!(o, "monitor_group_memory_limit_bytes {}", g.limit_bytes);
-    family(&mut o, "monitor_group_memory_ratio", "gauge", "Usage divided by the limit.");
-    let _ = writeln!(o, "monitor_group_memory_ratio {}", p.decision.ratio);
-    family(&mut o, "monitor_policy_state", "gauge", "The policy's state: 0 normal, 1 refusing, 2 aborting.");
-    let _ = writeln!(o, "monitor_policy_state {}", crate::history::ring::state_code(p.decision.state));
-    family(&mut o, "monitor_policy_shadow", "gauge", "1 when the policy decides but enforces nothing.");
-    let _ = writeln!(o, "monitor_policy_shadow {}", u8::from(p.decision.shadow));
-    family(&mut o, "monitor_policy_abort_round", "gauge", "Victims chosen since entering aborting.");
-    let _ = writeln!(o, "monitor_policy_abort_round {}", p.decision.abort_round);
-    policy_lines(&mut o, &extra.thresholds, &extra.decisions);
-    guard_lines(&mut o, p.decision.kills_halted, extra.kills.as_ref());
+        g.unattributed_bytes,
+    )?;
+    gauge(
+        e,
+        "monitor_group_processes_unsampled",
+        "Listed processes of the group not sampled.",
+        g.processes_unsampled(),
+    )?;
+    gauge(e, "monitor_group_memory_limit_bytes", "The group's memory limit (cgroup, config or host).", g.limit_bytes)?;
+    gauge(e, "monitor_group_memory_ratio", "Usage divided by the limit.", p.decision.ratio)?;
+    let state = u32::from(crate::history::ring::state_code(p.decision.state));
+    gauge(e, "monitor_policy_state", "The policy's state: 0 normal, 1 refusing, 2 aborting.", state)?;
+    gauge(e, "monitor_policy_shadow", "1 when the policy decides but enforces nothing.", u32::from(p.decision.shadow))?;
+    gauge(e, "monitor_policy_abort_round", "Victims chosen since entering aborting.", p.decision.abort_round)?;
+    policy(e, &extra.thresholds, &extra.decisions)?;
+    guard(e, p.decision.kills_halted, extra.kills.as_ref())?;
     if let Some((ok, failed)) = extra.reloads {
-        family(
-            &mut o,
+        counters(
+            e,
             "monitor_config_reloads_total",
-            "counter",
             "Config reloads (SIGHUP): ok applied the file, failed kept the running config.",
-        );
-        let _ = writeln!(o, "monitor_config_reloads_total{{result=\"ok\"}} {ok}");
-        let _ = writeln!(o, "monitor_config_reloads_total{{result=\"failed\"}} {failed}");
+            [([("result", "ok")], ok), ([("result", "failed")], failed)],
+        )?;
     }
-    family(&mut o, "monitor_probes_enabled", "gauge", "1 when the eBPF probes count requests.");
-    let _ = writeln!(o, "monitor_probes_enabled {}", u8::from(p.probes.enabled));
+    gauge(e, "monitor_probes_enabled", "1 when the eBPF probes count requests.", u32::from(p.probes.enabled))?;
     if let Some(hooks) = &p.probes.hooks {
-        family(&mut o, "monitor_probes_info", "gauge", "1, labelled with the kernel hooks the probes count from.");
-        let _ = writeln!(o, "monitor_probes_info{{hooks=\"{hooks}\"}} 1");
+        let hooks = hooks.to_string();
+        let help = "1, labelled with the kernel hooks the probes count from.";
+        gauges(e, "monitor_probes_info", help, [([("hooks", hooks.as_str())], 1u32)])?;
     }
     if let Some(pr) = g.pressure {
-        family(
-            &mut o,
+        counters(
+            e,
             "monitor_memory_pressure_seconds_total",
-            "counter",
             "Time the group's tasks stalled on memory (PSI): some = at least one, full = all at once.",
-        );
-        let _ = writeln!(o, "monitor_memory_pressure_seconds_total{{kind=\"some\"}} {}", pr.some_us as f64 / 1e6);
-        let _ = writeln!(o, "monitor_memory_pressure_seconds_total{{kind=\"full\"}} {}", pr.full_us as f64 / 1e6);
+            [([("kind", "some")], pr.some_us as f64 / 1e6), ([("kind", "full")], pr.full_us as f64 / 1e6)],
+        )?;
     }
-    family(&mut o, "monitor_sample_ok", "gauge", "1 when the latest sample of the group succeeded.");
-    let _ = writeln!(o, "monitor_sample_ok {}", u8::from(p.error.is_none()));
+    gauge(e, "monitor_sample_ok", "1 when the latest sample of the group succeeded.", u32::from(p.error.is_none()))?;
     if extra.now_unix_ms > 0 {
-        family(&mut o, "monitor_sample_age_seconds", "gauge", "Time since the latest sample was taken.");
         let age = extra.now_unix_ms.saturating_sub(p.snapshot.unix_ms) as f64 / 1e3;
-        let _ = writeln!(o, "monitor_sample_age_seconds {age}");
+        gauge(e, "monitor_sample_age_seconds", "Time since the latest sample was taken.", age)?;
     }
-    reaction_lines(&mut o, p);
-    reaction_histogram(&mut o, &extra.reactions);
-    family(&mut o, "monitor_history_persisted", "gauge", "1 when the history is written to the stats database.");
-    let _ = writeln!(o, "monitor_history_persisted {}", u8::from(extra.persisted));
-    family(&mut o, "monitor_shed_requests_total", "counter", "Requests the front door refused with 503.");
-    let _ = writeln!(o, "monitor_shed_requests_total {}", extra.shed_total);
+    reactions(e, p)?;
+    reaction_histogram(e, &extra.reactions)?;
+    let persisted = u32::from(extra.persisted);
+    gauge(e, "monitor_history_persisted", "1 when the history is written to the stats database.", persisted)?;
+    counter(e, "monitor_shed_requests_total", "Requests the front door refused with 503.", extra.shed_total)?;
+    processes(e, p, names)?;
+    restarts(e, names, &extra.restarts)?;
+    launcher_states(e, &extra.states)
+}
 
-    let procs = &p.snapshot.processes;
-    let labels: Vec<String> =
-        names.iter().map(|(n, r)| format!("process=\"{}\",role=\"{}\"", escape_label(n), escape_label(r))).collect();
-    let per = |o: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(usize) -> u64| {
-        family(o, name, kind, help);
-        for (i, l) in labels.iter().enumerate().take(procs.len()) {
-            let _ = writeln!(o, "{name}{{{l}}} {}", v(i));
-        }
-    };
-    per(&mut o, "monitor_process_resident_memory_bytes", "gauge", "Resident set of the process.", &|i| {
-        procs[i].rss_bytes
+/// The label set of a process: its series name and role.
+fn process<'a>(name: &'a str, role: &'a str) -> [(&'static str, &'a str); 2] {
+    [("process", name), ("role", role)]
+}
+
+/// The per-process families of the sample.
+fn processes(e: &mut DescriptorEncoder, p: &Published, names: &[(String, String)]) -> Result {
+    let procs: Vec<_> = names.iter().zip(&p.snapshot.processes).map(|((n, r), s)| (process(n, r), s)).collect();
+    let help = "Resident set of the process.";
+    gauges(e, "monitor_process_resident_memory_bytes", help, procs.iter().map(|(l, s)| (*l, s.rss_bytes)))?;
+    let help = "RssAnon of the process.";
+    gauges(e, "monitor_process_anon_memory_bytes", help, procs.iter().map(|(l, s)| (*l, s.anon_bytes)))?;
+    let help = "HTTP requests the process received (eBPF).";
+    counters(e, "monitor_http_requests_total", help, procs.iter().map(|(l, s)| (*l, s.traffic.requests_total)))?;
+    let help = "HTTP requests received and not yet answered.";
+    gauges(e, "monitor_http_requests_in_flight", help, procs.iter().map(|(l, s)| (*l, s.traffic.inflight)))?;
+    const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+    let by_class = procs.iter().flat_map(|(l, s)| {
+        CLASSES.iter().zip(s.traffic.responses_by_class).map(move |(c, n)| ((*l, [("class", *c)]), n))
     });
-    per(&mut o, "monitor_process_anon_memory_bytes", "gauge", "RssAnon of the process.", &|i| procs[i].anon_bytes);
-    per(&mut o, "monitor_http_requests_total", "counter", "HTTP requests the process received (eBPF).", &|i| {
-        procs[i].traffic.requests_total
-    });
-    per(&mut o, "monitor_http_requests_in_flight", "gauge", "HTTP requests received and not yet answered.", &|i| {
-        procs[i].traffic.inflight
-    });
-    family(&mut o, "monitor_http_responses_total", "counter", "HTTP responses the process sent, by status class.");
-    for (i, l) in labels.iter().enumerate().take(procs.len()) {
-        for (c, n) in procs[i].traffic.responses_by_class.iter().enumerate() {
-            let _ = writeln!(o, "monitor_http_responses_total{{{l},class=\"{}xx\"}} {n}", c + 1);
-        }
-    }
-    family(
-        &mut o,
+    let help = "HTTP responses the process sent, by status class.";
+    counters(e, "monitor_http_responses_total", help, by_class)?;
+    let mut family = e.encode_descriptor(
         "monitor_http_request_duration_seconds",
-        "histogram",
         "Request latency from the log2 histogram (buckets at powers of two microseconds; sum from bucket midpoints).",
-    );
-    for (i, l) in labels.iter().enumerate().take(procs.len()) {
-        histogram(&mut o, l, &procs[i].traffic.latency_hist_us);
+        None,
+        MetricType::Histogram,
+    )?;
+    for (l, s) in &procs {
+        let (buckets, n, sum) = latency(&s.traffic.latency_hist_us);
+        histogram(&mut family, l, &buckets[..n], sum, s.traffic.latency_hist_us.iter().sum())?;
     }
-    family(
-        &mut o,
-        "monitor_process_restarts_total",
-        "counter",
-        "Times the process was restarted (new pid, same name).",
-    );
-    let mut restarts = extra.restarts.clone();
+    Ok(())
+}
+
+/// `monitor_process_restarts_total`: every process of the sample (0 until restarted) and every name that was
+/// restarted, by name.
+fn restarts(e: &mut DescriptorEncoder, names: &[(String, String)], counted: &[(String, u64)]) -> Result {
+    let mut restarts = counted.to_vec();
     for (n, _) in names {
         if !restarts.iter().any(|(r, _)| r == n) {
             restarts.push((n.clone(), 0));
         }
     }
     restarts.sort();
-    for (n, v) in &restarts {
-        let role = names.iter().find(|(x, _)| x == n).map(|(_, r)| r.as_str()).unwrap_or("process");
-        let _ = writeln!(
-            o,
-            "monitor_process_restarts_total{{process=\"{}\",role=\"{}\"}} {v}",
-            escape_label(n),
-            escape_label(role)
-        );
-    }
-    launcher_states(&mut o, &extra.states);
-    o
+    let series = restarts.iter().map(|(n, v)| {
+        let role = names.iter().find(|(x, _)| x == n).map_or("process", |(_, r)| r.as_str());
+        (process(n, role), *v)
+    });
+    counters(e, "monitor_process_restarts_total", "Times the process was restarted (new pid, same name).", series)
 }
 
 /// `monitor_process_state`: under `monitor run`, one series per process labelled with its launcher state.
-fn launcher_states(o: &mut String, states: &[(String, String, String)]) {
+fn launcher_states(e: &mut DescriptorEncoder, states: &[(String, String, String)]) -> Result {
     if states.is_empty() {
-        return;
+        return Ok(());
     }
-    family(
-        o,
+    gauges(
+        e,
         "monitor_process_state",
-        "gauge",
         "1 for each process of monitor run, labelled with its launcher state (starting, ready, unhealthy, backing-off, stopped).",
-    );
-    for (n, role, state) in states {
-        let _ = writeln!(
-            o,
-            "monitor_process_state{{process=\"{}\",role=\"{}\",state=\"{}\"}} 1",
-            escape_label(n),
-            escape_label(role),
-            escape_label(state)
-        );
-    }
+        states.iter().map(|(n, role, state)| ((process(n, role), [("state", state.as_str())]), 1u32)),
+    )
 }
 
 /// The kernel's OOM kills, the wake-up sources, the brake and the paced interval.
-fn reaction_lines(o: &mut String, p: &Published) {
+fn reactions(e: &mut DescriptorEncoder, p: &Published) -> Result {
     if let Some(n) = p.snapshot.group.oom_kills {
-        family(o, "monitor_oom_kills_total", "counter", "Processes of the group the kernel's OOM killer has killed.");
-        let _ = writeln!(o, "monitor_oom_kills_total {n}");
+        counter(e, "monitor_oom_kills_total", "Processes of the group the kernel's OOM killer has killed.", n)?;
     }
     let w = &p.wakeups;
     if !w.armed.is_empty() || !w.off.is_empty() {
-        family(
-            o,
+        let armed = w.armed.iter().map(|s| ([("source", s.as_str())], 1u32));
+        let off = w.off.iter().map(|o| ([("source", o.source.as_str())], 0u32));
+        gauges(
+            e,
             "monitor_wakeup_armed",
-            "gauge",
             "1 for each kernel wake-up source of the sampler that is armed, 0 for one configured but off.",
-        );
-        for s in &w.armed {
-            let _ = writeln!(o, "monitor_wakeup_armed{{source=\"{}\"}} 1", escape_label(s));
-        }
-        for off in &w.off {
-            let _ = writeln!(o, "monitor_wakeup_armed{{source=\"{}\"}} 0", escape_label(&off.source));
-        }
+            armed.chain(off),
+        )?;
     }
     if let Some(high) = p.brake.as_ref().and_then(|b| b.high_bytes) {
-        family(o, "monitor_memory_high_bytes", "gauge", "The group's memory.high as the brake set it.");
-        let _ = writeln!(o, "monitor_memory_high_bytes {high}");
+        gauge(e, "monitor_memory_high_bytes", "The group's memory.high as the brake set it.", high)?;
     }
-    family(o, "monitor_sample_interval_seconds", "gauge", "The interval until the next timed sample, as paced.");
-    let _ = writeln!(o, "monitor_sample_interval_seconds {}", p.next_sample_ms as f64 / 1000.0);
+    let interval = p.next_sample_ms as f64 / 1000.0;
+    gauge(e, "monitor_sample_interval_seconds", "The interval until the next timed sample, as paced.", interval)
 }
 
 /// `monitor_reaction_seconds{action}`: from the sampler's wake-up to the signal sent, the POST answered, or the
 /// first 503 after the group entered refusing or aborting.
-fn reaction_histogram(o: &mut String, reactions: &[(Kind, Counts)]) {
+fn reaction_histogram(e: &mut DescriptorEncoder, reactions: &[(Kind, Counts)]) -> Result {
     if reactions.is_empty() {
-        return;
+        return Ok(());
     }
-    let name = "monitor_reaction_seconds";
-    family(
-        o,
-        name,
-        "histogram",
+    let mut family = e.encode_descriptor(
+        "monitor_reaction_seconds",
         "Time from the sampler's wake-up to the action: signal sent, POST answered, first 503 after entering \
          refusing or aborting.",
-    );
+        None,
+        MetricType::Histogram,
+    )?;
     for (kind, c) in reactions {
-        let l = format!("action=\"{}\"", kind.as_str());
-        let mut cum = 0u64;
-        for (bound, n) in BOUNDS_NS.iter().zip(&c.buckets) {
-            cum += n;
-            let _ = writeln!(o, "{name}_bucket{{{l},le=\"{}\"}} {cum}", *bound as f64 / 1e9);
+        let mut buckets = [(0.0, 0); BOUNDS_NS.len()];
+        for (b, (bound, n)) in buckets.iter_mut().zip(BOUNDS_NS.iter().zip(&c.buckets)) {
+            *b = (*bound as f64 / 1e9, *n);
         }
-        let total = c.count();
-        let _ = writeln!(o, "{name}_bucket{{{l},le=\"+Inf\"}} {total}");
-        let _ = writeln!(o, "{name}_sum{{{l}}} {}", c.sum_ns as f64 / 1e9);
-        let _ = writeln!(o, "{name}_count{{{l}}} {total}");
+        histogram(&mut family, &[("action", kind.as_str())], &buckets, c.sum_ns as f64 / 1e9, c.count())?;
     }
+    Ok(())
 }
 
-/// One histogram: bucket i of `hist` counts latencies in [2^i, 2^(i+1)) µs, so its upper bound is 2^(i+1) µs.
 /// The configured lines and the decisions counted.
-fn policy_lines(o: &mut String, t: &Thresholds, d: &Decisions) {
-    family(o, "monitor_policy_threshold_ratio", "gauge", "The policy's lines as fractions of the limit.");
-    let _ = writeln!(o, "monitor_policy_threshold_ratio{{line=\"refuse\"}} {}", t.refuse_at);
-    let _ = writeln!(o, "monitor_policy_threshold_ratio{{line=\"abort\"}} {}", t.abort_at);
-    family(o, "monitor_policy_hysteresis_ratio", "gauge", "How far under a line the group must fall to leave it.");
-    let _ = writeln!(o, "monitor_policy_hysteresis_ratio {}", t.hysteresis);
-    family(o, "monitor_policy_entered_total", "counter", "Times the group entered refusing or aborting.");
-    let _ = writeln!(o, "monitor_policy_entered_total{{state=\"refusing\"}} {}", d.entered_refusing);
-    let _ = writeln!(o, "monitor_policy_entered_total{{state=\"aborting\"}} {}", d.entered_aborting);
-    family(o, "monitor_policy_victims_total", "counter", "Processes chosen to abort (one per abort round).");
-    let _ = writeln!(o, "monitor_policy_victims_total {}", d.victims);
+fn policy(e: &mut DescriptorEncoder, t: &Thresholds, d: &Decisions) -> Result {
+    gauges(
+        e,
+        "monitor_policy_threshold_ratio",
+        "The policy's lines as fractions of the limit.",
+        [([("line", "refuse")], t.refuse_at), ([("line", "abort")], t.abort_at)],
+    )?;
+    let help = "How far under a line the group must fall to leave it.";
+    gauge(e, "monitor_policy_hysteresis_ratio", help, t.hysteresis)?;
+    counters(
+        e,
+        "monitor_policy_entered_total",
+        "Times the group entered refusing or aborting.",
+        [([("state", "refusing")], d.entered_refusing), ([("state", "aborting")], d.entered_aborting)],
+    )?;
+    counter(e, "monitor_policy_victims_total", "Processes chosen to abort (one per abort round).", d.victims)
 }
 
 /// The last resort: kills sent per process name, those not enforced (shadow) or not sent, and whether it halted.
-fn guard_lines(o: &mut String, halted: bool, kills: Option<&KillCounts>) {
-    family(o, "monitor_guard_kills_halted", "gauge", "1 while the last resort has halted: its kills freed nothing.");
-    let _ = writeln!(o, "monitor_guard_kills_halted {}", u8::from(halted));
-    let Some(k) = kills else { return };
+fn guard(e: &mut DescriptorEncoder, halted: bool, kills: Option<&KillCounts>) -> Result {
+    let help = "1 while the last resort has halted: its kills freed nothing.";
+    gauge(e, "monitor_guard_kills_halted", help, u32::from(halted))?;
+    let Some(k) = kills else { return Ok(()) };
     if !k.by_name.is_empty() {
-        family(o, "monitor_guard_kills_total", "counter", "Processes the guard's last resort killed, by name.");
-        for (name, n) in &k.by_name {
-            let _ = writeln!(o, "monitor_guard_kills_total{{process=\"{}\"}} {n}", escape_label(name));
-        }
+        let help = "Processes the guard's last resort killed, by name.";
+        counters(e, "monitor_guard_kills_total", help, k.by_name.iter().map(|(n, v)| ([("process", n.as_str())], *v)))?;
     }
-    family(
-        o,
-        "monitor_guard_kills_not_enforced_total",
-        "counter",
-        "Kills the last resort decided in shadow mode and did not send.",
-    );
-    let _ = writeln!(o, "monitor_guard_kills_not_enforced_total {}", k.not_enforced);
-    family(
-        o,
+    let help = "Kills the last resort decided in shadow mode and did not send.";
+    counter(e, "monitor_guard_kills_not_enforced_total", help, k.not_enforced)?;
+    counter(
+        e,
         "monitor_guard_kills_failed_total",
-        "counter",
         "Kills the last resort could not send (the process was gone, its pid reused, or it left the group).",
-    );
-    let _ = writeln!(o, "monitor_guard_kills_failed_total {}", k.failed);
+        k.failed,
+    )
 }
 
 /// The log2 histogram's bucket bounds exported: every other power of two of microseconds, from 2 µs to 2^25 µs
 /// (33.6 s), 13 buckets and +Inf per process. Each is a bound of the log2 histogram, so the counts stay exact.
 const EXPORTED_BOUNDS: usize = 25;
 
-fn histogram(o: &mut String, labels: &str, hist: &[u64]) {
-    let name = "monitor_http_request_duration_seconds";
-    let mut cum = 0u64;
-    let mut sum = 0.0;
+/// The exported buckets of a log2 histogram, where bucket i counts latencies in [2^i, 2^(i+1)) µs: (upper bound
+/// in seconds, count in it alone), how many of them are filled, and the sum from the buckets' midpoints.
+fn latency(hist: &[u64]) -> ([(f64, u64); EXPORTED_BOUNDS / 2 + 1], usize, f64) {
+    let (mut buckets, mut filled, mut sum, mut pending) = ([(0.0, 0); EXPORTED_BOUNDS / 2 + 1], 0, 0.0, 0);
     for (i, &n) in hist.iter().enumerate() {
-        cum += n;
+        pending += n;
         sum += n as f64 * 1.5 * (1u64 << i.min(62)) as f64 / 1e6;
         if i % 2 == 0 && i < EXPORTED_BOUNDS {
-            let le = (1u64 << (i + 1)) as f64 / 1e6;
-            let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cum}");
+            buckets[filled] = ((1u64 << (i + 1)) as f64 / 1e6, pending);
+            (filled, pending) = (filled + 1, 0);
         }
     }
-    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {cum}");
-    let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
-    let _ = writeln!(o, "{name}_count{{{labels}}} {cum}");
+    (buckets, filled, sum)
 }
 
 #[cfg(test)]
@@ -348,26 +347,65 @@ mod tests {
     use super::*;
     use crate::base::reaction::Reactions;
     use crate::decision::policy::State;
+    use crate::decision::snapshot::{ProcSample, Traffic};
+    use prometheus_client::collector::Collector;
+    use prometheus_client::registry::Registry;
     use std::time::Duration;
 
-    #[test]
-    fn launcher_states_are_one_series_per_process() {
+    /// The families of one sample, as a scrape would have them.
+    #[derive(Debug)]
+    struct Fixed(Published, Vec<(String, String)>, Extra);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut e: DescriptorEncoder) -> Result {
+            encode(&mut e, &self.0, &self.1, &self.2)
+        }
+    }
+
+    fn render(p: &Published, names: &[(String, String)], extra: &Extra) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Fixed(p.clone(), names.to_vec(), extra.clone())));
         let mut text = String::new();
-        launcher_states(
-            &mut text,
-            &[("m0".into(), "master".into(), "ready".into()), ("tx1".into(), "worker".into(), "unhealthy".into())],
-        );
-        assert!(text.contains("# TYPE monitor_process_state gauge"), "{text}");
-        assert!(text.contains("monitor_process_state{process=\"m0\",role=\"master\",state=\"ready\"} 1"), "{text}");
-        assert!(text.contains("monitor_process_state{process=\"tx1\",role=\"worker\",state=\"unhealthy\"} 1"));
-        let mut none = String::new();
-        launcher_states(&mut none, &[]);
-        assert!(none.is_empty(), "no launcher, no family: {none}");
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).expect("encoded");
+        text
+    }
+
+    /// A sample of one process, `name` of role `role`, with the log2 latency histogram `hist`.
+    fn one_process(name: &str, role: &str, hist: &[u64]) -> String {
+        let mut p = Published::test(State::Normal);
+        p.snapshot.processes.push(ProcSample {
+            pid: 7,
+            name: "node".into(),
+            start_ticks: 1,
+            ppid: 1,
+            rss_bytes: 4096,
+            anon_bytes: 1024,
+            traffic: Traffic { requests_total: 5, responses_by_class: [0, 4, 0, 0, 1], ..Traffic::default() },
+        });
+        p.snapshot.processes[0].traffic.latency_hist_us = hist.to_vec();
+        render(&p, &[(name.into(), role.into())], &Extra::default())
     }
 
     /// The lines of `text` that start with `prefix`.
     fn lines_of<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
         text.lines().filter(|l| l.starts_with(prefix)).collect()
+    }
+
+    #[test]
+    fn launcher_states_are_one_series_per_process() {
+        let states =
+            vec![("m0".into(), "master".into(), "ready".into()), ("tx1".into(), "worker".into(), "unhealthy".into())];
+        let text = render(&Published::test(State::Normal), &[], &Extra { states, ..Extra::default() });
+        assert!(text.contains("# TYPE monitor_process_state gauge"), "{text}");
+        assert_eq!(
+            lines_of(&text, "monitor_process_state{"),
+            [
+                "monitor_process_state{process=\"m0\",role=\"master\",state=\"ready\"} 1",
+                "monitor_process_state{process=\"tx1\",role=\"worker\",state=\"unhealthy\"} 1"
+            ]
+        );
+        let none = render(&Published::test(State::Normal), &[], &Extra::default());
+        assert!(!none.contains("monitor_process_state"), "no launcher, no family: {none}");
     }
 
     #[test]
@@ -413,6 +451,7 @@ mod tests {
         assert_eq!(signal[0], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"0.0001\"} 0");
         assert_eq!(signal[3], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"0.001\"} 1");
         assert_eq!(signal[7], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"0.02\"} 2");
+        assert_eq!(signal[12], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"1\"} 2");
         assert_eq!(signal[13], "monitor_reaction_seconds_bucket{action=\"signal\",le=\"+Inf\"} 2");
         assert!(text.contains("monitor_reaction_seconds_sum{action=\"signal\"} 0.0127\n"), "{text}");
         assert!(text.contains("monitor_reaction_seconds_count{action=\"signal\"} 2\n"));
@@ -431,6 +470,7 @@ mod tests {
             lines_of(&text, "monitor_config_reloads_total{"),
             ["monitor_config_reloads_total{result=\"ok\"} 3", "monitor_config_reloads_total{result=\"failed\"} 1"]
         );
+        assert!(text.contains("# HELP monitor_config_reloads_total Config reloads (SIGHUP): ok applied"), "{text}");
         assert!(text.contains("# TYPE monitor_config_reloads_total counter\n"), "{text}");
         let text = render(&p, &[], &Extra::default());
         assert!(!text.contains("monitor_config_reloads_total"), "left out where no reload is counted: {text}");
@@ -451,6 +491,7 @@ mod tests {
         assert_eq!(info.len(), 1, "{text}");
         assert!(info[0].contains(&format!("version=\"{}\"", crate::sources::build::VERSION)), "{text}");
         assert!(info[0].contains("revision=\"") && info[0].ends_with("} 1"), "{text}");
+        assert_eq!(lines_of(&text, "monitor_policy_state "), ["monitor_policy_state 1"]);
         assert_eq!(
             lines_of(&text, "monitor_policy_threshold_ratio{"),
             [
@@ -512,37 +553,64 @@ mod tests {
     }
 
     #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn hostile_label_values_are_escaped() {
+        // A process name with a double quote, a backslash and a newline stays one line, its value escaped.
+        let text = one_process("tx\"1\\a\nb", "wor\"ker", &[]);
+        let labels = "process=\"tx\\\"1\\\\a\\nb\",role=\"wor\\\"ker\"";
+        assert_eq!(
+            lines_of(&text, "monitor_process_resident_memory_bytes{"),
+            [format!("monitor_process_resident_memory_bytes{{{labels}}} 4096")]
+        );
+        assert_eq!(
+            lines_of(&text, "monitor_process_restarts_total{"),
+            [format!("monitor_process_restarts_total{{{labels}}} 0")]
+        );
+        assert!(text.lines().all(|l| l.starts_with('#') || l.starts_with("monitor_")), "a line was split:\n{text}");
+    }
+
+    #[test]
+    fn every_process_has_its_series() {
+        let text = one_process("tx1", "worker", &[]);
+        let l = "process=\"tx1\",role=\"worker\"";
+        for line in [
+            format!("monitor_process_resident_memory_bytes{{{l}}} 4096"),
+            format!("monitor_process_anon_memory_bytes{{{l}}} 1024"),
+            format!("monitor_http_requests_total{{{l}}} 5"),
+            format!("monitor_http_requests_in_flight{{{l}}} 0"),
+            format!("monitor_http_responses_total{{{l},class=\"2xx\"}} 4"),
+            format!("monitor_http_responses_total{{{l},class=\"5xx\"}} 1"),
+            "# TYPE monitor_http_requests_total counter".to_string(),
+            "# TYPE monitor_http_request_duration_seconds histogram".to_string(),
+        ] {
+            assert!(text.lines().any(|x| x == line), "{line:?} not in\n{text}");
+        }
+        assert_eq!(lines_of(&text, "monitor_http_responses_total{").len(), 5, "{text}");
     }
 
     #[test]
     fn histogram_buckets_are_cumulative() {
-        let mut o = String::new();
-        histogram(&mut o, "process=\"p\",role=\"worker\"", &[1, 0, 2]);
-        let lines: Vec<&str> = o.lines().collect();
+        let text = one_process("p", "worker", &[1, 0, 2]);
+        let name = "monitor_http_request_duration_seconds";
         assert_eq!(
-            lines[0],
-            "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"0.000002\"} 1"
+            lines_of(&text, name),
+            [
+                format!("{name}_bucket{{process=\"p\",role=\"worker\",le=\"2e-06\"}} 1"),
+                // 4 µs is not exported: the next bound is 8 µs, which holds all three.
+                format!("{name}_bucket{{process=\"p\",role=\"worker\",le=\"8e-06\"}} 3"),
+                format!("{name}_bucket{{process=\"p\",role=\"worker\",le=\"+Inf\"}} 3"),
+                // From the buckets' midpoints: 1 × 1.5 µs + 2 × 6 µs.
+                format!("{name}_sum{{process=\"p\",role=\"worker\"}} 0.0000135"),
+                format!("{name}_count{{process=\"p\",role=\"worker\"}} 3"),
+            ]
         );
-        // 4 µs is not exported: the next bound is 8 µs, which holds all three.
-        assert_eq!(
-            lines[1],
-            "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"0.000008\"} 3"
-        );
-        assert_eq!(
-            lines[2],
-            "monitor_http_request_duration_seconds_bucket{process=\"p\",role=\"worker\",le=\"+Inf\"} 3"
-        );
-        assert!(lines[4].ends_with("} 3"));
         // The 32 log2 buckets a probe keeps become 13 bounds and +Inf; a latency past 33.6 s is in +Inf only.
         let mut full = [0u64; 32];
         full[31] = 1;
-        let mut o = String::new();
-        histogram(&mut o, "p=\"x\"", &full);
-        let buckets: Vec<&str> = o.lines().filter(|l| l.contains("_bucket")).collect();
-        assert_eq!(buckets.len(), 14, "{o}");
-        assert!(buckets[12].contains("le=\"33.554432\"} 0"), "{o}");
-        assert!(buckets[13].ends_with("le=\"+Inf\"} 1"), "{o}");
+        let text = one_process("p", "worker", &full);
+        let buckets = lines_of(&text, "monitor_http_request_duration_seconds_bucket");
+        assert_eq!(buckets.len(), 14, "{text}");
+        assert!(buckets[6].contains("le=\"0.008192\"} 0"), "{text}");
+        assert!(buckets[12].contains("le=\"33.554432\"} 0"), "{text}");
+        assert!(buckets[13].ends_with("le=\"+Inf\"} 1"), "{text}");
     }
 }
