@@ -1,7 +1,8 @@
 //! The home page's charts, drawn with plotters' SVG backend from a [`Dashboard`]. Each chart is a plot on the
 //! left and a legend on the right naming every series (one per process), so the SVG text names the processes.
 
-use crate::view::{Dashboard, KillMarker, Series};
+use crate::view::{Dashboard, KillMarker, Range, Series};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -40,6 +41,10 @@ const ABORTING: RGBColor = RGBColor(240, 120, 120);
 const BRAKE: RGBColor = RGBColor(128, 0, 160);
 /// The guard's kills.
 const KILL: RGBColor = RGBColor(220, 0, 0);
+/// A cluster member that joined or came back.
+const MEMBER_UP: RGBColor = RGBColor(0, 140, 70);
+/// A cluster member that went suspect, dead or left.
+const MEMBER_DOWN: RGBColor = RGBColor(200, 90, 0);
 /// The longest process name a kill's label shows, in characters.
 const KILL_NAME_MAX: usize = 24;
 
@@ -56,7 +61,7 @@ pub fn color(index: usize) -> RGBColor {
     PALETTE[index % PALETTE.len()]
 }
 
-type Ctx<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type Ctx<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<TimeAxis, RangedCoordf64>>;
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
 /// One legend line: a name and its colour.
@@ -79,6 +84,58 @@ fn ago(x: f64) -> String {
     } else {
         format!("{:.1} d", s / 86_400.0)
     }
+}
+
+/// `x` seconds before `now_ms` as the UTC time of day, `HH:MM`; the end of a day is `24:00`.
+fn clock(now_ms: u64, x: f64) -> String {
+    let now = now_ms / 1000;
+    let midnight = now.saturating_sub(1) / 86_400 * 86_400;
+    let minutes = ((now as f64 + x - midnight as f64) / 60.0).round() as i64;
+    format!("{:02}:{:02}", minutes / 60, minutes % 60)
+}
+
+/// The time axis: seconds before now, labelled (and its grid drawn) at [`ticks`].
+struct TimeAxis {
+    inner: RangedCoordf64,
+    ticks: Vec<f64>,
+}
+
+impl TimeAxis {
+    fn new(range: Range) -> TimeAxis {
+        TimeAxis { inner: (-(range.seconds() as f64)..0.0).into(), ticks: ticks(range) }
+    }
+}
+
+impl Ranged for TimeAxis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.inner.range()
+    }
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+}
+
+/// The time axis's labelled points, seconds before now: each minute, ten minutes, three hours or day.
+fn ticks(range: Range) -> Vec<f64> {
+    let (n, step) = match range {
+        Range::FiveMinutes => (5, 60.0),
+        Range::Hour => (6, 600.0),
+        Range::Day => (8, 10_800.0),
+        Range::Week => (7, 86_400.0),
+    };
+    (0..=n).map(|i| -(n - i) as f64 * step).collect()
 }
 
 /// The x (seconds before now, negative) of the middle of each bucket.
@@ -137,18 +194,17 @@ fn render(
         let result = (|| -> DrawResult {
             root.fill(&WHITE)?;
             let (plot, legend) = root.split_horizontally(WIDTH - LEGEND_W);
-            let span = d.range.seconds() as f64;
             let mut chart = ChartBuilder::on(&plot)
                 .margin_top(8)
                 .margin_right(RIGHT_MARGIN)
                 .x_label_area_size(26)
                 .y_label_area_size(Y_LABELS_W)
-                .build_cartesian_2d(-span..0.0, 0.0..y_max)?;
+                .build_cartesian_2d(TimeAxis::new(d.range), 0.0..y_max)?;
+            let time = |x: &f64| if d.clock { clock(d.now_ms, *x) } else { ago(*x) };
             chart
                 .configure_mesh()
-                .x_labels(8)
                 .y_labels(6)
-                .x_label_formatter(&|x| ago(*x))
+                .x_label_formatter(&time)
                 .y_label_formatter(&|y| short(*y))
                 .y_desc(y_desc)
                 .label_style(("sans-serif", 15))
@@ -251,8 +307,25 @@ fn kill_markers(chart: &mut Ctx, d: &Dashboard, y_max: f64) -> Result<bool, Box<
     Ok(any)
 }
 
-/// Group memory: per-process RSS stacked, group usage, the limit and the refuse/abort lines, the brake's
-/// `memory.high` when it is set, state spans, restart markers and the guard's kills.
+/// A vertical line at each cluster member's change of state within the range, green for one that joined or came
+/// back, orange for one that went suspect, dead or left. Returns the legend entries of the kinds drawn.
+fn member_markers(chart: &mut Ctx, d: &Dashboard, y_max: f64) -> Result<Vec<Entry>, Box<dyn std::error::Error>> {
+    let span = d.range.seconds() as f64;
+    let mut entries = Vec::new();
+    for (up, color, name) in [(true, MEMBER_UP, "member up"), (false, MEMBER_DOWN, "member down")] {
+        let xs = d.series.members.iter().filter(|m| m.up == up).map(|m| x_of(d, m.t_ms));
+        let lines: Vec<_> = xs.filter(|x| (-span..=0.0).contains(x)).map(|x| [(x, 0.0), (x, y_max)]).collect();
+        if !lines.is_empty() {
+            chart.draw_series(lines.into_iter().map(|l| PathElement::new(l, color.stroke_width(2))))?;
+            entries.push(Entry { name: name.into(), color });
+        }
+    }
+    Ok(entries)
+}
+
+/// Group memory: per-process RSS stacked, group usage, the limit and the refuse/abort lines (when known), the
+/// brake's `memory.high` when it is set, state spans, restart markers, the guard's kills and the cluster members'
+/// changes of state.
 pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
     let s = &d.series;
     let n = s.len();
@@ -291,8 +364,12 @@ pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
         line(chart, xs, &usage, BLACK.stroke_width(2))?;
         line(chart, xs, &limit, RGBColor(60, 60, 60).stroke_width(1))?;
         let at = |f: f64| limit.iter().map(|l| l * f).collect::<Vec<_>>();
-        line(chart, xs, &at(refuse_at), RGBColor(230, 140, 0).stroke_width(1))?;
-        line(chart, xs, &at(abort_at), RGBColor(200, 0, 0).stroke_width(1))?;
+        // A fraction of 0 is not known (the daily report's database does not keep the thresholds).
+        let lines = [(refuse_at, "refuse", RGBColor(230, 140, 0)), (abort_at, "abort", RGBColor(200, 0, 0))];
+        let lines: Vec<_> = lines.into_iter().filter(|l| l.0 > 0.0).collect();
+        for &(f, _, c) in &lines {
+            line(chart, xs, &at(f), c.stroke_width(1))?;
+        }
         if let Some(high) = high {
             // The value set now, across the range (the brake follows the limit, which rarely moves).
             let span = d.range.seconds() as f64;
@@ -305,16 +382,19 @@ pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
             chart.draw_series(std::iter::once(TriangleMarker::new((x, y_max * 0.97), 5, color(k).filled())))?;
         }
         let killed = kill_markers(chart, d, y_max)?;
+        let members = member_markers(chart, d, y_max)?;
         entries.push(Entry { name: "group usage".into(), color: BLACK });
         entries.push(Entry { name: "limit".into(), color: RGBColor(60, 60, 60) });
-        entries.push(Entry { name: format!("refuse {:.0}%", refuse_at * 100.0), color: RGBColor(230, 140, 0) });
-        entries.push(Entry { name: format!("abort {:.0}%", abort_at * 100.0), color: RGBColor(200, 0, 0) });
+        for (f, name, color) in lines {
+            entries.push(Entry { name: format!("{name} {:.0}%", f * 100.0), color });
+        }
         if let Some(high) = high {
             entries.push(Entry { name: format!("memory.high {high:.0} MiB"), color: BRAKE });
         }
         if killed {
             entries.push(Entry { name: "guard kill".into(), color: KILL });
         }
+        entries.extend(members);
         Ok(entries)
     })
 }
@@ -492,6 +572,18 @@ mod tests {
         assert_eq!(ago(-30.0), "30 s");
         assert_eq!(ago(-600.0), "10 min");
         assert_eq!(ago(-3.0 * 86_400.0), "3.0 d");
+        let midnight = 1_709_251_200_000;
+        assert_eq!(clock(midnight, 0.0), "24:00", "the end of the day before");
+        assert_eq!(clock(midnight, -86_400.0), "00:00");
+        assert_eq!(clock(midnight + 86_400_000, -3.0 * 3600.0), "21:00");
+        assert_eq!(
+            ticks(Range::Day).iter().map(|&x| clock(midnight, x)).collect::<Vec<_>>()[..3],
+            ["00:00", "03:00", "06:00"]
+        );
+        assert_eq!(
+            ticks(Range::Hour).iter().map(|&x| ago(x)).collect::<Vec<_>>(),
+            ["60 min", "50 min", "40 min", "30 min", "20 min", "10 min", "now"]
+        );
         assert_eq!(short(1_500_000.0), "1.5M");
         assert_eq!(short(0.5), "0.50");
     }

@@ -17,6 +17,6 @@ pub mod view;
 
 pub use routes::{router, QUEUED, RENDERS, RETRY_AFTER_S, WAIT};
 pub use view::{
-    BrakeNow, Dashboard, Figures, Fleet, FleetTotal, GroupNow, KillMarker, Marker, ProcSeries, ProcessStatus, Range,
-    Series, Source,
+    BrakeNow, Dashboard, Figures, Fleet, FleetTotal, GroupNow, KillMarker, Marker, MemberMarker, ProcSeries,
+    ProcessStatus, Range, Series, Source,
 };

@@ -20,7 +20,17 @@ const SCRIPT: &str = "setInterval(function(){if(document.hidden){return;}\
 fetch(location.href,{cache:'no-store'}).then(function(r){return r.ok?r.text():null;}).then(function(t){\
 if(t){var d=new DOMParser().parseFromString(t,'text/html');document.body.replaceWith(d.body);}}).catch(function(){});},5000);";
 
-type DrawFn = fn(&Dashboard) -> Result<String, chart::ChartError>;
+/// A chart of the page: its SVG from the dashboard.
+pub type DrawFn = fn(&Dashboard) -> Result<String, chart::ChartError>;
+
+/// The page's charts, top to bottom: id, heading and how each is drawn (the daily report's PNG draws the same).
+pub const CHARTS: [(&str, &str, DrawFn); 5] = [
+    ("memory", "Group memory: processes stacked, usage, limit, refuse/abort lines, brake", chart::memory),
+    ("requests", "Requests per second", chart::requests),
+    ("inflight", "In flight", chart::inflight),
+    ("latency", "Latency p50 and p99", chart::latency),
+    ("errors", "5xx responses and shed 503s per second", chart::errors),
+];
 
 /// The whole home page.
 pub fn render(d: &Dashboard) -> String {
@@ -59,14 +69,7 @@ pub fn render(d: &Dashboard) -> String {
     h.push_str("</nav>");
     status_strip(&mut h, d);
     crate::fleet::table(&mut h, &d.peers);
-    let charts: [(&str, &str, DrawFn); 5] = [
-        ("memory", "Group memory: processes stacked, usage, limit, refuse/abort lines, brake", chart::memory),
-        ("requests", "Requests per second", chart::requests),
-        ("inflight", "In flight", chart::inflight),
-        ("latency", "Latency p50 and p99", chart::latency),
-        ("errors", "5xx responses and shed 503s per second", chart::errors),
-    ];
-    for (id, title, draw) in charts {
+    for (id, title, draw) in CHARTS {
         let _ = write!(h, "<h2>{title}</h2><div class=\"chart\" id=\"chart-{id}\">");
         match draw(d) {
             Ok(svg) => h.push_str(&svg),

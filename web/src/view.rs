@@ -145,6 +145,15 @@ pub struct KillMarker {
     pub error: Option<String>,
 }
 
+/// A cluster member's change of state at `t_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberMarker {
+    pub t_ms: u64,
+    pub node: String,
+    /// It joined or came back; false: it went suspect, dead or left.
+    pub up: bool,
+}
+
 /// One process's series. Every vector has one value per bucket; `NaN` where there is no data.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcSeries {
@@ -177,6 +186,10 @@ pub struct Series {
     /// The guard's kills in the range, oldest first (none from an agent that does not keep them).
     #[serde(default)]
     pub kills: Vec<KillMarker>,
+    /// Under `[cluster]`: the members' changes of state in the range, oldest first (the daily report marks them;
+    /// the agent's history does not keep them, so the home page has none).
+    #[serde(default)]
+    pub members: Vec<MemberMarker>,
 }
 
 impl Series {
@@ -326,6 +339,10 @@ pub struct Dashboard {
     /// In a cluster: every node, this one included (empty: not in a cluster, and the section is left out).
     #[serde(default)]
     pub peers: Vec<Peer>,
+    /// Label the time axis with the UTC time of day (`00:00` to `24:00`: the daily report, whose `now_ms` is the
+    /// day's end) instead of the time before now.
+    #[serde(default)]
+    pub clock: bool,
 }
 
 /// What the home page reads: the agent implements it over its history and latest sample.

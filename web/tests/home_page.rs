@@ -117,9 +117,11 @@ impl Source for Fake {
                         error: None,
                     })
                     .collect(),
+                members: Vec::new(),
             },
             notes: vec!["history is not persisted: <locked>".into()],
             peers: Vec::new(),
+            clock: false,
         }
     }
 }

@@ -193,6 +193,7 @@ impl Acc {
                 .map(|&(t, l)| Marker { t_ms: t * 1000, name: labels.get(l).0.to_string() })
                 .collect(),
             kills: Vec::new(),
+            members: Vec::new(),
             procs: procs
                 .into_iter()
                 .map(|(l, p)| {

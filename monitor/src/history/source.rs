@@ -115,6 +115,7 @@ impl Source for History {
             series,
             notes,
             peers: self.inputs.peers.as_ref().map(|f| f()).unwrap_or_default(),
+            clock: false,
         }
     }
 }

@@ -1,25 +1,29 @@
-//! `monitor report --png FILE`: the day as a PNG drawn with plotters' bitmap backend: peak RSS per process per
-//! minute (with the group's usage and limit, and a vertical line at each cluster membership event) above requests
-//! per minute per process.
+//! `monitor report --png FILE`: the day as the home page draws it. The page's charts (`web`'s SVG) over the UTC
+//! day, from the day's minutes with its restarts, kills and cluster members' changes marked, stacked under a title
+//! into one SVG that resvg draws into the PNG.
 //!
-//! Text is drawn with ab_glyph from a TTF read at run time (Debian's fonts-dejavu-core); with no usable font the
-//! chart is drawn without text and the caller says so. plotters' own `ab_glyph` feature is not used: features
-//! unify, and the web crate's SVG charts would then fail their text layout whenever no font is registered.
+//! Text is set in a TTF read at run time (Debian's fonts-dejavu-core), loaded into resvg's font database as its
+//! `sans-serif`, the family the charts name; with no usable font the charts are drawn without text and the caller
+//! says so.
 
 use super::{civil_from_days, DayReport, ReportError};
+use crate::history::query;
 use crate::history::ring::{Labels, Minute};
-use ab_glyph::{point, Font, FontVec, PxScale, ScaleFont};
-use plotters::coord::types::RangedCoordf64;
-use plotters::coord::Shift;
-use plotters::prelude::*;
-use plotters_backend::text_anchor::{HPos, VPos};
-use plotters_backend::{BackendColor, BackendCoord, BackendTextStyle, DrawingErrorKind};
-use std::collections::BTreeMap;
+use resvg::tiny_skia::{Pixmap, Transform};
+use resvg::usvg::{fontdb, Options, Tree};
+use std::collections::VecDeque;
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use web::chart::{HEIGHT as CHART_HEIGHT, PLOT_WIDTH, WIDTH as CHART_WIDTH};
+use web::{Dashboard, MemberMarker, Range};
 
-/// The image's size in pixels.
-pub const WIDTH: u32 = 1200;
-pub const HEIGHT: u32 = 900;
+/// The title's height, and each chart's heading's, in pixels.
+const TITLE: u32 = 44;
+const HEADING: u32 = 28;
+/// The image's size in pixels: the title, then each of the page's charts under its heading.
+pub const WIDTH: u32 = CHART_WIDTH;
+pub const HEIGHT: u32 = TITLE + web::page::CHARTS.len() as u32 * (HEADING + CHART_HEIGHT);
 
 /// Fonts tried in order (Debian's fonts-dejavu-core first).
 pub const FONT_PATHS: &[&str] = &[
@@ -37,313 +41,80 @@ pub struct PngOutcome {
     pub font: Option<PathBuf>,
 }
 
-/// The first font of `paths` that reads and parses.
-pub fn find_font(paths: &[&str]) -> Option<(PathBuf, FontVec)> {
+/// The first font of `paths` that reads and parses, in a font database whose `sans-serif` it is.
+pub fn find_font(paths: &[&str]) -> Option<(PathBuf, Arc<fontdb::Database>)> {
     paths.iter().find_map(|p| {
-        let bytes = std::fs::read(p).ok()?;
-        FontVec::try_from_vec(bytes).ok().map(|f| (PathBuf::from(p), f))
+        let mut db = fontdb::Database::new();
+        db.load_font_data(std::fs::read(p).ok()?);
+        let family = db.faces().next()?.families.first()?.0.clone();
+        db.set_sans_serif_family(family);
+        Some((PathBuf::from(p), Arc::new(db)))
     })
 }
 
-/// The bitmap backend with text drawn by ab_glyph (or not at all without a font).
-struct TextBitmap<'a, 'f> {
-    inner: BitMapBackend<'a>,
-    font: Option<&'f FontVec>,
+/// The home page's view of the day starting at `day_start`: its minutes in the day range's buckets, its kills and
+/// cluster events marked, the time axis in UTC time of day. The thresholds are not kept: no refuse/abort lines.
+pub fn dashboard(r: &DayReport, minutes: &[Minute], labels: &Labels, day_start: u64) -> Dashboard {
+    let end_ms = (day_start + 86_400) * 1000;
+    let minutes: VecDeque<Arc<Minute>> = minutes.iter().cloned().map(Arc::new).collect();
+    // Asked a second before the day's end, the day range's buckets are the day's.
+    let mut series = query::series(&VecDeque::new(), &minutes, labels, end_ms - 1000, Range::Day, PLOT_WIDTH);
+    series.kills = query::kills(&r.kills.iter().cloned().map(Arc::new).collect(), &series);
+    series.members = r
+        .cluster_events
+        .iter()
+        .map(|e| MemberMarker {
+            t_ms: e.at_unix_ms,
+            node: e.node.clone(),
+            up: matches!(e.what.as_str(), "joined" | "alive again"),
+        })
+        .collect();
+    Dashboard { now_ms: end_ms, range: Range::Day, series, clock: true, ..Dashboard::default() }
 }
 
-type BitmapError = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
-
-impl TextBitmap<'_, '_> {
-    /// Width and height of `text` at `size` pixels.
-    fn measure(font: &FontVec, size: f64, text: &str) -> (f32, f32) {
-        let f = font.as_scaled(PxScale::from(size as f32));
-        let mut w = 0.0;
-        let mut prev = None;
-        for c in text.chars() {
-            let id = f.glyph_id(c);
-            if let Some(p) = prev {
-                w += f.kern(p, id);
-            }
-            w += f.h_advance(id);
-            prev = Some(id);
-        }
-        (w, f.ascent() - f.descent())
+/// The page's charts of `d` under a title, as one SVG of [`WIDTH`] × [`HEIGHT`].
+pub fn svg(r: &DayReport, d: &Dashboard) -> Result<String, ReportError> {
+    let mut out = String::with_capacity(512 * 1024);
+    let _ = write!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" font-family=\"sans-serif\">\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/><text x=\"12\" y=\"30\" font-size=\"22\">monitor report \
+         {} (UTC): {} requests{}</text>",
+        web::html::escape(&r.date),
+        r.requests_total,
+        if r.minutes == 0 { "; no data for this day" } else { "" }
+    );
+    let mut y = TITLE;
+    for (_, heading, draw) in web::page::CHARTS {
+        let chart = draw(d).map_err(|e| ReportError::Png(e.to_string()))?;
+        let _ = write!(
+            out,
+            "<text x=\"12\" y=\"{}\" font-size=\"17\">{}</text><g transform=\"translate(0 {})\">{chart}</g>",
+            y + 20,
+            web::html::escape(heading),
+            y + HEADING
+        );
+        y += HEADING + CHART_HEIGHT;
     }
+    out.push_str("</svg>");
+    Ok(out)
 }
 
-impl DrawingBackend for TextBitmap<'_, '_> {
-    type ErrorType = BitmapError;
-
-    fn get_size(&self) -> (u32, u32) {
-        self.inner.get_size()
+/// Draws `svg` with the text in `fonts` (none without).
+pub fn render(svg: &str, fonts: Option<Arc<fontdb::Database>>) -> Result<Pixmap, ReportError> {
+    let mut opt = Options::default();
+    if let Some(fonts) = fonts {
+        opt.fontdb = fonts;
     }
-    fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<BitmapError>> {
-        self.inner.ensure_prepared()
-    }
-    fn present(&mut self) -> Result<(), DrawingErrorKind<BitmapError>> {
-        self.inner.present()
-    }
-    fn draw_pixel(&mut self, p: BackendCoord, c: BackendColor) -> Result<(), DrawingErrorKind<BitmapError>> {
-        self.inner.draw_pixel(p, c)
-    }
-    fn draw_line<S: plotters_backend::BackendStyle>(
-        &mut self,
-        from: BackendCoord,
-        to: BackendCoord,
-        style: &S,
-    ) -> Result<(), DrawingErrorKind<BitmapError>> {
-        self.inner.draw_line(from, to, style)
-    }
-    fn draw_rect<S: plotters_backend::BackendStyle>(
-        &mut self,
-        ul: BackendCoord,
-        br: BackendCoord,
-        style: &S,
-        fill: bool,
-    ) -> Result<(), DrawingErrorKind<BitmapError>> {
-        self.inner.draw_rect(ul, br, style, fill)
-    }
-    fn draw_path<S: plotters_backend::BackendStyle, I: IntoIterator<Item = BackendCoord>>(
-        &mut self,
-        path: I,
-        style: &S,
-    ) -> Result<(), DrawingErrorKind<BitmapError>> {
-        self.inner.draw_path(path, style)
-    }
-    fn fill_polygon<S: plotters_backend::BackendStyle, I: IntoIterator<Item = BackendCoord>>(
-        &mut self,
-        vert: I,
-        style: &S,
-    ) -> Result<(), DrawingErrorKind<BitmapError>> {
-        self.inner.fill_polygon(vert, style)
-    }
-
-    fn estimate_text_size<T: BackendTextStyle>(
-        &self,
-        text: &str,
-        style: &T,
-    ) -> Result<(u32, u32), DrawingErrorKind<BitmapError>> {
-        match self.font {
-            Some(font) => {
-                let (w, h) = Self::measure(font, style.size(), text);
-                Ok((w.ceil() as u32, h.ceil() as u32))
-            }
-            None => self.inner.estimate_text_size(text, style),
-        }
-    }
-
-    /// Draws `text` with the font, anchored as asked; horizontal only (the charts rotate none). Without a font it
-    /// draws nothing (plotters' built-in stand-in panics when asked to draw).
-    fn draw_text<T: BackendTextStyle>(
-        &mut self,
-        text: &str,
-        style: &T,
-        pos: BackendCoord,
-    ) -> Result<(), DrawingErrorKind<BitmapError>> {
-        let Some(font) = self.font else { return Ok(()) };
-        let color = style.color();
-        if color.alpha == 0.0 {
-            return Ok(());
-        }
-        let (w, h) = Self::measure(font, style.size(), text);
-        let x0 = pos.0 as f32
-            - match style.anchor().h_pos {
-                HPos::Left => 0.0,
-                HPos::Center => w / 2.0,
-                HPos::Right => w,
-            };
-        let y0 = pos.1 as f32
-            - match style.anchor().v_pos {
-                VPos::Top => 0.0,
-                VPos::Center => h / 2.0,
-                VPos::Bottom => h,
-            };
-        let scale = PxScale::from(style.size() as f32);
-        let f = font.as_scaled(scale);
-        let mut x = x0;
-        let mut prev = None;
-        let mut pixels = Vec::new();
-        for c in text.chars() {
-            let id = f.glyph_id(c);
-            if let Some(p) = prev {
-                x += f.kern(p, id);
-            }
-            let glyph = id.with_scale_and_position(scale, point(x, y0 + f.ascent()));
-            x += f.h_advance(id);
-            prev = Some(id);
-            if let Some(outline) = font.outline_glyph(glyph) {
-                let b = outline.px_bounds();
-                outline.draw(|gx, gy, cov| {
-                    if cov > 0.01 {
-                        pixels.push(((b.min.x as i32 + gx as i32, b.min.y as i32 + gy as i32), cov));
-                    }
-                });
-            }
-        }
-        for (p, cov) in pixels {
-            self.inner.draw_pixel(p, BackendColor { alpha: color.alpha * cov as f64, rgb: color.rgb })?;
-        }
-        Ok(())
-    }
+    let tree = Tree::from_str(svg, &opt).map_err(|e| ReportError::Png(format!("reading the charts' SVG: {e}")))?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| ReportError::Png(format!("no {}×{} image", size.width(), size.height())))?;
+    resvg::render(&tree, Transform::default(), &mut pixmap.as_mut());
+    Ok(pixmap)
 }
 
-/// Per process (name, minute-index -> value), for the series of one panel.
-type PerProcess = BTreeMap<String, Vec<(f64, f64)>>;
-
-/// The day's points: hours since the day's start on x.
-fn points(minutes: &[Minute], labels: &Labels, day_start: u64) -> (PerProcess, PerProcess, Vec<(f64, f64, f64)>) {
-    let mut rss = PerProcess::new();
-    let mut req = PerProcess::new();
-    let mut group = Vec::with_capacity(minutes.len());
-    for m in minutes {
-        let h = m.t.saturating_sub(day_start) as f64 / 3600.0;
-        group.push((h, m.usage_max as f64 / 1048576.0, m.limit as f64 / 1048576.0));
-        for p in &m.procs {
-            let name = labels.get(p.label).0.to_string();
-            rss.entry(name.clone()).or_default().push((h, p.rss_max as f64 / 1048576.0));
-            req.entry(name).or_default().push((h, p.requests as f64));
-        }
-    }
-    (rss, req, group)
-}
-
-/// A cluster member that joined or came back.
-const MEMBER_UP: RGBColor = RGBColor(0, 140, 70);
-/// A cluster member that went suspect, dead or left.
-const MEMBER_DOWN: RGBColor = RGBColor(200, 90, 0);
-
-/// The hours (since the day's start) of the day's cluster events: those of members that joined or came back, and
-/// those of members that went suspect, dead or left.
-fn event_hours(r: &DayReport, day_start: u64) -> (Vec<f64>, Vec<f64>) {
-    let hour = |ms: u64| ms.saturating_sub(day_start * 1000) as f64 / 3_600_000.0;
-    let up = |what: &str| matches!(what, "joined" | "alive again");
-    let ups = r.cluster_events.iter().filter(|e| up(&e.what)).map(|e| hour(e.at_unix_ms)).collect();
-    let downs = r.cluster_events.iter().filter(|e| !up(&e.what)).map(|e| hour(e.at_unix_ms)).collect();
-    (ups, downs)
-}
-
-fn color(i: usize) -> RGBColor {
-    web::chart::color(i)
-}
-
-fn draw_err<E: std::fmt::Debug>(e: E) -> ReportError {
-    ReportError::Png(format!("drawing the chart: {e:?}"))
-}
-
-/// A panel over the day: hours 0..24 across, 0..`y_max` up, with its caption and a light mesh.
-fn day_chart<'a, DB: DrawingBackend>(
-    area: &'a DrawingArea<DB, Shift>,
-    caption: String,
-    caption_size: u32,
-    y_max: f64,
-) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, ReportError> {
-    let mut c = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", caption_size))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.0..24.0, 0.0..y_max)
-        .map_err(draw_err)?;
-    c.configure_mesh()
-        .x_labels(13)
-        .x_desc("hour")
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(draw_err)?;
-    Ok(c)
-}
-
-/// Draws the two panels on `root`.
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    r: &DayReport,
-    minutes: &[Minute],
-    labels: &Labels,
-    day_start: u64,
-) -> Result<(), ReportError> {
-    root.fill(&WHITE).map_err(draw_err)?;
-    let (rss, req, group) = points(minutes, labels, day_start);
-    let (top, bottom) = root.split_vertically(HEIGHT * 11 / 20);
-    let peak = group.iter().map(|g| g.1.max(g.2)).fold(1.0, f64::max) * 1.05;
-    let mut c = day_chart(&top, format!("monitor report {} (UTC): memory per process, MiB", r.date), 22, peak)?;
-    let usage = group.iter().map(|g| (g.0, g.1));
-    c.draw_series(LineSeries::new(usage, BLACK.stroke_width(2)))
-        .map_err(draw_err)?
-        .label("group usage")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
-    c.draw_series(LineSeries::new(group.iter().map(|g| (g.0, g.2)), RED.stroke_width(1)))
-        .map_err(draw_err)?
-        .label("limit")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED));
-    for (i, (name, pts)) in rss.iter().enumerate() {
-        let col = color(i);
-        c.draw_series(LineSeries::new(pts.iter().copied(), col.stroke_width(1)))
-            .map_err(draw_err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
-    }
-    let (ups, downs) = event_hours(r, day_start);
-    for (hours, col, label) in [
-        (ups, MEMBER_UP, "cluster member joined or back"),
-        (downs, MEMBER_DOWN, "cluster member suspect, dead or left"),
-    ] {
-        if hours.is_empty() {
-            continue;
-        }
-        let lines = hours.into_iter().map(move |h| PathElement::new(vec![(h, 0.0), (h, peak)], col));
-        c.draw_series(lines)
-            .map_err(draw_err)?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
-    }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(("sans-serif", 12))
-        .draw()
-        .map_err(draw_err)?;
-
-    let top_req = req.values().flat_map(|v| v.iter().map(|p| p.1)).fold(1.0, f64::max) * 1.1;
-    let mut c =
-        day_chart(&bottom, format!("requests per minute per process ({} in total)", r.requests_total), 20, top_req)?;
-    for (i, pts) in req.values().enumerate() {
-        c.draw_series(LineSeries::new(pts.iter().copied(), color(i).stroke_width(1))).map_err(draw_err)?;
-    }
-    if minutes.is_empty() {
-        let style = ("sans-serif", 24).into_font().color(&RGBColor(120, 120, 120));
-        root.draw_text("no data for this day", &style, (WIDTH as i32 / 2 - 110, HEIGHT as i32 / 2))
-            .map_err(draw_err)?;
-    }
-    root.present().map_err(draw_err)
-}
-
-/// The chart as RGB8 pixels (`WIDTH` × `HEIGHT`), text drawn with `font` when given.
-pub fn render(
-    r: &DayReport,
-    minutes: &[Minute],
-    labels: &Labels,
-    day_start: u64,
-    font: Option<&FontVec>,
-) -> Result<Vec<u8>, ReportError> {
-    let mut buf = vec![255u8; WIDTH as usize * HEIGHT as usize * 3];
-    {
-        let inner = BitMapBackend::with_buffer(&mut buf, (WIDTH, HEIGHT));
-        let root = TextBitmap { inner, font }.into_drawing_area();
-        draw(&root, r, minutes, labels, day_start)?;
-    }
-    Ok(buf)
-}
-
-/// Encodes RGB8 pixels as PNG.
-pub fn encode(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, ReportError> {
-    let mut out = std::io::Cursor::new(Vec::new());
-    image::write_buffer_with_format(&mut out, rgb, width, height, image::ColorType::Rgb8, image::ImageFormat::Png)
-        .map_err(|e| ReportError::Png(format!("encoding the PNG: {e}")))?;
-    Ok(out.into_inner())
-}
-
-/// Writes the day's chart to `path`, with the first font of [`FONT_PATHS`] (or without text if none is usable).
+/// Writes the day's charts to `path`, with the first font of [`FONT_PATHS`] (or without text if none is usable).
 pub fn write_png(
     path: &Path,
     r: &DayReport,
@@ -352,10 +123,11 @@ pub fn write_png(
     day_start: u64,
 ) -> Result<PngOutcome, ReportError> {
     let font = find_font(FONT_PATHS);
-    let rgb = render(r, minutes, labels, day_start, font.as_ref().map(|f| &f.1))?;
-    let png = encode(&rgb, WIDTH, HEIGHT)?;
+    let svg = svg(r, &dashboard(r, minutes, labels, day_start))?;
+    let pixmap = render(&svg, font.as_ref().map(|f| f.1.clone()))?;
+    let png = pixmap.encode_png().map_err(|e| ReportError::Png(format!("encoding the PNG: {e}")))?;
     std::fs::write(path, png).map_err(|e| ReportError::Png(format!("writing {}: {e}", path.display())))?;
-    Ok(PngOutcome { width: WIDTH, height: HEIGHT, font: font.map(|f| f.0) })
+    Ok(PngOutcome { width: pixmap.width(), height: pixmap.height(), font: font.map(|f| f.0) })
 }
 
 /// The line `monitor report --png` prints (on stderr, so `--json` stays JSON).
@@ -404,8 +176,23 @@ mod tests {
         (minutes, labels, start)
     }
 
-    fn decode(png: &[u8]) -> image::RgbImage {
-        image::load_from_memory_with_format(png, image::ImageFormat::Png).expect("the PNG decodes").to_rgb8()
+    /// The day's chart drawn as `write_png` draws it, read back from the PNG.
+    fn png(
+        r: &DayReport,
+        minutes: &[Minute],
+        labels: &Labels,
+        start: u64,
+        fonts: Option<Arc<fontdb::Database>>,
+    ) -> Pixmap {
+        let svg = svg(r, &dashboard(r, minutes, labels, start)).expect("svg");
+        let png = render(&svg, fonts).expect("render").encode_png().expect("encode");
+        assert_eq!(png.get(..8), Some(&b"\x89PNG\r\n\x1a\n"[..]), "a PNG");
+        Pixmap::decode_png(&png).expect("the PNG decodes")
+    }
+
+    /// Pixels of exactly `rgb`.
+    fn count(p: &Pixmap, rgb: (u8, u8, u8)) -> usize {
+        p.pixels().iter().filter(|c| (c.red(), c.green(), c.blue()) == rgb).count()
     }
 
     #[test]
@@ -419,17 +206,40 @@ mod tests {
             format!("no font in {FONT_PATHS:?} (apt-get install fonts-dejavu-core): the text half is not checked");
         monitor_tests::require(with.is_some(), test, &why);
         let mut inked = Vec::new();
-        for font in [with.as_ref().map(|f| &f.1), None] {
-            let rgb = render(&r, &minutes, &labels, start, font).expect("render");
-            let img = decode(&encode(&rgb, WIDTH, HEIGHT).expect("encode"));
-            assert_eq!(img.dimensions(), (WIDTH, HEIGHT));
-            let dark = img.pixels().filter(|p| p.0.iter().all(|&c| c < 100)).count();
-            assert!(dark > 1000, "the chart drew lines ({dark} dark pixels)");
+        for fonts in [with.as_ref().map(|f| f.1.clone()), None] {
+            let img = png(&r, &minutes, &labels, start, fonts);
+            assert_eq!((img.width(), img.height()), (WIDTH, HEIGHT));
+            let dark = img.pixels().iter().filter(|p| p.red() < 100 && p.green() < 100 && p.blue() < 100).count();
+            assert!(dark > 1000, "the charts drew lines ({dark} dark pixels)");
             inked.push(dark);
         }
         if with.is_some() {
-            assert!(inked[0] > inked[1], "text adds ink: {inked:?}");
+            // The title, headings, axis labels and legends: thousands of dark pixels of glyphs.
+            assert!(inked[0] > inked[1] + 5000, "text adds ink: {inked:?}");
         }
+    }
+
+    #[test]
+    fn the_png_is_the_home_pages_charts_with_their_series() {
+        let (minutes, labels, start) = day();
+        let r = summarize(&date_of(start), &minutes, &labels);
+        let d = dashboard(&r, &minutes, &labels, start);
+        let svg = svg(&r, &d).expect("svg");
+        for (id, _, draw) in web::page::CHARTS {
+            assert!(svg.contains(&draw(&d).expect(id)), "the page's {id} chart, as it is");
+        }
+        assert_eq!(d.series.procs.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["app-master", "app-w01"]);
+        let img = png(&r, &minutes, &labels, start, None);
+        // Each process's colour (its lines and legend boxes) is drawn; the next one of the palette, no process's,
+        // is neither in the SVG nor in the PNG.
+        for k in 0..2 {
+            let c = web::chart::color(k);
+            assert!(svg.contains(&format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)), "process {k} in the SVG");
+            assert!(count(&img, (c.0, c.1, c.2)) > 500, "process {k}'s colour is drawn");
+        }
+        let unused = web::chart::color(2);
+        assert!(!svg.contains(&format!("#{:02X}{:02X}{:02X}", unused.0, unused.1, unused.2)));
+        assert_eq!(count(&img, (unused.0, unused.1, unused.2)), 0);
     }
 
     #[test]
@@ -444,22 +254,20 @@ mod tests {
         };
         let quiet = summarize(&date_of(start), &minutes, &labels);
         let r = DayReport { cluster_events: vec![event(6, "joined"), event(18, "dead")], ..quiet.clone() };
-        let count = |r: &DayReport, col: RGBColor| {
-            let rgb = render(r, &minutes, &labels, start, None).expect("render");
-            rgb.chunks(3).filter(|p| *p == [col.0, col.1, col.2]).count()
-        };
-        // A line up the memory panel for each (and its legend entry); nothing of either colour without events.
-        assert!(count(&r, MEMBER_UP) > 200, "the join is marked");
-        assert!(count(&r, MEMBER_DOWN) > 200, "the death is marked");
-        assert_eq!((count(&quiet, MEMBER_UP), count(&quiet, MEMBER_DOWN)), (0, 0));
+        let (up, down) = ((0, 140, 70), (200, 90, 0));
+        let (marked, unmarked) = (png(&r, &minutes, &labels, start, None), png(&quiet, &minutes, &labels, start, None));
+        // A line up the memory chart for each (and its legend entry); nothing of either colour without events.
+        assert!(count(&marked, up) > 200, "the join is marked");
+        assert!(count(&marked, down) > 200, "the death is marked");
+        assert_eq!((count(&unmarked, up), count(&unmarked, down)), (0, 0));
     }
 
     #[test]
     fn an_empty_day_and_a_bad_path_are_errors_or_charts_not_panics() {
         let labels = Labels::default();
         let r = summarize("2024-03-01", &[], &labels);
-        let rgb = render(&r, &[], &labels, 0, None).expect("an empty day still draws");
-        assert_eq!(rgb.len(), (WIDTH * HEIGHT * 3) as usize);
+        let img = png(&r, &[], &labels, 0, None);
+        assert_eq!((img.width(), img.height()), (WIDTH, HEIGHT), "an empty day still draws");
         let bad = Path::new("/nonexistent-dir/x/day.png");
         let err = write_png(bad, &r, &[], &labels, 0).expect_err("unwritable path");
         assert!(err.to_string().contains("/nonexistent-dir/x/day.png"), "{err}");
