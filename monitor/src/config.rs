@@ -214,7 +214,7 @@ impl Default for WebConfig {
 
 impl WebConfig {
     /// Where alerts link back to: `external_url`, else the listen address.
-    pub fn generator_url(&self) -> String {
+    pub(crate) fn generator_url(&self) -> String {
         match &self.external_url {
             Some(u) => u.clone(),
             None => format!("http://{}/", self.listen),
@@ -259,7 +259,7 @@ impl Default for ProbesConfig {
 
 impl ProbesConfig {
     /// The hook set `hooks` names, or `None` for `auto`.
-    pub fn chosen_hooks(&self) -> Option<Hooks> {
+    pub(crate) fn chosen_hooks(&self) -> Option<Hooks> {
         self.hooks.only()
     }
 }
@@ -311,7 +311,7 @@ pub struct ActionsConfig {
 impl ActionsConfig {
     /// True when `monitor agent` would POST action changes (`post_url` or `admin_path`) without a proof: no
     /// `secret_file`. (`monitor run` always signs: it makes a secret when none is given.)
-    pub fn posts_unsigned(&self) -> bool {
+    pub(crate) fn posts_unsigned(&self) -> bool {
         (self.post_url.is_some() || self.admin_path.is_some()) && self.secret_file.is_none()
     }
 
@@ -441,7 +441,7 @@ impl Source {
     }
 
     /// Puts the command line's values over the file's.
-    pub fn apply(&self, cfg: &mut Config) {
+    pub(crate) fn apply(&self, cfg: &mut Config) {
         if let Some(c) = &self.cgroup {
             cfg.group.cgroup.clone_from(c);
         }

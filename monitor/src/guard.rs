@@ -19,7 +19,7 @@ use std::sync::{Mutex, PoisonError};
 const RECENT: usize = 32;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds.
-pub fn mono_ns() -> u64 {
+pub(crate) fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid clock id and a valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -148,14 +148,14 @@ impl KillBook {
     }
 
     /// The recent kills, oldest first.
-    pub fn recent(&self) -> Vec<KillRecord> {
+    pub(crate) fn recent(&self) -> Vec<KillRecord> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).recent.iter().cloned().collect()
     }
 }
 
 /// One process `monitor run` launched, as the guard sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchedProc {
+pub(crate) struct LaunchedProc {
     pub pid: u32,
     pub name: String,
     pub role: ProcessRole,
@@ -165,12 +165,12 @@ pub struct LaunchedProc {
 
 /// The launched processes, read by the sampler when the group nears its lines (under `monitor run`; the agent
 /// infers roles from the process tree instead).
-pub type Roster = std::sync::Arc<dyn Fn() -> Vec<LaunchedProc> + Send + Sync>;
+pub(crate) type Roster = std::sync::Arc<dyn Fn() -> Vec<LaunchedProc> + Send + Sync>;
 
 /// What the sampler knows of each process beyond its sample, near the lines: its role, and under `monitor run` its
 /// configured name (kills are counted by it, as every other per-process series).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Known {
+pub(crate) struct Known {
     /// By the sample's order of processes.
     pub roles: Vec<ProcessRole>,
     pub names: Vec<Option<String>>,
@@ -190,7 +190,7 @@ impl Known {
 
 /// Each process's role (and configured name), and the pids the last resort spares: under `monitor run` the launched
 /// masters and `[[process]] protect`; else the masters inferred from the process tree.
-pub fn known_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (Known, Vec<u32>) {
+pub(crate) fn known_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (Known, Vec<u32>) {
     match roster {
         Some(f) => {
             let launched = f();

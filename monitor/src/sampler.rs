@@ -69,7 +69,7 @@ pub struct Sampler {
 }
 
 /// The host's MemTotal in bytes (0 if /proc/meminfo cannot be read).
-pub fn host_mem_total() -> u64 {
+pub(crate) fn host_mem_total() -> u64 {
     use procfs::FromBufRead;
     std::fs::read("/proc/meminfo")
         .ok()
@@ -128,7 +128,7 @@ impl Sampler {
     }
 
     /// Opens the group, and arms the kernel wake-ups and pacing `policy` asks for.
-    pub fn with_policy(
+    pub(crate) fn with_policy(
         group: Group,
         limit_override: Option<u64>,
         probes: Result<Probes, String>,
@@ -183,17 +183,17 @@ impl Sampler {
     }
 
     /// The kills of the last resort, for the launcher, the front door and `/metrics`.
-    pub fn kill_book(&self) -> Arc<KillBook> {
+    pub(crate) fn kill_book(&self) -> Arc<KillBook> {
         self.kills.clone()
     }
 
     /// Under `monitor run`: the launched processes, whose names, roles and `protect` the last resort follows.
-    pub fn set_roster(&mut self, roster: Roster) {
+    pub(crate) fn set_roster(&mut self, roster: Roster) {
         self.roster = Some(roster);
     }
 
     /// Where the kill's reaction time is recorded (`monitor_reaction_seconds{action="kill"}`).
-    pub fn set_reactions(&mut self, reactions: Arc<crate::base::reaction::Reactions>) {
+    pub(crate) fn set_reactions(&mut self, reactions: Arc<crate::base::reaction::Reactions>) {
         self.reactions = Some(reactions);
     }
 
@@ -271,7 +271,7 @@ impl Sampler {
     }
 
     /// A [`Tracer`] served by this sampler's thread (a no-op one when the probes are off).
-    pub fn tracer(&mut self) -> Tracer {
+    pub(crate) fn tracer(&mut self) -> Tracer {
         if self.probes.is_none() {
             return Tracer::none();
         }
@@ -333,17 +333,17 @@ impl Sampler {
     }
 
     /// Puts the group's own `memory.high` back (the sampler is stopping).
-    pub fn release_brake(&mut self) {
+    pub(crate) fn release_brake(&mut self) {
         self.brake.release();
     }
 
     /// The brake, for the published sample.
-    pub fn brake_status(&self) -> Option<BrakeStatus> {
+    pub(crate) fn brake_status(&self) -> Option<BrakeStatus> {
         self.brake.status()
     }
 
     /// The sources armed, for the published sample.
-    pub fn wakeup_status(&self) -> Arc<WakeupStatus> {
+    pub(crate) fn wakeup_status(&self) -> Arc<WakeupStatus> {
         self.wakeups.status().clone()
     }
 
@@ -360,7 +360,7 @@ impl Sampler {
     /// A reloaded `[policy]`: the lines pacing and the kernel thresholds follow, the configured limit, pacing's
     /// bounds, and the brake in or out of shadow mode (released in it, set again out of it). The kernel wake-ups,
     /// pacing on or off and `brake_at` stay as started.
-    pub fn set_policy(&mut self, policy: &crate::config::PolicyConfig) {
+    pub(crate) fn set_policy(&mut self, policy: &crate::config::PolicyConfig) {
         self.brake.set_policy(self.reader.group(), policy);
         self.lines = [policy.refuse_at, policy.abort_at, policy.kill_at];
         self.hysteresis = policy.hysteresis;
@@ -373,7 +373,7 @@ impl Sampler {
     }
 
     /// A reloaded `[probes]`: the programs are detached, then attached again as it now says (or left off).
-    pub fn set_probes(&mut self, cfg: &crate::config::ProbesConfig) {
+    pub(crate) fn set_probes(&mut self, cfg: &crate::config::ProbesConfig) {
         // Dropped first: the hooks are free again before the new programs attach to them.
         self.probes = None;
         self.synced_pids.clear();
@@ -389,7 +389,7 @@ impl Sampler {
         self.probe_status = status;
     }
 
-    pub fn probe_status(&self) -> &ProbeStatus {
+    pub(crate) fn probe_status(&self) -> &ProbeStatus {
         &self.probe_status
     }
 
@@ -417,7 +417,7 @@ impl Sampler {
 
     /// When `d` is a change that names a process, reads that process's name afresh into `snap`, so that the log,
     /// alerts and actions name the program it runs now (names are otherwise read again once a second).
-    pub fn name_victim(&mut self, d: &Decision, snap: &mut Snapshot) {
+    pub(crate) fn name_victim(&mut self, d: &Decision, snap: &mut Snapshot) {
         let Some(v) = d.victim.filter(|_| d.changed) else { return };
         if let (Some(name), Some(p)) =
             (self.procs.fresh_name(v.pid), snap.processes.iter_mut().find(|p| p.pid == v.pid))

@@ -143,7 +143,7 @@ pub struct GroupView {
 /// What a kernel OOM kill in the group `cgroup` costs: the whole systemd unit when the agent runs under systemd and
 /// the group is (or is inside) a `.service` unit's cgroup (systemd's default `OOMPolicy=stop` stops the unit on any
 /// kernel OOM kill in it), the whole group with `memory.oom.group` 1, else one process.
-pub fn kernel_oom_cost(oom_group: Option<bool>, cgroup: &std::path::Path, systemd: bool) -> String {
+pub(crate) fn kernel_oom_cost(oom_group: Option<bool>, cgroup: &std::path::Path, systemd: bool) -> String {
     let unit = cgroup.components().any(|c| c.as_os_str().to_string_lossy().ends_with(".service"));
     match (systemd && unit, oom_group) {
         (true, _) => "whole unit (systemd OOMPolicy=stop unless the unit sets otherwise)".to_string(),
@@ -223,7 +223,7 @@ impl From<Role> for ProcessRole {
 }
 
 /// The status document of docs/api.md, from one published sample.
-pub fn status_view(p: &Published, t: &Thresholds) -> StatusView {
+pub(crate) fn status_view(p: &Published, t: &Thresholds) -> StatusView {
     let s = &p.snapshot;
     let d = &p.decision;
     let roles = infer_roles(&s.processes);

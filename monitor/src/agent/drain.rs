@@ -23,7 +23,7 @@ impl Drain {
     }
 
     /// Starts the drain on the first SIGTERM or SIGINT (on the runtime this is called in).
-    pub fn on_signals(self) {
+    pub(crate) fn on_signals(self) {
         tokio::spawn(async move {
             signalled().await;
             crate::base::notify::stopping();

@@ -10,7 +10,7 @@ use crate::guard::{KillBook, LaunchedProc, Roster};
 use std::sync::Arc;
 
 /// The launched processes and the front door, before anything starts.
-pub struct FrontDoor {
+pub(crate) struct FrontDoor {
     pub members: Arc<[Member]>,
     pub proxy: Arc<Proxy>,
     /// What its readers (the API, the history, the alerts, the fleet) see of it: the launched processes and the
@@ -43,7 +43,7 @@ impl FrontDoor {
     }
 
     /// The launched processes as the guard's last resort sees them: pid, name, role and `[[process]] protect`.
-    pub fn roster(&self, cfg: &Config) -> Roster {
+    pub(crate) fn roster(&self, cfg: &Config) -> Roster {
         let members = self.members.clone();
         let protect: Vec<bool> = cfg.processes.iter().map(|p| p.protect).collect();
         Arc::new(move || {
@@ -57,7 +57,7 @@ impl FrontDoor {
     }
 
     /// The URL of a launched process's own admin endpoint, found by its pid (None when no process has one).
-    pub fn admin_url(&self) -> Option<AdminUrl> {
+    pub(crate) fn admin_url(&self) -> Option<AdminUrl> {
         if self.admins.is_empty() {
             return None;
         }

@@ -18,7 +18,7 @@ const GROUP_END: Duration = Duration::from_secs(10);
 /// shell's, whatever joined) is killed, then the cgroup `monitor run` created is removed, both bounded by
 /// [`GROUP_END`]. With `auto` the group is the cgroup monitor itself runs in: only what its processes left behind
 /// is ended (`Descendants`, in `run`), the rest is its service manager's.
-pub struct GroupEnd {
+pub(crate) struct GroupEnd {
     /// The group the processes are launched into (not `auto`).
     pub group: Option<PathBuf>,
     /// Set once the first process is started: a `monitor run` that stops before that (a port already taken by
@@ -54,7 +54,7 @@ impl Drop for GroupEnd {
 }
 
 /// Finds the group's cgroup; when `launching` (`monitor run`), creates and limits it as the config asks.
-pub fn prepare(cfg: &Config, launching: bool) -> Result<(cgroup::Group, GroupEnd), AgentError> {
+pub(crate) fn prepare(cfg: &Config, launching: bool) -> Result<(cgroup::Group, GroupEnd), AgentError> {
     let mounts = Mounts::read().map_err(AgentError::io("reading /proc/self/mountinfo"))?;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let spec = &cfg.group.cgroup;

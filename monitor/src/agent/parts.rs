@@ -77,7 +77,7 @@ impl Shared {
     }
 
     /// The reload (SIGHUP) of the config `source`, published to every part.
-    pub fn reloader(&self, publisher: Publisher, source: crate::config::Source, launching: bool) -> Reloader {
+    pub(crate) fn reloader(&self, publisher: Publisher, source: crate::config::Source, launching: bool) -> Reloader {
         Reloader {
             source,
             publisher,

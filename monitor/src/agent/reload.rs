@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 /// Catches SIGHUP from now on (its default action would end the process). Call on the runtime, as early as
 /// possible; a signal caught before [`Reloader::spawn`] is served then.
-pub fn catch() -> Option<Signal> {
+pub(crate) fn catch() -> Option<Signal> {
     match signal(SignalKind::hangup()) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -27,7 +27,7 @@ pub fn catch() -> Option<Signal> {
 }
 
 /// What a reload reads, and where it publishes and counts.
-pub struct Reloader {
+pub(crate) struct Reloader {
     pub source: Source,
     pub publisher: Publisher,
     pub reloads: Arc<Reloads>,

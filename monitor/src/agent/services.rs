@@ -24,7 +24,7 @@ impl Services {
     }
 
     /// A part that runs until the stop: `part` is dropped then.
-    pub fn until_stop(&mut self, name: &'static str, part: impl Future<Output = ()> + Send + 'static) {
+    pub(crate) fn until_stop(&mut self, name: &'static str, part: impl Future<Output = ()> + Send + 'static) {
         let mut stop = self.stop.subscribe();
         let task = tokio::spawn(async move {
             tokio::select! {

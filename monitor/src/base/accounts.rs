@@ -91,7 +91,7 @@ impl AccountError {
 
 /// What a process is started as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// None: the launcher's own uid (only `group` was given).
     pub uid: Option<u32>,
     pub gid: u32,
@@ -146,7 +146,7 @@ pub fn resolve(user: Option<&Account>, group: Option<&Account>) -> Result<Option
 
 /// Whether this process may start one with `c`: root may; anyone else only as itself (then nothing changes).
 /// Returns whether the credentials must be switched in the child.
-pub fn must_switch(c: &Credentials) -> Result<bool, AccountError> {
+pub(crate) fn must_switch(c: &Credentials) -> Result<bool, AccountError> {
     // SAFETY: geteuid and getegid have no preconditions and cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if uid == 0 {
@@ -194,7 +194,7 @@ fn user_of(pw: &libc::passwd, _buf: Vec<libc::c_char>) -> User {
 }
 
 /// The user named `name`, if any.
-pub fn user_by_name(name: &str) -> io::Result<Option<User>> {
+pub(crate) fn user_by_name(name: &str) -> io::Result<Option<User>> {
     let Ok(c) = CString::new(name) else { return Ok(None) };
     // SAFETY: zeroed passwd is a valid value of a plain C struct.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
@@ -206,7 +206,7 @@ pub fn user_by_name(name: &str) -> io::Result<Option<User>> {
 }
 
 /// The user with `uid`, if any.
-pub fn user_by_id(uid: u32) -> io::Result<Option<User>> {
+pub(crate) fn user_by_id(uid: u32) -> io::Result<Option<User>> {
     // SAFETY: zeroed passwd is a valid value of a plain C struct.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let found = lookup(|buf, result| {
@@ -217,7 +217,7 @@ pub fn user_by_id(uid: u32) -> io::Result<Option<User>> {
 }
 
 /// The gid of the group named `name`, if any.
-pub fn group_by_name(name: &str) -> io::Result<Option<u32>> {
+pub(crate) fn group_by_name(name: &str) -> io::Result<Option<u32>> {
     let Ok(c) = CString::new(name) else { return Ok(None) };
     // SAFETY: zeroed group is a valid value of a plain C struct.
     let mut gr: libc::group = unsafe { std::mem::zeroed() };
@@ -229,7 +229,7 @@ pub fn group_by_name(name: &str) -> io::Result<Option<u32>> {
 }
 
 /// The groups of user `name` whose primary group is `gid` (`gid` included), as `initgroups` sets them.
-pub fn group_list(name: &str, gid: u32) -> io::Result<Vec<u32>> {
+pub(crate) fn group_list(name: &str, gid: u32) -> io::Result<Vec<u32>> {
     let c = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mut n: libc::c_int = 32;
     loop {

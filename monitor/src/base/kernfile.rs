@@ -24,7 +24,7 @@ pub fn pread_all(file: &File, buf: &mut Vec<u8>) -> std::io::Result<()> {
 /// room given is the whole file. The kernel generates such a file whole at each read from 0 and copies out what
 /// fits, so a short read means nothing is left; a full one is followed by more reads, as [`pread_all`] does.
 /// Not for files of many records (`cgroup.procs`): the kernel may stop those at a page while more remain.
-pub fn pread_record(file: &File, buf: &mut Vec<u8>) -> std::io::Result<()> {
+pub(crate) fn pread_record(file: &File, buf: &mut Vec<u8>) -> std::io::Result<()> {
     read_from_zero(file, buf, true)
 }
 

@@ -15,7 +15,7 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The environment variable that filters the log.
-pub const ENV: &str = "MONITOR_LOG";
+pub(crate) const ENV: &str = "MONITOR_LOG";
 /// The filter when `MONITOR_LOG` is unset or empty.
 const DEFAULT_FILTER: &str = "info";
 
@@ -61,7 +61,7 @@ pub fn init(format: LogFormat) -> Result<(), LogError> {
 }
 
 /// The filter a `MONITOR_LOG` value says (`info` when empty); the first directive tracing cannot read is the error.
-pub fn parse_filter(value: &str) -> Result<EnvFilter, LogError> {
+pub(crate) fn parse_filter(value: &str) -> Result<EnvFilter, LogError> {
     let value = value.trim();
     let value = if value.is_empty() { DEFAULT_FILTER } else { value };
     let mut filter = EnvFilter::default();

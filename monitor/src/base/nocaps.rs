@@ -8,7 +8,7 @@
 use std::io;
 
 /// The highest capability number the kernel knows (`/proc/sys/kernel/cap_last_cap`), read before the fork.
-pub fn last_cap() -> u32 {
+pub(crate) fn last_cap() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|t| t.trim().parse().ok()).unwrap_or(63)
 }
 
@@ -17,7 +17,7 @@ pub fn last_cap() -> u32 {
 ///
 /// # Safety
 /// Call only between fork and exec (`Command::pre_exec`).
-pub unsafe fn drop_all(last_cap: u32) -> io::Result<()> {
+pub(crate) unsafe fn drop_all(last_cap: u32) -> io::Result<()> {
     // SAFETY (of each call below): prctl and capset with plain integers and a pointer to stack memory.
     unsafe {
         for cap in 0..=last_cap {

@@ -44,7 +44,7 @@ pub fn stopping() {
 
 /// Keeps systemd's watchdog fed from a loop that runs at least every few hundred milliseconds.
 #[derive(Debug)]
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     /// Half the watchdog's timeout (`WATCHDOG_USEC`), None when there is no watchdog for this process.
     every: Option<Duration>,
     last: Option<Instant>,

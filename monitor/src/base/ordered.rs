@@ -77,7 +77,7 @@ impl<T> Drop for Closer<T> {
 }
 
 /// Fills the queue; clones fill the same one.
-pub struct Sender<T> {
+pub(crate) struct Sender<T> {
     queue: Arc<Queue<T>>,
     _closer: Arc<Closer<T>>,
 }
@@ -107,7 +107,7 @@ impl<T> Sender<T> {
     }
 
     /// The receiver has ended: every push from now on is refused.
-    pub fn is_ended(&self) -> bool {
+    pub(crate) fn is_ended(&self) -> bool {
         self.queue.lock().ended
     }
 }
@@ -125,7 +125,7 @@ impl<T> Receiver<T> {
 
     /// The next item; None once every sender is gone and the queue is empty, or once nothing came for `idle`: the
     /// receiver has then ended, and a push after it is refused (under the queue's lock, so nothing is lost).
-    pub async fn next_within(&self, idle: Duration) -> Option<T> {
+    pub(crate) async fn next_within(&self, idle: Duration) -> Option<T> {
         self.take(Some(idle)).await
     }
 

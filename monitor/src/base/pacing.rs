@@ -28,7 +28,7 @@ const HALF_LIFE_S: f64 = 1.0;
 
 /// The pacer's memory between samples.
 #[derive(Debug, Clone)]
-pub struct Pacer {
+pub(crate) struct Pacer {
     pacing: Pacing,
     /// The previous sample: (monotonic ms, anonymous bytes).
     last: Option<(u64, u64)>,
@@ -45,7 +45,7 @@ impl Pacer {
 
     /// A reloaded `[policy]`: the interval far from the lines, the shortest one and the growth assumed; whether
     /// pacing is on stays as started, and so does the growth seen so far.
-    pub fn set_bounds(&mut self, max: Duration, min: Duration, assumed_rate: f64) {
+    pub(crate) fn set_bounds(&mut self, max: Duration, min: Duration, assumed_rate: f64) {
         self.pacing = Pacing { max, min, assumed_rate, ..self.pacing };
     }
 
@@ -55,7 +55,7 @@ impl Pacer {
     }
 
     /// Whether the configured worst growth is assumed (while no kernel threshold follows the usage).
-    pub fn set_assumed(&mut self, assumed: bool) {
+    pub(crate) fn set_assumed(&mut self, assumed: bool) {
         self.assume = assumed;
     }
 

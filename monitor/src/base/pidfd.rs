@@ -18,7 +18,7 @@ pub fn open(pid: u32) -> io::Result<OwnedFd> {
 }
 
 /// Sends `signal` to the process behind `fd`.
-pub fn send_signal(fd: &OwnedFd, signal: i32) -> io::Result<()> {
+pub(crate) fn send_signal(fd: &OwnedFd, signal: i32) -> io::Result<()> {
     // SAFETY: a pidfd we own, a signal number, no siginfo.
     let r = unsafe {
         libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), signal, std::ptr::null::<libc::siginfo_t>(), 0)

@@ -26,12 +26,12 @@ pub const SECRET_ENV: &str = "MONITOR_ACTION_SECRET";
 /// How far a proof's time may be from the receiver's clock, either side.
 pub const WINDOW_MS: u64 = 30_000;
 /// The shortest secret accepted.
-pub const MIN_SECRET_BYTES: usize = 32;
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
 /// The random bytes of a nonce (32 hex digits).
-pub const NONCE_BYTES: usize = 16;
+pub(crate) const NONCE_BYTES: usize = 16;
 /// The most nonces a [`Verifier`] remembers at once: past it, a new proof is refused until older ones leave the
 /// window. Only proofs whose mac matches are remembered, so only a holder of the secret can fill it.
-pub const MAX_REMEMBERED: usize = 4096;
+pub(crate) const MAX_REMEMBERED: usize = 4096;
 
 /// Why a proof was not accepted (or not made).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,7 +68,7 @@ fn random<const N: usize>() -> Result<[u8; N], ProofError> {
 }
 
 /// A new random secret of [`MIN_SECRET_BYTES`] (`monitor run`'s when `[actions] secret_file` is unset).
-pub fn random_secret() -> Result<Vec<u8>, ProofError> {
+pub(crate) fn random_secret() -> Result<Vec<u8>, ProofError> {
     Ok(random::<MIN_SECRET_BYTES>()?.to_vec())
 }
 

@@ -50,7 +50,7 @@ impl Kind {
 
 /// The upper bounds of the buckets, in nanoseconds: 0.1 ms to 1 s (the 20 ms bound is the goal from crossing the
 /// abort line to the signal). A last bucket counts what took longer.
-pub const BOUNDS_NS: [u64; 13] = [
+pub(crate) const BOUNDS_NS: [u64; 13] = [
     100_000,
     250_000,
     500_000,
@@ -94,7 +94,8 @@ impl Counts {
 
     /// The upper bound (in nanoseconds) of the bucket holding quantile `q` (0..=1), `None` with nothing recorded or
     /// when it lies above the last bound.
-    pub fn quantile_bound_ns(&self, q: f64) -> Option<u64> {
+    #[cfg(test)]
+    pub(crate) fn quantile_bound_ns(&self, q: f64) -> Option<u64> {
         let n = self.count();
         if n == 0 {
             return None;
@@ -141,7 +142,7 @@ impl Reactions {
     }
 
     /// Records one reaction of `kind` to the wake-up at `wake`, done now.
-    pub fn record_since(&self, kind: Kind, wake: Instant) {
+    pub(crate) fn record_since(&self, kind: Kind, wake: Instant) {
         self.record(kind, Instant::now().saturating_duration_since(wake));
     }
 
@@ -158,13 +159,13 @@ impl Reactions {
 
     /// The group entered refusing or aborting on the sample taken for the wake-up at `wake`: the next 503 of the
     /// front door is timed from it.
-    pub fn arm_shed(&self, wake: Instant) {
+    pub(crate) fn arm_shed(&self, wake: Instant) {
         *self.shed_wake.lock().unwrap_or_else(PoisonError::into_inner) = Some(wake);
         self.shed_armed.store(true, Ordering::Release);
     }
 
     /// The group is back to normal: no 503 is awaited.
-    pub fn disarm_shed(&self) {
+    pub(crate) fn disarm_shed(&self) {
         self.shed_armed.store(false, Ordering::Relaxed);
         *self.shed_wake.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
@@ -172,7 +173,7 @@ impl Reactions {
     /// The front door sent a memory-guard 503: the first since [`arm_shed`](Self::arm_shed) is recorded. One
     /// relaxed load when none is awaited.
     #[inline]
-    pub fn shed_sent(&self) {
+    pub(crate) fn shed_sent(&self) {
         if !self.shed_armed.load(Ordering::Relaxed) {
             return;
         }

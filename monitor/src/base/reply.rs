@@ -10,7 +10,7 @@ pub fn error(code: StatusCode, msg: String) -> Response {
 }
 
 /// A known path asked with a method it does not take: 405 with a JSON body (GET and HEAD are what it serves).
-pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+pub(crate) async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     error(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not served on {}: use GET", uri.path()))
 }
 

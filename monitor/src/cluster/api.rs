@@ -94,7 +94,7 @@ pub fn peers(m: &Members) -> Vec<web::view::Peer> {
 }
 
 /// `GET /api/v1/cluster` and `GET /readyz`.
-pub fn router(m: Arc<Membership>, door: crate::feed::Door) -> Router {
+pub(crate) fn router(m: Arc<Membership>, door: crate::feed::Door) -> Router {
     let ready_m = m.clone();
     Router::new().route("/api/v1/cluster", get(move || async move { Json(view(&m.members(), Instant::now())) })).route(
         "/readyz",
@@ -127,7 +127,7 @@ pub fn readiness(left: bool, refused: Option<&str>, processes: &[(String, Phase)
 }
 
 /// The cluster's families of `/metrics`, read from the membership and the front door at each scrape.
-pub struct Families {
+pub(crate) struct Families {
     pub membership: Arc<Membership>,
     /// The front door, for the requests forwarded (none: 0).
     pub door: Option<Door>,
@@ -147,7 +147,7 @@ impl Collector for Families {
 }
 
 /// The cluster's families; `gossip_bytes` is (sent, received).
-pub fn encode(
+pub(crate) fn encode(
     e: &mut DescriptorEncoder,
     m: &Members,
     rejected: u64,

@@ -20,11 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long connecting to a peer's front door may take before the owner counts as unreachable.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a connection to a peer's front door is kept idle for the next forward to it, and how many per peer.
 /// Short, so that a connection the peer is about to close (its keep-alive or its drain) is rarely the one taken.
-pub const IDLE_FOR: Duration = Duration::from_secs(2);
+pub(crate) const IDLE_FOR: Duration = Duration::from_secs(2);
 const IDLE_PER_PEER: usize = 32;
 
 /// Connections to peers' front doors whose last answer is complete, newest last.
@@ -84,7 +84,8 @@ pub enum ForwardError {
 }
 
 /// A response body from a peer, as the front door streams it.
-pub type PeerBody = http_body_util::combinators::BoxBody<hyper::body::Bytes, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type PeerBody =
+    http_body_util::combinators::BoxBody<hyper::body::Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// A peer's body left without a frame for this long.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +94,7 @@ pub struct Stalled(pub Duration);
 
 /// A body cut with [`Stalled`] once it has been `after` without a frame: a peer cut off mid-answer (a partition)
 /// does not hold the client for ever.
-pub struct Bounded<B> {
+pub(crate) struct Bounded<B> {
     inner: B,
     after: Duration,
     sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
@@ -228,7 +229,7 @@ impl Door {
     }
 
     /// Adds the signed hop header to a request about to be forwarded (its target and cache id as they are sent).
-    pub fn sign_hop(&self, method: &str, target: &str, headers: &mut HeaderMap) {
+    pub(crate) fn sign_hop(&self, method: &str, target: &str, headers: &mut HeaderMap) {
         let cache_id = headers.get(&self.cache_header).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
         let value =
             self.hops.sign(&self.this, unix_ms(), self.nonces.next(), &Hop { method, target, cache_id: &cache_id });
@@ -276,14 +277,14 @@ impl Door {
     }
 
     /// `fallback = "any"`: a request whose owner node cannot be reached may be served here.
-    pub fn falls_back(&self) -> bool {
+    pub(crate) fn falls_back(&self) -> bool {
         self.fallback == Fallback::Any
     }
 
     /// Readies a request that was to be forwarded but is served here instead (`fallback = "any"`, the owner
     /// unreachable): without the hop header, and with the process's own cache id in place of a valid token, as a
     /// request served here on a fallback decision has.
-    pub fn serve_here_instead(&self, headers: &mut HeaderMap) {
+    pub(crate) fn serve_here_instead(&self, headers: &mut HeaderMap) {
         headers.remove(&self.hop_header);
         let Some(tokens) = &self.tokens else { return };
         let inner = headers.get(&self.cache_header).and_then(|v| tokens.verify(v.to_str().ok()?).ok());

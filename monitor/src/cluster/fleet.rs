@@ -22,11 +22,11 @@ use tokio::sync::watch;
 use web::view::{Figures, Fleet as FleetView, FleetTotal, Peer};
 
 /// How often the members are asked.
-pub const EVERY: Duration = Duration::from_secs(2);
+pub(crate) const EVERY: Duration = Duration::from_secs(2);
 /// How long one member's answer may take, connection included.
-pub const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The largest answer read from a member; a larger one is an error, not read further.
-pub const MAX_BODY: usize = 1 << 20;
+pub(crate) const MAX_BODY: usize = 1 << 20;
 /// One member's ask: [`ASK_TIMEOUT`] and [`MAX_BODY`].
 pub const BOUNDS: Bounds = Bounds { timeout: ASK_TIMEOUT, max_body: MAX_BODY };
 
@@ -63,7 +63,7 @@ impl Local {
 
 /// One node's figures as they come, from its status document (the shed count is its `front_door`'s: unknown for a
 /// node that has none). The rate is left for [`Entry::answered`].
-pub fn figures_of(v: &StatusView) -> Figures {
+pub(crate) fn figures_of(v: &StatusView) -> Figures {
     Figures {
         usage_bytes: v.group.usage_bytes,
         limit_bytes: v.group.limit_bytes,
@@ -129,7 +129,7 @@ impl Entry {
 }
 
 /// The poller's keep, shared with the routes and the home page.
-pub struct Fleet {
+pub(crate) struct Fleet {
     membership: Arc<Membership>,
     entries: Mutex<HashMap<String, Entry>>,
 }
@@ -219,7 +219,7 @@ fn rows(m: &Members, entries: &HashMap<String, Entry>, now: Instant) -> Vec<Peer
 }
 
 /// `GET /api/v1/cluster/fleet`.
-pub fn router(fleet: Arc<Fleet>) -> Router {
+pub(crate) fn router(fleet: Arc<Fleet>) -> Router {
     Router::new().route("/api/v1/cluster/fleet", get(move || async move { Json(fleet.view()) }))
 }
 

@@ -32,7 +32,7 @@ pub struct Note {
 pub struct NoteError;
 
 impl Note {
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         format!("{} {} {} {} {}", self.gossip, self.started_ms, self.seq, self.load.memory_ratio, self.load.policy)
     }
 

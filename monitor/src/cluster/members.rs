@@ -91,7 +91,7 @@ pub struct Event {
 }
 
 /// The changes kept, the latest last.
-pub const EVENTS_KEPT: usize = 100;
+pub(crate) const EVENTS_KEPT: usize = 100;
 
 /// Process or node names that a live member shares with this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,7 +118,7 @@ pub struct Members {
 pub type Leave = (String, u64);
 
 /// A leave notice as a datagram carries it: `<node> <started_ms>`.
-pub fn encode_leave(node: &str, started_ms: u64) -> Vec<u8> {
+pub(crate) fn encode_leave(node: &str, started_ms: u64) -> Vec<u8> {
     format!("{node} {started_ms}").into_bytes()
 }
 
@@ -208,7 +208,7 @@ impl Members {
     }
 
     /// Takes each member's latest load note, of the run it is now; true when a load changed.
-    pub fn set_loads<'a>(&mut self, notes: impl IntoIterator<Item = &'a Note>) -> bool {
+    pub(crate) fn set_loads<'a>(&mut self, notes: impl IntoIterator<Item = &'a Note>) -> bool {
         let mut changed = false;
         for n in notes {
             let m = self.by_addr.get_mut(&n.gossip).filter(|m| m.id.started_ms == n.started_ms);
@@ -241,7 +241,7 @@ impl Members {
     }
 
     /// The member that has process `name`, in whatever state: a live one first, else the latest run.
-    pub fn having(&self, process: &str) -> Option<&Member> {
+    pub(crate) fn having(&self, process: &str) -> Option<&Member> {
         let with = self.by_addr.values().filter(|m| m.id.processes.iter().any(|p| p == process));
         with.clone().find(|m| m.state.is_live()).or_else(|| with.max_by_key(|m| (m.id.started_ms, m.id.generation)))
     }

@@ -167,7 +167,7 @@ impl Membership {
 
     /// This node's load now: gossiped within [`LOAD_EVERY`] when it changed, and at least every
     /// [`LOAD_REFRESH`] (so members that join later learn it).
-    pub fn set_load(&self, load: Load) {
+    pub(crate) fn set_load(&self, load: Load) {
         self.load.send_replace(Some(load));
     }
 
@@ -177,7 +177,7 @@ impl Membership {
     }
 
     /// [`Membership::leave`] was called.
-    pub fn has_left(&self) -> bool {
+    pub(crate) fn has_left(&self) -> bool {
         self.left.load(Ordering::Relaxed)
     }
 
@@ -212,12 +212,12 @@ impl Membership {
 /// How long the front door keeps accepting after the leave notice is sent: a peer may have chosen this node for a
 /// forward just before the notice reached it, and that forward still connects here. A notice on a LAN arrives in
 /// well under a millisecond; the margin covers a loaded peer.
-pub const LEAVE_LINGER: Duration = Duration::from_millis(250);
+pub(crate) const LEAVE_LINGER: Duration = Duration::from_millis(250);
 
 /// How often this node's load is looked at, and gossiped if it changed.
-pub const LOAD_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const LOAD_EVERY: Duration = Duration::from_secs(2);
 /// A load is gossiped at least this often, changed or not.
-pub const LOAD_REFRESH: Duration = Duration::from_secs(10);
+pub(crate) const LOAD_REFRESH: Duration = Duration::from_secs(10);
 
 /// The gossip address of the member a gossip payload says it is from (its header decoded as the crate does).
 pub fn gossip_sender(payload: &[u8]) -> Option<SocketAddr> {

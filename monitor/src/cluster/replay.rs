@@ -28,7 +28,7 @@ pub struct Nonce {
 
 impl Nonce {
     /// Bytes of [`Nonce::to_bytes`].
-    pub const LEN: usize = 16;
+    pub(crate) const LEN: usize = 16;
 
     /// The run, then the counter, big-endian.
     pub fn to_bytes(self) -> [u8; Nonce::LEN] {
@@ -38,7 +38,7 @@ impl Nonce {
         b
     }
 
-    pub fn from_bytes(b: [u8; Nonce::LEN]) -> Nonce {
+    pub(crate) fn from_bytes(b: [u8; Nonce::LEN]) -> Nonce {
         let word =
             |i: usize| u64::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3], b[i + 4], b[i + 5], b[i + 6], b[i + 7]]);
         Nonce { run: word(0), counter: word(8) }

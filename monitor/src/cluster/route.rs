@@ -34,7 +34,7 @@ pub enum Decision {
 }
 
 /// The `X-Route-Fallback` value of [`Decision::Fallback`].
-pub const OWNER_NODE_DOWN: &str = "owner-node-down";
+pub(crate) const OWNER_NODE_DOWN: &str = "owner-node-down";
 
 /// Where a request whose cache is owned by `owner` goes. `hop`: it was forwarded here by a member.
 pub fn decide(owner: Owner<'_>, members: &Members, hop: bool, fallback: Fallback) -> Decision {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 /// suspicion). The driver therefore declares dead, as the crate's timer would have, any member still suspect at
 /// the same incarnation a margin after the dead timeout. The member hears it is dead, rejoins, and is alive again.
 #[derive(Debug, Default)]
-pub struct Suspicions {
+pub(crate) struct Suspicions {
     since: HashMap<NodeId, (foca::Incarnation, Instant)>,
 }
 
@@ -34,7 +34,7 @@ impl Suspicions {
     }
 
     /// The members suspect for longer than `after`, as the crate's down update for each.
-    pub fn overdue(&self, now: Instant, after: Duration) -> Vec<foca::Member<NodeId>> {
+    pub(crate) fn overdue(&self, now: Instant, after: Duration) -> Vec<foca::Member<NodeId>> {
         self.since
             .iter()
             .filter(|(_, (_, at))| now.duration_since(*at) > after)

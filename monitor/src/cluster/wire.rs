@@ -95,7 +95,7 @@ impl From<ReplayError> for WireError {
 
 /// An authentic datagram's parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sealed<'a> {
+pub(crate) struct Sealed<'a> {
     /// The kind byte (not checked yet).
     pub kind: u8,
     pub sent_ms: u64,
@@ -112,7 +112,7 @@ pub struct Wire {
 
 /// A key for one use of the cluster secret (gossip, forwarded hops), so that a mac made for one is never valid for
 /// the other: HMAC-SHA256(secret, purpose).
-pub fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
+pub(crate) fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
     let mut m = keyed(secret);
     m.update(purpose.as_bytes());
     m.finalize().into_bytes().into()
@@ -147,7 +147,7 @@ impl Wire {
     }
 
     /// The parts of a datagram whose mac matches, whatever its time and nonce.
-    pub fn authentic<'a>(&self, datagram: &'a [u8]) -> Result<Sealed<'a>, WireError> {
+    pub(crate) fn authentic<'a>(&self, datagram: &'a [u8]) -> Result<Sealed<'a>, WireError> {
         if datagram.len() < HEAD_LEN + MAC_LEN {
             return Err(WireError::Short);
         }

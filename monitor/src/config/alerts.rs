@@ -67,7 +67,7 @@ impl AlertsConfig {
     }
 
     /// Every Alertmanager to send to: `alertmanager` and `alertmanagers`, each once.
-    pub fn all_alertmanagers(&self) -> Vec<HttpUrl> {
+    pub(crate) fn all_alertmanagers(&self) -> Vec<HttpUrl> {
         let mut all: Vec<HttpUrl> = Vec::new();
         for u in self.alertmanager.iter().chain(&self.alertmanagers) {
             if !all.iter().any(|a| a.to_string() == u.to_string()) {

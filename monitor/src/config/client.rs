@@ -21,9 +21,9 @@ pub struct Bounds {
 }
 
 /// The bounds of [`Client::get`] (`monitor status`): 10 s and 16 MiB.
-pub const GET_BOUNDS: Bounds = Bounds { timeout: Duration::from_secs(10), max_body: 16 << 20 };
+pub(crate) const GET_BOUNDS: Bounds = Bounds { timeout: Duration::from_secs(10), max_body: 16 << 20 };
 /// How long a POST may take, connection included.
-pub const POST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const POST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -161,13 +161,18 @@ impl Client {
 
     /// POSTs a JSON body; any 2xx is success, another status a [`ClientError::Refused`] with the server's
     /// `Retry-After`. [`POST_TIMEOUT`].
-    pub async fn post_json(&self, url: &HttpUrl, body: &str) -> Result<(), ClientError> {
+    pub(crate) async fn post_json(&self, url: &HttpUrl, body: &str) -> Result<(), ClientError> {
         self.post_json_with(url, body, &[]).await
     }
 
     /// [`Client::post_json`] with more headers (name, value): a value that cannot be sent in a header is
     /// [`ClientError::Setup`].
-    pub async fn post_json_with(&self, url: &HttpUrl, body: &str, headers: &[(&str, &str)]) -> Result<(), ClientError> {
+    pub(crate) async fn post_json_with(
+        &self,
+        url: &HttpUrl,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<(), ClientError> {
         let work = async {
             let mut req = hyper::Request::post(url.path())
                 .header(hyper::header::HOST, url.authority())
@@ -266,12 +271,13 @@ pub async fn get(url: &str) -> Result<String, ClientError> {
 }
 
 /// POSTs a JSON body with the plain client (see [`Client::post_json`]).
-pub async fn post_json(url: &HttpUrl, body: &str) -> Result<(), ClientError> {
+#[cfg(test)]
+async fn post_json(url: &HttpUrl, body: &str) -> Result<(), ClientError> {
     Client::plain()?.post_json(url, body).await
 }
 
 /// POSTs a JSON body with more headers with the plain client (see [`Client::post_json_with`]).
-pub async fn post_json_with(url: &HttpUrl, body: &str, headers: &[(&str, &str)]) -> Result<(), ClientError> {
+pub(crate) async fn post_json_with(url: &HttpUrl, body: &str, headers: &[(&str, &str)]) -> Result<(), ClientError> {
     Client::plain()?.post_json_with(url, body, headers).await
 }
 

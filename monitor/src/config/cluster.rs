@@ -76,11 +76,11 @@ fn default_dead_timeout_ms() -> u64 {
 }
 
 /// The shortest secret accepted (bytes), for `secret`, `secret_file` and `token_secret`.
-pub const MIN_SECRET_BYTES: usize = 32;
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
 
 impl ClusterConfig {
     /// The node's name: `node`, else the host name up to its first dot.
-    pub fn node_name(&self) -> String {
+    pub(crate) fn node_name(&self) -> String {
         match &self.node {
             Some(n) => n.clone(),
             None => host_name(),
@@ -98,7 +98,7 @@ impl ClusterConfig {
     }
 
     /// The cluster secret: `secret`, or the contents of `secret_file` less a trailing newline.
-    pub fn secret_bytes(&self) -> Result<Vec<u8>, String> {
+    pub(crate) fn secret_bytes(&self) -> Result<Vec<u8>, String> {
         match (&self.secret, &self.secret_file) {
             (Some(s), None) => Ok(s.as_bytes().to_vec()),
             (None, Some(f)) => std::fs::read(f)
@@ -128,12 +128,12 @@ pub fn host_name() -> String {
 }
 
 /// Letters, digits, `-` or `_`: a node name has no dot, since it is the first field of a signed cache id.
-pub fn is_node_name(s: &str) -> bool {
+pub(crate) fn is_node_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// `host:port` with a port.
-pub fn is_host_port(s: &str) -> bool {
+pub(crate) fn is_host_port(s: &str) -> bool {
     match s.rsplit_once(':') {
         Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0),
         None => false,

@@ -122,7 +122,7 @@ impl Table {
 
     /// The table with admin endpoints: `patterns` are regexes, `exact` plain paths (each `[[process]]
     /// admin_path`, matched as a prefix, so with its query too).
-    pub fn with_admin_paths(mut self, patterns: &[String], exact: &[String]) -> Result<Table, TableError> {
+    pub(crate) fn with_admin_paths(mut self, patterns: &[String], exact: &[String]) -> Result<Table, TableError> {
         let mut all = patterns.to_vec();
         all.extend(exact.iter().map(|p| format!("^{}", regex::escape(p))));
         self.admin_paths = PathSet::new(&all)?;
@@ -130,7 +130,7 @@ impl Table {
     }
 
     /// True for a path of an admin endpoint ([`with_admin_paths`](Self::with_admin_paths)).
-    pub fn is_admin(&self, path: &str) -> bool {
+    pub(crate) fn is_admin(&self, path: &str) -> bool {
         self.admin_paths.is_match(path)
     }
 
@@ -147,7 +147,7 @@ impl Table {
     }
 
     /// The index of the process with this name.
-    pub fn index_of(&self, name: &str) -> Option<usize> {
+    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
         self.names.iter().position(|n| n == name)
     }
 

@@ -30,7 +30,7 @@ impl Signal {
     }
 
     /// The signal with number `n`, if it is one the config accepts.
-    pub fn from_number(n: i32) -> Option<Signal> {
+    pub(crate) fn from_number(n: i32) -> Option<Signal> {
         NAMES.iter().any(|&(_, s)| s == n).then_some(Signal(n))
     }
 

@@ -44,7 +44,7 @@ impl HttpUrl {
     }
 
     /// `host:port` to connect to and send as `Host`.
-    pub fn authority(&self) -> &str {
+    pub(crate) fn authority(&self) -> &str {
         &self.authority
     }
 

@@ -42,7 +42,7 @@ pub struct Signals {
 }
 
 impl Signals {
-    pub fn from_config(cfg: &ActionsConfig) -> Signals {
+    pub(crate) fn from_config(cfg: &ActionsConfig) -> Signals {
         let num = |s: Option<Signal>| s.map(Signal::number);
         Signals { refuse: num(cfg.refuse_signal), abort: num(cfg.abort_signal), serve: num(cfg.serve_signal) }
     }
@@ -100,7 +100,7 @@ impl Plan {
 
 /// Why a signal was not sent.
 #[derive(Debug, thiserror::Error)]
-pub enum ActionError {
+pub(crate) enum ActionError {
     #[error("pidfd_open({pid}): {source}")]
     Open { pid: u32, source: std::io::Error },
     #[error("pid {pid}: reading its start time: {msg}")]
@@ -131,7 +131,7 @@ pub fn send(to: ProcId, signal: i32) -> Result<(), ActionError> {
 }
 
 /// The JSON POSTed to `post_url` for one change.
-pub fn post_body(c: &Change, p: &Published) -> String {
+pub(crate) fn post_body(c: &Change, p: &Published) -> String {
     serde_json::json!({
         "pid": c.to.pid,
         "name": c.name,
@@ -145,11 +145,11 @@ pub fn post_body(c: &Change, p: &Published) -> String {
 
 /// The admin URL of the process with this pid, if it has one (`monitor run`'s `[[process]] admin_path`, or
 /// `[actions] admin_path` on its port).
-pub type AdminUrl = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
+pub(crate) type AdminUrl = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
 
 /// For the agent: `[actions] admin_path` on the lowest TCP port the process listens on (found when a change is
 /// told, not per sample). A process that listens on nothing is told nothing there.
-pub fn admin_url_by_port(path: String) -> AdminUrl {
+pub(crate) fn admin_url_by_port(path: String) -> AdminUrl {
     Arc::new(move |pid: u32| {
         let addr = crate::sources::sockets::listening_addrs(pid).into_iter().min_by_key(|a| a.port())?;
         Some(format!("http://{addr}{path}"))
@@ -163,7 +163,7 @@ fn told(cfg: &ActionsConfig) -> (Signals, Option<HttpUrl>) {
 
 /// The secret the POSTs are signed with.
 #[derive(Debug, Clone)]
-pub enum Signing {
+pub(crate) enum Signing {
     /// `monitor run`'s, made or read at start and handed to the processes it starts: kept until a restart.
     Fixed(Key),
     /// `monitor agent`'s: `[actions] secret_file`, read at start and again on each reload; none: unsigned.
@@ -173,7 +173,7 @@ pub enum Signing {
 impl Signing {
     /// `monitor run`'s: the secret of `[actions] secret_file`, else 32 random bytes made now; with the variable
     /// that hands it to the processes (`MONITOR_ACTION_SECRET`, hex).
-    pub fn for_run(cfg: &ActionsConfig) -> Result<(Signing, (String, String)), String> {
+    pub(crate) fn for_run(cfg: &ActionsConfig) -> Result<(Signing, (String, String)), String> {
         let secret = match cfg.secret()? {
             Some(s) => s,
             None => crate::base::proof::random_secret().map_err(|e| e.to_string())?,

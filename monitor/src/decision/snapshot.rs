@@ -116,7 +116,7 @@ impl GroupSample {
 /// that no process maps, and the anon of listed processes that were not sampled. Pages a forked child still shares
 /// copy-on-write with its parent count in both processes' anon and once in the group, so the figure is a lower
 /// bound.
-pub fn unattributed(usage_bytes: u64, processes: &[ProcSample]) -> u64 {
+pub(crate) fn unattributed(usage_bytes: u64, processes: &[ProcSample]) -> u64 {
     let sampled = processes.iter().fold(0u64, |sum, p| sum.saturating_add(p.anon_bytes));
     usage_bytes.saturating_sub(sampled)
 }
@@ -205,7 +205,7 @@ impl std::fmt::Display for ProcessRole {
 
 /// Roles inferred from the process tree: a process whose parent is outside the group and that has children in
 /// it is the `master`; a process whose parent is in the group is a `worker`; any other is a `process`.
-pub fn infer_roles(procs: &[ProcSample]) -> Vec<ProcessRole> {
+pub(crate) fn infer_roles(procs: &[ProcSample]) -> Vec<ProcessRole> {
     // Sets, not scans: a group of hundreds of processes is read ten times a second.
     let pids: std::collections::HashSet<u32> = procs.iter().map(|p| p.pid).collect();
     let parents: std::collections::HashSet<u32> = procs.iter().map(|p| p.ppid).collect();

@@ -34,9 +34,9 @@ use store::Store;
 use tokio::sync::watch;
 
 /// The per-second ring's length.
-pub const SECONDS_KEPT: usize = 3600;
+pub(crate) const SECONDS_KEPT: usize = 3600;
 /// The in-memory minutes' length (the 7-day range).
-pub const MINUTES_KEPT: usize = 7 * 1440;
+pub(crate) const MINUTES_KEPT: usize = 7 * 1440;
 /// How often old rows are deleted.
 const RETAIN_EVERY: Duration = Duration::from_secs(3600);
 /// How often a database that cannot be opened or written is tried again.
@@ -48,7 +48,7 @@ const PENDING_EVENTS_KEPT: usize = 1000;
 /// Kills kept while the database cannot be written (the last resort kills at most once a second).
 const PENDING_KILLS_KEPT: usize = 1000;
 /// The guard's kills kept in memory for the home page (those of the last week loaded from the database too).
-pub const KILLS_KEPT: usize = 1000;
+pub(crate) const KILLS_KEPT: usize = 1000;
 
 /// What can go wrong with the stats database.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +91,7 @@ enum Write {
 }
 
 /// The cluster's nodes as the home page lists them.
-pub type PeersFn = Arc<dyn Fn() -> Vec<web::view::Peer> + Send + Sync>;
+pub(crate) type PeersFn = Arc<dyn Fn() -> Vec<web::view::Peer> + Send + Sync>;
 
 #[derive(Default)]
 struct Inner {
@@ -216,7 +216,7 @@ impl History {
     }
 
     /// The last resort's kill counts, when the kills are kept.
-    pub fn kill_counts(&self) -> Option<crate::guard::KillCounts> {
+    pub(crate) fn kill_counts(&self) -> Option<crate::guard::KillCounts> {
         self.inputs.kills.as_ref().map(|k| k.counts())
     }
 
@@ -345,7 +345,7 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
 
 impl HistoryHandle {
     /// The home page and `/api/v1/dashboard`, drawn from the history.
-    pub fn router(&self) -> axum::Router {
+    pub(crate) fn router(&self) -> axum::Router {
         let source: Arc<dyn web::Source> = self.history.clone();
         web::router(source)
     }

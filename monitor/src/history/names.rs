@@ -27,7 +27,7 @@ pub struct Slots {
 impl Slots {
     /// The number of each process (`(label, id)`, in order) whose label is shared now or still holds numbers;
     /// None for the others. Numbers of processes that are gone are freed first.
-    pub fn assign(&mut self, procs: &[(&str, ProcId)]) -> Vec<Option<usize>> {
+    pub(crate) fn assign(&mut self, procs: &[(&str, ProcId)]) -> Vec<Option<usize>> {
         let live: std::collections::HashSet<ProcId> = procs.iter().map(|(_, id)| *id).collect();
         for slots in self.held.values_mut() {
             for s in slots.iter_mut() {

@@ -29,7 +29,7 @@ pub fn window(now_s: u64, range: Range, buckets: usize, resolution: u64) -> Wind
 }
 
 /// Processes a range draws as series of their own; the others are summed into one series.
-pub const MAX_SERIES: usize = 20;
+pub(crate) const MAX_SERIES: usize = 20;
 /// The label of the summed series.
 const OTHERS: u16 = u16::MAX;
 

@@ -111,7 +111,7 @@ pub struct Minute {
 }
 
 /// The numeric state of the page's spans.
-pub fn state_code(s: State) -> u8 {
+pub(crate) fn state_code(s: State) -> u8 {
     match s {
         State::Normal => 0,
         State::Refusing => 1,
@@ -121,7 +121,7 @@ pub fn state_code(s: State) -> u8 {
 
 /// One process of one sample, already named.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProcInput {
+pub(crate) struct ProcInput {
     pub label: u16,
     /// The name is a number among namesakes (`comm#2`): a new pid under it is not a restart.
     pub numbered: bool,
@@ -137,7 +137,7 @@ pub struct ProcInput {
 
 /// One sample, reduced to what the history keeps.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Input {
+pub(crate) struct Input {
     pub unix_ms: u64,
     pub usage: u64,
     pub limit: u64,
@@ -154,7 +154,7 @@ type OpenMinute = (Minute, HashMap<u16, (ProcMinute, u64, u64)>, u64);
 
 /// Turns samples into seconds and seconds into minutes.
 #[derive(Debug, Default)]
-pub struct Aggregator {
+pub(crate) struct Aggregator {
     cur: Option<Second>,
     minute: Option<OpenMinute>,
     counters: HashMap<(u32, u64), (u64, u64)>,

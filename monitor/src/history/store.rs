@@ -63,7 +63,7 @@ impl Store {
     }
 
     /// Opens an existing database read-only (for `monitor report`).
-    pub fn open_read_only(path: &Path) -> Result<Store, HistoryError> {
+    pub(crate) fn open_read_only(path: &Path) -> Result<Store, HistoryError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| HistoryError::Open { path: path.to_path_buf(), source: e })?;
@@ -119,7 +119,7 @@ impl Store {
 
     /// Writes cluster membership events, each once: an event already written (same time, node and what) is
     /// passed over. Returns how many were new.
-    pub fn insert_events(&mut self, events: &[ClusterEvent]) -> Result<usize, HistoryError> {
+    pub(crate) fn insert_events(&mut self, events: &[ClusterEvent]) -> Result<usize, HistoryError> {
         let tx = self.conn.transaction().map_err(db)?;
         let mut n = 0;
         {
@@ -143,7 +143,7 @@ impl Store {
     }
 
     /// Writes the guard's kills, each once (same time and pid). Returns how many were new.
-    pub fn insert_kills(&mut self, kills: &[KillEvent]) -> Result<usize, HistoryError> {
+    pub(crate) fn insert_kills(&mut self, kills: &[KillEvent]) -> Result<usize, HistoryError> {
         let tx = self.conn.transaction().map_err(db)?;
         let mut n = 0;
         {

@@ -2,12 +2,12 @@
 //! by `monitor --version` and in `monitor_build_info`.
 
 /// The crate's version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The commit the binary was built from (12 hex digits), or `unknown`.
-pub const REVISION: &str = env!("MONITOR_GIT_REVISION");
+pub(crate) const REVISION: &str = env!("MONITOR_GIT_REVISION");
 
 /// Whether the eBPF object is built in (without it the probes are off, whatever the config says).
-pub fn probes_built() -> bool {
+pub(crate) fn probes_built() -> bool {
     crate::sources::probes::object::SKIPPED.is_empty()
 }
 

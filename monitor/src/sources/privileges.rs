@@ -13,7 +13,7 @@ use std::path::Path;
 
 /// A capability the agent's features use (its bit number in `CapEff`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cap {
+pub(crate) enum Cap {
     DacReadSearch = 2,
     Kill = 5,
     SysPtrace = 19,
@@ -37,7 +37,7 @@ impl Cap {
 
 /// Why `/proc/self/status` could not be read as credentials.
 #[derive(Debug, thiserror::Error)]
-pub enum PrivilegeError {
+pub(crate) enum PrivilegeError {
     #[error("reading /proc/self/status: {0}")]
     Read(#[from] std::io::Error),
     #[error("/proc/self/status: no {0} line")]
@@ -48,7 +48,7 @@ pub enum PrivilegeError {
 
 /// The effective uid and capabilities of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Privileges {
+pub(crate) struct Privileges {
     pub euid: u32,
     /// The `CapEff` bit set.
     pub effective: u64,
@@ -88,7 +88,7 @@ impl Privileges {
 }
 
 /// The effective uid (the second field of `Uid:`) and `CapEff:` of a `/proc/<pid>/status` text.
-pub fn parse_status(text: &str) -> Result<Privileges, PrivilegeError> {
+pub(crate) fn parse_status(text: &str) -> Result<Privileges, PrivilegeError> {
     let line = |key: &'static str| {
         text.lines().find_map(|l| l.strip_prefix(key)).map(str::trim).ok_or(PrivilegeError::Missing(key))
     };
@@ -162,7 +162,7 @@ pub fn missing(p: &Privileges, cfg: &Config, tracefs_reachable: bool) -> Vec<Mis
 
 /// The brake, when `[policy] brake_at` is set on cgroup v2 and this process may not write `memory.high` in
 /// `group_dir`.
-pub fn brake_missing(p: &Privileges, cfg: &Config, group_dir: &Path, v2: bool) -> Option<Missing> {
+pub(crate) fn brake_missing(p: &Privileges, cfg: &Config, group_dir: &Path, v2: bool) -> Option<Missing> {
     let file = group_dir.join("memory.high");
     let writable = || {
         let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(file.as_os_str())) else {
@@ -188,7 +188,7 @@ fn brake_lack(p: &Privileges, cfg: &Config, v2: bool, file: &Path, writable: imp
 
 /// Logs one warning for each feature `cfg` turns on that this process lacks a privilege for, but the probes (whose
 /// own warning gives [`probes_reason`]).
-pub fn warn_missing(cfg: &Config, group_dir: &Path, v2: bool) {
+pub(crate) fn warn_missing(cfg: &Config, group_dir: &Path, v2: bool) {
     let p = match current() {
         Ok(p) => p,
         Err(e) => return tracing::warn!("privileges not checked: {e}"),
@@ -206,7 +206,7 @@ pub fn warn_missing(cfg: &Config, group_dir: &Path, v2: bool) {
 /// Why the probes did not load, naming the capabilities this process lacks when it lacks them, or, when attaching
 /// failed with `attach_errno` under a `kernel.perf_event_paranoid` that refuses this process, that setting and its
 /// remedy: `load_error` as it is otherwise.
-pub fn probes_reason(load_error: &str, attach_errno: Option<i32>) -> String {
+pub(crate) fn probes_reason(load_error: &str, attach_errno: Option<i32>) -> String {
     let Ok(p) = current() else { return load_error.to_string() };
     let lack = p.probes_lack(crate::sources::probes::tracefs_reachable());
     if !lack.is_empty() {
@@ -226,14 +226,14 @@ fn read_perf_event_paranoid() -> Option<i32> {
 /// Why the kernel refused to attach a tracepoint with `errno`, when `kernel.perf_event_paranoid` (`paranoid`) is the
 /// cause: above 2 (Debian's 3), `perf_event_open` needs CAP_SYS_ADMIN, which CAP_PERFMON does not replace; at 2 or
 /// below CAP_PERFMON is enough. `None` for other errors, as root, or with CAP_SYS_ADMIN.
-pub fn attach_refused(errno: i32, paranoid: Option<i32>, p: &Privileges) -> Option<String> {
+pub(crate) fn attach_refused(errno: i32, paranoid: Option<i32>, p: &Privileges) -> Option<String> {
     paranoid_refused(errno, paranoid, p, &format!("the tracepoints do not attach and {PROBES_EFFECT}"))
 }
 
 /// Why forked children are not traced from their fork (`attach_error`: the fork program's attach failure, with
 /// `attach_errno`): the `kernel.perf_event_paranoid` that refused its tracepoint and the remedy when that is the
 /// cause, `attach_error` as it is otherwise.
-pub fn forks_reason(attach_error: &str, attach_errno: Option<i32>) -> String {
+pub(crate) fn forks_reason(attach_error: &str, attach_errno: Option<i32>) -> String {
     let (Some(errno), Ok(p)) = (attach_errno, current()) else { return attach_error.to_string() };
     match forks_refused(errno, read_perf_event_paranoid(), &p) {
         Some(why) => format!("{why} ({attach_error}: {})", std::io::Error::from_raw_os_error(errno)),
@@ -243,7 +243,7 @@ pub fn forks_reason(attach_error: &str, attach_errno: Option<i32>) -> String {
 
 /// [`attach_refused`] for the fork-following tracepoint, the one part of the probes that still needs
 /// `perf_event_open` when `close` is hooked on the raw `sys_enter` tracepoint.
-pub fn forks_refused(errno: i32, paranoid: Option<i32>, p: &Privileges) -> Option<String> {
+pub(crate) fn forks_refused(errno: i32, paranoid: Option<i32>, p: &Privileges) -> Option<String> {
     paranoid_refused(errno, paranoid, p, FORKS_EFFECT)
 }
 

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 /// program within this time. The name is read only when the process's size (`statm`'s first field) changed since it
 /// was last read, as it does at an exec, which replaces the whole address space; and at least every [`NAME_ANYWAY`].
 /// A group of idle processes then costs no `/proc/<pid>/comm` open a second.
-pub const NAME_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const NAME_EVERY: Duration = Duration::from_secs(1);
 /// The longest a name goes unread (see [`NAME_EVERY`]).
-pub const NAME_ANYWAY: Duration = Duration::from_secs(10);
+pub(crate) const NAME_ANYWAY: Duration = Duration::from_secs(10);
 
 /// `/proc/<pid>/statm` fields, in pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub struct Statm {
 
 impl Statm {
     /// Anonymous resident pages: `resident` counts anon + file + shmem pages, `shared` file + shmem.
-    pub fn anon_pages(&self) -> u64 {
+    pub(crate) fn anon_pages(&self) -> u64 {
         self.resident.saturating_sub(self.shared)
     }
 }
@@ -103,7 +103,7 @@ pub fn parse_stat(text: &str) -> Result<StatInfo, String> {
 }
 
 /// The pids of `pid` and all its descendants, from the parent links of every process under `proc_root`.
-pub fn with_descendants(proc_root: &Path, pid: u32) -> std::collections::HashSet<u32> {
+pub(crate) fn with_descendants(proc_root: &Path, pid: u32) -> std::collections::HashSet<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     if let Ok(dir) = std::fs::read_dir(proc_root) {
         for e in dir.flatten() {
@@ -148,7 +148,7 @@ impl Entry {
 
 /// Why a process could not be read. A process that exits mid-sample is [`ReadError::Gone`] and is dropped silently.
 #[derive(Debug)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     Gone,
     Other(String),
 }
@@ -199,7 +199,7 @@ pub fn raise_fd_limit() -> std::io::Result<FdLimit> {
 }
 
 /// The soft `RLIMIT_NOFILE` to give a child back: the one this process started with, when it raised its own.
-pub fn child_fd_limit() -> Option<u64> {
+pub(crate) fn child_fd_limit() -> Option<u64> {
     STARTED_WITH.get().copied()
 }
 
@@ -213,7 +213,7 @@ fn soft_fd_limit() -> Option<u64> {
 
 /// How many `statm` files to keep open under a soft limit of `soft` descriptors: a quarter of them (at least 128)
 /// stays free for the rest of the agent (its API connections, the cgroup files, the stats database, the probes).
-pub fn keep_budget(soft: Option<u64>) -> usize {
+pub(crate) fn keep_budget(soft: Option<u64>) -> usize {
     match soft {
         Some(soft) => usize::try_from(soft.saturating_sub((soft / 4).max(128))).unwrap_or(usize::MAX),
         None => usize::MAX,
@@ -249,7 +249,7 @@ impl ProcTable {
     }
 
     /// A table reading another proc root (tests).
-    pub fn with_root(proc_root: &Path) -> ProcTable {
+    pub(crate) fn with_root(proc_root: &Path) -> ProcTable {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         ProcTable {
@@ -409,7 +409,7 @@ impl ProcTable {
 
     /// The name of `pid` read now (for a process a decision names, whose exec may be newer than [`NAME_EVERY`]), and
     /// kept for the next samples; `None` when `pid` is not in the table.
-    pub fn fresh_name(&mut self, pid: u32) -> Option<String> {
+    pub(crate) fn fresh_name(&mut self, pid: u32) -> Option<String> {
         let mut entry = self.entries.remove(&pid)?;
         self.rename(pid, &mut entry, Instant::now());
         let name = entry.stat.comm.clone();
@@ -431,7 +431,8 @@ impl ProcTable {
     }
 
     /// How many of them keep their `statm` open.
-    pub fn kept_open(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn kept_open(&self) -> usize {
         self.kept
     }
 

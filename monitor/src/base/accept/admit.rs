@@ -81,7 +81,7 @@ impl Seat {
     }
 
     /// Resolves once the door chose this connection to make room for a new one: it is to be closed.
-    pub async fn evicted(&self) {
+    pub(crate) async fn evicted(&self) {
         self.evict.notified().await;
     }
 
@@ -95,7 +95,7 @@ impl Seat {
 }
 
 /// Marks its seat as waiting on its client again when dropped: held by a request's answer.
-pub struct Answering(pub Arc<Seat>);
+pub(crate) struct Answering(pub Arc<Seat>);
 
 impl Drop for Answering {
     fn drop(&mut self) {

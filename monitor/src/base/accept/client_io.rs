@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 /// How long a client may leave the answer untaken (no byte written to it) before its connection is cut.
-pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a connection's stream did lately, written by its [`ClientIo`] only (plain loads and stores, never a locked
 /// instruction) and read by the drain.
@@ -46,13 +46,13 @@ impl Marks {
 
     /// True when the last bytes moved were the client's: a request has come (in whole or in part) and its answer
     /// has not started.
-    pub fn read_last(&self) -> bool {
+    pub(crate) fn read_last(&self) -> bool {
         self.read_last.load(Ordering::Relaxed)
     }
 }
 
 /// A client's stream with a send timeout.
-pub struct ClientIo {
+pub(crate) struct ClientIo {
     stream: TcpStream,
     marks: Arc<Marks>,
     after: Duration,

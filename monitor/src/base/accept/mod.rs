@@ -31,7 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 /// During the drain, how long a kept-alive connection must be quiet before it is closed.
-pub const QUIET: Duration = Duration::from_millis(200);
+pub(crate) const QUIET: Duration = Duration::from_millis(200);
 
 /// The most connections one accept loop takes from the listening socket's queue when the drain starts.
 const QUEUED_MAX: usize = 4096;
@@ -40,7 +40,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a server holds its connections to.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// The server's name in the logs.
     pub name: &'static str,
     pub bounds: Bounds,
@@ -54,7 +54,7 @@ pub struct Limits {
 }
 
 /// The connections of one accept loop: their drain signal, and the wait for them all to end.
-pub struct Conns {
+pub(crate) struct Conns {
     drain: watch::Sender<bool>,
     conn: Conn,
     done: mpsc::Receiver<()>,
@@ -62,7 +62,7 @@ pub struct Conns {
 
 /// What each connection of a [`Conns`] holds while it is served.
 #[derive(Clone)]
-pub struct Conn {
+pub(crate) struct Conn {
     drain: watch::Receiver<bool>,
     _alive: mpsc::Sender<()>,
 }

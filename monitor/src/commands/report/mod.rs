@@ -69,7 +69,7 @@ pub struct DayReport {
 }
 
 /// The date (`YYYY-MM-DD`, UTC) of the day that starts `day × 86,400` seconds after the Unix epoch.
-pub fn civil_from_days(day: u64) -> String {
+pub(crate) fn civil_from_days(day: u64) -> String {
     let start = std::time::UNIX_EPOCH + std::time::Duration::from_secs(day.saturating_mul(86_400));
     let stamp = humantime::format_rfc3339_seconds(start).to_string();
     stamp.get(..10).unwrap_or_default().to_string()
@@ -86,7 +86,7 @@ pub fn parse_day(s: &str, now: u64) -> Result<u64, ReportError> {
 }
 
 /// The start (Unix seconds) of the UTC day `YYYY-MM-DD` (1970 to 9999; a day the month does not have is refused).
-pub fn parse_date(s: &str) -> Result<u64, ReportError> {
+pub(crate) fn parse_date(s: &str) -> Result<u64, ReportError> {
     let bad = || ReportError::Date(s.to_string());
     let digit_or_dash = |(i, b): (usize, u8)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() };
     if s.len() != 10 || !s.bytes().enumerate().all(digit_or_dash) {
@@ -97,7 +97,7 @@ pub fn parse_date(s: &str) -> Result<u64, ReportError> {
 }
 
 /// Sums a day's minutes.
-pub fn summarize(date: &str, minutes: &[Minute], labels: &Labels) -> DayReport {
+pub(crate) fn summarize(date: &str, minutes: &[Minute], labels: &Labels) -> DayReport {
     let mut procs: Vec<(u16, ProcessDay, u64, u64)> = Vec::new();
     for m in minutes {
         for p in &m.procs {
@@ -263,7 +263,7 @@ fn kills_text(o: &mut String, kills: &[KillEvent]) {
 const KINDS: [&str; 5] = ["joined", "suspect", "alive again", "dead", "left"];
 
 /// How many events of each kind, in the order of [`KINDS`] then any other kind in the order first seen.
-pub fn count_kinds(events: &[ClusterEvent]) -> Vec<(&str, usize)> {
+pub(crate) fn count_kinds(events: &[ClusterEvent]) -> Vec<(&str, usize)> {
     let mut counts: Vec<(&str, usize)> = KINDS.iter().map(|k| (*k, 0)).collect();
     for e in events {
         match counts.iter_mut().find(|(k, _)| *k == e.what) {

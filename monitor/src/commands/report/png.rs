@@ -6,7 +6,7 @@
 //! `sans-serif`, the family the charts name; with no usable font the charts are drawn without text and the caller
 //! says so.
 
-use super::{civil_from_days, DayReport, ReportError};
+use super::{DayReport, ReportError};
 use crate::history::query;
 use crate::history::ring::{Labels, Minute};
 use resvg::tiny_skia::{Pixmap, Transform};
@@ -42,7 +42,7 @@ pub struct PngOutcome {
 }
 
 /// The first font of `paths` that reads and parses, in a font database whose `sans-serif` it is.
-pub fn find_font(paths: &[&str]) -> Option<(PathBuf, Arc<fontdb::Database>)> {
+pub(crate) fn find_font(paths: &[&str]) -> Option<(PathBuf, Arc<fontdb::Database>)> {
     paths.iter().find_map(|p| {
         let mut db = fontdb::Database::new();
         db.load_font_data(std::fs::read(p).ok()?);
@@ -145,8 +145,9 @@ pub fn describe(path: &Path, o: &PngOutcome) -> String {
 }
 
 /// The date shown for a day start (used by tests and callers that only have the Unix second).
-pub fn date_of(day_start: u64) -> String {
-    civil_from_days(day_start / 86_400)
+#[cfg(test)]
+pub(crate) fn date_of(day_start: u64) -> String {
+    super::civil_from_days(day_start / 86_400)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ struct Active {
 
 /// What is firing, and for how long.
 #[derive(Debug, Default)]
-pub struct Book {
+pub(crate) struct Book {
     quiet: Duration,
     active: HashMap<String, Active>,
 }
@@ -27,13 +27,13 @@ impl Book {
     }
 
     /// A reloaded `[alerts] quiet_s`: the incidents open now keep their state.
-    pub fn set_quiet(&mut self, quiet: Duration) {
+    pub(crate) fn set_quiet(&mut self, quiet: Duration) {
         self.quiet = quiet;
     }
 
     /// Feeds the conditions true at `now`; returns what to send. Annotations of a firing alert are refreshed
     /// silently (the victim's RSS changes every sample; that is not a new notification).
-    pub fn observe(&mut self, now: SystemTime, conditions: &[Condition]) -> Vec<Notification> {
+    pub(crate) fn observe(&mut self, now: SystemTime, conditions: &[Condition]) -> Vec<Notification> {
         let mut out = Vec::new();
         let mut seen = Vec::with_capacity(conditions.len());
         for c in conditions {

@@ -8,11 +8,11 @@ use crate::feed::Published;
 use crate::guard::KillRecord;
 
 /// How long a kill's condition is held after the agent saw it, in milliseconds (1 minute).
-pub const HOLD_MS: u64 = 60 * 1000;
+pub(crate) const HOLD_MS: u64 = 60 * 1000;
 
 /// Follows the kills sample by sample (pure: the caller gives the time).
 #[derive(Debug, Default)]
-pub struct KillWatch {
+pub(crate) struct KillWatch {
     last_seq: Option<u64>,
     /// Kills seen, with when, held until [`HOLD_MS`] after them.
     held: Vec<(KillRecord, u64)>,
@@ -21,7 +21,7 @@ pub struct KillWatch {
 impl KillWatch {
     /// Takes in the sample `p` (once per sample: a sample seen before or the last good one repeated while the group
     /// cannot be read adds nothing) and returns the `MonitorProcessKilled` conditions true at `now_ms`.
-    pub fn conditions(&mut self, p: &Published, now_ms: u64) -> Vec<Condition> {
+    pub(crate) fn conditions(&mut self, p: &Published, now_ms: u64) -> Vec<Condition> {
         if self.last_seq != Some(p.snapshot.seq) {
             self.last_seq = Some(p.snapshot.seq);
             if let (Some(rec), None) = (&p.kill, &p.error) {

@@ -32,7 +32,7 @@ impl Condition {
         self
     }
 
-    pub fn annotate(mut self, k: &str, v: impl Into<String>) -> Condition {
+    pub(crate) fn annotate(mut self, k: &str, v: impl Into<String>) -> Condition {
         self.annotations.insert(k.into(), v.into());
         self
     }
@@ -84,6 +84,6 @@ pub struct Notification {
 }
 
 /// RFC 3339 with milliseconds, UTC (`2026-11-30T12:00:00.000Z`).
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }

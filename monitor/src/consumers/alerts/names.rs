@@ -4,30 +4,30 @@
 //! [`RAISED_BY_RULES_ONLY`]).
 
 /// The group is above `refuse_at`: every process refuses new requests.
-pub const GROUP_REFUSING: &str = "MonitorGroupRefusing";
+pub(crate) const GROUP_REFUSING: &str = "MonitorGroupRefusing";
 /// The group is above `abort_at`: the largest process aborts its in-flight work.
-pub const GROUP_ABORTING: &str = "MonitorGroupAborting";
+pub(crate) const GROUP_ABORTING: &str = "MonitorGroupAborting";
 /// The kernel's OOM killer killed a process of the group.
-pub const OOM_KILL: &str = "MonitorOomKill";
+pub(crate) const OOM_KILL: &str = "MonitorOomKill";
 /// The guard's last resort killed a process (or, in shadow mode, would have).
-pub const PROCESS_KILLED: &str = "MonitorProcessKilled";
+pub(crate) const PROCESS_KILLED: &str = "MonitorProcessKilled";
 /// The last resort has halted: its kills did not bring the group below `abort_at`.
-pub const KILL_INEFFECTIVE: &str = "MonitorKillIneffective";
+pub(crate) const KILL_INEFFECTIVE: &str = "MonitorKillIneffective";
 /// Under `monitor run`: a process exited and is being restarted.
-pub const PROCESS_RESTARTING: &str = "MonitorProcessRestarting";
+pub(crate) const PROCESS_RESTARTING: &str = "MonitorProcessRestarting";
 /// Under `monitor run`: a process keeps exiting; its restart backoff is at its cap.
-pub const PROCESS_CRASH_LOOP: &str = "MonitorProcessCrashLoop";
+pub(crate) const PROCESS_CRASH_LOOP: &str = "MonitorProcessCrashLoop";
 /// Under `monitor run`: a process runs but fails its health checks.
-pub const PROCESS_UNHEALTHY: &str = "MonitorProcessUnhealthy";
+pub(crate) const PROCESS_UNHEALTHY: &str = "MonitorProcessUnhealthy";
 /// The eBPF probes are wanted but not loaded: requests are not counted.
-pub const PROBES_DISABLED: &str = "MonitorProbesDisabled";
+pub(crate) const PROBES_DISABLED: &str = "MonitorProbesDisabled";
 /// The group cannot be sampled.
-pub const GROUP_UNREADABLE: &str = "MonitorGroupUnreadable";
+pub(crate) const GROUP_UNREADABLE: &str = "MonitorGroupUnreadable";
 /// The history is not written to the stats database.
-pub const STATS_DATABASE_FAILING: &str = "MonitorStatsDatabaseFailing";
+pub(crate) const STATS_DATABASE_FAILING: &str = "MonitorStatsDatabaseFailing";
 
 /// Under `[cluster]`: another member is suspect or dead; requests for its caches cannot be served.
-pub const CLUSTER_MEMBER_DOWN: &str = "MonitorClusterMemberDown";
+pub(crate) const CLUSTER_MEMBER_DOWN: &str = "MonitorClusterMemberDown";
 
 /// Every alert the agent raises itself.
 pub const RAISED_BY_AGENT: [&str; 12] = [

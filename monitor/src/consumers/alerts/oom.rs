@@ -15,9 +15,9 @@ use crate::feed::Published;
 use std::collections::{HashMap, HashSet};
 
 /// How long a kill's condition is held after the agent saw it, in milliseconds (5 minutes).
-pub const HOLD_MS: u64 = 5 * 60 * 1000;
+pub(crate) const HOLD_MS: u64 = 5 * 60 * 1000;
 /// How long a kill waits for its process to vanish before it fires without a name, in milliseconds.
-pub const WAIT_MS: u64 = 2000;
+pub(crate) const WAIT_MS: u64 = 2000;
 
 /// A process as one sample saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ struct Kill {
 
 /// Follows the group's OOM kill count sample by sample (pure: the caller gives the time).
 #[derive(Debug, Default)]
-pub struct OomWatch {
+pub(crate) struct OomWatch {
     /// The last count seen (None before the first sample that has one).
     last: Option<u64>,
     last_seq: Option<u64>,
@@ -61,7 +61,7 @@ pub struct OomWatch {
 impl OomWatch {
     /// Takes in the sample `p` (once per sample: a sample already seen, or the last good one repeated while the
     /// group cannot be read, changes nothing) and returns the `MonitorOomKill` conditions true at `now_ms`.
-    pub fn conditions(&mut self, p: &Published, now_ms: u64) -> Vec<Condition> {
+    pub(crate) fn conditions(&mut self, p: &Published, now_ms: u64) -> Vec<Condition> {
         if p.error.is_none() && self.last_seq != Some(p.snapshot.seq) {
             self.last_seq = Some(p.snapshot.seq);
             self.observe(p, now_ms);

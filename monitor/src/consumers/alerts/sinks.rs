@@ -21,7 +21,7 @@ const ATTEMPTS: u32 = 5;
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 /// One alert as JSON (the webhook's `alerts[]` element; also the command's stdin).
-pub fn alert_json(n: &Notification, generator_url: &str) -> Value {
+pub(crate) fn alert_json(n: &Notification, generator_url: &str) -> Value {
     json!({
         "status": n.status,
         "labels": n.labels,
@@ -34,7 +34,7 @@ pub fn alert_json(n: &Notification, generator_url: &str) -> Value {
 }
 
 /// The Alertmanager webhook document (version 4) for notifications of one status.
-pub fn webhook_json(batch: &[Notification], generator_url: &str) -> Value {
+pub(crate) fn webhook_json(batch: &[Notification], generator_url: &str) -> Value {
     let status = if batch.iter().all(|n| n.status == Status::Resolved) { "resolved" } else { "firing" };
     let common = |pick: fn(&Notification) -> &std::collections::BTreeMap<String, String>| {
         let mut it = batch.iter().map(pick);
@@ -63,7 +63,7 @@ pub fn webhook_json(batch: &[Notification], generator_url: &str) -> Value {
 }
 
 /// The body of `POST /api/v2/alerts`.
-pub fn alertmanager_json(batch: &[Notification], generator_url: &str) -> Value {
+pub(crate) fn alertmanager_json(batch: &[Notification], generator_url: &str) -> Value {
     Value::Array(
         batch
             .iter()
@@ -85,7 +85,7 @@ pub fn alertmanager_json(batch: &[Notification], generator_url: &str) -> Value {
 
 /// `MONITOR_*` variables for the command: status, name, fingerprint, times, and every label and annotation
 /// (`MONITOR_LABEL_<KEY>`, `MONITOR_ANNOTATION_<KEY>`, keys upper-cased, other characters as `_`).
-pub fn command_env(n: &Notification) -> Vec<(String, String)> {
+pub(crate) fn command_env(n: &Notification) -> Vec<(String, String)> {
     let key = |prefix: &str, k: &str| {
         let k: String =
             k.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();

@@ -32,7 +32,7 @@ impl Raiser {
 }
 
 /// The conditions that one published sample makes true.
-pub fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
+pub(crate) fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
     let s = &p.snapshot;
     let d = &p.decision;
     let cgroup = s.group.cgroup.display().to_string();

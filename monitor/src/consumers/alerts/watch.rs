@@ -19,7 +19,7 @@ fn now_ms() -> u64 {
 
 /// What one poll of the launcher makes true. `loop_since` remembers, per process, that the current backoff is at
 /// its cap (set when it enters backing-off with a capped delay, cleared when it is ready again).
-pub fn launcher_conditions(
+pub(crate) fn launcher_conditions(
     infos: &[LauncherInfo],
     now_ms: u64,
     capped: &mut HashMap<String, bool>,
@@ -94,7 +94,7 @@ pub async fn launcher(door: crate::feed::Door, raiser: Raiser) {
 
 /// What the membership makes true: for each other member, `MonitorClusterMemberDown` while it is suspect or dead
 /// (requests for its caches get 503), cleared when it is alive again or has left (a leave is not an incident).
-pub fn cluster_conditions(members: &crate::cluster::Members) -> Vec<(String, Option<Condition>)> {
+pub(crate) fn cluster_conditions(members: &crate::cluster::Members) -> Vec<(String, Option<Condition>)> {
     use crate::cluster::State;
     members
         .iter()

@@ -27,7 +27,7 @@ use web::pool::{Gate, PoolError};
 
 /// What the routes read.
 #[derive(Clone)]
-pub struct ApiState {
+pub(crate) struct ApiState {
     /// The latest sample, with the policy's lines it was decided with and the interval it was taken at (after
     /// [`STALE_INTERVALS`] of which without a sample `/healthz` calls the sampler stale).
     pub latest: watch::Receiver<Arc<Published>>,
@@ -42,9 +42,9 @@ pub struct ApiState {
 
 /// Intervals without a sample after which `/healthz` calls the sampler stale (pacing only ever samples sooner
 /// than the configured interval, so a healthy sampler is never this late).
-pub const STALE_INTERVALS: u32 = 10;
+pub(crate) const STALE_INTERVALS: u32 = 10;
 /// The staleness bound's floor, whatever the interval: a scheduling hiccup of a loaded host is not an outage.
-pub const STALE_FLOOR: Duration = Duration::from_secs(2);
+pub(crate) const STALE_FLOOR: Duration = Duration::from_secs(2);
 
 /// The sampler's health from the latest published sample, `age` after the sampler woke for it: `Err(reason)`
 /// while the group cannot be read or the sampler is stale.
@@ -75,12 +75,12 @@ async fn healthz(State(st): State<ApiState>) -> Response {
 }
 
 /// Threads that build `/api/v1/status` (hundreds of processes make it milliseconds of work), at nice 10.
-pub const STATUS_THREADS: usize = 1;
+pub(crate) const STATUS_THREADS: usize = 1;
 /// Status requests waiting or being built past which the answer is 503 with `Retry-After`.
-pub const STATUS_QUEUED: usize = 16;
+pub(crate) const STATUS_QUEUED: usize = 16;
 
 /// The agent's routes.
-pub fn router(state: ApiState) -> Router {
+pub(crate) fn router(state: ApiState) -> Router {
     let gate = Arc::new(Gate::new(STATUS_THREADS, STATUS_QUEUED));
     Router::new()
         .route("/healthz", get(healthz))
@@ -149,7 +149,7 @@ struct DecisionQuery {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-pub struct DecisionView {
+pub(crate) struct DecisionView {
     pub pid: u32,
     pub action: Action,
     pub decided: Action,

@@ -21,13 +21,13 @@ use std::sync::Arc;
 use web::pool::{Gate, PoolError};
 
 /// Threads that write `/metrics` (hundreds of processes make it milliseconds of work), at nice 10.
-pub const THREADS: usize = 1;
+pub(crate) const THREADS: usize = 1;
 /// Scrapes waiting or being written past which the answer is 503 with `Retry-After`.
-pub const QUEUED: usize = 16;
+pub(crate) const QUEUED: usize = 16;
 
 /// `GET /metrics` over the history's families, then `more`'s (the cluster's under `[cluster]`), every series
 /// labelled `node` first when `node` is given (a member of a cluster, so that the fleet's series never collide).
-pub fn router(history: Arc<History>, more: Option<Box<dyn Collector>>, node: Option<String>) -> Router {
+pub(crate) fn router(history: Arc<History>, more: Option<Box<dyn Collector>>, node: Option<String>) -> Router {
     let registry = Arc::new(registry([Box::new(Record(history)) as Box<dyn Collector>].into_iter().chain(more), node));
     let gate = Arc::new(Gate::new(THREADS, QUEUED));
     Router::new().route("/metrics", get(move || metrics(registry.clone(), gate.clone())))

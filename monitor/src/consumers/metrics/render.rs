@@ -91,7 +91,7 @@ fn histogram(
 }
 
 /// Every family: `names` are the (series name, role) of each of the sample's processes, in order.
-pub fn encode(e: &mut DescriptorEncoder, p: &Published, names: &[(String, String)], extra: &Extra) -> Result {
+pub(crate) fn encode(e: &mut DescriptorEncoder, p: &Published, names: &[(String, String)], extra: &Extra) -> Result {
     let g = &p.snapshot.group;
     let probes = if crate::sources::build::probes_built() { "built" } else { "not built" };
     let build = [

@@ -18,7 +18,7 @@ use crate::decision::snapshot::{ProcSample, ProcessRole, Snapshot};
 use serde::Serialize;
 
 /// Kills without the ratio falling below `abort_at` after which the step halts.
-pub const MAX_KILLS: u32 = 3;
+pub(crate) const MAX_KILLS: u32 = 3;
 
 /// Why the agent kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -140,7 +140,7 @@ pub struct Decision {
 
 impl Decision {
     /// What the policy decided for `p`, whether or not it is enforced.
-    pub fn decided_for(&self, p: ProcId) -> Action {
+    pub(crate) fn decided_for(&self, p: ProcId) -> Action {
         match self.state {
             State::Normal => Action::Serve,
             State::Refusing => Action::Refuse,
@@ -150,7 +150,7 @@ impl Decision {
     }
 
     /// What `p` should do now: the decided action, or `serve` in shadow mode.
-    pub fn action_for(&self, p: ProcId) -> Action {
+    pub(crate) fn action_for(&self, p: ProcId) -> Action {
         if self.shadow {
             Action::Serve
         } else {
@@ -246,7 +246,7 @@ pub struct Decisions {
 
 impl Decisions {
     /// Counts one decision, taken on the next sample.
-    pub fn observe(&mut self, d: &Decision) {
+    pub(crate) fn observe(&mut self, d: &Decision) {
         let (state, victim) = self.last.unwrap_or((State::Normal, None));
         if d.state != state {
             match d.state {

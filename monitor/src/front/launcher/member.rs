@@ -40,7 +40,7 @@ impl Member {
     }
 
     /// Healthy and running: may be sent requests.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
 

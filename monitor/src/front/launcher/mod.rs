@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// The longest wait between restarts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How often a starting process's health path is asked.
 const PROBE_EVERY: Duration = Duration::from_millis(50);
 /// The longest a periodic health check waits for its answer.
@@ -53,7 +53,7 @@ pub enum LaunchError {
 
 /// Launcher settings outside `[[process]]`.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// The group's cgroup directory the children join (None: the launcher's own).
     pub cgroup: Option<PathBuf>,
     pub backoff_reset: Duration,
@@ -69,7 +69,7 @@ pub struct Options {
 }
 
 /// The running group.
-pub struct Launcher {
+pub(crate) struct Launcher {
     members: Arc<[Member]>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -86,7 +86,7 @@ fn spawn_err(p: &ProcessConfig, source: std::io::Error) -> LaunchError {
 impl Launcher {
     /// The group's processes, in config order, none started yet: made before [`start`](Self::start), so that
     /// everything following the group (history, alerts, actions) knows each process from the moment it starts.
-    pub fn members_of(procs: &[ProcessConfig]) -> Arc<[Member]> {
+    pub(crate) fn members_of(procs: &[ProcessConfig]) -> Arc<[Member]> {
         procs.iter().map(|p| Member::new(&p.name, p.role, p.port, &p.health)).collect::<Vec<_>>().into()
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// The outcome of one readiness check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Check {
+pub(crate) enum Check {
     /// Its port is its own and its health path answered 2xx.
     Ready,
     /// Not listening yet, or the health path did not answer 2xx in time.
@@ -51,7 +51,7 @@ pub fn foreign(name: &str, pid: u32, port: u16, holders: &[sockets::Holder]) -> 
 
 /// Logs a foreign holder once per occasion: again only when what is said changes.
 #[derive(Debug, Default)]
-pub struct Said(Option<String>);
+pub(crate) struct Said(Option<String>);
 
 impl Said {
     /// Logs `msg` at error level unless it was the last thing said.

@@ -16,7 +16,7 @@ use tokio::process::{Child, Command};
 
 /// The credentials `p` is started with, when they differ from the launcher's own: its `user`/`group` looked up
 /// now (the user database may change between restarts), and an error when monitor may not take them (not root).
-pub fn credentials(p: &ProcessConfig) -> Result<Option<Credentials>, AccountError> {
+pub(crate) fn credentials(p: &ProcessConfig) -> Result<Option<Credentials>, AccountError> {
     match accounts::resolve(p.user.as_ref(), p.group.as_ref())? {
         Some(c) if accounts::must_switch(&c)? => Ok(Some(c)),
         _ => Ok(None),

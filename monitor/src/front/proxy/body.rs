@@ -44,7 +44,7 @@ pub async fn aborted(mut rx: watch::Receiver<u64>) {
 /// The memory guard cut a response that had started.
 #[derive(Debug, thiserror::Error)]
 #[error("memory guard: response cut, its process was told to abort")]
-pub struct Cut;
+pub(crate) struct Cut;
 
 /// The process sent nothing of a started response body for the upstream timeout.
 #[derive(Debug, thiserror::Error)]

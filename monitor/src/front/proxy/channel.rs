@@ -15,7 +15,7 @@ use crate::config::HttpUrl;
 
 /// The path of `post_url` (without its query) when the URL points at one of the group's processes: a loopback host
 /// (`127.0.0.0/8`, `::1`, `localhost`) and one of `ports`. A URL elsewhere is no path of the front door's.
-pub fn post_url_path(url: &HttpUrl, ports: &[u16]) -> Option<String> {
+pub(crate) fn post_url_path(url: &HttpUrl, ports: &[u16]) -> Option<String> {
     let host = url.host();
     let loopback =
         host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
@@ -29,7 +29,7 @@ pub fn post_url_path(url: &HttpUrl, ports: &[u16]) -> Option<String> {
 
 /// The channel paths, normalised.
 #[derive(Debug, Clone, Default)]
-pub struct Channel {
+pub(crate) struct Channel {
     paths: Vec<String>,
 }
 
@@ -43,7 +43,7 @@ impl Channel {
     }
 
     /// True when `path` (a request's path, without its query) lands on a channel path or below it.
-    pub fn is_channel(&self, path: &str) -> bool {
+    pub(crate) fn is_channel(&self, path: &str) -> bool {
         if self.paths.is_empty() {
             return false;
         }
@@ -53,7 +53,7 @@ impl Channel {
 }
 
 /// `path` decoded, with `\` as `/`, single slashes, dot segments resolved, lowercase.
-pub fn normalise(path: &str) -> String {
+pub(crate) fn normalise(path: &str) -> String {
     let mut bytes = path.as_bytes().to_vec();
     // Decoded until it stops changing (at most a few rounds: each one shortens the text).
     for _ in 0..8 {

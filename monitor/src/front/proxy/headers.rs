@@ -11,7 +11,7 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// What [`strip_hop_by_hop`] removed that the proxy must act on.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Stripped {
+pub(crate) struct Stripped {
     /// The `Upgrade` field.
     pub upgrade: Option<HeaderValue>,
     /// `Transfer-Encoding` named a coding besides one `chunked`: hyper took off the chunked framing only, and the
@@ -20,7 +20,7 @@ pub struct Stripped {
 }
 
 /// Removes the hop-by-hop fields of one connection, before the message goes out on another.
-pub fn strip_hop_by_hop(h: &mut HeaderMap) -> Stripped {
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) -> Stripped {
     // One pass over the names first: most requests and responses carry none of these, and comparing names is
     // cheaper than hashing each of the seven for a lookup.
     let hop = [&CONNECTION, &PROXY_CONNECTION, &KEEP_ALIVE, &TE, &TRAILER, &TRANSFER_ENCODING];
@@ -59,21 +59,21 @@ fn only_chunked(h: &HeaderMap) -> bool {
 }
 
 /// True when an `Upgrade` field lists `protocol` (e.g. `websocket`, any case, any version).
-pub fn names_protocol(upgrade: &HeaderValue, protocol: &str) -> bool {
+pub(crate) fn names_protocol(upgrade: &HeaderValue, protocol: &str) -> bool {
     upgrade.to_str().is_ok_and(|s| {
         s.split(',').any(|p| p.trim().split('/').next().is_some_and(|name| name.trim().eq_ignore_ascii_case(protocol)))
     })
 }
 
 /// A client's address as a header value, made once per connection.
-pub fn client_value(client: IpAddr) -> HeaderValue {
+pub(crate) fn client_value(client: IpAddr) -> HeaderValue {
     // An address's text is always a valid header value.
     HeaderValue::from_str(&client.to_string()).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 /// Appends `client` (from [`client_value`]) to `X-Forwarded-For` (several fields are joined into one, in order).
 /// Without a prior field this is one reference-counted copy of the connection's value.
-pub fn append_forwarded_for(h: &mut HeaderMap, client: &HeaderValue) {
+pub(crate) fn append_forwarded_for(h: &mut HeaderMap, client: &HeaderValue) {
     match h.entry(&X_FORWARDED_FOR) {
         Entry::Vacant(v) => {
             v.insert(client.clone());

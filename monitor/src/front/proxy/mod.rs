@@ -58,7 +58,7 @@ pub enum ProxyError {
 }
 
 /// The body of a request sent upstream: the client's ([`request_body`]: held, then streamed), or none.
-pub type ReqBody = Either<ClientBody, Empty<Bytes>>;
+pub(crate) type ReqBody = Either<ClientBody, Empty<Bytes>>;
 
 /// The proxy's side of one process: outstanding requests, the policy's action, the abort signal.
 pub struct Backend {
@@ -290,7 +290,7 @@ impl Proxy {
     }
 
     /// How long an upstream connection may sit idle before it is closed.
-    pub fn idle_timeout(&self) -> Duration {
+    pub(crate) fn idle_timeout(&self) -> Duration {
         self.idle_timeout
     }
 
@@ -300,18 +300,13 @@ impl Proxy {
     }
 
     /// Turns readiness off: health paths answer 503 from now on, and every response says `Connection: close`.
-    pub fn set_draining(&self) {
+    pub(crate) fn set_draining(&self) {
         self.draining.store(true, Ordering::Release);
     }
 
     /// True once the front door drains.
     pub fn draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
-    }
-
-    /// How many malformed request bodies were answered 400 since start.
-    pub fn bad_bodies_total(&self) -> u64 {
-        self.bad_bodies.load(Ordering::Relaxed)
     }
 
     /// 400 for a request whose body failed at the front door (`what` says how), logged at debug at most once a

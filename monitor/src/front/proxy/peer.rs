@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// What the cluster said of a request served here.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Here {
+pub(crate) struct Here {
     /// Its owner was proven by a node-bound token: never served by another process.
     pub signed: bool,
     /// Another node owns its cache, and `fallback = "any"` serves it here.
@@ -26,7 +26,7 @@ pub struct Here {
 
 impl Proxy {
     /// Puts the front door in the cluster: from now on requests with a cache id are routed across nodes.
-    pub fn join_cluster(&self, door: Arc<Door>) {
+    pub(crate) fn join_cluster(&self, door: Arc<Door>) {
         let _ = self.cluster.set(door);
     }
 

@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// How long the held part of a body may take to arrive (as nginx's `client_body_timeout`): then 408.
-pub const HOLD_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HOLD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The client's body failed: malformed framing, or the client went away before its end.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub const HOLD_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct ClientBodyError(#[source] pub BoxError);
 
 /// True when `e` (an upstream exchange's error) or one of its causes is the client's body failing.
-pub fn from_client(e: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn from_client(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(c) = cur {
         if c.is::<ClientBodyError>() {

@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 /// Resolves once the flag is true (or its sender is gone).
-pub async fn until_set(rx: &mut watch::Receiver<bool>) {
+pub(crate) async fn until_set(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|d| *d).await;
 }
 

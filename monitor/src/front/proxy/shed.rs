@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 /// The action for the process with this pid now (`serve` in shadow mode, and for a pid not running).
-pub fn action_of(p: &Published, pid: u32) -> Action {
+pub(crate) fn action_of(p: &Published, pid: u32) -> Action {
     let d = &p.decision;
     if pid == 0 || d.shadow {
         return Action::Serve;
@@ -28,7 +28,7 @@ pub fn action_of(p: &Published, pid: u32) -> Action {
     }
 }
 
-pub fn encode(a: Action) -> u8 {
+pub(crate) fn encode(a: Action) -> u8 {
     match a {
         Action::Serve => 0,
         Action::Refuse => 1,

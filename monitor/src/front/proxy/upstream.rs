@@ -66,7 +66,7 @@ impl Upstream {
     }
 
     /// Puts a sender whose exchange ended cleanly back for the next request.
-    pub fn checkin(&self, index: usize, tx: SendRequest<ReqBody>) {
+    pub(crate) fn checkin(&self, index: usize, tx: SendRequest<ReqBody>) {
         if tx.is_closed() {
             return;
         }
@@ -85,7 +85,7 @@ impl Upstream {
     }
 
     /// Reaps every `every` until the runtime stops.
-    pub async fn reaper(self: Arc<Self>, every: Duration) {
+    pub(crate) async fn reaper(self: Arc<Self>, every: Duration) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

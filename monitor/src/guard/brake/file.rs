@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// The directory for record files: the first of `$STATE_DIRECTORY`'s paths (systemd lists several with `:`), else
 /// the first of `$RUNTIME_DIRECTORY`'s; None outside systemd.
-pub fn dir_from_env() -> Option<PathBuf> {
+pub(crate) fn dir_from_env() -> Option<PathBuf> {
     ["STATE_DIRECTORY", "RUNTIME_DIRECTORY"].iter().find_map(|k| {
         let v = std::env::var_os(k)?;
         let first = v.to_str()?.split(':').next()?.to_string();
@@ -19,7 +19,7 @@ pub fn dir_from_env() -> Option<PathBuf> {
 }
 
 /// `brake-<boot id>-<inode>`: the record file's name for the group directory `group_dir` in `files`.
-pub fn path_for(files: &Path, group_dir: &Path) -> io::Result<PathBuf> {
+pub(crate) fn path_for(files: &Path, group_dir: &Path) -> io::Result<PathBuf> {
     let ino = std::fs::metadata(group_dir)?.ino();
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
     Ok(files.join(format!("brake-{}-{ino}", boot.trim())))

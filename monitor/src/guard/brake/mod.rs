@@ -73,7 +73,7 @@ impl High {
 }
 
 /// `at × limit_bytes`, rounded down to a whole page (as the kernel keeps `memory.high`); None below one page.
-pub fn brake_bytes(at: f64, limit_bytes: u64, page: u64) -> Option<u64> {
+pub(crate) fn brake_bytes(at: f64, limit_bytes: u64, page: u64) -> Option<u64> {
     let page = page.max(1);
     let rounded = (at * limit_bytes as f64).floor() as u64 / page * page;
     (rounded >= page).then_some(rounded)
@@ -157,12 +157,12 @@ impl Brake {
     /// was there before) and memory.high still holds what it set, put the old value back; remove the record.
     /// Returns what was restored (for the log). A record whose set value no longer matches memory.high means
     /// someone else changed it since: leave memory.high alone, drop the record.
-    pub fn recover(group_dir: &Path) -> Result<Option<String>, BrakeError> {
+    pub(crate) fn recover(group_dir: &Path) -> Result<Option<String>, BrakeError> {
         Self::recover_in(group_dir, file::dir_from_env().as_deref())
     }
 
     /// [`Brake::recover`], looking for a record file in `files` where the directory has no record.
-    pub fn recover_in(group_dir: &Path, files: Option<&Path>) -> Result<Option<String>, BrakeError> {
+    pub(crate) fn recover_in(group_dir: &Path, files: Option<&Path>) -> Result<Option<String>, BrakeError> {
         let record_err = |source| BrakeError::Record { path: group_dir.to_path_buf(), source };
         let found = match get_record(group_dir) {
             Ok(Some(t)) => Some((t, None)),
@@ -204,12 +204,17 @@ impl Brake {
     /// Sets memory.high to at × limit_bytes, remembering the old value (in memory and in the record). If the
     /// group's memory.high is already at or below that (an operator's own, stricter), leave it and say so in the
     /// status (not an error). Writes the record BEFORE writing memory.high.
-    pub fn engage(group_dir: &Path, at: f64, limit_bytes: u64) -> Result<Brake, BrakeError> {
+    pub(crate) fn engage(group_dir: &Path, at: f64, limit_bytes: u64) -> Result<Brake, BrakeError> {
         Self::engage_in(group_dir, at, limit_bytes, file::dir_from_env().as_deref())
     }
 
     /// [`Brake::engage`], keeping the record in a file in `files` where the directory refuses the attribute.
-    pub fn engage_in(group_dir: &Path, at: f64, limit_bytes: u64, files: Option<&Path>) -> Result<Brake, BrakeError> {
+    pub(crate) fn engage_in(
+        group_dir: &Path,
+        at: f64,
+        limit_bytes: u64,
+        files: Option<&Path>,
+    ) -> Result<Brake, BrakeError> {
         if !(at > 0.0 && at < 1.0) {
             return Err(BrakeError::Fraction { at });
         }
@@ -233,7 +238,7 @@ impl Brake {
     }
 
     /// The limit changed: move memory.high with it (and the record).
-    pub fn follow_limit(&mut self, limit_bytes: u64) -> Result<(), BrakeError> {
+    pub(crate) fn follow_limit(&mut self, limit_bytes: u64) -> Result<(), BrakeError> {
         let target = self.target(limit_bytes)?;
         match self.hold.clone() {
             Hold::LetGo(_) => Ok(()),

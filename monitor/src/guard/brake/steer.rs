@@ -46,7 +46,7 @@ impl Steering {
     }
 
     /// A reloaded `[policy]`: the brake in or out of shadow mode (released in it, set again out of it).
-    pub fn set_policy(&mut self, group: &Group, policy: &PolicyConfig) {
+    pub(crate) fn set_policy(&mut self, group: &Group, policy: &PolicyConfig) {
         let (at, status) = place(group, policy);
         if at != self.at {
             self.release();
@@ -56,14 +56,14 @@ impl Steering {
 
     /// The group was created again: the brake set on the old one goes with it, and is set on the new one at the
     /// next sample.
-    pub fn regroup(&mut self) {
+    pub(crate) fn regroup(&mut self) {
         self.brake = None;
         self.limit = 0;
     }
 
     /// Engages the brake for `limit`, or moves it when the limit changed. A failure is said in the status and
     /// tried again when the limit changes or after [`RETRY`].
-    pub fn steer(&mut self, group: &Group, limit: u64) {
+    pub(crate) fn steer(&mut self, group: &Group, limit: u64) {
         let Some(at) = self.at else { return };
         let retry = self.failed_at.is_some_and(|t| t.elapsed() >= RETRY);
         if limit == self.limit && !retry {

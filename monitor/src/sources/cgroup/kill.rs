@@ -86,11 +86,11 @@ pub fn kill_all(dir: &Path, timeout: Duration) -> Result<Killed, CgroupError> {
 /// The processes of a group that descend from this process, each held by a pidfd: taken while their parents still
 /// live, they are found again after those parents stop, orphans included, and a pid reused meanwhile is never
 /// mistaken for one of them. For a group this process is a member of (`auto`), where the group is not all ours.
-pub struct Descendants(Vec<(u32, std::os::fd::OwnedFd)>);
+pub(crate) struct Descendants(Vec<(u32, std::os::fd::OwnedFd)>);
 
 impl Descendants {
     /// The members of `dir` (and below) descending from this process.
-    pub fn in_group(dir: &Path) -> Result<Descendants, CgroupError> {
+    pub(crate) fn in_group(dir: &Path) -> Result<Descendants, CgroupError> {
         let me = std::process::id();
         let proc_root = Path::new("/proc");
         let ours = crate::sources::procs::with_descendants(proc_root, me);
@@ -110,13 +110,9 @@ impl Descendants {
     }
 
     /// How many processes are held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.0.len()
-    }
-
-    /// True when none is held.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     /// SIGKILLs every held process still running; how many were.
@@ -143,7 +139,7 @@ fn signal_member(dir: &Path, pid: u32) -> bool {
 
 /// Removes the group `dir` and every cgroup below it (deepest first), trying again until it is gone or `timeout`
 /// has passed (a cgroup whose last process just died may still count as populated for a moment).
-pub fn remove_tree(dir: &Path, timeout: Duration) -> Result<(), CgroupError> {
+pub(crate) fn remove_tree(dir: &Path, timeout: Duration) -> Result<(), CgroupError> {
     let deadline = Instant::now() + timeout;
     loop {
         let mut last = None;

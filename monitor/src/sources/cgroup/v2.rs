@@ -19,7 +19,7 @@ pub fn keyed(text: &str, key: &str) -> Result<Option<u64>, String> {
 
 /// The `total=` of the `some` and `full` lines of a PSI file (`memory.pressure`):
 /// `some avg10=0.00 avg60=0.00 avg300=0.00 total=1234`.
-pub fn parse_pressure(text: &str) -> Result<crate::decision::snapshot::Pressure, String> {
+pub(crate) fn parse_pressure(text: &str) -> Result<crate::decision::snapshot::Pressure, String> {
     let total = |kind: &str| -> Result<u64, String> {
         let line = text.lines().find(|l| l.split_ascii_whitespace().next() == Some(kind));
         let line = line.ok_or_else(|| format!("no {kind} line"))?;
@@ -36,7 +36,7 @@ pub fn parse_anon(text: &str) -> Result<u64, String> {
 }
 
 /// The `shmem` value of a v2 `memory.stat` (tmpfs, shared memory, shared anonymous mappings), 0 when absent.
-pub fn parse_shmem(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_shmem(text: &str) -> Result<u64, String> {
     Ok(keyed(text, "shmem")?.unwrap_or(0))
 }
 
@@ -50,7 +50,7 @@ pub fn parse_memory_max(text: &str) -> Result<Option<u64>, String> {
 
 /// A `memory.oom.group` file: `1` when the kernel's OOM killer kills the whole group at once, `0` when it kills
 /// one process.
-pub fn parse_oom_group(text: &str) -> Result<bool, String> {
+pub(crate) fn parse_oom_group(text: &str) -> Result<bool, String> {
     match text.trim() {
         "0" => Ok(false),
         "1" => Ok(true),
@@ -60,13 +60,13 @@ pub fn parse_oom_group(text: &str) -> Result<bool, String> {
 
 /// The group `dir`'s `memory.oom.group`; None when the file is missing (a kernel before 4.19), unreadable or not
 /// understood.
-pub fn read_oom_group(dir: &Path) -> Option<bool> {
+pub(crate) fn read_oom_group(dir: &Path) -> Option<bool> {
     let text = std::fs::read_to_string(dir.join("memory.oom.group")).ok()?;
     parse_oom_group(&text).ok()
 }
 
 /// The smaller of two optional limits (None = unlimited).
-pub fn min_limit(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+pub(crate) fn min_limit(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, None) => x,
@@ -75,7 +75,7 @@ pub fn min_limit(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 }
 
 /// The group's directory and each ancestor strictly below `mount` (the root cgroup has no `memory.max`).
-pub fn dirs_up_to(dir: &Path, mount: &Path) -> Vec<PathBuf> {
+pub(crate) fn dirs_up_to(dir: &Path, mount: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut cur = Some(dir);
     while let Some(d) = cur {

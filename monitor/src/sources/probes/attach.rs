@@ -8,7 +8,7 @@ use std::path::Path;
 impl Hooks {
     /// The set `Probes::load` tries first: the socket and raw `sys_exit` programs read x86_64 registers, so
     /// elsewhere the per-syscall tracepoints.
-    pub fn preferred() -> Hooks {
+    pub(crate) fn preferred() -> Hooks {
         if cfg!(target_arch = "x86_64") {
             Hooks::Sock
         } else {
@@ -28,11 +28,11 @@ impl Hooks {
 
 /// The socket set: (program, raw tracepoint). The state program first (it forgets closed sockets and marks
 /// passive opens), then writes, then reads (the first read of a passive socket is its accept).
-pub const SOCK: &[(&str, &str)] =
+pub(crate) const SOCK: &[(&str, &str)] =
     &[("sock_state", "inet_sock_set_state"), ("sock_send", "sock_send_length"), ("sock_recv", "sock_recv_length")];
 
 /// The raw `sys_exit` program and its raw tracepoint.
-pub const RAW_EXIT: &[(&str, &str)] = &[("sys_exit", "sys_exit")];
+pub(crate) const RAW_EXIT: &[(&str, &str)] = &[("sys_exit", "sys_exit")];
 
 /// `close` is hooked at entry by both syscall sets (at exit the fd number may already be a socket another
 /// thread accepted), and attached first, so that no socket is tracked before the program that forgets it runs.
@@ -41,7 +41,7 @@ pub const CLOSE: &[(&str, &[&str])] = &[("close_enter", &["sys_enter_close"])];
 /// `close` on the raw `sys_enter` tracepoint: the syscall sets' hook for `close` where `perf_event_open` refuses
 /// [`CLOSE`] (above `kernel.perf_event_paranoid = 2` without CAP_SYS_ADMIN). It runs on every syscall entry of
 /// the host, so it is the fallback, not the default.
-pub const RAW_CLOSE: &[(&str, &str)] = &[("raw_close_enter", "sys_enter")];
+pub(crate) const RAW_CLOSE: &[(&str, &str)] = &[("raw_close_enter", "sys_enter")];
 
 /// Following forks, in every set: (program, category, tracepoint). `fork` traces the children of traced
 /// processes from their fork (not their threads: the record has the clone flags).
@@ -68,7 +68,7 @@ const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 
 /// The byte offset of `field` in a tracepoint record, from the event's `format` text
 /// (`\tfield:pid_t child_pid;\toffset:44;\tsize:4;\tsigned:1;`).
-pub fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
+pub(crate) fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
     format.lines().find_map(|line| {
         let decl = line.trim().strip_prefix("field:")?;
         let (decl, rest) = decl.split_once(';')?;
@@ -87,7 +87,7 @@ pub fn tracefs_reachable() -> bool {
 }
 
 /// The offset of `field` in `category/event`'s records on this kernel (tracefs must be mounted).
-pub fn field_offset(category: &str, event: &str, field: &str) -> Option<u32> {
+pub(crate) fn field_offset(category: &str, event: &str, field: &str) -> Option<u32> {
     [TRACEFS, DEBUGFS_TRACING].iter().find_map(|root| {
         let text =
             std::fs::read_to_string(Path::new(root).join("events").join(category).join(event).join("format")).ok()?;
@@ -98,7 +98,7 @@ pub fn field_offset(category: &str, event: &str, field: &str) -> Option<u32> {
 /// Mounts tracefs at /sys/kernel/tracing when neither usual place has it (aya reads tracepoint ids there). When
 /// tracefs is mounted but this process cannot search it (root's, mode 0700, without CAP_DAC_READ_SEARCH), says so
 /// rather than trying to mount it again.
-pub fn ensure_tracefs() -> Result<(), ProbeError> {
+pub(crate) fn ensure_tracefs() -> Result<(), ProbeError> {
     if tracefs_reachable() {
         return Ok(());
     }
@@ -128,7 +128,7 @@ pub fn ensure_tracefs() -> Result<(), ProbeError> {
 }
 
 /// The mount points of tracefs in a `/proc/<pid>/mountinfo` text (the fifth field; the type follows ` - `).
-pub fn tracefs_mounts(mountinfo: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn tracefs_mounts(mountinfo: &str) -> impl Iterator<Item = &str> {
     mountinfo.lines().filter_map(|line| {
         let (before, after) = line.split_once(" - ")?;
         (after.split_whitespace().next()? == "tracefs").then(|| before.split_whitespace().nth(4)).flatten()

@@ -51,7 +51,7 @@ impl Drop for Words {
 }
 
 /// The mapped bitmap: bit `tgid % 64` of word `tgid / 64`.
-pub struct Bitmap(Words);
+pub(crate) struct Bitmap(Words);
 
 impl Bitmap {
     /// Maps the first `len` words of an array map created with `BPF_F_MMAPABLE`.

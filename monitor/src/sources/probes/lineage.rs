@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 /// child -> parent, for every process the kernel started tracing at its fork and that has not yet been retired.
 #[derive(Debug, Default)]
-pub struct Lineage {
+pub(crate) struct Lineage {
     parent: HashMap<u32, u32>,
 }
 
@@ -18,7 +18,7 @@ impl Lineage {
     }
 
     /// The nearest ancestor of `pid` for which `kept` holds, walking up the recorded parents.
-    pub fn ancestor(&self, pid: u32, kept: impl Fn(u32) -> bool) -> Option<u32> {
+    pub(crate) fn ancestor(&self, pid: u32, kept: impl Fn(u32) -> bool) -> Option<u32> {
         let mut at = pid;
         // Bounded: a pid recycled into its own ancestry must not loop.
         for _ in 0..=self.parent.len() {
@@ -32,7 +32,7 @@ impl Lineage {
 
     /// Forgets `pid`. Its children now hang from its parent, so their counts still find an ancestor; when it has
     /// no recorded parent, they are forgotten too (nothing above to fold into).
-    pub fn forget(&mut self, pid: u32) {
+    pub(crate) fn forget(&mut self, pid: u32) {
         match self.parent.remove(&pid) {
             Some(up) => self.parent.values_mut().filter(|p| **p == pid).for_each(|p| *p = up),
             None => self.parent.retain(|_, p| *p != pid),
@@ -52,7 +52,7 @@ impl Lineage {
 
 /// True when `/proc/<pid>/status` (`status`) is that of a live process: its own thread group leader
 /// (`Tgid: pid`, not a thread of another process), not a zombie.
-pub fn parse_live_process(status: &str, pid: u32) -> bool {
+pub(crate) fn parse_live_process(status: &str, pid: u32) -> bool {
     let mut tgid = None;
     let mut zombie = false;
     for line in status.lines() {
@@ -66,7 +66,7 @@ pub fn parse_live_process(status: &str, pid: u32) -> bool {
 }
 
 /// Reads `/proc/<pid>/status`: false when the process is gone, a zombie or a thread.
-pub fn live_process(pid: u32) -> bool {
+pub(crate) fn live_process(pid: u32) -> bool {
     crate::base::kernfile::read_lossy(format!("/proc/{pid}/status")).is_ok_and(|s| parse_live_process(&s, pid))
 }
 

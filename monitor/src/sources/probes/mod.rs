@@ -62,7 +62,7 @@ pub enum ProbeError {
 impl ProbeError {
     /// The errno of the system call behind an attach failure (`perf_event_open` for a tracepoint,
     /// `bpf(BPF_RAW_TRACEPOINT_OPEN)` for a raw one), found down its chain of sources.
-    pub fn attach_errno(&self) -> Option<i32> {
+    pub(crate) fn attach_errno(&self) -> Option<i32> {
         let mut e: Option<&(dyn std::error::Error + 'static)> = match self {
             ProbeError::Attach { source, .. } | ProbeError::AttachRaw { source, .. } => Some(source.as_ref()),
             _ => None,
@@ -78,7 +78,7 @@ impl ProbeError {
 
     /// True when `perf_event_open` refused a tracepoint for want of privilege (EACCES or EPERM: above
     /// `kernel.perf_event_paranoid = 2` without CAP_SYS_ADMIN), where a raw tracepoint may still attach.
-    pub fn perf_refused(&self) -> bool {
+    pub(crate) fn perf_refused(&self) -> bool {
         matches!(self, ProbeError::Attach { .. })
             && matches!(self.attach_errno(), Some(libc::EACCES) | Some(libc::EPERM))
     }
@@ -269,7 +269,7 @@ impl Probes {
     }
 
     /// The errno of the fork-following program's failed attach, when that is why forks are not followed.
-    pub fn forks_errno(&self) -> Option<i32> {
+    pub(crate) fn forks_errno(&self) -> Option<i32> {
         self.forks_off.as_ref().and_then(|(_, errno)| *errno)
     }
 

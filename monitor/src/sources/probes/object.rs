@@ -4,4 +4,4 @@
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor-ebpf"));
 
 /// Why the object is empty (empty when it was built).
-pub const SKIPPED: &str = env!("MONITOR_EBPF_SKIPPED");
+pub(crate) const SKIPPED: &str = env!("MONITOR_EBPF_SKIPPED");

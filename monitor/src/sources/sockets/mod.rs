@@ -13,7 +13,7 @@ use std::path::Path;
 const LISTEN: &str = "0A";
 
 /// The socket inodes among the open files of `pid` (empty when it is gone or has none).
-pub fn socket_inodes(proc_root: &Path, pid: u32) -> std::io::Result<HashSet<u64>> {
+pub(crate) fn socket_inodes(proc_root: &Path, pid: u32) -> std::io::Result<HashSet<u64>> {
     let fds = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd"))?;
     Ok(fds
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
@@ -23,7 +23,7 @@ pub fn socket_inodes(proc_root: &Path, pid: u32) -> std::io::Result<HashSet<u64>
 
 /// Takes out of `left` the socket inodes `pid` holds, reading its fds in order and stopping once `left` is empty
 /// (a server opens its listener early: a process with thousands of connections is not read through).
-pub fn take_held(proc_root: &Path, pid: u32, left: &mut HashSet<u64>) {
+pub(crate) fn take_held(proc_root: &Path, pid: u32, left: &mut HashSet<u64>) {
     let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else { return };
     let mut fds: Vec<(u32, std::path::PathBuf)> =
         fds.flatten().filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path()))).collect();
@@ -46,7 +46,7 @@ pub fn parse_socket_link(link: &str) -> Option<u64> {
 /// The TCP addresses `pid` listens on, sorted (an unspecified address as loopback, the way a local client reaches
 /// it): its socket fds matched against the LISTEN entries of its network namespace. Empty when the process is gone
 /// or listens on nothing.
-pub fn listening_addrs(pid: u32) -> Vec<SocketAddr> {
+pub(crate) fn listening_addrs(pid: u32) -> Vec<SocketAddr> {
     let Ok(inodes) = socket_inodes(Path::new("/proc"), pid) else { return Vec::new() };
     let mut out: Vec<SocketAddr> = ["tcp", "tcp6"]
         .iter()
@@ -77,7 +77,7 @@ pub fn parse_tcp_listeners(text: &str) -> Vec<(u64, SocketAddr)> {
 }
 
 /// The LISTEN entries of a tcp table as printed (an unspecified address stays unspecified).
-pub fn parse_listen_entries(text: &str) -> Vec<(u64, SocketAddr)> {
+pub(crate) fn parse_listen_entries(text: &str) -> Vec<(u64, SocketAddr)> {
     let addr = |field: &str| -> Option<SocketAddr> {
         let (ip, port) = field.split_once(':')?;
         let port = u16::from_str_radix(port, 16).ok()?;
@@ -109,7 +109,7 @@ pub fn parse_listen_entries(text: &str) -> Vec<(u64, SocketAddr)> {
 }
 
 /// True when a listener bound to `a` takes the connections a local client makes to `127.0.0.1:<port>`.
-pub fn reaches_loopback_v4(a: &SocketAddr) -> bool {
+pub(crate) fn reaches_loopback_v4(a: &SocketAddr) -> bool {
     match a.ip() {
         IpAddr::V4(v) => v == Ipv4Addr::LOCALHOST || v.is_unspecified(),
         // `::` takes IPv4 too unless the socket is v6-only, which the table does not say: counted.
@@ -147,7 +147,7 @@ pub enum PortOwner {
 }
 
 /// The processes under `proc_root` that hold one of `inodes` open.
-pub fn holders(proc_root: &Path, inodes: &HashSet<u64>) -> Vec<Holder> {
+pub(crate) fn holders(proc_root: &Path, inodes: &HashSet<u64>) -> Vec<Holder> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir(proc_root) else { return out };
     for e in dir.flatten() {
@@ -178,7 +178,7 @@ pub fn port_owner(pid: u32, port: u16) -> PortOwner {
 }
 
 /// [`port_owner`] with the namespace's listeners given, as (inode, address), and another proc root (tests).
-pub fn port_owner_in(proc_root: &Path, listeners: &[(u64, SocketAddr)], pid: u32, port: u16) -> PortOwner {
+pub(crate) fn port_owner_in(proc_root: &Path, listeners: &[(u64, SocketAddr)], pid: u32, port: u16) -> PortOwner {
     let listeners: HashSet<u64> = listeners
         .iter()
         .copied()

@@ -28,7 +28,7 @@ pub enum Ready {
 }
 
 /// The kernel wake-up sources of one group, armed where the kernel offers them.
-pub struct Wakeups {
+pub(crate) struct Wakeups {
     /// The sources the config asks for.
     wanted: Vec<WakeupKind>,
     thresholds: Option<v1::Thresholds>,
@@ -40,7 +40,7 @@ pub struct Wakeups {
 impl Wakeups {
     /// Arms the sources in `wanted` that the group's cgroup version offers; the status says which are armed and
     /// why the others are not.
-    pub fn arm(group: &Group, wanted: &[WakeupKind], pacing: bool) -> Wakeups {
+    pub(crate) fn arm(group: &Group, wanted: &[WakeupKind], pacing: bool) -> Wakeups {
         let mut w = Wakeups {
             thresholds: None,
             events: None,
@@ -83,7 +83,7 @@ impl Wakeups {
     }
 
     /// The same sources armed on `group` anew (a group removed and created again under the same path).
-    pub fn rearm(&self, group: &Group) -> Wakeups {
+    pub(crate) fn rearm(&self, group: &Group) -> Wakeups {
         Wakeups::arm(group, &self.wanted, self.status.pacing)
     }
 
@@ -111,12 +111,12 @@ impl Wakeups {
     }
 
     /// Whether a kernel threshold follows the group's usage (then pacing need not assume the worst growth).
-    pub fn follows_usage(&self) -> bool {
+    pub(crate) fn follows_usage(&self) -> bool {
         self.thresholds.is_some()
     }
 
     /// Drops every source while the group cannot be read (see [`rearm`](Self::rearm)).
-    pub fn suspend(&mut self) {
+    pub(crate) fn suspend(&mut self) {
         let armed: Vec<WakeupKind> = [
             (WakeupKind::Thresholds, self.thresholds.is_some()),
             (WakeupKind::Events, self.events.is_some()),
@@ -155,7 +155,7 @@ impl Wakeups {
     }
 
     /// After each sample: makes sure the v1 ladder of thresholds is registered for the group's limit.
-    pub fn after_sample(&mut self, limit: u64, lines: &[f64]) {
+    pub(crate) fn after_sample(&mut self, limit: u64, lines: &[f64]) {
         let Some(t) = self.thresholds.as_mut() else { return };
         let usage = match t.usage() {
             Ok(u) => u,

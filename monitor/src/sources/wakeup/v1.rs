@@ -37,7 +37,7 @@ const BAND_ABOVE_LINE: f64 = 0.03;
 /// it is all there): the lines above `usage` (highest first), then the dense levels just above each of them, then
 /// the other dense levels above `usage` from the bottom up, then the coarse levels above it, then every level
 /// below it, nearest first. Unique, none at 0.
-pub fn ladder(limit: u64, lines: &[f64], usage: u64) -> Vec<u64> {
+pub(crate) fn ladder(limit: u64, lines: &[f64], usage: u64) -> Vec<u64> {
     let at = |f: f64| (limit as f64 * f).round() as u64;
     let coarse_n = (DENSE_FROM / COARSE_STEP).round() as u32;
     let coarse: Vec<u64> = (1..coarse_n).map(|i| at(f64::from(i) * COARSE_STEP)).collect();
@@ -162,7 +162,7 @@ impl Thresholds {
     }
 
     /// Reads the eventfds' counters (resetting them): whether a level fired since the last call.
-    pub fn fired(&self) -> bool {
+    pub(crate) fn fired(&self) -> bool {
         // Every counter is read, so that none stays set.
         self.current.iter().chain(self.next.iter()).fold(false, |any, a| super::eventfd::take(&a.efd) | any)
     }

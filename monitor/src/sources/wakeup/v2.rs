@@ -10,8 +10,8 @@ use std::path::Path;
 
 /// The PSI trigger: some task of the group stalled on memory for 10 ms within half a second (the shortest window
 /// the kernel takes), so reclaim that starts to bite wakes the sampler at once.
-pub const STALL_US: u32 = 10_000;
-pub const WINDOW_US: u32 = 500_000;
+pub(crate) const STALL_US: u32 = 10_000;
+pub(crate) const WINDOW_US: u32 = 500_000;
 
 /// `memory.events`, polled for changes.
 pub struct Events {
@@ -33,7 +33,7 @@ impl Events {
     }
 
     /// Reads the file again, which acknowledges the change notified (kernfs keeps notifying until it is read).
-    pub fn consume(&mut self) {
+    pub(crate) fn consume(&mut self) {
         let _ = crate::base::kernfile::pread_record(&self.file, &mut self.buf);
     }
 }
