@@ -87,12 +87,6 @@ impl Conns {
     }
 }
 
-impl Default for Conns {
-    fn default() -> Self {
-        Conns::new()
-    }
-}
-
 /// Accepts on `listener` until `stop` resolves, handing each admitted connection to `serve` (its stream, client
 /// address, seat, and whether it was taken from the queue once the drain began). Then tells `conns` to drain,
 /// serves the connections the kernel completed before, and closes the listener.

@@ -144,7 +144,7 @@ pub fn describe(path: &Path, o: &PngOutcome) -> String {
     }
 }
 
-/// The date shown for a day start (used by tests and callers that only have the Unix second).
+/// The date shown for a day start, for the tests that only have its Unix second.
 #[cfg(test)]
 pub(crate) fn date_of(day_start: u64) -> String {
     super::civil_from_days(day_start / 86_400)
