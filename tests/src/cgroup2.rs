@@ -51,6 +51,12 @@ impl CgroupV2 {
         Self::create_under(&self.path, name, max)
     }
 
+    /// Creates a child group `<self>/<name>` without handing any controller down: this group may keep its own
+    /// processes, and the child's are charged to it.
+    pub fn create_plain_child(&self, name: &str) -> CgroupV2 {
+        Self::create_under(&self.path, name, None)
+    }
+
     fn create_under(parent: &Path, name: &str, max: Option<u64>) -> CgroupV2 {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = parent.join(format!("monitor-test-{}-{n}-{name}", std::process::id()));

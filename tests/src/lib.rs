@@ -40,9 +40,10 @@ pub mod wrk;
 pub use agent::{monitor_bin, run_monitor, workspace_root, Agent, Finished};
 pub use cgroup::CgroupV1;
 pub use child::{join_cgroup_at_exec, spawn_in_cgroup, ChildGuard};
+pub use group::{Group, Hierarchy};
 pub use hog::Hog;
 pub use recorder::Recorder;
-pub use require::{in_ci, is_root, on_path, require, require_program, require_root, require_v1};
+pub use require::{in_ci, is_root, on_path, require, require_group, require_program, require_root, require_v1};
 pub use temp::{temp_dir, TempDir};
 
 /// One mebibyte.

@@ -1,4 +1,4 @@
-//! Requirement checks: a test that cannot run here (not root, no v1 memory controller, a program missing) prints
+//! Requirement checks: a test that cannot run here (not root, no memory cgroup, a program missing) prints
 //! `skipping <test>: <reason>` and returns, except in CI ([`in_ci`] says when), where a missing requirement is a
 //! failure. Every skip goes through [`require`], and so does a test that leaves part of its checks out (the text half
 //! of a chart without a font): it counts as skipped, not as passed. Each skip is written to the file
@@ -77,6 +77,16 @@ pub fn require_v1(test: &str) -> bool {
     match crate::CgroupV1::unavailable_reason() {
         None => true,
         Some(reason) => require(false, test, &reason),
+    }
+}
+
+/// True with root and a memory controller on either hierarchy ([`crate::group::Hierarchy::here`]): what a test
+/// that makes its group with [`crate::Group::here`] needs. Otherwise prints `skipping <test>: <reason>` (or panics
+/// in CI).
+pub fn require_group(test: &str) -> bool {
+    match crate::group::Hierarchy::here() {
+        Ok(_) => true,
+        Err(reason) => require(false, test, &reason),
     }
 }
 

@@ -1,11 +1,12 @@
-//! `monitor run` as a child of the test. [`Launched`] runs it on any [`Config`] (killed on drop, its stderr kept
-//! for failure messages and log checks); [`Run`] starts it over a master and N workers of the `fixture-backend` in
-//! a v1 memory cgroup the test owns, on free loopback ports, as most front-door and launcher tests want it.
+//! `monitor run` as a child of the test. [`Launched`] runs it on any [`Config`] (killed on drop, its stderr kept for
+//! failure messages and log checks); [`Run`] starts it over a master and N workers of the `fixture-backend` in a memory
+//! cgroup the test owns (v1 or v2, whichever the host offers), on free loopback ports, as most front-door and launcher
+//! tests want it.
 
 use crate::agent::{collect, free_port, text};
 use crate::config::{strings, Config, Process};
 use crate::http::{self, Response};
-use crate::{monitor_bin, spawn_in_cgroup, CgroupV1, ChildGuard, MIB};
+use crate::{monitor_bin, spawn_in_cgroup, ChildGuard, Group, MIB};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
@@ -227,13 +228,13 @@ impl Default for Spec {
     }
 }
 
-/// A running `monitor run` over the fixture fleet m0 (master), tx1, tx2 … in a v1 memory group of its own; the
+/// A running `monitor run` over the fixture fleet m0 (master), tx1, tx2 … in a memory group of its own; the
 /// group is removed on drop. Derefs to its [`Launched`].
 pub struct Run {
     launched: Launched,
     /// Ports of m0, tx1, tx2 …
     pub ports: Vec<u16>,
-    pub cg: CgroupV1,
+    pub cg: Group,
 }
 
 impl Deref for Run {
@@ -250,7 +251,7 @@ impl DerefMut for Run {
 }
 
 /// The config of a fleet: `spec` over the group `cg`, the processes on `ports`.
-fn fleet_config(spec: &Spec, cg: &CgroupV1, ports: &[u16]) -> Config {
+fn fleet_config(spec: &Spec, cg: &Group, ports: &[u16]) -> Config {
     let cgroup = if spec.own_group { PathBuf::from("auto") } else { cg.path().to_path_buf() };
     let mut config =
         spec.extra.clone().cgroup(cgroup).lines("policy", &spec.policy).probes(spec.probes).lines("proxy", &spec.proxy);
@@ -279,7 +280,7 @@ fn quick_samples(config: Config) -> Config {
 impl Run {
     /// Writes the config and starts `monitor run` without waiting for it.
     pub fn launch(name: &str, spec: &Spec) -> Run {
-        let cg = CgroupV1::create(name, Some(spec.limit_mib * MIB));
+        let cg = Group::here(name, Some(spec.limit_mib * MIB));
         let ports: Vec<u16> = (0..=spec.workers)
             .map(|i| if i == 0 { spec.master_port.unwrap_or_else(free_port) } else { free_port() })
             .collect();
@@ -380,10 +381,10 @@ mod tests {
 
     #[test]
     fn a_fleet_config_names_every_process() {
-        if !crate::require_v1("a_fleet_config_names_every_process") {
+        if !crate::require_group("a_fleet_config_names_every_process") {
             return;
         }
-        let cg = CgroupV1::create("fleet-config", Some(64 * MIB));
+        let cg = Group::here("fleet-config", Some(64 * MIB));
         let spec = Spec {
             proxy: "master_serves_tx = false".into(),
             process: "admin_path = \"/admin/memory\"".into(),

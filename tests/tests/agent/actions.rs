@@ -1,4 +1,4 @@
-//! `[actions]`: `monitor agent` signals each process of a real v1 group when its action changes. A python process
+//! `[actions]`: `monitor agent` signals each process of a real memory group when its action changes. A python process
 //! that records the signals it gets and an `alloc-hog` share a 256 MiB group: the hog grows to 86% (every process
 //! refuses: the recorder gets `refuse_signal`), then to 96% (the hog, the largest, gets `abort_signal`, SIGUSR2,
 //! which ends it), and the group is back to normal (the recorder gets `serve_signal`). A twin recorder outside the
@@ -11,7 +11,7 @@
 use monitor_tests::agent::process;
 use monitor_tests::config::Config;
 use monitor_tests::recorder::Request;
-use monitor_tests::{require_v1, spawn_in_cgroup, temp_dir, Agent, CgroupV1, ChildGuard, Hog, Recorder, MIB};
+use monitor_tests::{require_group, spawn_in_cgroup, temp_dir, Agent, ChildGuard, Group, Hog, Recorder, MIB};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -88,11 +88,11 @@ fn state(s: &Value) -> Option<&str> {
 #[test]
 fn processes_get_the_configured_signal_when_their_action_changes() {
     let test = "processes_get_the_configured_signal_when_their_action_changes";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("actions");
-    let cg = CgroupV1::create("actions", Some(256 * MIB));
+    let cg = Group::here("actions", Some(256 * MIB));
     let (inside, outside) = (dir.join("inside.log"), dir.join("outside.log"));
     let rec = recorder(&inside, Some(cg.path()));
     let _twin = recorder(&outside, None);
@@ -151,11 +151,11 @@ fn processes_get_the_configured_signal_when_their_action_changes() {
 #[test]
 fn shadow_mode_sends_no_signal() {
     let test = "shadow_mode_sends_no_signal";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("actions-shadow");
-    let cg = CgroupV1::create("actions-shadow", Some(256 * MIB));
+    let cg = Group::here("actions-shadow", Some(256 * MIB));
     let log = dir.join("inside.log");
     let _rec = recorder(&log, Some(cg.path()));
     let mut hog = Hog::spawn(HOG, cg.path(), 215, false);
@@ -205,11 +205,11 @@ fn wait_told(port: u16, want: &[&str]) {
 #[test]
 fn each_listening_process_is_told_on_its_own_port() {
     let test = "each_listening_process_is_told_on_its_own_port";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("actions-admin");
-    let cg = CgroupV1::create("actions-admin", Some(256 * MIB));
+    let cg = Group::here("actions-admin", Some(256 * MIB));
     // The group's secret, in the file the agent reads and, as hex, in the environment of the processes.
     let secret = b"the group's action secret, 32 bytes or more";
     let secret_file = dir.join("action.secret");

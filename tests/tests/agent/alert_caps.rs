@@ -3,7 +3,7 @@
 //! `no_new_privs` is on.
 
 use monitor_tests::config::Config;
-use monitor_tests::{require_v1, temp_dir, wait_until, Agent, CgroupV1, Hog};
+use monitor_tests::{require_group, temp_dir, wait_until, Agent, Group, Hog};
 use std::time::Duration;
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
@@ -11,7 +11,7 @@ const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
 #[test]
 fn an_alert_command_has_no_capability_and_no_new_privileges() {
     let test = "an_alert_command_has_no_capability_and_no_new_privileges";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("alert-caps");
@@ -23,7 +23,7 @@ fn an_alert_command_has_no_capability_and_no_new_privileges() {
         .alert_command(["sh", "-c", script, &out.display().to_string()])
         .lines("policy", "limit_bytes = 4096\nshadow = true\nkill = false")
         .probes(false);
-    let cg = CgroupV1::create("alert-caps", None);
+    let cg = Group::here("alert-caps", None);
     let _hog = Hog::spawn(HOG, cg.path(), 1, false);
     let _agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
     let text = wait_until("the alert command's status lines", Duration::from_secs(10), || {

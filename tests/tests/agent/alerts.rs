@@ -1,4 +1,4 @@
-//! Alerts end to end: a v1 test group pushed over 85% and 92% and back, `monitor agent` with all three sinks:
+//! Alerts end to end: a test memory group pushed over 85% and 92% and back, `monitor agent` with all three sinks:
 //! a command hook (python writing what it got to a file), a webhook that never answers, and an HA pair of real
 //! Alertmanagers (Debian's prometheus-alertmanager) on loopback. The hook gets each transition once, with an
 //! untrusted process name intact; both Alertmanagers list the alert while it fires and not after, under the
@@ -6,7 +6,7 @@
 //! `instance` label makes a second alert, not a merged one.
 
 use monitor_tests::config::Config;
-use monitor_tests::{json_lines, require, require_root, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog};
+use monitor_tests::{json_lines, require, require_root, temp_dir, wait_until, Agent, ChildGuard, Group, Hog};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::net::TcpListener;
@@ -96,7 +96,7 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
         .probes(false);
 
     // The group: 256 MiB; the process with the nasty name is the largest.
-    let cg = CgroupV1::create("alerts", Some(256 << 20));
+    let cg = Group::here("alerts", Some(256 << 20));
     let nasty_bin = dir.join(NASTY);
     std::os::unix::fs::symlink(HOG, &nasty_bin).unwrap_or_else(|e| panic!("{e}"));
     let mut big = Hog::spawn(&nasty_bin, cg.path(), 100, false);

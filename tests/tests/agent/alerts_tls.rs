@@ -4,7 +4,7 @@
 //! send it again; it accepts the next one, which arrives with the token.
 
 use monitor_tests::config::Config;
-use monitor_tests::{require, require_root, temp_dir, Agent, CgroupV1, Hog, Recorder};
+use monitor_tests::{require, require_root, temp_dir, Agent, Group, Hog, Recorder};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -61,7 +61,7 @@ fn an_https_webhook_behind_a_private_ca_gets_the_alert_with_its_token_and_a_400_
         .unwrap_or_else(|e| panic!("check-config: {e}"));
     assert!(check.status.success(), "check-config: {}", String::from_utf8_lossy(&check.stderr));
 
-    let cg = CgroupV1::create("alerts-tls", Some(256 << 20));
+    let cg = Group::here("alerts-tls", Some(256 << 20));
     let mut big = Hog::spawn(HOG, cg.path(), 100, false);
     let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
     let state = |want: &'static str| move |s: &Value| s["policy"]["state"] == want;

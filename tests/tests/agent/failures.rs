@@ -1,4 +1,4 @@
-//! `monitor agent` when the world misbehaves, with the real binary against real v1 cgroups: the group removed and
+//! `monitor agent` when the world misbehaves, with the real binary against real cgroups: the group removed and
 //! created again, emptied and refilled; a stats database that is locked, in a folder that cannot be made, or
 //! garbage; alert sinks that hang, refuse or fail; bad API input; `monitor status` against nothing or a server that
 //! is not a monitor. In each case the agent keeps running, says what happened once, and loses nothing it can keep.
@@ -6,7 +6,7 @@
 use monitor_tests::agent::{free_port, process};
 use monitor_tests::config::Config;
 use monitor_tests::{
-    require, require_v1, run_monitor, spawn_in_cgroup, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Recorder,
+    require, require_group, run_monitor, spawn_in_cgroup, temp_dir, wait_until, Agent, ChildGuard, Group, Recorder,
 };
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -23,7 +23,7 @@ fn log_count(agent: &Agent, needle: &str) -> usize {
     agent.stderr().lines().filter(|l| l.contains(needle)).count()
 }
 
-fn sleeper(cg: &CgroupV1) -> ChildGuard {
+fn sleeper(cg: &Group) -> ChildGuard {
     spawn_in_cgroup(Command::new("sleep").arg("600").stdout(Stdio::null()), cg.path())
 }
 
@@ -39,11 +39,11 @@ fn web_still_works(agent: &Agent) {
 #[test]
 fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
     let test = "a_removed_group_is_said_once_and_picked_up_when_created_again";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("removed");
-    let cg = CgroupV1::create("removed", None);
+    let cg = Group::here("removed", None);
     let mut first = sleeper(&cg);
     // Alerts to a command that appends each one (a JSON line) to a file.
     let alerts = dir.join("alerts.jsonl");
@@ -102,11 +102,11 @@ fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
 #[test]
 fn an_emptied_group_is_watched_on_and_new_processes_are_seen() {
     let test = "an_emptied_group_is_watched_on_and_new_processes_are_seen";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("emptied");
-    let cg = CgroupV1::create("emptied", Some(256 << 20));
+    let cg = Group::here("emptied", Some(256 << 20));
     let mut first = sleeper(&cg);
     let agent = agent_with(&cg.path().display().to_string(), Config::new(), &dir);
     let pid = first.pid();
@@ -121,7 +121,7 @@ fn an_emptied_group_is_watched_on_and_new_processes_are_seen() {
     assert!(agent.status()["sample"]["seq"].as_u64().unwrap_or(0) > seq, "sampling goes on");
     // New processes, one of them in a child group created after the agent started.
     let second = sleeper(&cg);
-    let child = cg.create_child("late", None);
+    let child = cg.subgroup("late");
     let third = spawn_in_cgroup(Command::new("sleep").arg("600"), child.path());
     let (p2, p3) = (second.pid(), third.pid());
     agent.wait_for(|s| process(s, p2).is_some() && process(s, p3).is_some(), Duration::from_secs(5));
@@ -245,7 +245,7 @@ while True:
 /// Starts the alerting agent on a group with one process whose limit (`[policy] limit_bytes`) it is far over, so
 /// it is aborting (in shadow mode: nothing enforced; the last resort off, so the transitions are all it alerts) from
 /// its first sample.
-fn alerting_agent(dir: &Path, cg: &CgroupV1, alerts: &str) -> Agent {
+fn alerting_agent(dir: &Path, cg: &Group, alerts: &str) -> Agent {
     let extra = Config::new()
         .lines("policy", "limit_bytes = 4096\nshadow = true\nkill = false")
         .lines("alerts", "quiet_s = 1\nresend_s = 1")
@@ -256,7 +256,7 @@ fn alerting_agent(dir: &Path, cg: &CgroupV1, alerts: &str) -> Agent {
 #[test]
 fn hung_refused_and_failing_sinks_block_nothing_and_are_said_once() {
     let test = "hung_refused_and_failing_sinks_block_nothing_and_are_said_once";
-    if !require_v1(test) || !require(Path::new("/usr/bin/python3").exists(), test, "needs python3") {
+    if !require_group(test) || !require(Path::new("/usr/bin/python3").exists(), test, "needs python3") {
         return;
     }
     let dir = temp_dir("sinks");
@@ -268,7 +268,7 @@ fn hung_refused_and_failing_sinks_block_nothing_and_are_said_once() {
     let refused_port = free_port(); // nothing listens there
 
     // A command that hangs (killed after 1 s), a webhook that never answers, an Alertmanager that works.
-    let cg = CgroupV1::create("sinks", None);
+    let cg = Group::here("sinks", None);
     let _p = sleeper(&cg);
     let alerts = format!(
         "command = [\"sleep\", \"600\"]\ncommand_timeout_s = 1\nwebhook = \"http://127.0.0.1:{silent_port}/hook\"\n\
@@ -472,11 +472,11 @@ fn kill_leftovers(argv: &[&str]) {
 #[test]
 fn an_alert_command_is_done_when_it_exits_and_a_hung_one_is_killed_with_its_children() {
     let test = "an_alert_command_is_done_when_it_exits_and_a_hung_one_is_killed_with_its_children";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("command-children");
-    let cg = CgroupV1::create("command-children", None);
+    let cg = Group::here("command-children", None);
     let _p = sleeper(&cg);
     // Leaves a background child holding its stdout, and exits 0 at once: it ran, promptly, and its child is its
     // own business.

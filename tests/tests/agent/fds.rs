@@ -3,7 +3,7 @@
 //! says so: `group.processes_sampled` equals `group.processes_listed`.
 
 use monitor_tests::agent::free_port;
-use monitor_tests::{http, monitor_bin, on_path, require, require_v1, spawn_in_cgroup, CgroupV1, ChildGuard};
+use monitor_tests::{http, monitor_bin, on_path, require, require_group, spawn_in_cgroup, ChildGuard, Group};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,10 +20,10 @@ fn status(port: u16) -> Option<Value> {
 #[test]
 fn every_process_is_sampled_past_the_fd_limit() {
     let name = "every_process_is_sampled_past_the_fd_limit";
-    if !require_v1(name) || !require(on_path("prlimit"), name, "needs prlimit (util-linux)") {
+    if !require_group(name) || !require(on_path("prlimit"), name, "needs prlimit (util-linux)") {
         return;
     }
-    let cg = CgroupV1::create("fds", None);
+    let cg = Group::here("fds", None);
     // One shell and its 1,100 sleepers.
     let script = format!("for i in $(seq {SLEEPERS}); do sleep 600 & done; wait");
     let mut sh = Command::new("sh");

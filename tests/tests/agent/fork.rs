@@ -7,7 +7,7 @@ use monitor_tests::agent::process;
 use monitor_tests::clients::curl;
 use monitor_tests::http::wait_port;
 use monitor_tests::servers::{busybox_httpd, python_forking};
-use monitor_tests::{on_path, require, require_root, spawn_in_cgroup, Agent, CgroupV1};
+use monitor_tests::{on_path, require, require_root, spawn_in_cgroup, Agent, Group};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use std::time::Duration;
 /// Starts `server` in a new test cgroup with the agent on it, sends `n` GETs of `path` one per connection, and
 /// checks the server's pid ends with exactly `n` requests, responses and accepts.
 fn counts_exactly(name: &str, mut server: Command, port: u16, path: &str, n: u64) {
-    let cg = CgroupV1::create(name, Some(512 << 20));
+    let cg = Group::here(name, Some(512 << 20));
     let server = spawn_in_cgroup(&mut server, cg.path());
     wait_port(port);
     let agent = Agent::start(&cg.path().display().to_string(), &[]);

@@ -3,7 +3,7 @@
 //! once the handler exists (`SigCgt` bit 0) a hangup reloads instead.
 
 use monitor_tests::agent::free_port;
-use monitor_tests::{http, monitor_bin, require_v1, CgroupV1, ChildGuard};
+use monitor_tests::{http, monitor_bin, require_group, ChildGuard, Group};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,10 +22,10 @@ fn sighup(status: &str) -> (bool, bool) {
 #[test]
 fn hangups_during_start_up_do_not_end_the_agent() {
     let name = "hangups_during_start_up_do_not_end_the_agent";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
-    let cg = CgroupV1::create("hangup-start", None);
+    let cg = Group::here("hangup-start", None);
     let port = free_port();
     let mut cmd = Command::new(monitor_bin());
     cmd.args(["agent", "--cgroup", &cg.relative(), "--listen", &format!("127.0.0.1:{port}")])

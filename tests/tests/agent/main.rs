@@ -1,9 +1,10 @@
-//! `monitor agent` against real v1 memory cgroups, real processes and real servers: what it measures and decides
-//! (`v1`), the signals and POSTs it sends (`actions`), its alerts (`alerts`, `oom_kills`, and the privileges of an alert command: `alert_caps`), its sampling past the fd
-//! limit (`fds`), what it survives (`failures`), its place in its own group (`own_group`), what it says without
-//! root's capabilities (`privileges`), its web pages and history (`web`), the kernel's request counts it reports
-//! (`probes`, `fork`), and its config reloads (`reload`). Its bounds under load are measured in a binary of their
-//! own (tests/tests/bounds), where no other test loads the machine.
+//! `monitor agent` against real memory cgroups (v1 or v2, whichever the host offers), real processes and real servers:
+//! what it measures and decides (`v1`), the signals and POSTs it sends (`actions`), its alerts (`alerts`, `oom_kills`,
+//! and the privileges of an alert command: `alert_caps`), its sampling past the fd limit (`fds`), what it survives
+//! (`failures`), its place in its own group (`own_group`), what it says without root's capabilities (`privileges`), its
+//! web pages and history (`web`), the kernel's request counts it reports (`probes`, `fork`), and its config reloads
+//! (`reload`). Its bounds under load are measured in a binary of their own (tests/tests/bounds), where no other test
+//! loads the machine.
 
 mod actions;
 mod alert_caps;

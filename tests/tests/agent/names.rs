@@ -5,7 +5,7 @@
 //! memory is not counted as held beyond the sampled processes.
 
 use monitor_tests::agent::free_port;
-use monitor_tests::{http, monitor_bin, require_v1, spawn_in_cgroup, CgroupV1, ChildGuard, TempDir};
+use monitor_tests::{http, monitor_bin, require_group, spawn_in_cgroup, ChildGuard, Group, TempDir};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,10 +22,10 @@ fn name_of(port: u16, pid: u32) -> Option<String> {
 #[test]
 fn a_script_that_execs_its_program_is_named_after_the_program() {
     let name = "a_script_that_execs_its_program_is_named_after_the_program";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
-    let cg = CgroupV1::create("exec-names", None);
+    let cg = Group::here("exec-names", None);
     // The shell waits until the agent has named it, then becomes `sleep`.
     let dir = TempDir::new("exec-names");
     let go = dir.path().join("go");
@@ -62,7 +62,7 @@ fn a_script_that_execs_its_program_is_named_after_the_program() {
 
 /// A python process in `cg` that names itself `name` (raw bytes, through `prctl(PR_SET_NAME)`), touches `mib` MiB,
 /// says `ready` and sleeps.
-fn named_holder(cg: &CgroupV1, name: &[u8], mib: u64) -> ChildGuard {
+fn named_holder(cg: &Group, name: &[u8], mib: u64) -> ChildGuard {
     let literal: String = name.iter().map(|b| format!("\\x{b:02x}")).collect();
     let script = format!(
         "import ctypes,sys,time\nctypes.CDLL(None).prctl(15, b'{literal}', 0, 0, 0)\nb = bytearray({mib} << 20)\n\
@@ -81,10 +81,10 @@ fn named_holder(cg: &CgroupV1, name: &[u8], mib: u64) -> ChildGuard {
 #[test]
 fn a_process_named_with_bytes_that_are_not_utf8_is_seen_and_is_the_one_aborted() {
     let name = "a_process_named_with_bytes_that_are_not_utf8_is_seen_and_is_the_one_aborted";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
-    let cg = CgroupV1::create("hostile-name", Some(512 << 20));
+    let cg = Group::here("hostile-name", Some(512 << 20));
     let hidden = named_holder(&cg, b"\xff\xfe\xfd\x80hide", 300);
     let _small = named_holder(&cg, b"small", 60);
     let raw = std::fs::read(format!("/proc/{}/comm", hidden.pid())).unwrap_or_default();

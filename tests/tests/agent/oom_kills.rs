@@ -1,13 +1,13 @@
-//! The kernel's OOM kills made visible, end to end on a cgroup v1 memory group: a grower that ignores the abort
-//! signal runs into the 256 MiB limit of its group and is killed by the kernel. The agent watching the group shows
-//! `group.oom_kills` going from 0 to 1 in `/api/v1/status`, exports `monitor_oom_kills_total 1`, and pages
+//! The kernel's OOM kills made visible, end to end on a memory group of either hierarchy: a grower that ignores the
+//! abort signal runs into the 256 MiB limit of its group and is killed by the kernel. The agent watching the group
+//! shows `group.oom_kills` going from 0 to 1 in `/api/v1/status`, exports `monitor_oom_kills_total 1`, and pages
 //! `MonitorOomKill` to a command sink, naming the grower (pid, name, its last RSS).
 //!
 //! Beside it, the agent's reactions short of a kill: a refusal's signal and POST are each timed once in
 //! `monitor_reaction_seconds`.
 
 use monitor_tests::config::Config;
-use monitor_tests::{json_lines, require_v1, temp_dir, wait_until, Agent, CgroupV1, ChildGuard, Hog, MIB};
+use monitor_tests::{json_lines, require_group, temp_dir, wait_until, Agent, ChildGuard, Group, Hog, MIB};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -26,7 +26,7 @@ fn oom_kills(status: &Value) -> Option<u64> {
 #[test]
 fn a_grower_killed_by_the_kernel_is_counted_exported_and_paged() {
     let test = "a_grower_killed_by_the_kernel_is_counted_exported_and_paged";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("oom-kills");
@@ -40,17 +40,19 @@ fn a_grower_killed_by_the_kernel_is_counted_exported_and_paged() {
         .set("policy", "kill", false)
         .probes(false);
 
-    let cg = CgroupV1::create("oom-kills", Some(LIMIT));
+    let cg = Group::here("oom-kills", Some(LIMIT));
     // Swap would let the grower live on past the limit: the limit holds for memory and swap together.
     if cg.path().join("memory.memsw.limit_in_bytes").exists() {
         cg.write("memory.memsw.limit_in_bytes", &LIMIT.to_string());
+    } else if cg.path().join("memory.swap.max").exists() {
+        cg.write("memory.swap.max", "0");
     } else {
         let _ = std::fs::write(cg.path().join("memory.swappiness"), "0");
     }
     let bystander = Hog::spawn(HOG, cg.path(), 20, false);
     let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
     let before = agent.wait_for(|s| oom_kills(s) == Some(0), Duration::from_secs(10));
-    assert_eq!(before.pointer("/group/version").and_then(Value::as_str), Some("v1"));
+    assert_eq!(before.pointer("/group/version").and_then(Value::as_str), Some(cg.hierarchy().name()));
     let (_, metrics) = agent.get("/metrics");
     assert!(metrics.lines().any(|l| l == "monitor_oom_kills_total 0"), "{metrics}");
 
@@ -147,7 +149,7 @@ fn sample_value(metrics: &str, name: &str) -> Option<f64> {
 #[test]
 fn a_refusal_s_signal_and_post_are_timed() {
     let test = "a_refusal_s_signal_and_post_are_timed";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("reaction-metrics");
@@ -157,7 +159,7 @@ fn a_refusal_s_signal_and_post_are_timed() {
         .set("actions", "refuse_signal", "SIGCONT")
         .set("actions", "post_url", format!("http://127.0.0.1:{port}/memory"))
         .probes(false);
-    let cg = CgroupV1::create("reaction-metrics", Some(LIMIT));
+    let cg = Group::here("reaction-metrics", Some(LIMIT));
     let mut hog = Hog::spawn(HOG, cg.path(), 50, false);
     let agent = Agent::with_config(&cg.path().display().to_string(), &config, &dir);
     agent.wait_for(|s| s["policy"]["state"] == "normal", Duration::from_secs(10));

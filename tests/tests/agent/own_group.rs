@@ -5,7 +5,7 @@
 use monitor_tests::agent::process as entry;
 use monitor_tests::config::Config;
 use monitor_tests::http::wait_port;
-use monitor_tests::{on_path, require, require_root, spawn_in_cgroup, Agent, CgroupV1};
+use monitor_tests::{on_path, require, require_root, spawn_in_cgroup, Agent, Group};
 use std::process::Command;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ fn the_agent_in_its_own_group_is_listed_never_aborted_never_traced() {
     if !require(on_path("busybox"), test, "needs busybox") {
         return;
     }
-    let cg = CgroupV1::create("own-group", Some(512 << 20));
+    let cg = Group::here("own-group", Some(512 << 20));
     let port = monitor_tests::agent::free_port();
     // busybox httpd: a server far smaller than the agent, so the agent is the group's largest process.
     let dir = monitor_tests::temp_dir("own-group-www");

@@ -1,4 +1,4 @@
-//! `monitor agent` run as `nobody` with no capabilities (setpriv from root) on a v1 group root made: it starts,
+//! `monitor agent` run as `nobody` with no capabilities (setpriv from root) on a group root made: it starts,
 //! reads the group, and says which configured features are off for want of which capability: the probes' disabled
 //! reason in `/api/v1/status` names CAP_BPF and CAP_PERFMON and that requests are not counted; a warning each for
 //! signal actions (CAP_KILL) and admin_path actions (CAP_SYS_PTRACE); and the abort signal to a root process of the
@@ -8,7 +8,7 @@
 
 use monitor_tests::agent::free_port;
 use monitor_tests::config::{bytes, Config};
-use monitor_tests::{require_program, require_v1, Agent, CgroupV1, Hog, MIB};
+use monitor_tests::{require_group, require_program, Agent, Group, Hog, MIB};
 use std::process::Command;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ fn nobody() -> (String, String) {
 /// `monitor agent` on `cg` as nobody through setpriv, with `caps` (setpriv's `+cap,…` list) inheritable and ambient,
 /// or none; configured to abort the group's largest process with SIGUSR2 past a 1 MiB limit (an admin path too).
 /// Returns the agent and nobody's uid.
-fn start_as_nobody(cg: &CgroupV1, name: &str, caps: Option<&str>) -> (Agent, String) {
+fn start_as_nobody(cg: &Group, name: &str, caps: Option<&str>) -> (Agent, String) {
     let config = Config::new()
         .set("policy", "limit_bytes", bytes(MIB))
         .set("actions", "abort_signal", "SIGUSR2")
@@ -50,10 +50,10 @@ fn start_as_nobody(cg: &CgroupV1, name: &str, caps: Option<&str>) -> (Agent, Str
 #[test]
 fn an_agent_without_capabilities_names_what_each_feature_lacks() {
     let test = "an_agent_without_capabilities_names_what_each_feature_lacks";
-    if !require_v1(test) || !require_program(test, "setpriv") {
+    if !require_group(test) || !require_program(test, "setpriv") {
         return;
     }
-    let cg = CgroupV1::create("privileges", None);
+    let cg = Group::here("privileges", None);
     // A root process of the group holding 8 MiB: the largest, so the one told to abort.
     let victim = Hog::spawn(env!("CARGO_BIN_EXE_alloc-hog"), cg.path(), 8, false);
     // A limit below what the group uses: aborting from the first sample.
@@ -94,10 +94,10 @@ const NEEDED: &str = "+bpf,+perfmon,+dac_read_search,+kill,+sys_ptrace";
 #[test]
 fn an_agent_with_the_documented_capabilities_loads_the_probes_and_signals() {
     let test = "an_agent_with_the_documented_capabilities_loads_the_probes_and_signals";
-    if !require_v1(test) || !require_program(test, "setpriv") {
+    if !require_group(test) || !require_program(test, "setpriv") {
         return;
     }
-    let cg = CgroupV1::create("privileges-caps", None);
+    let cg = Group::here("privileges-caps", None);
     let victim = Hog::spawn(env!("CARGO_BIN_EXE_alloc-hog"), cg.path(), 8, false);
     let (agent, uid) = start_as_nobody(&cg, "privileges-caps", Some(NEEDED));
     let status = std::fs::read_to_string(format!("/proc/{}/status", agent.pid())).expect("agent status");

@@ -1,13 +1,13 @@
-//! The kernel's request counts through the agent: python's http.server in a test cgroup, `monitor agent` on it, an exact number of
-//! requests with curl (one per connection and several on one keep-alive connection); `/api/v1/status` must show
-//! exactly those counts for that pid, and nothing for a twin server outside the group.
+//! The kernel's request counts through the agent: python's http.server in a test cgroup, `monitor agent` on it, an
+//! exact number of requests with curl (one per connection and several on one keep-alive connection); `/api/v1/status`
+//! must show exactly those counts for that pid, and nothing for a twin server outside the group.
 
 use monitor_tests::agent::process;
 use monitor_tests::clients;
 use monitor_tests::config::Config;
 use monitor_tests::http::wait_port;
 use monitor_tests::servers::python_http;
-use monitor_tests::{require_root, spawn_in_cgroup, Agent, CgroupV1, ChildGuard};
+use monitor_tests::{require_root, spawn_in_cgroup, Agent, ChildGuard, Group};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -28,7 +28,7 @@ fn agent_counts_requests_of_group_processes_exactly() {
     if !require_root(test) {
         return;
     }
-    let cg = CgroupV1::create("probes-agent", Some(512 << 20));
+    let cg = Group::here("probes-agent", Some(512 << 20));
     let port = monitor_tests::agent::free_port();
     let server = spawn_in_cgroup(&mut http_server(port), cg.path());
     let other_port = monitor_tests::agent::free_port();
@@ -95,7 +95,7 @@ fn agent_counts_on_the_hooks_the_config_names() {
     if !require_root(test) {
         return;
     }
-    let cg = CgroupV1::create("probes-hooks", Some(512 << 20));
+    let cg = Group::here("probes-hooks", Some(512 << 20));
     let port = monitor_tests::agent::free_port();
     let server = spawn_in_cgroup(&mut http_server(port), cg.path());
     wait_port(port);

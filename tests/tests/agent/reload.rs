@@ -7,7 +7,7 @@
 
 use monitor_tests::config::Config;
 use monitor_tests::{
-    agent::free_port, json_lines, require_root, require_v1, temp_dir, wait_until, Agent, CgroupV1, Hog,
+    agent::free_port, json_lines, require_group, require_root, temp_dir, wait_until, Agent, Group, Hog,
 };
 use monitor_tests::{hooks, notify};
 use serde_json::Value;
@@ -87,13 +87,13 @@ fn last_minute(db: &Path) -> u64 {
 #[test]
 fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
     let test = "sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("reload-agent");
     let sock_path = dir.join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap_or_else(|e| panic!("{}: {e}", sock_path.display()));
-    let cg = CgroupV1::create("reload-agent", Some(256 << 20));
+    let cg = Group::here("reload-agent", Some(256 << 20));
     // 190 MiB of 256: 74%, between the new refuse line (0.7) and the old one (0.85, less the hysteresis).
     let mut hog = Hog::spawn(HOG, cg.path(), 20, false);
     hog.set_mib(190);
@@ -200,14 +200,14 @@ fn sighup_applies_a_good_config_and_keeps_the_running_one_on_a_bad_one() {
 #[test]
 fn sighup_without_a_config_file_keeps_the_agent_running_as_it_is() {
     let test = "sighup_without_a_config_file_keeps_the_agent_running_as_it_is";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let installed = Path::new("/etc/monitor/agent.toml").exists();
     if !monitor_tests::require(!installed, test, "/etc/monitor/agent.toml exists: the agent would read it") {
         return;
     }
-    let cg = CgroupV1::create("reload-nofile", Some(256 << 20));
+    let cg = Group::here("reload-nofile", Some(256 << 20));
     let agent = Agent::start(&cg.path().display().to_string(), &[]);
     sighup(agent.pid());
     let deadline = Instant::now() + RELOADED;
@@ -224,11 +224,11 @@ fn sighup_without_a_config_file_keeps_the_agent_running_as_it_is() {
 #[test]
 fn sighup_detaches_and_attaches_the_probes() {
     let test = "sighup_detaches_and_attaches_the_probes";
-    if !require_root(test) || !require_v1(test) {
+    if !require_root(test) || !require_group(test) {
         return;
     }
     let dir = temp_dir("reload-probes");
-    let cg = CgroupV1::create("reload-probes", Some(512 << 20));
+    let cg = Group::here("reload-probes", Some(512 << 20));
     let server_port = free_port();
     let mut cmd = monitor_tests::servers::python_http(&dir, "127.0.0.1", server_port);
     let server = monitor_tests::spawn_in_cgroup(&mut cmd, cg.path());
@@ -274,11 +274,11 @@ fn sighup_detaches_and_attaches_the_probes() {
 #[test]
 fn a_reload_applies_within_a_second_whatever_the_interval() {
     let test = "a_reload_applies_within_a_second_whatever_the_interval";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("reload-slow");
-    let cg = CgroupV1::create("reload-slow", Some(256 << 20));
+    let cg = Group::here("reload-slow", Some(256 << 20));
     let mut hog = Hog::spawn(HOG, cg.path(), 20, false);
     hog.set_mib(190);
     let port = free_port();

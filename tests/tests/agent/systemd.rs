@@ -6,7 +6,7 @@
 use monitor_tests::config::{Config, Process};
 use monitor_tests::notify::{bind, count, receive_until};
 use monitor_tests::run::Launched;
-use monitor_tests::{agent::free_port, require_v1, temp_dir, Agent, CgroupV1, Hog};
+use monitor_tests::{agent::free_port, require_group, temp_dir, Agent, Group, Hog};
 use std::time::{Duration, Instant};
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
@@ -14,12 +14,12 @@ const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
 #[test]
 fn the_agent_says_ready_feeds_the_watchdog_reports_its_state_and_says_it_stops() {
     let test = "the_agent_says_ready_feeds_the_watchdog_reports_its_state_and_says_it_stops";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("notify-agent");
     let (sock, path) = bind(&dir);
-    let cg = CgroupV1::create("notify-agent", Some(256 << 20));
+    let cg = Group::here("notify-agent", Some(256 << 20));
     let mut hog = Hog::spawn(HOG, cg.path(), 20, false);
     let port = free_port();
     let args: Vec<String> = ["agent", "--cgroup", &cg.path().display().to_string(), "--listen"]
@@ -49,12 +49,12 @@ fn the_agent_says_ready_feeds_the_watchdog_reports_its_state_and_says_it_stops()
 #[test]
 fn monitor_run_is_ready_once_its_processes_are_and_they_never_get_the_socket() {
     let test = "monitor_run_is_ready_once_its_processes_are_and_they_never_get_the_socket";
-    if !require_v1(test) {
+    if !require_group(test) {
         return;
     }
     let dir = temp_dir("notify-run");
     let (sock, path) = bind(&dir);
-    let cg = CgroupV1::create("notify-run", Some(256 << 20));
+    let cg = Group::here("notify-run", Some(256 << 20));
     // A master that takes a second to answer its health checks, and writes what it inherited.
     let env_file = dir.join("env");
     let port = free_port();

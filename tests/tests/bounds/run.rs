@@ -9,7 +9,7 @@
 use crate::{alone, status_mb, RSS_CEILING_MB};
 use monitor_tests::crowd::{self, raise_nofile};
 use monitor_tests::run::{Run, Spec};
-use monitor_tests::{http, require, require_program, require_v1, TempDir};
+use monitor_tests::{http, require, require_group, require_program, TempDir};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ const NOFILE: u64 = 4096;
 fn every_load_at_once_stays_under_the_memory_ceiling_and_the_front_door_serves() {
     let _alone = alone();
     let test = "every_load_at_once_stays_under_the_memory_ceiling_and_the_front_door_serves";
-    if !require_v1(test) || !require_program(test, "wrk") {
+    if !require_group(test) || !require_program(test, "wrk") {
         return;
     }
     let nofile = raise_nofile(NOFILE);

@@ -5,7 +5,7 @@
 //! b's last figures with "no answer" within a few seconds, and its page still answers.
 
 use super::*;
-use monitor_tests::{monitor_bin, require_root, require_v1, CgroupV1};
+use monitor_tests::{monitor_bin, require_group, require_root, Group};
 
 const MIB: u64 = 1 << 20;
 
@@ -59,13 +59,13 @@ fn requests(status: &Value) -> u64 {
 #[test]
 fn a_shows_b_s_memory_and_requests_and_says_when_b_stops_answering() {
     let test = "a_shows_b_s_memory_and_requests_and_says_when_b_stops_answering";
-    if !require_root(test) || !require_v1(test) {
+    if !require_root(test) || !require_group(test) {
         return;
     }
     let _serial = one_at_a_time();
-    let (cg_a, cg_b) = (CgroupV1::create("fleet-a", Some(512 * MIB)), CgroupV1::create("fleet-b", Some(768 * MIB)));
+    let (cg_a, cg_b) = (Group::here("fleet-a", Some(512 * MIB)), Group::here("fleet-b", Some(768 * MIB)));
     let (a, b) = (Node::new("a", 8), Node::new("b", 9));
-    let start = |n: &Node, seeds: &[SocketAddr], cg: &CgroupV1| {
+    let start = |n: &Node, seeds: &[SocketAddr], cg: &Group| {
         let config = n
             .config(seeds)
             .probes(true)

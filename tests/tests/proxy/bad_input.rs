@@ -2,7 +2,7 @@
 //! a backend that hangs 504 after the upstream timeout; a missing binary or a master that never turns healthy
 //! stops `monitor run` with a clear error, never a panic.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{Run, Spec};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,7 +20,7 @@ fn raw(run: &Run, bytes: &[u8]) -> String {
 
 #[test]
 fn malformed_oversized_and_hanging() {
-    if !require_v1("malformed_oversized_and_hanging") {
+    if !require_group("malformed_oversized_and_hanging") {
         return;
     }
     let spec = Spec { workers: 1, proxy: "upstream_timeout_s = 1\nmax_header_bytes = 16384".into(), ..Spec::default() };
@@ -47,7 +47,7 @@ fn malformed_oversized_and_hanging() {
 
 #[test]
 fn a_missing_binary_is_a_clear_start_up_error() {
-    if !require_v1("a_missing_binary_is_a_clear_start_up_error") {
+    if !require_group("a_missing_binary_is_a_clear_start_up_error") {
         return;
     }
     let spec = Spec {
@@ -65,7 +65,7 @@ fn a_missing_binary_is_a_clear_start_up_error() {
 
 #[test]
 fn a_master_that_never_turns_healthy_is_a_clear_start_up_error() {
-    if !require_v1("a_master_that_never_turns_healthy_is_a_clear_start_up_error") {
+    if !require_group("a_master_that_never_turns_healthy_is_a_clear_start_up_error") {
         return;
     }
     let spec = Spec {

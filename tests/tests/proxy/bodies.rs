@@ -4,7 +4,7 @@
 //! than the front door holds gets 400 too, and never reaches the process as a complete request. Sound chunked
 //! bodies still go through whole. A flood of malformed bodies writes at most a debug line a second.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{Run, Spec};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -33,7 +33,7 @@ fn post_chunked(run: &Run, body: &[u8]) -> String {
 
 #[test]
 fn a_malformed_chunked_body_gets_400_and_never_reaches_a_process() {
-    if !require_v1("a_malformed_chunked_body_gets_400_and_never_reaches_a_process") {
+    if !require_group("a_malformed_chunked_body_gets_400_and_never_reaches_a_process") {
         return;
     }
     // No health checks after start-up: the processes' request counts move only with what the front door sends.

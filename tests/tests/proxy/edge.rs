@@ -9,7 +9,7 @@
 //! broken backends, and clients that leave mid-request or stop reading (the outstanding counts least-outstanding
 //! routing reads go back to zero).
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{launcher, served_by, Run, Spec, TIMEOUT};
 use monitor_tests::{on_path, require};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -314,7 +314,7 @@ fn once(run: &Run, bytes: &[u8]) -> Resp {
 
 #[test]
 fn bodies_framing_and_kept_alive_connections() {
-    if !require_v1("bodies_framing_and_kept_alive_connections") {
+    if !require_group("bodies_framing_and_kept_alive_connections") {
         return;
     }
     let (run, seen) = start_with_raw("edge-framing", 1, "");
@@ -437,7 +437,7 @@ fn bodies_framing_and_kept_alive_connections() {
 
 #[test]
 fn request_targets_methods_and_upgrades() {
-    if !require_v1("request_targets_methods_and_upgrades") {
+    if !require_group("request_targets_methods_and_upgrades") {
         return;
     }
     let (run, seen) = start_with_raw("edge-targets", 1, "");
@@ -520,7 +520,7 @@ fn request_targets_methods_and_upgrades() {
 
 #[test]
 fn a_client_sending_its_head_byte_by_byte_is_cut_off() {
-    if !require_v1("a_client_sending_its_head_byte_by_byte_is_cut_off") {
+    if !require_group("a_client_sending_its_head_byte_by_byte_is_cut_off") {
         return;
     }
     let (run, _seen) = start_with_raw("edge-slowloris", 1, "");
@@ -553,7 +553,7 @@ fn a_client_sending_its_head_byte_by_byte_is_cut_off() {
 
 #[test]
 fn broken_backends_get_502_or_a_cut_never_a_hang() {
-    if !require_v1("broken_backends_get_502_or_a_cut_never_a_hang") {
+    if !require_group("broken_backends_get_502_or_a_cut_never_a_hang") {
         return;
     }
     let (run, _seen) = start_with_raw("edge-broken", 1, "upstream_timeout_s = 2");
@@ -641,7 +641,7 @@ fn uneven(run: &Run) -> Option<Vec<String>> {
 
 #[test]
 fn clients_that_leave_mid_request_leave_no_outstanding_count() {
-    if !require_v1("clients_that_leave_mid_request_leave_no_outstanding_count") {
+    if !require_group("clients_that_leave_mid_request_leave_no_outstanding_count") {
         return;
     }
     // Least-outstanding over tx1 and tx2 only; a leaked count on tx1 would send every later request to tx2.
@@ -686,7 +686,7 @@ fn clients_that_leave_mid_request_leave_no_outstanding_count() {
 
 #[test]
 fn a_client_that_stops_reading_is_cut_off() {
-    if !require_v1("a_client_that_stops_reading_is_cut_off") {
+    if !require_group("a_client_that_stops_reading_is_cut_off") {
         return;
     }
     let (run, id) = over_tx1_and_tx2("edge-unread");

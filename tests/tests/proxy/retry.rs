@@ -4,7 +4,7 @@
 //! whose owner fails gets 503 (owner unavailable), as one whose owner is down does.
 
 use monitor_tests::http;
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{served_by, Run, Spec, TIMEOUT};
 
 fn dropped(run: &Run, i: usize) -> u64 {
@@ -13,7 +13,7 @@ fn dropped(run: &Run, i: usize) -> u64 {
 
 #[test]
 fn a_request_dropped_before_any_byte_is_retried_elsewhere_when_the_route_allows() {
-    if !require_v1("a_request_dropped_before_any_byte_is_retried_elsewhere_when_the_route_allows") {
+    if !require_group("a_request_dropped_before_any_byte_is_retried_elsewhere_when_the_route_allows") {
         return;
     }
     let run = Run::start("retry", &Spec::default());
@@ -55,7 +55,7 @@ fn a_request_dropped_before_any_byte_is_retried_elsewhere_when_the_route_allows(
 
 #[test]
 fn a_signed_cache_id_whose_owner_fails_gets_503() {
-    if !require_v1("a_signed_cache_id_whose_owner_fails_gets_503") {
+    if !require_group("a_signed_cache_id_whose_owner_fails_gets_503") {
         return;
     }
     let spec = Spec { proxy: "token_secret = \"a-test-secret-of-32-bytes-length\"".into(), ..Spec::default() };

@@ -2,14 +2,14 @@
 //! cache-id owner, unknown and dead owners, master-only paths incl. encoded `$closure`, non-tx paths,
 //! least-outstanding under uneven slow requests with rotating ties, X-Forwarded-For, and signed cache ids.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{json, member, served_by, Run, Spec, TIMEOUT};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 #[test]
 fn every_routing_rule() {
-    if !require_v1("every_routing_rule") {
+    if !require_group("every_routing_rule") {
         return;
     }
     let spec = Spec { proxy: "tx_paths = [\"^/r4/\"]".into(), ..Spec::default() };
@@ -74,7 +74,7 @@ fn every_routing_rule() {
 
 #[test]
 fn least_outstanding_under_uneven_slow_requests() {
-    if !require_v1("least_outstanding_under_uneven_slow_requests") {
+    if !require_group("least_outstanding_under_uneven_slow_requests") {
         return;
     }
     let spec = Spec { proxy: "master_serves_tx = false".into(), ..Spec::default() };
@@ -109,7 +109,7 @@ const SECRET: &str = "a-test-secret-of-32-bytes-length";
 
 #[test]
 fn signed_cache_ids() {
-    if !require_v1("signed_cache_ids") {
+    if !require_group("signed_cache_ids") {
         return;
     }
     let spec = Spec { proxy: format!("token_secret = \"{SECRET}\"\ntoken_ttl_s = 3"), ..Spec::default() };

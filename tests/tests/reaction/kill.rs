@@ -1,11 +1,11 @@
-//! The last resort on a real cgroup v1 memory group (root): a grower that ignores every signal it can is SIGKILLed
-//! by the agent before the kernel's OOM killer acts, its bystanders (a master and its worker) left alone; memory
-//! that no kill frees (a tmpfs file the group wrote) costs at most three kills, then the agent stops killing; and
-//! in shadow mode the kill is decided and logged, never sent.
+//! The last resort on a real memory group (v1 or v2, as the host offers) (root): a grower that ignores every signal it
+//! can is SIGKILLed by the agent before the kernel's OOM killer acts, its bystanders (a master and its worker) left
+//! alone; memory that no kill frees (a tmpfs file the group wrote) costs at most three kills, then the agent stops
+//! killing; and in shadow mode the kill is decided and logged, never sent.
 
 use monitor_tests::config::Config;
 use monitor_tests::reaction::{alive, Grower, Outcome, Speed};
-use monitor_tests::{require_v1, spawn_in_cgroup, Agent, CgroupV1, ChildGuard, MIB};
+use monitor_tests::{require_group, spawn_in_cgroup, Agent, ChildGuard, Group, MIB};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
@@ -16,7 +16,7 @@ const GROWER: &str = env!("CARGO_BIN_EXE_grower");
 
 /// An agent on `cg` with the `[policy]` lines `policy` and the abort signal SIGUSR2, its config in `dir`; each alert
 /// it sends is appended as one JSON line to `dir/alerts.jsonl` by a command sink.
-fn agent(cg: &CgroupV1, dir: &Path, policy: &str) -> Agent {
+fn agent(cg: &Group, dir: &Path, policy: &str) -> Agent {
     let out = dir.join("alerts.jsonl");
     let config = Config::new()
         .lines("policy", policy)
@@ -41,8 +41,8 @@ fn kill_lines(agent: &Agent) -> Vec<String> {
 }
 
 /// The group's anon and shmem, as the agent counts its usage.
-fn counted(cg: &CgroupV1) -> u64 {
-    cg.stat("total_rss").unwrap_or(0) + cg.stat("total_shmem").unwrap_or(0)
+fn counted(cg: &Group) -> u64 {
+    cg.anon().ok().unwrap_or(0) + cg.shmem()
 }
 
 /// A master holding 40 MiB and its worker holding 40 MiB, two `alloc-hog`s in `cg`: `sh` starts the worker in the
@@ -55,7 +55,7 @@ struct Family {
 }
 
 impl Family {
-    fn spawn(cg: &CgroupV1) -> Family {
+    fn spawn(cg: &Group) -> Family {
         let script = r#"exec 3<&0; "$0" 40 <&3 3<&- & exec "$0" 40 3<&-"#;
         let mut cmd = Command::new("sh");
         cmd.args(["-c", script, HOG]).stdin(Stdio::piped()).stdout(Stdio::piped());
@@ -90,11 +90,11 @@ impl Drop for ShmFile {
 
 #[test]
 fn stubborn_grower_is_killed_by_the_agent() {
-    if !require_v1("stubborn_grower_is_killed_by_the_agent") {
+    if !require_group("stubborn_grower_is_killed_by_the_agent") {
         return;
     }
     let _turn = crate::turn();
-    let cg = CgroupV1::create("kill-stubborn", Some(512 * MIB));
+    let cg = Group::here("kill-stubborn", Some(512 * MIB));
     let family = Family::spawn(&cg);
     let dir = monitor_tests::temp_dir("kill-stubborn");
     let agent = agent(&cg, &dir, "");
@@ -103,14 +103,14 @@ fn stubborn_grower_is_killed_by_the_agent() {
         Grower::spawn_stubborn(GROWER.as_ref(), cg.path(), Speed(0), 700).unwrap_or_else(|e| panic!("{e}"));
     let pid = grower.child.pid();
     agent.wait_for(|s| monitor_tests::agent::process(s, pid).is_some(), Duration::from_secs(10));
-    let kills = cg.oom_kills();
+    let kills = cg.oom_count();
     grower.start().unwrap_or_else(|e| panic!("{e}"));
     let outcome = grower.finish(Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
     let death = match outcome {
         Outcome::Died(d) => d,
         Outcome::Report(r) => panic!("the grower reported instead of dying: {r:?}\n{}", agent.stderr()),
     };
-    assert_eq!(cg.oom_kills(), kills, "the kernel's OOM killer acted ({death}):\n{}", agent.stderr());
+    assert_eq!(cg.oom_count(), kills, "the kernel's OOM killer acted ({death}):\n{}", agent.stderr());
     assert_eq!(death.signal, Some(libc::SIGKILL), "the grower died by SIGKILL: {death}");
     let field = format!("pid={pid} ");
     let lines = monitor_tests::wait_until("the agent's kill line", Duration::from_secs(2), || {
@@ -123,12 +123,12 @@ fn stubborn_grower_is_killed_by_the_agent() {
 
 #[test]
 fn tmpfs_at_most_three_kills_then_halted() {
-    if !require_v1("tmpfs_at_most_three_kills_then_halted") {
+    if !require_group("tmpfs_at_most_three_kills_then_halted") {
         return;
     }
     let _turn = crate::turn();
     const LIMIT: u64 = 128 * MIB;
-    let cg = CgroupV1::create("kill-tmpfs", Some(LIMIT));
+    let cg = Group::here("kill-tmpfs", Some(LIMIT));
     // Four small processes that ignore every signal they can: each one the agent kills frees almost nothing.
     let growers: Vec<Grower> = (0..4)
         .map(|_| {
@@ -151,9 +151,9 @@ fn tmpfs_at_most_three_kills_then_halted() {
     let mut writer = spawn_in_cgroup(&mut dd, cg.path());
     let status = writer.wait_timeout(Duration::from_secs(10));
     assert!(status.is_some_and(|s| s.success()), "dd wrote {fill_mib} MiB to {}: {status:?}", file.0.display());
-    let shmem = cg.stat("total_shmem").unwrap_or(0);
+    let shmem = cg.shmem();
     assert!(shmem >= fill_mib * MIB, "the file is charged to the group as shmem: {shmem} bytes");
-    let kills = cg.oom_kills();
+    let kills = cg.oom_count();
 
     let dir = monitor_tests::temp_dir("kill-tmpfs");
     // Once a victim is killed, the next largest is told at once and killed kill_after_ms later while the ratio is
@@ -183,18 +183,18 @@ fn tmpfs_at_most_three_kills_then_halted() {
     assert_eq!(pids.len(), 3, "one MonitorProcessKilled per kill: {killed:#?}");
     let left = growers.iter().filter(|g| alive(g.child.pid())).count();
     assert_eq!(left, 1, "three of the four were killed, the fourth spared:\n{}", agent.stderr());
-    assert_eq!(cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", agent.stderr());
+    assert_eq!(cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", agent.stderr());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn shadow_decided_never_sent() {
-    if !require_v1("shadow_decided_never_sent") {
+    if !require_group("shadow_decided_never_sent") {
         return;
     }
     let _turn = crate::turn();
     const LIMIT: u64 = 256 * MIB;
-    let cg = CgroupV1::create("kill-shadow", Some(LIMIT));
+    let cg = Group::here("kill-shadow", Some(LIMIT));
     let dir = monitor_tests::temp_dir("kill-shadow");
     let agent = agent(&cg, &dir, "shadow = true");
     // The grower stops at 98% of the limit (past kill_at, short of the limit) and holds: nothing kills it, not even
@@ -205,7 +205,7 @@ fn shadow_decided_never_sent() {
         Grower::spawn_stubborn(GROWER.as_ref(), cg.path(), Speed(0), max_mib).unwrap_or_else(|e| panic!("{e}"));
     let pid = grower.child.pid();
     agent.wait_for(|s| monitor_tests::agent::process(s, pid).is_some(), Duration::from_secs(10));
-    let kills = cg.oom_kills();
+    let kills = cg.oom_count();
     grower.start().unwrap_or_else(|e| panic!("{e}"));
     monitor_tests::wait_until("the shadow kill line", Duration::from_secs(5), || {
         agent.stderr().contains("shadow: would kill (not enforced)").then_some(())
@@ -214,7 +214,7 @@ fn shadow_decided_never_sent() {
     std::thread::sleep(Duration::from_secs(1));
     assert!(grower.child.try_wait().ok().flatten().is_none(), "the grower lives:\n{}", agent.stderr());
     assert!(kill_lines(&agent).is_empty(), "nothing was killed:\n{}", agent.stderr());
-    assert_eq!(cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", agent.stderr());
+    assert_eq!(cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", agent.stderr());
     let paged = monitor_tests::wait_until("MonitorProcessKilled", Duration::from_secs(5), || {
         let a = alerts(&dir, "MonitorProcessKilled");
         (!a.is_empty()).then_some(a)

@@ -7,12 +7,12 @@
 //! in flight to the worker when it is killed (one sent after the abort, on a health path the guard never refuses)
 //! gets the guard's 503 with the kill's reason, not the 502 of a broken connection.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{member, Busy, Run, Seen, Spec, TIMEOUT};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-/// A master and two workers in a 512 MiB v1 group, the master serving no tx paths, sampled every 100 ms.
+/// A master and two workers in a 512 MiB memory group, the master serving no tx paths, sampled every 100 ms.
 fn spec() -> Spec {
     Spec {
         workers: 2,
@@ -29,7 +29,7 @@ fn pid_of(status: &Value, name: &str) -> u64 {
 
 #[test]
 fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
-    if !require_v1("a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer") {
+    if !require_group("a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer") {
         return;
     }
     let _turn = crate::turn();
@@ -38,7 +38,7 @@ fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
     let tx2 = run.cache_id_of("tx2");
     let before = run.status();
     let (m0, tx1_pid, tx2_pid) = (pid_of(&before, "m0"), pid_of(&before, "tx1"), pid_of(&before, "tx2"));
-    let kills = run.cg.oom_kills();
+    let kills = run.cg.oom_count();
 
     // Two clients keep tx2 busy all along: each answer is tx2's 200 or the guard's 503 while the group refuses.
     let guarded = |body: &str| body.starts_with("memory guard:");
@@ -52,7 +52,7 @@ fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
     assert_eq!(grow.status, 503, "the growing request: {} {}\n{}", grow.status, grow.text(), run.stderr());
     // Cancelled when tx1 was told to abort, or failed when it was killed: either way the guard's 503, never a 502.
     assert!(grow.text().starts_with("memory guard:"), "{}", grow.text());
-    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+    assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
     // The launcher knows the guard killed it: `killed` until the restart (1 s of backoff), not a crash.
     run.wait_for("tx1 killed", |s| member(s, "tx1")["state"] == "killed", Duration::from_secs(3));
     assert!(run.stderr().contains("killed: "), "the agent logs the kill:\n{}", run.stderr());
@@ -72,7 +72,7 @@ fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
     assert_eq!(member(&status, "tx2")["restarts"], 0, "{status:#}");
     let r = run.get("/r4/x", &[]);
     assert_eq!(r.status, 200, "the group serves again: {}", r.text());
-    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+    assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
     let Seen { ok, shed, failed } = busy.stop();
     assert!(failed.is_empty(), "tx2's clients got only 200 or the guard's 503: {failed:#?}");
     assert!(ok >= 10, "tx2 served its clients: {ok} answers");
@@ -84,13 +84,13 @@ fn a_worker_stuck_allocating_is_killed_and_restarted_before_the_oom_killer() {
 
 #[test]
 fn a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason() {
-    if !require_v1("a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason") {
+    if !require_group("a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason") {
         return;
     }
     let _turn = crate::turn();
     let run = Run::start("run-last-resort-inflight", &spec());
     let tx1 = run.cache_id_of("tx1");
-    let kills = run.cg.oom_kills();
+    let kills = run.cg.oom_count();
     // tx1's health path will hang: a request on it is still in flight when the guard kills tx1.
     let r = run.direct(1, "/hang-health?ms=15000");
     assert_eq!(r.status, 200, "{}", r.text());
@@ -115,7 +115,7 @@ fn a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason() {
     let grown = grow.join().unwrap_or_else(|_| panic!("the grow thread panicked"));
     let grown = grown.unwrap_or_else(|e| panic!("the growing request: {e}"));
     assert_eq!(grown.status, 503, "cancelled at the abort: {}", grown.text());
-    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+    assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
     let status = run.wait_for("tx1 killed and started again", |s| member(s, "tx1")["restarts"] == 1, TIMEOUT);
     let kill = status["kills"].as_array().and_then(|k| k.last()).cloned().unwrap_or_default();
     assert_eq!((kill["name"].as_str(), kill["why"].as_str()), (Some("tx1"), Some("abort_not_obeyed")), "{kill}");

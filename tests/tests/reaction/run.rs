@@ -1,18 +1,18 @@
 //! `monitor run` reacts in time: a worker grows inside a request as fast as it can (the fixture backend's
-//! `?grow_mib`, 4 MiB chunks) in a 512 MiB v1 group. The front door cancels that request before the kernel's OOM
+//! `?grow_mib`, 4 MiB chunks) in a 512 MiB memory group. The front door cancels that request before the kernel's OOM
 //! killer has to act (the group's own OOM count stays 0), the worker frees what it grew and stays up, and the other
 //! worker's requests that were let in keep succeeding (>= 99%; the ones shed with the memory guard's 503 while the
 //! group refused were never let in).
 
 use monitor_tests::http;
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{member, served_by, Busy, Run, Spec, TIMEOUT};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
 #[test]
 fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer() {
-    if !require_v1("the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer") {
+    if !require_group("the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer") {
         return;
     }
     let _turn = crate::turn();
@@ -26,7 +26,7 @@ fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer(
     let run = Run::start("run-reaction", &spec);
     let tx1 = run.cache_id_of("tx1");
     let tx2 = run.cache_id_of("tx2");
-    let kills = run.cg.oom_kills();
+    let kills = run.cg.oom_count();
 
     // Two clients keep tx2 busy with 100 ms requests for the whole episode, and a little after.
     let refused = |body: &str| body.starts_with("memory guard:") && body.contains("refuses");
@@ -39,7 +39,7 @@ fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer(
     let took = t0.elapsed();
     assert_eq!(grow.status, 503, "the growing request is cancelled: {} {}", grow.status, grow.text());
     assert!(grow.text().starts_with("memory guard:"), "{}", grow.text());
-    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+    assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
 
     // The group goes back to normal once tx1 has let go of what it grew; tx1 is the same process, still serving.
     run.wait_for("normal again", |s| s.pointer("/policy/state").and_then(Value::as_str) == Some("normal"), TIMEOUT);
@@ -63,7 +63,7 @@ fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer(
     );
     assert!(seen.ok >= 10, "tx2's clients got too few answers to judge: {seen:?}");
     assert!(seen.ok as f64 >= 0.99 * let_in as f64, "tx2's requests let in must succeed: {seen:?}");
-    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
+    assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
 }
 
 /// A burst faster than the sampling interval: ten requests of 200 MiB each, 20 ms apart, against a 2 GiB group
@@ -74,7 +74,7 @@ fn the_front_door_cancels_a_request_growing_at_full_speed_before_the_oom_killer(
 /// an allocation under way cannot be cancelled. cgroup v2's brake throttles them instead.)
 #[test]
 fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
-    if !require_v1("a_burst_faster_than_the_interval_is_refused_before_the_limit") {
+    if !require_group("a_burst_faster_than_the_interval_is_refused_before_the_limit") {
         return;
     }
     let _turn = crate::turn();
@@ -86,7 +86,7 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
         ..Spec::default()
     };
     let run = Run::start("run-burst", &spec);
-    let kills = run.cg.oom_kills();
+    let kills = run.cg.oom_count();
     let clients: Vec<_> = (0..10)
         .map(|i| {
             let proxy = run.proxy;
@@ -106,7 +106,7 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
     let guarded = |a: &(u16, String, String)| a.0 == 503 && a.2.starts_with("memory guard:");
     assert!(answers.iter().all(|a| a.0 == 200 || guarded(a)), "each a 200 or the guard's 503: {answers:#?}");
     assert!(answers.iter().any(guarded), "the burst overruns the limit together: some must be turned away");
-    assert_eq!(run.cg.oom_kills(), kills, "the kernel's OOM killer acted: {answers:#?}\n{}", run.stderr());
+    assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted: {answers:#?}\n{}", run.stderr());
     // Nothing crashed. A burst that overshoots kill_at before its requests are cancelled costs a worker the guard's
     // kill (restarted after a second): allowed, when the status names each such kill.
     let killed = |s: &Value, name: &str| {

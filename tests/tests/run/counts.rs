@@ -2,7 +2,7 @@
 //! health check), so the probes' `requests_total` of every process equals the requests it got by its own count
 //! (the fixture's `/stats` `requests`: health checks, proxied requests and the `/stats` requests themselves).
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{member, Run, Spec};
 use monitor_tests::{is_root, on_path, require};
 use serde_json::Value;
@@ -16,7 +16,7 @@ fn kernel_requests(s: &Value, pid: u64) -> Option<u64> {
 #[test]
 fn every_request_a_process_got_is_counted_from_its_start() {
     let name = "every_request_a_process_got_is_counted_from_its_start";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
     if !require(is_root(), name, "needs root for the probes") {

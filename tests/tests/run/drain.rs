@@ -2,7 +2,7 @@
 //! keep-alive connection is closed, new connections are refused, the children are stopped and `monitor run`
 //! exits 0.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{Run, Spec};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn a_drain_under_load_finishes_every_request_and_exits_0() {
-    if !require_v1("a_drain_under_load_finishes_every_request_and_exits_0") {
+    if !require_group("a_drain_under_load_finishes_every_request_and_exits_0") {
         return;
     }
     let mut run = Run::start("drain", &Spec::default());

@@ -11,7 +11,7 @@
 //! kept-alive connections themselves: a request cut, or a connection closed under a request sent on it.
 
 use monitor_tests::require::{on_path, require};
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{Run, Spec};
 use monitor_tests::wrk::WrkReport;
 use std::process::{Command, Stdio};
@@ -96,7 +96,7 @@ fn check(r: &Report, at_least: u64, closes: std::ops::RangeInclusive<u64>) {
 #[test]
 fn sigterm_during_wrk_loses_no_request_on_fast_answers() {
     let name = "sigterm_during_wrk_loses_no_request_on_fast_answers";
-    if !require_v1(name) || !require(on_path("wrk"), name, "needs wrk (apt-get install wrk)") {
+    if !require_group(name) || !require(on_path("wrk"), name, "needs wrk (apt-get install wrk)") {
         return;
     }
     // Each of wrk's two threads stops after the event-loop round that brought its first `Connection: close` (which
@@ -108,7 +108,7 @@ fn sigterm_during_wrk_loses_no_request_on_fast_answers() {
 #[test]
 fn sigterm_during_wrk_loses_no_request_in_flight() {
     let name = "sigterm_during_wrk_loses_no_request_in_flight";
-    if !require_v1(name) || !require(on_path("wrk"), name, "needs wrk (apt-get install wrk)") {
+    if !require_group(name) || !require(on_path("wrk"), name, "needs wrk (apt-get install wrk)") {
         return;
     }
     // Every connection has a request in flight at the SIGTERM most of the time. One connection per wrk thread, so

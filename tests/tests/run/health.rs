@@ -2,14 +2,14 @@
 //! after `health_failures` failed checks (state `unhealthy` in `/api/v1/status`, no request routed to it, not
 //! restarted) and rejoins once its health path answers again.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{member, served_by, Run, Spec};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 #[test]
 fn a_hung_worker_leaves_the_pool_and_rejoins() {
-    if !require_v1("a_hung_worker_leaves_the_pool_and_rejoins") {
+    if !require_group("a_hung_worker_leaves_the_pool_and_rejoins") {
         return;
     }
     let spec = Spec { workers: 1, process: "health_interval_ms = 100\nhealth_failures = 3".into(), ..Spec::default() };

@@ -1,5 +1,5 @@
-//! `monitor run` (launcher, front door and agent in one process) over the fixture backend in a v1 memory cgroup:
-//! readiness and health checks, restarts, start-up, memory-driven shedding, kernel counts, its own group, its web
+//! `monitor run` (launcher, front door and agent in one process) over the fixture backend in a memory cgroup (v1 or
+//! v2): readiness and health checks, restarts, start-up, memory-driven shedding, kernel counts, its own group, its web
 //! API, its config reloads, the proof on its action POSTs, and how it stops and drains.
 
 mod counts;

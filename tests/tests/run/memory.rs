@@ -1,4 +1,4 @@
-//! Shedding and aborting driven by a real v1 memory cgroup (256 MiB) whose usage is pushed over the lines: an
+//! Shedding and aborting driven by a real memory cgroup (256 MiB) whose usage is pushed over the lines: an
 //! `alloc-hog` in the group takes it past refuse_at (85%): new requests get 503 + Retry-After naming the memory
 //! guard, health paths still pass; a worker holding memory for a slow request plus the hog take it past abort_at
 //! (92%): the worker, now the largest, has its in-flight request cancelled (503 naming the memory guard), abandons
@@ -7,7 +7,7 @@
 //! reach, whatever shape its path takes (403, and the process hears nothing); nor `[actions] post_url`'s path when it
 //! points at a process of the group. In shadow mode nothing is enforced and nobody is told.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
 use monitor_tests::Hog;
 use serde_json::Value;
@@ -54,7 +54,7 @@ fn in_order(got: &[String], want: &[&str]) -> bool {
 
 #[test]
 fn shedding_at_85_and_cancelling_at_92() {
-    if !require_v1("shedding_at_85_and_cancelling_at_92") {
+    if !require_group("shedding_at_85_and_cancelling_at_92") {
         return;
     }
     let run = Run::start("memory", &spec(false));
@@ -141,7 +141,7 @@ fn shedding_at_85_and_cancelling_at_92() {
 
 #[test]
 fn shadow_mode_enforces_nothing() {
-    if !require_v1("shadow_mode_enforces_nothing") {
+    if !require_group("shadow_mode_enforces_nothing") {
         return;
     }
     let run = Run::start("shadow", &spec(true));
@@ -157,7 +157,7 @@ fn shadow_mode_enforces_nothing() {
 
 #[test]
 fn no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like() {
-    if !require_v1("no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like") {
+    if !require_group("no_client_can_speak_on_the_agents_channel_whatever_the_path_looks_like") {
         return;
     }
     // The master relays the changes to its workers: post_url points at it, behind the front door.

@@ -5,7 +5,7 @@
 //! drains and exits 0 with every process gone.
 
 use monitor_tests::agent::process;
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{launcher, Run, Spec};
 use serde_json::Value;
 use std::time::Duration;
@@ -18,10 +18,10 @@ fn entry(s: &Value, pid: u64) -> Option<&Value> {
 #[test]
 fn run_in_its_own_group_guards_it_without_counting_itself() {
     let name = "run_in_its_own_group_guards_it_without_counting_itself";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
-    // Root, as require_v1 made sure: the probes run.
+    // Root, as require_group made sure: the probes run.
     let spec = Spec { workers: 2, probes: true, own_group: true, limit_mib: 768, ..Spec::default() };
     let mut run = Run::start("own-group", &spec);
     let pids: Vec<u64> = launcher(&run.status()).iter().filter_map(|p| p["pid"].as_u64()).collect();

@@ -8,7 +8,7 @@
 
 use monitor::base::proof::{Key, HEADER, SECRET_ENV};
 use monitor_tests::run::{member, Run, Spec, TIMEOUT};
-use monitor_tests::{agent::free_port, require_program, require_v1, Hog};
+use monitor_tests::{agent::free_port, require_group, require_program, Hog};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -65,7 +65,7 @@ fn handed_secret(pid: u64) -> Vec<u8> {
 
 #[test]
 fn processes_act_only_on_the_agents_proven_posts() {
-    if !require_v1("processes_act_only_on_the_agents_proven_posts") {
+    if !require_group("processes_act_only_on_the_agents_proven_posts") {
         return;
     }
     let master_port = free_port();

@@ -7,7 +7,7 @@ use monitor_tests::agent::free_port;
 use monitor_tests::bins::fixture_backend;
 use monitor_tests::config::Process;
 use monitor_tests::run::{member, processes, Launched};
-use monitor_tests::{http, on_path, require, require_v1, CgroupV1, MIB};
+use monitor_tests::{http, on_path, require, require_group, Group, MIB};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -60,9 +60,9 @@ impl Drop for Foreign {
     }
 }
 
-/// The group (a v1 cgroup the test owns) and a master, tx1 given as `tx1`, and tx2.
-fn start(test: &str, tx1: Process) -> (CgroupV1, Launched) {
-    let cg = CgroupV1::create(test, Some(512 * MIB));
+/// The group (a memory cgroup the test owns) and a master, tx1 given as `tx1`, and tx2.
+fn start(test: &str, tx1: Process) -> (Group, Launched) {
+    let cg = Group::here(test, Some(512 * MIB));
     let procs = [Process::fixture("m0", "master"), tx1, Process::fixture("tx2", "worker")];
     let run = Launched::start(test, processes(procs).cgroup(cg.path()), None, &[]);
     (cg, run)
@@ -76,7 +76,7 @@ fn served_by(r: &http::Response) -> String {
 #[test]
 fn a_foreign_listener_on_a_workers_port_never_makes_it_ready() {
     let name = "a_foreign_listener_on_a_workers_port_never_makes_it_ready";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
     let foreign = Foreign::listen();
@@ -115,7 +115,7 @@ fn a_foreign_listener_on_a_workers_port_never_makes_it_ready() {
 #[test]
 fn a_worker_whose_child_holds_its_port_is_ready() {
     let name = "a_worker_whose_child_holds_its_port_is_ready";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
     // A shell that runs the server as its child (no exec): a descendant's socket is the worker's own.
@@ -171,7 +171,7 @@ fn reuseport_listener(port: u16) -> TcpListener {
 #[test]
 fn a_ready_worker_whose_port_another_program_joins_leaves_the_pool_at_once() {
     let name = "a_ready_worker_whose_port_another_program_joins_leaves_the_pool_at_once";
-    if !require_v1(name) || !require(on_path("python3"), name, "needs python3") {
+    if !require_group(name) || !require(on_path("python3"), name, "needs python3") {
         return;
     }
     let port = free_port();

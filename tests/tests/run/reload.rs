@@ -7,7 +7,7 @@
 use monitor_tests::clients::KeepAlive;
 use monitor_tests::config::{Config, Process};
 use monitor_tests::run::{launcher, processes, Launched, TIMEOUT};
-use monitor_tests::{agent::free_port, http, require_program, require_v1, temp_dir, CgroupV1};
+use monitor_tests::{agent::free_port, http, require_group, require_program, temp_dir, Group};
 use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -36,12 +36,12 @@ fn pids(s: &Value) -> Vec<(String, u64)> {
 #[test]
 fn sighup_under_load_loses_no_request_and_restarts_no_process() {
     let test = "sighup_under_load_loses_no_request_and_restarts_no_process";
-    if !require_v1(test) || !require_program(test, "python3") {
+    if !require_group(test) || !require_program(test, "python3") {
         return;
     }
     let dir = temp_dir("run-reload");
     std::fs::write(dir.join("index.html"), "hello\n").expect("writing the page");
-    let cg = CgroupV1::create("run-reload", Some(512 << 20));
+    let cg = Group::here("run-reload", Some(512 << 20));
     let (m0, tx1) = (free_port(), free_port());
     let fleet = |worker: Vec<String>| -> Config {
         processes([

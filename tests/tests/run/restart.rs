@@ -1,7 +1,7 @@
 //! The launcher restarts a crashed worker after growing delays (1 s, 2 s, 4 s), shows it in `/api/v1/status`
 //! (backing-off with the next retry time, then ready, restarts counted), and leaves no orphan when killed.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{member, Run, Spec};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -11,7 +11,7 @@ fn now_ms() -> u64 {
 
 #[test]
 fn a_crashed_worker_is_restarted_with_growing_delays() {
-    if !require_v1("a_crashed_worker_is_restarted_with_growing_delays") {
+    if !require_group("a_crashed_worker_is_restarted_with_growing_delays") {
         return;
     }
     let run = Run::start("restart", &Spec { workers: 1, ..Spec::default() });
@@ -53,7 +53,7 @@ fn a_crashed_worker_is_restarted_with_growing_delays() {
 
 #[test]
 fn children_die_with_the_launcher() {
-    if !require_v1("children_die_with_the_launcher") {
+    if !require_group("children_die_with_the_launcher") {
         return;
     }
     let run = Run::start("orphans", &Spec::default());

@@ -6,7 +6,7 @@
 //! its samples in the stats database.
 
 use monitor_tests::config::Config;
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{launcher, python_hook, Run, Spec};
 use monitor_tests::{http, json_lines, temp_dir, Hog};
 use std::path::Path;
@@ -31,7 +31,7 @@ fn master_healthy(port: u16) -> bool {
 
 #[test]
 fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
-    if !require_v1("a_refusal_while_the_processes_start_is_alerted_and_resolved") {
+    if !require_group("a_refusal_while_the_processes_start_is_alerted_and_resolved") {
         return;
     }
     let dir = temp_dir("run-startup");
@@ -79,7 +79,7 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
 
 #[test]
 fn a_failed_start_keeps_its_samples_in_the_stats_database() {
-    if !require_v1("a_failed_start_keeps_its_samples_in_the_stats_database") {
+    if !require_group("a_failed_start_keeps_its_samples_in_the_stats_database") {
         return;
     }
     let dir = temp_dir("run-failed-start");

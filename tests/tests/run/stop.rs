@@ -8,17 +8,17 @@ use monitor_tests::bins::fixture_backend;
 use monitor_tests::cgroup::read_procs as procs;
 use monitor_tests::config::{bytes, Process};
 use monitor_tests::run::{dead, member, processes, Launched};
-use monitor_tests::{require_v1, CgroupV1, MIB};
+use monitor_tests::{require_group, Group, MIB};
 use std::time::Duration;
 
 #[test]
 fn stop_ends_every_process_of_the_group_and_removes_the_group_it_created() {
     let name = "stop_ends_every_process_of_the_group_and_removes_the_group_it_created";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
     // The test's cgroup holds the one monitor creates (so a failure leaves nothing behind).
-    let parent = CgroupV1::create("stop", None);
+    let parent = Group::here("stop", None);
     let group = parent.path().join("grp");
     let port = free_port();
     let fixture = fixture_backend().display().to_string();
@@ -57,10 +57,10 @@ fn stop_ends_every_process_of_the_group_and_removes_the_group_it_created() {
 #[test]
 fn stop_in_its_own_group_ends_what_its_processes_left_and_nothing_else() {
     let name = "stop_in_its_own_group_ends_what_its_processes_left_and_nothing_else";
-    if !require_v1(name) {
+    if !require_group(name) {
         return;
     }
-    let cg = CgroupV1::create("stop-auto", Some(512 * MIB));
+    let cg = Group::here("stop-auto", Some(512 * MIB));
     // A process of the group that monitor did not start: left alone.
     let mut other = std::process::Command::new("sleep");
     other.arg("600");

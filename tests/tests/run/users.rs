@@ -5,7 +5,7 @@
 use monitor_tests::agent::free_port;
 use monitor_tests::config::{bytes, Process};
 use monitor_tests::run::{member, processes, Launched};
-use monitor_tests::{require_program, require_v1, temp_dir, CgroupV1, MIB};
+use monitor_tests::{require_group, require_program, temp_dir, Group, MIB};
 use std::time::Duration;
 
 /// `Uid:`, `Gid:` or `Groups:` of `/proc/<pid>/status`: the numbers on that line.
@@ -27,7 +27,7 @@ fn nobody() -> (u32, u32) {
 #[test]
 fn a_worker_with_user_nobody_runs_as_nobody_and_serves_through_the_front_door() {
     let test = "a_worker_with_user_nobody_runs_as_nobody_and_serves_through_the_front_door";
-    if !require_v1(test) || !require_program(test, "python3") {
+    if !require_group(test) || !require_program(test, "python3") {
         return;
     }
     let (uid, gid) = nobody();
@@ -35,7 +35,7 @@ fn a_worker_with_user_nobody_runs_as_nobody_and_serves_through_the_front_door() 
     // A directory root made and everyone can read: what the worker serves.
     let www = temp_dir("users-www");
     std::fs::write(www.join("hello.txt"), "served as nobody\n").expect("write hello.txt");
-    let cg = CgroupV1::create("users", None);
+    let cg = Group::here("users", None);
     let port = free_port();
     let dir = www.display().to_string();
     let worker = Process::new(
@@ -78,12 +78,12 @@ fn a_worker_with_user_nobody_runs_as_nobody_and_serves_through_the_front_door() 
 #[test]
 fn monitor_run_not_root_refuses_to_start_a_process_as_another_user() {
     let test = "monitor_run_not_root_refuses_to_start_a_process_as_another_user";
-    if !require_v1(test) || !require_program(test, "setpriv") {
+    if !require_group(test) || !require_program(test, "setpriv") {
         return;
     }
     let (uid, gid) = nobody();
     // monitor itself as nobody, asked to start its master as root.
-    let cg = CgroupV1::create("users-not-root", None);
+    let cg = Group::here("users-not-root", None);
     let config = processes([Process::fixture("m0", "master").set("user", "root")]).cgroup(cg.path());
     let path = config.write(std::env::temp_dir().join(format!("monitor-users-not-root-{}.toml", std::process::id())));
     let out = std::process::Command::new("setpriv")

@@ -2,7 +2,7 @@
 //! that sends no complete request head within 10 s is closed, so idle or half-sent clients cannot hold it open, and the
 //! API answers others meanwhile.
 
-use monitor_tests::require_v1;
+use monitor_tests::require_group;
 use monitor_tests::run::{Run, Spec};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -28,7 +28,7 @@ fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
 
 #[test]
 fn idle_and_half_sent_web_connections_are_closed() {
-    if !require_v1("idle_and_half_sent_web_connections_are_closed") {
+    if !require_group("idle_and_half_sent_web_connections_are_closed") {
         return;
     }
     let run = Run::start("web-idle", &Spec { workers: 1, ..Spec::default() });
@@ -51,7 +51,7 @@ fn idle_and_half_sent_web_connections_are_closed() {
 
 #[test]
 fn status_names_each_process_as_configured_and_keeps_its_command_name() {
-    if !require_v1("status_names_each_process_as_configured_and_keeps_its_command_name") {
+    if !require_group("status_names_each_process_as_configured_and_keeps_its_command_name") {
         return;
     }
     let run = Run::start("web-names", &Spec { workers: 2, ..Spec::default() });
