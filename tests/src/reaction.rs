@@ -20,8 +20,8 @@ mod run;
 mod summary;
 
 pub use grower::{parse_report, timing, Grower, GrowerReport, Timing};
-pub use run::{alive, cpu_of, kill_timing, log_says_killed, parse_stat_ticks, run_once};
-pub use run::{Bins, Death, Group, Idle, KillTiming, Outcome, Run};
+pub use run::{alive, cpu_of, hold_timing, kill_timing, log_says_killed, parse_stat_ticks, run_once};
+pub use run::{Bins, Death, Group, HoldTiming, Idle, KillTiming, Outcome, Run};
 use summary::opt;
 pub use summary::{percentile, table, Summary};
 
@@ -46,6 +46,16 @@ pub const GROWER_MAX_MIB: u64 = 700;
 pub const GOAL_P99_MS: f64 = 20.0;
 pub const GOAL_IDLE_PCT: f64 = 0.5;
 
+/// The brake's line (`brake_at` of modes `brake` and `held`: `memory.high`), as a fraction of the limit.
+pub const BRAKE_AT: f64 = 0.96;
+/// How long a `held` grower is watched from its start; still alive then, the bench ends it itself (its own child).
+pub const HOLD: Duration = Duration::from_secs(15);
+
+/// The brake's line in bytes.
+pub fn brake_line_bytes() -> u64 {
+    (BRAKE_AT * LIMIT as f64).ceil() as u64
+}
+
 /// The abort line in bytes.
 pub fn line_bytes() -> u64 {
     (ABORT_AT * LIMIT as f64).ceil() as u64
@@ -69,10 +79,13 @@ pub enum Mode {
     Brake,
     /// The defaults, and a grower that ignores every signal: only the agent's SIGKILL stops it.
     Stubborn,
+    /// The defaults plus `brake_at = 0.96`, the last resort off (`kill = false`), and a grower that ignores every
+    /// signal: only `memory.high` holds it (cgroup v2 only). Watched for [`HOLD`], then ended by the bench.
+    Held,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 4] = [Mode::Timer, Mode::Events, Mode::Brake, Mode::Stubborn];
+    pub const ALL: [Mode; 5] = [Mode::Timer, Mode::Events, Mode::Brake, Mode::Stubborn, Mode::Held];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -80,6 +93,7 @@ impl Mode {
             Mode::Events => "events",
             Mode::Brake => "brake",
             Mode::Stubborn => "stubborn",
+            Mode::Held => "held",
         }
     }
 
@@ -94,12 +108,13 @@ impl Mode {
             Mode::Events => "events + pacing (defaults)",
             Mode::Brake => "events + pacing + brake_at 0.96",
             Mode::Stubborn => "events + pacing (defaults), grower ignores every signal",
+            Mode::Held => "events + pacing + brake_at 0.96, kill off, grower ignores every signal",
         }
     }
 
     /// True when the mode needs cgroup v2 (`memory.high`).
     pub fn needs_v2(self) -> bool {
-        self == Mode::Brake
+        matches!(self, Mode::Brake | Mode::Held)
     }
 
     /// The agent's config file for this mode.
@@ -111,7 +126,8 @@ impl Mode {
                 .set("policy", "wakeups", strings::<&str>([]))
                 .set("policy", "pacing", false),
             Mode::Events | Mode::Stubborn => config,
-            Mode::Brake => config.set("policy", "brake_at", 0.96),
+            Mode::Brake => config.set("policy", "brake_at", BRAKE_AT),
+            Mode::Held => config.set("policy", "brake_at", BRAKE_AT).set("policy", "kill", false),
         };
         config.render()
     }
@@ -250,6 +266,15 @@ pub fn describe(run: &Run) -> String {
     let lost =
         if run.bystanders_lost > 0 { format!(", {} bystander(s) lost", run.bystanders_lost) } else { String::new() };
     let oom = format!("{} OOM kill(s){peak}{lost}", run.oom_kills);
+    if let Some(t) = run.hold_timing() {
+        let end = if run.ended_by_bench { "held to the window's end" } else { "died before the window's end" };
+        return format!(
+            "{end}: {:.1} s above the brake's line, grower at {} MB/s before it and {} MB/s above it, {oom}",
+            t.held_ns as f64 / 1e9,
+            opt(t.rate_before_bytes_s.map(|r| r / 1e6), 0),
+            opt(t.rate_above_bytes_s.map(|r| r / 1e6), 2),
+        );
+    }
     if let (Outcome::Died(d), true) = (&run.outcome, run.killed_by_agent) {
         let held = d.chunks.last().map_or(0, |&(_, b)| b);
         return match run.kill_timing() {
@@ -339,5 +364,10 @@ mod tests {
         assert_eq!(kill_line_bytes(), 520_764_785);
         assert_eq!(Mode::from_name("stubborn"), Some(Mode::Stubborn));
         assert!(!Mode::Stubborn.needs_v2());
+        assert_eq!(Mode::from_name("held"), Some(Mode::Held));
+        assert!(Mode::Held.needs_v2() && Mode::Brake.needs_v2());
+        let held = Mode::Held.config();
+        assert!(held.contains("brake_at = 0.96") && held.contains("kill = false"), "{held}");
+        assert_eq!(brake_line_bytes(), 515_396_076);
     }
 }

@@ -181,6 +181,52 @@ impl Grower {
     }
 }
 
+/// How a `held` run ended ([`Grower::hold`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    pub death: Death,
+    /// The window ended with the grower alive, and the bench killed it.
+    pub ended_by_bench: bool,
+    /// At the window's end, before the kill: `CLOCK_MONOTONIC` ns and what `at_end` read then (the group's anon).
+    pub end: Option<(u64, u64)>,
+}
+
+impl Grower {
+    /// Watches a grower that ignores every signal for `window` after [`Grower::start`], collecting the stamps it
+    /// prints as it goes. If it dies first (the kernel's OOM killer), that is how it ended; if it is alive at the
+    /// end, `at_end` is read (the group's anon) and the bench SIGKILLs it, its own child.
+    pub fn hold(&mut self, window: Duration, at_end: impl Fn() -> Option<u64>) -> Result<Held, String> {
+        use std::os::unix::process::ExitStatusExt;
+        let deadline = Instant::now() + window;
+        let mut chunks = Vec::new();
+        let mut end = None;
+        let mut ended_by_bench = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(if ended_by_bench { Duration::from_secs(10) } else { left }) {
+                Ok(line) => chunks.extend(parse_chunk(&line)),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) if !ended_by_bench => {
+                    let t = now_ns();
+                    end = at_end().map(|anon| (t, anon));
+                    // SAFETY: kill(2) on our own child's pid, which we have not reaped.
+                    unsafe { libc::kill(self.child.pid() as libc::pid_t, libc::SIGKILL) };
+                    ended_by_bench = true;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => return Err("the held grower did not die of SIGKILL".into()),
+            }
+        }
+        let status = self.child.wait_timeout(Duration::from_secs(10));
+        let death = Death {
+            how: status.map_or("did not exit".into(), |s| s.to_string()),
+            signal: status.and_then(|s| s.signal()),
+            closed_ns: self.closed_ns.load(Ordering::SeqCst),
+            chunks,
+        };
+        Ok(Held { death, ended_by_bench, end })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -89,6 +89,51 @@ pub fn kill_timing(death: &Death, base: u64, line: u64) -> Option<KillTiming> {
     Some(KillTiming { crossing_ns: crossing, latency_ns: death.closed_ns.saturating_sub(crossing), rate_bytes_s })
 }
 
+/// What the stamps of a `held` grower say: its speed before the brake's line and held above it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldTiming {
+    /// The crossing of the brake's line (`CLOCK_MONOTONIC` ns), placed inside the crossing chunk.
+    pub crossing_ns: u64,
+    /// From the crossing to the end: the bench's end of the window, or the grower's death.
+    pub held_ns: u64,
+    /// Its speed from its first chunk to the last one below the line, bytes/s (None: under two such chunks).
+    pub rate_before_bytes_s: Option<f64>,
+    /// Its speed above the line: what the group's anon gained from the line to the window's end, over that time
+    /// (or, when it died first, its stamps past the line), bytes/s.
+    pub rate_above_bytes_s: Option<f64>,
+}
+
+/// From `death`'s stamps with the group's `base` anon before the grower started, the brake's `line`, and `end` (ns,
+/// the group's anon) read at the window's end. None when the grower never reached the line.
+pub fn hold_timing(death: &Death, base: u64, line: u64, end: Option<(u64, u64)>) -> Option<HoldTiming> {
+    let c = &death.chunks;
+    let i = c.iter().position(|&(_, b)| base + b >= line)?;
+    let crossing_ns = match i {
+        0 => c[0].0,
+        _ => {
+            let ((t0, b0), (t1, b1)) = (c[i - 1], c[i]);
+            t0 + ((line - base - b0) as f64 / (b1 - b0) as f64 * (t1 - t0) as f64) as u64
+        }
+    };
+    let rate = |(t0, b0): (u64, u64), (t1, b1): (u64, u64)| {
+        (t1 > t0 && b1 >= b0).then(|| (b1 - b0) as f64 / ((t1 - t0) as f64 / 1e9))
+    };
+    let rate_before_bytes_s = if i >= 2 { rate(c[0], c[i - 1]) } else { None };
+    let (end_ns, rate_above_bytes_s) = match end {
+        Some((t, anon)) => (t, rate((crossing_ns, line), (t, anon.max(line)))),
+        None => {
+            let last = *c.last()?;
+            (death.closed_ns.max(last.0), rate((crossing_ns, line - base), last))
+        }
+    };
+    Some(HoldTiming {
+        crossing_ns,
+        held_ns: end_ns.saturating_sub(crossing_ns),
+        rate_before_bytes_s,
+        rate_above_bytes_s,
+    })
+}
+
 /// One run's result.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -105,6 +150,11 @@ pub struct Run {
     pub bystanders_lost: usize,
     /// When the agent sent the grower its SIGKILL (`CLOCK_MONOTONIC` ns, from its `/api/v1/status` `kills`).
     pub kill_sent_ns: Option<u64>,
+    /// Mode `held`: the run was one, its window ended with the grower alive (the bench killed it), and when it
+    /// ended (ns) with the group's anon then.
+    pub held: bool,
+    pub ended_by_bench: bool,
+    pub held_end: Option<(u64, u64)>,
 }
 
 impl Run {
@@ -134,6 +184,14 @@ impl Run {
         match &self.outcome {
             Outcome::Died(d) => kill_timing(d, self.base, kill_line_bytes()),
             Outcome::Report(_) => None,
+        }
+    }
+
+    /// Mode `held`: its speed before the brake's line and held above it.
+    pub fn hold_timing(&self) -> Option<HoldTiming> {
+        match &self.outcome {
+            Outcome::Died(d) if self.held => hold_timing(d, self.base, super::brake_line_bytes(), self.held_end),
+            _ => None,
         }
     }
 }
@@ -282,7 +340,7 @@ pub fn run_once(
     let bystanders: Vec<Hog> =
         BYSTANDERS_MIB.iter().map(|&mib| Hog::spawn(&bins.alloc_hog, group.path(), mib, false)).collect();
     let mut grower = match mode {
-        Mode::Stubborn => Grower::spawn_stubborn(&bins.grower, group.path(), speed, GROWER_MAX_MIB)?,
+        Mode::Stubborn | Mode::Held => Grower::spawn_stubborn(&bins.grower, group.path(), speed, GROWER_MAX_MIB)?,
         _ => Grower::spawn(&bins.grower, group.path(), speed)?,
     };
     let grower_pid = grower.child.pid();
@@ -338,7 +396,14 @@ pub fn run_once(
     let base = group.anon()?;
     let oom_before = group.oom_kills()?;
     grower.start()?;
-    let outcome = grower.finish(plan.grow_timeout)?;
+    let (mut ended_by_bench, mut held_end) = (false, None);
+    let outcome = if mode == Mode::Held {
+        let held = grower.hold(super::HOLD, || group.anon().ok())?;
+        (ended_by_bench, held_end) = (held.ended_by_bench, held.end);
+        Outcome::Died(held.death)
+    } else {
+        grower.finish(plan.grow_timeout)?
+    };
     grower.child.kill();
     let oom_kills = group.oom_kills()?.saturating_sub(oom_before);
     let peak_usage = group.peak_usage();
@@ -355,7 +420,19 @@ pub fn run_once(
         .and_then(|s| {
             s.get("kills")?.as_array()?.iter().rev().find(|k| k["pid"] == grower_pid)?.get("sent_mono_ns")?.as_u64()
         });
-    Ok((Run { base, oom_kills, peak_usage, outcome, killed_by_agent, bystanders_lost, kill_sent_ns }, idle))
+    let run = Run {
+        base,
+        oom_kills,
+        peak_usage,
+        outcome,
+        killed_by_agent,
+        bystanders_lost,
+        kill_sent_ns,
+        held: mode == Mode::Held,
+        ended_by_bench,
+        held_end,
+    };
+    Ok((run, idle))
 }
 
 #[cfg(test)]
@@ -368,6 +445,28 @@ mod tests {
         assert_eq!(parse_stat_ticks(stat), Some(22));
         assert_eq!(parse_stat_ticks("42 (x) S 1"), None);
         assert!(cpu_of(std::process::id()).is_ok());
+    }
+
+    #[test]
+    fn times_a_held_grower_before_and_above_the_line() {
+        let death = Death {
+            how: "signal: 9 (SIGKILL)".into(),
+            signal: Some(9),
+            closed_ns: 5_000_000_000,
+            chunks: vec![(0, 10), (1_000_000_000, 20), (2_000_000_000, 30), (3_000_000_000, 31)],
+        };
+        // base 60, line 85: crossed halfway through the chunk stamped at 2 s (20 -> 30 bytes), at 1.5 s; before
+        // it 10 bytes in 1 s. The window ended at 4.5 s with the group at 90 bytes: 5 bytes in 3 s above the line.
+        let t = hold_timing(&death, 60, 85, Some((4_500_000_000, 90))).expect("crossed");
+        assert_eq!(t.crossing_ns, 1_500_000_000);
+        assert_eq!(t.held_ns, 3_000_000_000);
+        assert_eq!(t.rate_before_bytes_s, Some(10.0));
+        assert!(t.rate_above_bytes_s.is_some_and(|r| (r - 5.0 / 3.0).abs() < 1e-9), "{t:?}");
+        // Died before the window's end: its own stamps past the line, until its output closed.
+        let t = hold_timing(&death, 60, 85, None).expect("crossed");
+        assert_eq!(t.held_ns, 3_500_000_000);
+        assert!(t.rate_above_bytes_s.is_some_and(|r| (r - 6.0 / 1.5).abs() < 1e-9), "{t:?}");
+        assert_eq!(hold_timing(&death, 60, 200, None), None, "never reached the line");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use crate::MIB;
 use serde_json::{json, Value};
 
-use super::{Idle, KillTiming, Mode, Run, Speed, Timing, GOAL_IDLE_PCT, GOAL_P99_MS};
+use super::{HoldTiming, Idle, KillTiming, Mode, Run, Speed, Timing, GOAL_IDLE_PCT, GOAL_P99_MS};
 
 /// One cell's figures: what the bench prints and the VM sends to the host (as JSON).
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +42,13 @@ pub struct Summary {
     /// Crossing `kill_at` to the grower's death, over the runs it died in after crossing, ms.
     pub kill_p50_ms: Option<f64>,
     pub kill_p99_ms: Option<f64>,
+    /// Mode `held`: runs whose window ended with the grower alive, held at `memory.high`.
+    pub held_to_end: usize,
+    /// Mode `held`: time above the brake's line, s (median), and the grower's speed before it and above it,
+    /// MB/s (medians).
+    pub held_p50_s: Option<f64>,
+    pub rate_before_mb_s: Option<f64>,
+    pub rate_above_mb_s: Option<f64>,
 }
 
 /// The nearest-rank percentile `q` (0..=1) of `v`; None when empty.
@@ -67,6 +74,10 @@ impl Summary {
         if mode == Mode::Stubborn {
             rates = kills.iter().filter_map(|t| t.rate_bytes_s).map(|r| r / 1e6).collect();
         }
+        let holds: Vec<HoldTiming> = runs.iter().filter_map(Run::hold_timing).collect();
+        let held_s: Vec<f64> = holds.iter().map(|t| t.held_ns as f64 / 1e9).collect();
+        let before: Vec<f64> = holds.iter().filter_map(|t| t.rate_before_bytes_s).map(|r| r / 1e6).collect();
+        let above: Vec<f64> = holds.iter().filter_map(|t| t.rate_above_bytes_s).map(|r| r / 1e6).collect();
         Summary {
             group: group.to_string(),
             mode,
@@ -92,6 +103,10 @@ impl Summary {
             sigkill_p99_ms: percentile(&sigkill_ms, 0.99),
             kill_p50_ms: percentile(&kill_ms, 0.5),
             kill_p99_ms: percentile(&kill_ms, 0.99),
+            held_to_end: runs.iter().filter(|r| r.ended_by_bench && r.oom_kills == 0).count(),
+            held_p50_s: percentile(&held_s, 0.5),
+            rate_before_mb_s: percentile(&before, 0.5),
+            rate_above_mb_s: percentile(&above, 0.5),
         }
     }
 
@@ -99,6 +114,16 @@ impl Summary {
     /// `idle` (>= 0.5% of a core).
     pub fn missed(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
+        if self.mode == Mode::Held {
+            // memory.high holds the grower the whole window, the kernel kills nobody, the bystanders stay.
+            if self.oom_kills > 0 || self.held_to_end < self.runs || self.errors > 0 || self.runs == 0 {
+                out.push("OOM");
+            }
+            if self.bystanders_lost > 0 {
+                out.push("bystanders");
+            }
+            return out;
+        }
         if self.mode == Mode::Stubborn {
             // The agent's SIGKILL ends the grower in every run, the kernel kills nobody, the bystanders stay.
             if self.oom_kills > 0 || self.killed_by_agent < self.runs || self.errors > 0 || self.runs == 0 {
@@ -136,6 +161,8 @@ impl Summary {
             "killed_by_agent": self.killed_by_agent, "bystanders_lost": self.bystanders_lost,
             "kill_p50_ms": self.kill_p50_ms, "kill_p99_ms": self.kill_p99_ms,
             "sigkill_p50_ms": self.sigkill_p50_ms, "sigkill_p99_ms": self.sigkill_p99_ms,
+            "held_to_end": self.held_to_end, "held_p50_s": self.held_p50_s,
+            "rate_before_mb_s": self.rate_before_mb_s, "rate_above_mb_s": self.rate_above_mb_s,
         })
     }
 
@@ -169,6 +196,10 @@ impl Summary {
             sigkill_p99_ms: f("sigkill_p99_ms"),
             kill_p50_ms: f("kill_p50_ms"),
             kill_p99_ms: f("kill_p99_ms"),
+            held_to_end: v.get("held_to_end").and_then(Value::as_u64).unwrap_or(0) as usize,
+            held_p50_s: f("held_p50_s"),
+            rate_before_mb_s: f("rate_before_mb_s"),
+            rate_above_mb_s: f("rate_above_mb_s"),
         })
     }
 }
@@ -195,19 +226,65 @@ fn missed_cell(c: &Summary) -> String {
     }
 }
 
-/// The cells as Markdown tables, the goals beside the figures: the abort cells, then the stubborn ones (when run).
+/// The cells as Markdown tables, the goals beside the figures: the abort cells, then the stubborn ones and the held
+/// ones (when run).
 pub fn table(cells: &[Summary]) -> String {
-    let (stubborn, abort): (Vec<&Summary>, Vec<&Summary>) = cells.iter().partition(|c| c.mode == Mode::Stubborn);
+    let (held, rest): (Vec<&Summary>, Vec<&Summary>) = cells.iter().partition(|c| c.mode == Mode::Held);
+    let (stubborn, abort): (Vec<&Summary>, Vec<&Summary>) = rest.into_iter().partition(|c| c.mode == Mode::Stubborn);
     let mut out = String::new();
-    if !abort.is_empty() || stubborn.is_empty() {
+    if !abort.is_empty() || (stubborn.is_empty() && held.is_empty()) {
         out.push_str(&abort_table(&abort));
     }
-    if !stubborn.is_empty() {
-        if !out.is_empty() {
-            out.push('\n');
+    for (cells, table) in [(&stubborn, stubborn_table as fn(&[&Summary]) -> String), (&held, held_table)] {
+        if !cells.is_empty() {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&table(cells));
         }
-        out.push_str(&stubborn_table(&stubborn));
     }
+    out
+}
+
+/// The held cells: the grower ignores the abort and the last resort is off, so `memory.high` at brake_at is what
+/// holds it.
+fn held_table(cells: &[&Summary]) -> String {
+    let mut out = String::from(
+        "| group | mode | grower | held to the window's end | kernel OOM kills | bystanders lost \
+         | throttled above 96% (median) | grower's speed before 96% (median) | its speed above 96% (median) \
+         | slowed by | goals missed |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for c in cells {
+        let errors = if c.errors > 0 { format!(" ({} runs failed)", c.errors) } else { String::new() };
+        let slowed = match (c.rate_before_mb_s, c.rate_above_mb_s) {
+            (Some(b), Some(a)) if a > 0.0 => format!("{:.0}x", b / a),
+            _ => "-".to_string(),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {}/{}{errors} | {} | {} | {} s | {} MB/s | {} MB/s | {slowed} | {} |\n",
+            c.group,
+            c.mode.describe(),
+            c.speed.label(),
+            c.held_to_end,
+            c.runs + c.errors,
+            c.oom_kills,
+            c.bystanders_lost,
+            opt(c.held_p50_s, 1),
+            opt(c.rate_before_mb_s, 0),
+            opt(c.rate_above_mb_s, 2),
+            missed_cell(c),
+        ));
+    }
+    out.push_str(&format!(
+        "\nGoals (held): memory.high holds the grower to the end of the {} s window after its start and the kernel \
+         kills nobody in every run; both bystanders live. The grower ignores every signal it can and the agent's \
+         last resort is off, so the agent's abort is ignored and only the brake (`brake_at = 0.96`: `memory.high`) \
+         slows it. Throttled: from the group reaching 96% of the limit (with its anon before the grower started; \
+         placed inside the crossing chunk) to the window's end. Speed above 96%: what the group's anon gained from \
+         the line to the window's end, over that time; before: the grower's stamps below the line.\n",
+        super::HOLD.as_secs()
+    ));
     out
 }
 
@@ -320,6 +397,9 @@ mod tests {
                 killed_by_agent: false,
                 bystanders_lost: 0,
                 kill_sent_ns: None,
+                held: false,
+                ended_by_bench: false,
+                held_end: None,
             },
             Run {
                 base: 80 * MIB,
@@ -329,6 +409,9 @@ mod tests {
                 killed_by_agent: false,
                 bystanders_lost: 0,
                 kill_sent_ns: None,
+                held: false,
+                ended_by_bench: false,
+                held_end: None,
             },
         ];
         let idle = Idle { seconds: 10.0, agent_ticks: 3, own_ticks: 0, agent_ns: Some(25_000_000), hz: 100.0 };
@@ -346,6 +429,39 @@ mod tests {
     }
 
     #[test]
+    fn held_cells_time_the_brake_and_compare_the_speeds() {
+        // base 80 MiB, the brake's line 0.96 x 512 MiB = 491.52 MiB: the grower's 400 MiB chunk at 1 s stays below
+        // it, the 420 MiB one at 1.1 s crosses (at 411.52 MiB, 1.0576 s). The window ends at 11.0576 s with the
+        // group at 501.52 MiB: 10 MiB in 10 s above the line.
+        let line = super::super::brake_line_bytes();
+        let chunks = [(0, 0), (1_000_000_000, 400 * MIB), (1_100_000_000, 420 * MIB)];
+        let crossing = 1_000_000_000 + ((line - 480 * MIB) as f64 / (20 * MIB) as f64 * 1e8) as u64;
+        let run = |held: bool| Run {
+            base: 80 * MIB,
+            oom_kills: u64::from(!held),
+            peak_usage: None,
+            outcome: Outcome::Died(death(12_000_000_000, &chunks)),
+            killed_by_agent: false,
+            bystanders_lost: 0,
+            kill_sent_ns: None,
+            held: true,
+            ended_by_bench: held,
+            held_end: held.then_some((crossing + 10_000_000_000, line + 10 * MIB)),
+        };
+        let s = Summary::new("v2, Linux 6.12 (VM, TCG)", Mode::Held, Speed(0), &[run(true), run(true)], 0, None);
+        assert_eq!((s.held_to_end, s.oom_kills), (2, 0));
+        assert!(s.held_p50_s.is_some_and(|h| (h - 10.0).abs() < 1e-6), "{s:?}");
+        assert!(s.rate_before_mb_s.is_some_and(|r| (r - 400.0 * MIB as f64 / 1e6).abs() < 1e-6), "{s:?}");
+        assert!(s.rate_above_mb_s.is_some_and(|r| (r - MIB as f64 / 1e6).abs() < 1e-6), "{s:?}");
+        assert!(s.missed().is_empty(), "{:?}", s.missed());
+        assert_eq!(Summary::from_json(&s.to_json()), Ok(s.clone()));
+        let t = table(&[s]);
+        assert!(t.contains("| 2/2 | 0 | 0 | 10.0 s | 419 MB/s | 1.05 MB/s | 400x | none |"), "{t}");
+        let oom = Summary::new("v2", Mode::Held, Speed(0), &[run(true), run(false)], 0, None);
+        assert_eq!((oom.held_to_end, oom.oom_kills, oom.missed()), (1, 1, vec!["OOM"]));
+    }
+
+    #[test]
     fn stubborn_cells_count_the_agents_kills_and_time_them_from_kill_at() {
         // base 80 MiB: the chunk holding 420 MiB is past kill_at (0.97 × 512 MiB = 496.6 MiB), stamped at 1 ms;
         // 416.6 MiB was reached at 0.83 ms.
@@ -358,6 +474,9 @@ mod tests {
             killed_by_agent: by_agent,
             bystanders_lost: lost,
             kill_sent_ns: by_agent.then_some(1_000_000),
+            held: false,
+            ended_by_bench: false,
+            held_end: None,
         };
         let runs = [run(4_000_000, true, 0), run(9_000_000, true, 0), run(3_000_000, false, 1)];
         let s = Summary::new("v1, Linux 6.18 (host)", Mode::Stubborn, Speed(300), &runs, 0, None);

@@ -252,7 +252,8 @@ fn reaction(out: &str) -> Vec<Figure> {
     let mut v = Vec::new();
     for t in tables(out) {
         let signalled = t.col("agent acted first").is_some();
-        if !signalled && t.col("killed by the agent").is_none() {
+        let held = t.col("held to the window's end").is_some();
+        if !signalled && !held && t.col("killed by the agent").is_none() {
             continue;
         }
         // The group (hierarchy and kernel) is named only where the table has more than one.
@@ -264,7 +265,13 @@ fn reaction(out: &str) -> Vec<Figure> {
                 true => format!("{mode}, {grower}: {figure}"),
                 false => format!("{mode}, {grower} ({group}): {figure}"),
             };
-            if signalled {
+            if held {
+                v.push(fig(what("held to the window's end"), cell("held to the window's end").map(String::from)));
+                v.push(fig(what("kernel OOM kills"), cell("kernel OOM kills").map(String::from)));
+                v.push(fig(what("throttled above 96%"), cell("throttled above 96%").and_then(cell_value)));
+                v.push(fig(what("speed before 96%"), cell("grower's speed before 96%").and_then(cell_value)));
+                v.push(fig(what("speed above 96%"), cell("its speed above 96%").and_then(cell_value)));
+            } else if signalled {
                 v.push(fig(what("agent acted first"), cell("agent acted first").map(String::from)));
                 v.push(fig(what("crossing 92% -> signal p99"), cell("crossing 92%").and_then(p99)));
                 if grower == "full speed" {

@@ -194,7 +194,10 @@ and full speed (the grower's own speed in brackets). Modes: timer only (`interva
 `pacing = false`: the baseline), events + pacing (the defaults) and, on v2, the defaults with `brake_at = 0.96`.
 Mode `stubborn` runs the defaults against a grower that ignores every signal it can (`grower --ignore-all`), so only
 the agent's last resort, its SIGKILL at `kill_at` (97%), stops it before the kernel does; its cells have a table of
-their own. Runs are interleaved (run 1 of every cell, then run 2, …).
+their own. Mode `held` (v2 only) is the brake at work: the same grower, the defaults with `brake_at = 0.96` and the
+last resort off (`kill = false`), so the agent's abort is ignored and nothing but `memory.high` at 96% of the limit
+slows the grower; the bench watches it for 15 s from its start and then ends it itself. Runs are interleaved (run 1
+of every cell, then run 2, …).
 
 - **agent acted first**: the grower got the signal and the group's own OOM kill count did not move.
 - **kernel OOM kills**: read from the group (v1 `memory.oom_control`, v2 `memory.events`), not from the agent.
@@ -209,9 +212,13 @@ their own. Runs are interleaved (run 1 of every cell, then run 2, …).
 - **stubborn: crossing 97% -> SIGKILL**: from the crossing (placed inside the crossing chunk by the grower's speed)
   to the agent's own `CLOCK_MONOTONIC` stamp of its kill (`kills[].sent_mono_ns` in `/api/v1/status`); **-> grower
   dead** runs on to the grower's output closing, after its exit has freed its memory.
+- **held: throttled above 96%**: from the group reaching 96% (placed inside the crossing chunk) to the end of the
+  window; **speed above 96%**: what the group's anon gained from the line to the window's end, over that time,
+  against the grower's speed before the line (its stamps); **slowed by**: the one over the other.
 
 Goals: the agent acts first in every run, crossing -> signal p99 <= 20 ms, idle CPU < 0.5% of a core; stubborn: the
-agent's SIGKILL ends the grower and the kernel kills nobody in every run, both bystanders live.
+agent's SIGKILL ends the grower and the kernel kills nobody in every run, both bystanders live; held: `memory.high`
+holds the grower to the end of the window and the kernel kills nobody in every run, both bystanders live.
 Knobs: `BENCH_REACTION_RUNS` (20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION_MODES`, `BENCH_REACTION_SPEEDS`,
 `BENCH_REACTION_VM` (`all`, `6.1`, `6.12`, `none`).
 ",
