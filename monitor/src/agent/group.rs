@@ -53,6 +53,25 @@ impl Drop for GroupEnd {
     }
 }
 
+/// On cgroup v2 a new group has the memory controller only when its parent hands it down: `+memory` in the
+/// parent's `cgroup.subtree_control`, written when missing. (The kernel refuses it while the parent holds processes
+/// of its own, other than the root: the error names the file.)
+fn hand_down_memory(dir: &std::path::Path) -> Result<(), AgentError> {
+    let Some(parent) = dir.parent() else { return Ok(()) };
+    let control = parent.join("cgroup.subtree_control");
+    let enabled = std::fs::read_to_string(&control).unwrap_or_default();
+    if enabled.split_whitespace().any(|c| c == "memory") {
+        return Ok(());
+    }
+    std::fs::write(&control, "+memory").map_err(|source| AgentError::CgroupSetup {
+        what: "handing the memory controller down in",
+        path: control.clone(),
+        source,
+    })?;
+    tracing::info!(file = %control.display(), "handed the memory controller down to the new group");
+    Ok(())
+}
+
 /// Finds the group's cgroup; when `launching` (`monitor run`), creates and limits it as the config asks.
 pub(crate) fn prepare(cfg: &Config, launching: bool) -> Result<(cgroup::Group, GroupEnd), AgentError> {
     let mounts = Mounts::read().map_err(AgentError::io("reading /proc/self/mountinfo"))?;
@@ -62,6 +81,9 @@ pub(crate) fn prepare(cfg: &Config, launching: bool) -> Result<(cgroup::Group, G
     if launching && cfg.group.create && spec != "auto" {
         let g = cgroup::locate(spec, &mounts, &own)?;
         if !g.dir.exists() {
+            if g.version == CgroupVersion::V2 {
+                hand_down_memory(&g.dir)?;
+            }
             std::fs::create_dir(&g.dir).map_err(|source| AgentError::CgroupSetup {
                 what: "creating",
                 path: g.dir.clone(),
