@@ -158,7 +158,8 @@ impl Agent {
     }
 
     fn wait_healthy(&mut self) {
-        let deadline = Instant::now() + START_TIMEOUT;
+        let start_timeout = crate::pace::scaled(START_TIMEOUT);
+        let deadline = Instant::now() + start_timeout;
         let mut last = String::new();
         while Instant::now() < deadline {
             if let Some(status) = self.child.wait_timeout(Duration::ZERO) {
@@ -168,7 +169,7 @@ impl Agent {
                     self.stderr()
                 );
             }
-            match http::get(self.addr, "/healthz", REQUEST_TIMEOUT) {
+            match http::get(self.addr, "/healthz", crate::pace::scaled(REQUEST_TIMEOUT)) {
                 Ok(r) if r.status == 200 => return,
                 Ok(r) => last = format!("status {}: {}", r.status, r.text()),
                 Err(e) => last = e,
@@ -176,7 +177,7 @@ impl Agent {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!(
-            "monitor {:?}: no /healthz within {START_TIMEOUT:?} (last: {last}); stderr:\n{}",
+            "monitor {:?}: no /healthz within {start_timeout:?} (last: {last}); stderr:\n{}",
             self.args,
             self.stderr()
         );
@@ -204,7 +205,7 @@ impl Agent {
 
     /// `GET path`: (status code, body). Panics if the agent does not answer.
     pub fn get(&self, path: &str) -> (u16, String) {
-        match http::get(self.addr, path, REQUEST_TIMEOUT) {
+        match http::get(self.addr, path, crate::pace::scaled(REQUEST_TIMEOUT)) {
             Ok(r) => (r.status, r.text()),
             Err(e) => panic!("GET {path} from the agent: {e}; agent stderr:\n{}", self.stderr()),
         }
@@ -225,6 +226,7 @@ impl Agent {
     /// Polls `/api/v1/status` every 50 ms until `pred` holds, returning that status; panics after `timeout` with
     /// the last status and the agent's stderr.
     pub fn wait_for(&self, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Value {
+        let timeout = crate::pace::scaled(timeout);
         let deadline = Instant::now() + timeout;
         loop {
             let s = self.status();

@@ -135,9 +135,10 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Waits (up to 10 s) until something accepts connections on 127.0.0.1:`port`; panics otherwise.
+/// Waits (up to 10 s, [`crate::pace::scaled`]) until something accepts connections on 127.0.0.1:`port`; panics
+/// otherwise.
 pub fn wait_port(port: u16) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + crate::pace::scaled(Duration::from_secs(10));
     while std::time::Instant::now() < deadline {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return;

@@ -26,6 +26,7 @@ pub mod http;
 pub mod markdown;
 pub mod netns;
 pub mod notify;
+pub mod pace;
 pub mod proc;
 pub mod reaction;
 pub mod recorder;
@@ -62,6 +63,7 @@ pub fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 
 /// Polls `f` every 50 ms until it gives a value; panics with `what` after `timeout`.
 pub fn wait_until<T>(what: &str, timeout: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let timeout = pace::scaled(timeout);
     let deadline = std::time::Instant::now() + timeout;
     loop {
         if let Some(v) = f() {

@@ -181,6 +181,7 @@ impl Recorder {
     /// Waits (polling, at most `timeout`) until at least `n` requests were answered, and returns them all; panics
     /// with those it has otherwise. Blocks the thread: an async test polls [`Recorder::requests`] instead.
     pub fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Request> {
+        let timeout = crate::pace::scaled(timeout);
         let deadline = Instant::now() + timeout;
         loop {
             let got = self.requests();

@@ -109,6 +109,7 @@ impl Launched {
 
     /// Polls the status every 50 ms until `pred` holds (returns it); panics after `timeout`.
     pub fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Value {
+        let timeout = crate::pace::scaled(timeout);
         let deadline = Instant::now() + timeout;
         let mut last = None;
         loop {

@@ -141,7 +141,7 @@ impl Server {
 
     /// Waits until the port is in LISTEN state (read from /proc/net/tcp: connecting would be an accept of its own).
     fn wait_listening(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + crate::pace::scaled(timeout);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("server pid {} exited before listening: {status}", self.child.id());

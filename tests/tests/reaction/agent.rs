@@ -119,10 +119,15 @@ fn a_full_speed_grower_is_signalled_before_the_limit_in_20_of_20_runs() {
     }
     let worst = reached.iter().copied().fold(0.0, f64::max);
     eprintln!("20 of 20 signalled before the limit; the furthest a grower got: {:.1}% of the limit", worst * 100.0);
-    // The pacing timer, quicker near the line, sometimes wakes the agent first; the kernel's wake-ups must have
-    // done it at least once in the 20 runs.
+    // v1's thresholds fire at the lines themselves: they must have woken the agent into aborting at least once in
+    // the 20 runs (the pacing timer, quicker near the line, sometimes comes first). v2 has no usage thresholds:
+    // memory.events and PSI speak only at memory.high or memory.max and under reclaim, so short of the limit the
+    // pacing timer is what finds the line, and only the outcome above is asked of it.
     let woken = aborts_woken_by(&setup.agent);
-    assert!(woken.iter().any(|w| armed.contains(&w.as_str())), "woken by {woken:?}:\n{}", setup.agent.stderr());
+    eprintln!("the aborts were woken by {woken:?}");
+    if setup.cg.hierarchy() == Hierarchy::V1 {
+        assert!(woken.iter().any(|w| w == "thresholds"), "woken by {woken:?}:\n{}", setup.agent.stderr());
+    }
 }
 
 #[test]

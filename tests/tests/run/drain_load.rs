@@ -55,8 +55,11 @@ fn parse(text: &str) -> Report {
 }
 
 /// Runs wrk (16 connections on `threads` threads) for `seconds` against `path` through the front door, SIGTERMs
-/// `monitor run` after `term_after`, and returns wrk's report once both ended.
+/// `monitor run` after `term_after`, and returns wrk's report once both ended. Both times stretch by the test
+/// slowdown (`monitor_tests::pace`: the emulated VM), so the load before the drain is as long in work done.
 fn sigterm_under_wrk(name: &str, threads: u32, path: &str, seconds: u64, term_after: Duration) -> Report {
+    let slow = monitor_tests::pace::slowdown();
+    let (seconds, term_after) = (seconds * u64::from(slow), term_after * slow);
     let mut run = Run::start(name, &Spec::default());
     let script = std::env::temp_dir().join(format!("{name}-{}.lua", std::process::id()));
     std::fs::write(&script, SCRIPT).expect("writing the wrk script");
@@ -84,7 +87,9 @@ fn sigterm_under_wrk(name: &str, threads: u32, path: &str, seconds: u64, term_af
     parse(&text)
 }
 
+/// `at_least` requests before the drain natively; under a slowdown (the emulated VM) that many over it.
 fn check(r: &Report, at_least: u64, closes: std::ops::RangeInclusive<u64>) {
+    let at_least = at_least / u64::from(monitor_tests::pace::slowdown());
     let w = &r.wrk;
     eprintln!("{}", w.text);
     assert!(closes.contains(&r.closes), "answers with Connection: close:\n{}", w.text);

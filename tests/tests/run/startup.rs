@@ -37,17 +37,19 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
     let dir = temp_dir("run-startup");
     let (hook, out) = (dir.join("hook.py"), dir.join("alerts.jsonl"));
     std::fs::write(&hook, monitor_tests::hooks::ALERT_TO_FILE).unwrap_or_else(|e| panic!("{}: {e}", hook.display()));
+    // The master stays unhealthy for 6 s (longer under a slowdown: the emulated VM), all the alert has to come in.
+    let slow = monitor_tests::pace::slowdown();
     let spec = Spec {
         workers: 1,
         limit_mib: 256,
-        fixture_args: vec!["--health-delay-ms".into(), "6000".into()],
+        fixture_args: vec!["--health-delay-ms".into(), (6000 * slow).to_string()],
         extra: python_hook(&hook, &out).set("alerts", "quiet_s", 0),
         ..Spec::default()
     };
     let run = Run::launch("run-startup", &spec);
     // 224 MiB of 256 (87.5%, plus the fixture processes): past refuse_at, short of abort_at (92%).
     let hog = Hog::spawn(HOG, run.cg.path(), 224, false);
-    let deadline = Instant::now() + Duration::from_secs(4);
+    let deadline = Instant::now() + monitor_tests::pace::scaled(Duration::from_secs(4));
     while !statuses(&out, "MonitorGroupRefusing").contains(&"firing".to_string()) {
         assert!(
             Instant::now() < deadline,
@@ -58,7 +60,7 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(hog);
-    let deadline = Instant::now() + Duration::from_secs(4);
+    let deadline = Instant::now() + monitor_tests::pace::scaled(Duration::from_secs(4));
     while statuses(&out, "MonitorGroupRefusing") != ["firing", "resolved"] {
         assert!(
             Instant::now() < deadline,
