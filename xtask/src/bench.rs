@@ -2,8 +2,8 @@
 //! baseline measured in the same run.
 //!
 //! - `all`: every benchmark below, one after the other, and docs/benchmarks.md written from what they printed
-//!   (bench/all.rs; `--quick` for fewer rounds and no VM, `--skip a,b` to leave some out, `--rewrite` to write the
-//!   page again from the last run's output).
+//!   (bench/all.rs; `--quick` for fewer rounds and only the brake's VM cells, `--skip a,b` to leave some out, `--only a,b` to run some
+//!   again and keep the rest, `--rewrite` to write the page again from the last run's output).
 //! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion), then the
 //!   cost of one pread of each file a sample reads.
 //! - `host-reads`: the LISTEN sockets from sock_diag against `/proc/self/net/tcp`, and a sample's reads per process
@@ -48,7 +48,8 @@ pub struct Args {
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
-    /// all: fewer rounds and shorter runs, no test VM (each benchmark's knobs are written on the page).
+    /// all: fewer rounds and shorter runs, of the test VM only the brake's cells on 6.12 (each benchmark's knobs are
+    /// written on the page).
     #[arg(long)]
     quick: bool,
     /// all: benchmarks to leave out, comma-separated.
@@ -58,10 +59,14 @@ pub struct Args {
     /// when that is gone), running nothing.
     #[arg(long)]
     rewrite: bool,
+    /// all: run only these benchmarks again (comma-separated), keeping every other section as the last run left it.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["skip", "rewrite"])]
+    only: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<()> {
     match args.name.as_str() {
+        "all" if !args.only.is_empty() => all::run_only(args.quick, &args.only),
         "all" => all::run(args.quick, &args.skip, args.rewrite),
         "sampler" => sampler(),
         "host-reads" => host_reads(),

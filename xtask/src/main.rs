@@ -23,8 +23,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install what the eBPF build needs (rust-src on nightly, bpf-linker), idempotently.
-    Setup,
+    /// Install what the eBPF build needs (rust-src on nightly, bpf-linker), idempotently; with `--packages` the
+    /// Debian packages the tests drive too.
+    Setup(setup::Args),
     /// Build the eBPF object and the agent (release).
     Build,
     /// Build the Debian package (cargo-deb): target/debian/monitor_<version>-1_amd64.deb.
@@ -36,7 +37,8 @@ enum Task {
     /// Benchmarks: `sampler`, `host-reads`, `agent-cpu`, `probes`, `proxy`, `proxy-instructions`, `reaction`, `web`,
     /// `config`, `cluster`; `all` runs them and writes docs/benchmarks.md whole.
     Bench(bench::Args),
-    /// Run the in-VM suite on real cgroup v2 and Debian kernels 6.1 / 6.12 (qemu, software emulation).
+    /// Run the in-VM suite on real cgroup v2 and Debian kernels 6.1 / 6.12, and the host tests that make a group
+    /// on v2 (qemu, software emulation).
     Vmtest(vmtest::Args),
     /// Fuzz every parser of outside input for a bounded time (cargo-fuzz, nightly).
     Fuzz(fuzz::Args),
@@ -46,7 +48,7 @@ enum Task {
 
 fn main() -> Result<()> {
     match Cli::parse().task {
-        Task::Setup => setup::run(),
+        Task::Setup(a) => setup::task(a),
         Task::Build => build::run(),
         Task::Dist(a) => dist::run(a),
         Task::Demo(a) => demo::run(a),

@@ -10,6 +10,45 @@ use std::process::Command;
 /// The bpf-linker that works with aya 0.14 / aya-ebpf 0.2.1.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
+#[derive(clap::Args)]
+pub struct Args {
+    /// Install the Debian packages the tests drive first (.ci/packages; needs root and apt-get), as
+    /// `cargo xtask test --install-deps` does.
+    #[arg(long)]
+    packages: bool,
+}
+
+/// `cargo xtask setup [--packages]`.
+pub fn task(args: Args) -> Result<()> {
+    if args.packages {
+        install_packages(&crate::util::root())?;
+    }
+    run()
+}
+
+/// Installs the Debian packages of .ci/packages that are missing (`apt-get update` first only then).
+pub fn install_packages(root: &std::path::Path) -> Result<()> {
+    let list = std::fs::read_to_string(root.join(".ci/packages")).context("reading .ci/packages")?;
+    let wanted: Vec<&str> = list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    let installed = |p: &str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", p])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    };
+    let missing: Vec<&str> = wanted.into_iter().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        eprintln!("setup: every package of .ci/packages is installed");
+        return Ok(());
+    }
+    eprintln!("setup: installing {}", missing.join(" "));
+    sh(Command::new("apt-get").args(["update", "-qq"]))?;
+    sh(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing))
+}
+
 pub fn run() -> Result<()> {
     nightly_with_rust_src()?;
     bpf_linker()?;

@@ -1,4 +1,4 @@
-//! `cargo xtask bench all [--quick] [--skip a,b] [--rewrite]`: runs every benchmark as `cargo xtask bench <name>` (a
+//! `cargo xtask bench all [--quick] [--skip a,b | --only a,b | --rewrite]`: runs every benchmark as `cargo xtask bench <name>` (a
 //! child process each, its printed summary captured) and writes docs/benchmarks.md whole from what they printed
 //! (bench/all_page.rs): for each, the command, when it ran, how long it took and the load around it, its headline
 //! figures (bench/all_figures.rs) and all it printed. The page is rewritten after each benchmark, so a run that
@@ -92,6 +92,46 @@ pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
     }
     eprintln!("bench all: {} written in {:.0} s", page.display(), t0.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// `--only a,b`: runs those benchmarks again and keeps every other section of the last run (run.json, or the page
+/// itself when that is gone); the page's head names the benchmarks run again and when.
+pub fn run_only(quick: bool, only: &[String]) -> Result<()> {
+    let benches = super::all_text::BENCHES;
+    for o in only {
+        if !benches.iter().any(|b| b.name == o) {
+            anyhow::bail!("--only {o}: not a benchmark ({})", names(benches));
+        }
+    }
+    let page = root().join("docs/benchmarks.md");
+    let saved = crate::util::target_dir().join("bench-all/run.json");
+    let mut run = if saved.exists() {
+        let text = std::fs::read_to_string(&saved).with_context(|| format!("reading {}", saved.display()))?;
+        Run::from_json(&serde_json::from_str(&text)?, benches)?
+    } else {
+        let text = std::fs::read_to_string(&page).with_context(|| format!("reading {}", page.display()))?;
+        super::all_page::read(&text, benches)?
+    };
+    let again = Head::now(quick, &[]);
+    for (i, b) in benches.iter().enumerate() {
+        if only.iter().any(|o| o == b.name) {
+            run.outcomes[i] = match missing(b) {
+                Some(reason) => Outcome::NotRun(reason),
+                None => run_one(b, quick)?,
+            };
+        }
+    }
+    run.head.options.push_str(&format!(
+        " {} run again on {}, build `{}`.",
+        only.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", "),
+        again.started,
+        again.build
+    ));
+    if let Some(dir) = saved.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&saved, run.to_json(benches).to_string()).with_context(|| format!("writing {}", saved.display()))?;
+    write_page(&page, benches, &run)
 }
 
 impl Run {
@@ -313,8 +353,8 @@ impl Head {
             "no memory cgroup it can create"
         };
         let mut options = if quick {
-            "`cargo xtask bench all --quick`: fewer rounds and shorter runs than the defaults, and no VM (each \
-             benchmark's command below says what it ran with)"
+            "`cargo xtask bench all --quick`: fewer rounds and shorter runs than the defaults, and of the VM only the \
+             brake's cells on 6.12 (each benchmark's command below says what it ran with)"
                 .to_string()
         } else {
             "`cargo xtask bench all`: each benchmark as its command below says".to_string()

@@ -10,10 +10,11 @@ same run, beside the figure: the machines it runs on are shared with builds, so 
 run, and only the ratios against a same-run baseline compare. Most benchmarks need root (they create v1 memory
 cgroups, load eBPF programs or start nginx); one that cannot run here says why in its section.
 
-`cargo xtask bench all --quick` runs each with fewer rounds and shorter runs and leaves out the test VM; without
-`--quick` the test VM's cgroup v2 cells of `reaction` (a static build of the binaries, then each kernel booted
-under emulation) add most of an hour. Each section's command says what it ran with. `--skip name,name` leaves
-benchmarks out; `--rewrite` writes this page again from the last run's output (kept in target/bench-all/, or read
+`cargo xtask bench all --quick` runs each with fewer rounds and shorter runs, and of the test VM only the brake's
+cgroup v2 cells of `reaction` on 6.12 (some ten minutes); without `--quick` every v2 cell of `reaction` on both
+kernels (each booted under emulation) adds most of an hour. Each section's command says what it ran with.
+`--skip name,name` leaves benchmarks out; `--only name,name` runs those again and keeps every other section as the
+last run left it; `--rewrite` writes this page again from the last run's output (kept in target/bench-all/, or read
 back from this page when that is gone) without running anything. Each section's table holds its headline figures,
 read from what the benchmark printed (xtask/src/bench/all_figures.rs); the other pages quote a figure only as a link
 to its section here, `[1.89x](benchmarks.md#cluster-forwarding-and-gossip)`, and
@@ -179,7 +180,13 @@ file of more than 65,535 processes must), named at its line. Linear validation t
         name: "reaction",
         title: "Reaction to a fast grower",
         full: &[("BENCH_REACTION_RUNS", "20"), ("BENCH_REACTION_VM", "all")],
-        quick: &[("BENCH_REACTION_RUNS", "10"), ("BENCH_REACTION_VM", "none")],
+        quick: &[
+            ("BENCH_REACTION_RUNS", "10"),
+            ("BENCH_REACTION_VM", "6.12"),
+            ("BENCH_REACTION_VM_RUNS", "5"),
+            ("BENCH_REACTION_VM_MODES", "events,brake,held"),
+            ("BENCH_REACTION_VM_SPEEDS", "0"),
+        ],
         tools: &[],
         v1: true,
         about: "\
@@ -220,7 +227,8 @@ Goals: the agent acts first in every run, crossing -> signal p99 <= 20 ms, idle 
 agent's SIGKILL ends the grower and the kernel kills nobody in every run, both bystanders live; held: `memory.high`
 holds the grower to the end of the window and the kernel kills nobody in every run, both bystanders live.
 Knobs: `BENCH_REACTION_RUNS` (20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION_MODES`, `BENCH_REACTION_SPEEDS`,
-`BENCH_REACTION_VM` (`all`, `6.1`, `6.12`, `none`).
+`BENCH_REACTION_VM` (`all`, `6.1`, `6.12`, `none`), and `BENCH_REACTION_VM_RUNS`, `_VM_IDLE_S`, `_VM_MODES`,
+`_VM_SPEEDS` for the VM's cells apart from the host's.
 ",
     },
     Bench {

@@ -4,14 +4,17 @@
 //! On this host (cgroup v1): modes `timer`, `events` and `stubborn` (a grower that ignores every signal, so only
 //! the agent's SIGKILL at kill_at stops it), speeds 200 MB/s, 1 GB/s and full speed, release binaries from
 //! target/release. Then in the test VM (cgroup v2, qemu with software emulation, xtask/src/vmtest/): the same
-//! cells plus `brake`, through `vm-suite bench-reaction`, whose summaries come back on the serial console.
+//! cells plus `brake` and `held` (the brake alone holding a grower that ignores every signal), through
+//! `vm-suite bench-reaction`, whose summaries come back on the serial console.
 //!
 //! `BENCH_REACTION_RUNS` (default 20) runs per cell, `BENCH_REACTION_IDLE_S` (10) idle seconds per mode,
 //! `BENCH_REACTION_MODES` / `BENCH_REACTION_SPEEDS` (e.g. `timer` / `200,0`, or `stubborn` / `300,0`) to run fewer
 //! cells, and `BENCH_REACTION_VM` = `6.1`, `6.12`, `all` (default) or `none` for the kernels booted.
+//! `BENCH_REACTION_VM_RUNS`, `_VM_IDLE_S`, `_VM_MODES` and `_VM_SPEEDS` set the VM's cells apart from the host's
+//! (emulated, each run there takes some ten times as long).
 
 use crate::util::{root, run as sh};
-use crate::vmtest::{self, image, kernel, qemu};
+use crate::vmtest::{self, image, kernel, qemu, rootfs};
 use anyhow::{bail, Context, Result};
 use monitor_tests::reaction::{self, Bins, Hierarchy, Plan, Summary};
 use monitor_tests::CgroupV1;
@@ -96,38 +99,42 @@ fn loadavg() -> String {
     text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
-/// The VM's init: tests/vm/init with `vm-suite bench-reaction` in place of the suite.
-fn bench_init(root: &Path, out: &Path) -> Result<()> {
-    let path = root.join("tests/vm/init");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    if text.lines().filter(|l| l.trim() == "/bin/vm-suite").count() != 1 {
-        bail!("{} no longer runs `/bin/vm-suite` on a line of its own", path.display());
-    }
-    let init: Vec<&str> =
-        text.lines().map(|l| if l.trim() == "/bin/vm-suite" { "/bin/vm-suite bench-reaction" } else { l }).collect();
-    std::fs::write(out, init.join("\n") + "\n").with_context(|| format!("writing {}", out.display()))
-}
-
 /// Boots each kernel with the bench as its init's work; returns the v2 cells, the kernels that gave none and the
 /// commit the VM's binaries were built from.
 fn vm_cells(root: &Path, target: &Path, series: &[kernel::Series]) -> Result<(Vec<Summary>, Vec<String>, String)> {
     vmtest::ensure_packages()?;
     crate::setup::run().context("the VM's agent carries its eBPF object")?;
+    // The VM's own cell choices: `BENCH_REACTION_VM_<KNOB>` over `BENCH_REACTION_<KNOB>` (the host's cells are
+    // done by now).
+    for knob in ["RUNS", "IDLE_S", "MODES", "SPEEDS"] {
+        if let Some(v) = std::env::var(format!("BENCH_REACTION_VM_{knob}")).ok().filter(|v| !v.trim().is_empty()) {
+            std::env::set_var(format!("BENCH_REACTION_{knob}"), v.trim());
+        }
+    }
+    vmtest::systemd::ensure_mmdebstrap()?;
     let bins = image::build_binaries(root, target)?;
     let vm_build = build_id(root);
     let work = target.join("vmtest-reaction");
     std::fs::create_dir_all(&work)?;
-    let init = work.join("init");
-    bench_init(root, &init)?;
-    let initrd = work.join("initramfs.gz");
-    image::build_initramfs_with_init(&bins, &init, &work.join("initramfs"), &initrd)?;
     let cache = kernel::cache_dir(target);
-    // Pass the host's settings on: kernel command-line words KEY=value become the init's environment.
-    let append: Vec<String> =
-        ["BENCH_REACTION_RUNS", "BENCH_REACTION_IDLE_S", "BENCH_REACTION_MODES", "BENCH_REACTION_SPEEDS"]
-            .iter()
-            .filter_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()).map(|v| format!("{k}={}", v.trim())))
-            .collect();
+    let base = rootfs::ensure(&cache)?;
+    let overlay = work.join("overlay.cpio.gz");
+    let init = root.join("tests/vm/init");
+    let o = image::Overlay { bins: &bins, init: &init, host_tests: &[], root };
+    image::build_overlay(&o, &work.join("overlay"), &overlay)?;
+    let initrd = work.join("initrd.gz");
+    image::concat(&[&base, &overlay], &initrd)?;
+    // The init runs `vm-suite $VM_SUITE_ARGS`; the host's settings go on too: kernel command-line words
+    // KEY=value become the init's environment.
+    let append: Vec<String> = std::iter::once("VM_SUITE_ARGS=bench-reaction".to_string())
+        .chain(
+            ["BENCH_REACTION_RUNS", "BENCH_REACTION_IDLE_S", "BENCH_REACTION_MODES", "BENCH_REACTION_SPEEDS"]
+                .iter()
+                .filter_map(|k| {
+                    std::env::var(k).ok().filter(|v| !v.trim().is_empty()).map(|v| format!("{k}={}", v.trim()))
+                }),
+        )
+        .collect();
     let plan = Plan::from_env(Hierarchy::V2, work.clone(), true).map_err(anyhow::Error::msg)?;
     let cells = plan.modes.len() * plan.speeds.len();
     // Per run under emulation: the agent's start, the grow and the teardown take up to about 15 s; plus the idle
@@ -138,7 +145,7 @@ fn vm_cells(root: &Path, target: &Path, series: &[kernel::Series]) -> Result<(Ve
     for &s in series {
         let k = kernel::ensure(s, &cache)?;
         let label = format!("reaction {}", s.name());
-        match qemu::boot(&k.vmlinuz, &initrd, &append.join(" "), timeout, &label) {
+        match qemu::boot_with_memory(&k.vmlinuz, &initrd, &append.join(" "), timeout, &label, vmtest::MEMORY_MIB) {
             Ok(boot) => {
                 let got: Vec<Summary> = boot
                     .bench
@@ -172,13 +179,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_bench_init_runs_the_bench_instead_of_the_suite() {
-        let out = std::env::temp_dir().join(format!("monitor-bench-init-{}", std::process::id()));
-        bench_init(&root(), &out).expect("tests/vm/init runs /bin/vm-suite on a line of its own");
-        let text = std::fs::read_to_string(&out).expect("written");
-        let _ = std::fs::remove_file(&out);
-        assert!(text.lines().any(|l| l.trim() == "/bin/vm-suite bench-reaction"), "{text}");
-        assert!(!text.lines().any(|l| l.trim() == "/bin/vm-suite"), "{text}");
-        assert!(text.contains("@@RC=$rc@@"), "the marker stays: {text}");
+    fn the_init_runs_the_suite_with_the_bench_s_arguments() {
+        let init = std::fs::read_to_string(root().join("tests/vm/init")).expect("tests/vm/init");
+        assert!(init.lines().any(|l| l.trim_start().starts_with("/usr/local/bin/vm-suite $VM_SUITE_ARGS")), "{init}");
+        assert!(init.contains("@@RC=$rc@@"), "the marker stays: {init}");
     }
 }

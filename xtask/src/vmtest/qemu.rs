@@ -39,6 +39,11 @@ pub struct Boot {
     pub summary: Option<String>,
     /// Console lines carrying `@@BENCH ` (a benchmark's results), from that marker on.
     pub bench: Vec<String>,
+    /// The test harness's own closing lines (`test result: ok. N passed; M failed; …`), each after the
+    /// `host-tests: <binary>` line that named its binary: `<binary>: test result: …`.
+    pub results: Vec<String>,
+    /// The tests' `skipping <test>: <reason>` lines.
+    pub skips: Vec<String>,
     pub elapsed: Duration,
 }
 
@@ -54,14 +59,9 @@ pub fn boot_again_if_silent(label: &str, boot: impl Fn() -> Result<Boot>) -> Res
     })
 }
 
-/// Boots `kernel` with `initrd` and the extra kernel command-line words, echoing the console with `label`, until
-/// the marker appears (then waits briefly for the power-off) or `timeout` passes (then fails with the console's
-/// tail).
-pub fn boot(kernel: &Path, initrd: &Path, extra_append: &str, timeout: Duration, label: &str) -> Result<Boot> {
-    boot_with_memory(kernel, initrd, extra_append, timeout, label, 1024)
-}
-
-/// [`boot`] with `memory_mib` of guest memory (a whole root filesystem as the initramfs needs more than 1 GiB).
+/// Boots `kernel` with `initrd`, `memory_mib` of guest memory and the extra kernel command-line words, echoing the
+/// console with `label`, until the marker appears (then waits briefly for the power-off) or `timeout` passes (then
+/// fails with the console's tail).
 pub fn boot_with_memory(
     kernel: &Path,
     initrd: &Path,
@@ -110,6 +110,7 @@ pub fn boot_with_memory(
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL);
     let mut summary = None;
     let mut bench = Vec::new();
+    let (mut results, mut skips, mut binary) = (Vec::new(), Vec::new(), String::new());
     let outcome = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
@@ -117,6 +118,15 @@ pub fn boot_with_memory(
                 println!("[{label}] {line}");
                 if line.contains(" passed, ") && line.contains(" failed") {
                     summary = Some(line.trim().to_string());
+                }
+                if let Some(name) = line.trim().strip_prefix("host-tests: ") {
+                    binary = name.to_string();
+                }
+                if let Some(at) = line.find("test result: ") {
+                    results.push(format!("{binary}: {}", line[at..].trim_end()));
+                }
+                if let Some(at) = line.find("skipping ") {
+                    skips.push(line[at..].trim_end().to_string());
                 }
                 if let Some(at) = line.find("@@BENCH ") {
                     bench.push(line[at..].trim_end().to_string());
@@ -143,7 +153,7 @@ pub fn boot_with_memory(
         Ok(rc) => {
             // The init powers off right after the marker; don't wait long for it.
             stop(&mut child, Duration::from_secs(15));
-            Ok(Boot { rc, summary, bench, elapsed })
+            Ok(Boot { rc, summary, bench, results, skips, elapsed })
         }
         Err(why) => {
             stop(&mut child, Duration::ZERO);

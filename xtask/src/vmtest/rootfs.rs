@@ -1,4 +1,4 @@
-//! The systemd VM's root filesystem: a Debian bookworm minbase with systemd, built by mmdebstrap from this
+//! The VMs' root filesystem: a Debian bookworm minbase with systemd, built by mmdebstrap from this
 //! machine's own apt sources and packed as a gzip'd newc cpio the kernel unpacks as its initramfs. Built once per
 //! package list and kept beside the kernels (`<cache>/rootfs-<key>.cpio.gz`), so fresh clones (CI) reuse it.
 
@@ -11,9 +11,11 @@ use std::process::Command;
 /// The Debian release of the guest: the same as this host's, so the host-built (glibc) binaries run in it.
 pub const SUITE: &str = "bookworm";
 
-/// What the guest needs beyond minbase: systemd as PID 1 (systemd-sysv) with D-Bus, curl for the requests,
-/// python3 to read the API's JSON and the stats database, bpftool to list BPF programs, procps for ps.
-pub const PACKAGES: [&str; 7] = ["systemd", "systemd-sysv", "dbus", "curl", "python3", "bpftool", "procps"];
+/// What the guests need beyond minbase: systemd as PID 1 (systemd-sysv) with D-Bus, curl for the requests,
+/// python3 to read the API's JSON and the stats database (and the host tests' python servers), bpftool to list BPF
+/// programs, procps for ps; wrk and openssl for the host tests the kernel VM runs again on v2.
+pub const PACKAGES: [&str; 9] =
+    ["systemd", "systemd-sysv", "dbus", "curl", "python3", "bpftool", "procps", "wrk", "openssl"];
 
 /// Trees removed from the image: documentation, manuals and translations nobody reads in the VM (about 60 MB
 /// of the 254 MB), kept small because TCG unpacks every byte at each boot.

@@ -35,16 +35,16 @@ pub fn run(deb: Option<PathBuf>, timeout: Duration) -> Result<()> {
     ensure_mmdebstrap()?;
 
     let t = Instant::now();
+    crate::setup::run().context("the package carries the eBPF object")?;
+    // The release monitor and the fixtures, shared with the kernel VMs' image.
+    image::build_binaries(&root, &target)?;
     let deb = match deb {
         Some(d) => d,
         None => {
             crate::dist::ensure_cargo_deb()?;
-            crate::setup::run().context("the package carries the eBPF object")?;
-            crate::build::run()?;
             crate::dist::package(&root, &target)?
         }
     };
-    build_fixtures(&root)?;
     let build_s = t.elapsed().as_secs_f64();
 
     let cache = kernel::cache_dir(&target);
@@ -57,7 +57,7 @@ pub fn run(deb: Option<PathBuf>, timeout: Duration) -> Result<()> {
     let overlay = work.join("overlay.cpio.gz");
     build_overlay(&root, &target, &deb, &work.join("overlay"), &overlay)?;
     let initrd = work.join("initrd.gz");
-    concat(&[&base, &overlay], &initrd)?;
+    image::concat(&[&base, &overlay], &initrd)?;
 
     let boot = qemu::boot_again_if_silent("systemd", || {
         qemu::boot_with_memory(&kernel.vmlinuz, &initrd, APPEND, timeout, "systemd", MEMORY_MIB)
@@ -76,7 +76,7 @@ pub fn run(deb: Option<PathBuf>, timeout: Duration) -> Result<()> {
 }
 
 /// mmdebstrap builds the root filesystem: installed when missing.
-fn ensure_mmdebstrap() -> Result<()> {
+pub(crate) fn ensure_mmdebstrap() -> Result<()> {
     if Command::new("mmdebstrap").arg("--version").output().is_ok_and(|o| o.status.success()) {
         return Ok(());
     }
@@ -96,18 +96,6 @@ fn ensure_mmdebstrap() -> Result<()> {
         sh(Command::new("apt-get").args(["update", "-qq"]))?;
         install()
     })
-}
-
-fn build_fixtures(root: &Path) -> Result<()> {
-    let mut cmd = Command::new("cargo");
-    // The environment of `cargo xtask build`: monitor-tests depends on monitor, whose build script reruns when
-    // these change, so any other would rebuild the release monitor here and again at the next `build`.
-    cmd.current_dir(root).env("MONITOR_EBPF_REQUIRED", "1").env_remove("AYA_BUILD_SKIP");
-    cmd.args(["build", "--release", "-p", "monitor-tests"]);
-    for f in FIXTURES {
-        cmd.args(["--bin", f]);
-    }
-    sh(&mut cmd)
 }
 
 /// The second archive, unpacked over the root filesystem: the package in /root, the fixtures in /usr/local/bin,
@@ -153,15 +141,5 @@ fn build_overlay(root: &Path, target: &Path, deb: &Path, staging: &Path, out: &P
 fn copy_mode(from: &Path, to: &Path, mode: u32) -> Result<()> {
     fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     fs::set_permissions(to, fs::Permissions::from_mode(mode))?;
-    Ok(())
-}
-
-/// Concatenated gzip'd cpio archives: the kernel unpacks each in turn, the later over the earlier.
-fn concat(parts: &[&Path], out: &Path) -> Result<()> {
-    let mut file = fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
-    for p in parts {
-        let mut f = fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
-        std::io::copy(&mut f, &mut file).with_context(|| format!("appending {}", p.display()))?;
-    }
     Ok(())
 }

@@ -1,7 +1,7 @@
-//! Reacting before the kernel's OOM killer on real cgroup v2 groups: a grower at full speed signalled before the
-//! limit, run after run; the memory brake set on `memory.high` and put back after SIGTERM and after SIGKILL (by
-//! the next agent); a grower that ignores the signal counted as an OOM kill; and the reaction still coming with
-//! each kernel wake-up source disarmed.
+//! Reacting before the kernel's OOM killer with what only cgroup v2 has: the memory brake set on `memory.high` and
+//! put back after SIGTERM and after SIGKILL (by the next agent), and the reaction still coming with each of v2's
+//! wake-up sources (`memory.events`, PSI) disarmed. The full-speed grower, the stubborn one and the OOM count run
+//! on v2 as the host's own tests (tests/tests/reaction, tests/tests/agent/oom_kills.rs).
 
 use crate::support::*;
 use monitor_tests::agent::free_port;
@@ -12,14 +12,11 @@ use monitor_tests::{wait_until, Agent, Hog, MIB};
 use serde_json::Value;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 /// The group of the grower tests.
 const LIMIT: u64 = 512 * MIB;
-/// Runs of the full-speed grower; every one must be signalled before the limit.
-const RUNS: usize = 20;
 /// How long one grower may run before it counts as hung (it grows for seconds at most, even emulated).
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -95,39 +92,6 @@ fn assert_signalled_not_killed(cg: &CgroupV2, out: &Run, what: &str) {
     assert_eq!(cg.oom_kills(), 0, "{what}: memory.events: {events}");
 }
 
-/// A 512 MiB group with two 40 MiB bystanders, the agent with its defaults and `abort_signal = "SIGUSR2"`, and a
-/// grower at full speed up to 700 MiB: in every run the grower is signalled (it frees everything and exits 0)
-/// and the kernel kills nothing.
-pub fn fast_grower_signalled_before_the_limit() {
-    let cg = CgroupV2::create("fast", Some(LIMIT));
-    let bystanders: Vec<Hog> = (0..2).map(|_| Hog::spawn(hog_bin(), cg.path(), 40, false)).collect();
-    let agent = agent_with(&cg, "fast", abort());
-    let s = wait_usage_matches(&agent, &bystanders);
-    println!("armed wake-ups: {}, next sample in {} ms", s["group"]["wakeups"], s["group"]["next_sample_ms"]);
-    let mut lags = Vec::new();
-    for run in 1..=RUNS {
-        let base = cg.stat("anon").unwrap_or(0);
-        let out = grow(&cg, &["--max-mib", "700"]);
-        assert_signalled_not_killed(&cg, &out, &format!("run {run} of {RUNS}"));
-        // From the chunk that crossed 92% to the signal (0: signalled before the line).
-        let lag = out.timing(base, LIMIT * 92 / 100).map(|t| t.latency_ns as f64 / 1e6);
-        println!(
-            "run {run}: {:.0} MiB/s, signalled at {} MiB held ({} MiB in the group before), 92% to signal {}",
-            out.rate_mib_s(),
-            out.peak_bytes() / MIB,
-            base / MIB,
-            lag.map_or("-".into(), |l| format!("{l:.1} ms"))
-        );
-        lags.extend(lag);
-        // Back to normal before the next run, so each one starts from the same place.
-        agent.wait_for(|s| state(s) == Some("normal"), SETTLE);
-    }
-    lags.sort_by(f64::total_cmp);
-    if let (Some(first), Some(mid), Some(last)) = (lags.first(), lags.get(lags.len() / 2), lags.last()) {
-        println!("92% to signal, {} runs: min {first:.1} ms, median {mid:.1} ms, max {last:.1} ms", lags.len());
-    }
-}
-
 /// The record the brake keeps on the group's directory (`user.monitor.brake`), if any.
 fn brake_record(cg: &CgroupV2) -> Option<String> {
     let path = CString::new(cg.path().as_os_str().as_bytes()).unwrap_or_default();
@@ -198,36 +162,6 @@ pub fn brake_set_and_restored() {
     let s = agent.status();
     assert!(s["group"]["brake"].is_null(), "no brake configured, yet group.brake: {s:#}");
     assert_eq!(cg.read("memory.max").trim(), LIMIT.to_string(), "memory.max touched");
-}
-
-/// With the last resort off, a grower that ignores the abort signal in a 256 MiB group is killed by the kernel at
-/// the limit; the agent's `group.oom_kills` goes from 0 to 1.
-pub fn grower_ignoring_the_signal_is_counted() {
-    let cg = CgroupV2::create("oom", Some(256 * MIB));
-    let agent = agent_with(&cg, "oom", abort().set("policy", "kill", false));
-    agent.wait_for(|s| s.pointer("/group/oom_kills").and_then(Value::as_u64) == Some(0), SETTLE);
-    let out = grow(&cg, &["--max-mib", "400", "--ignore-signal"]);
-    let events = cg.read("memory.events");
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "grower ended with {}; memory.events: {events}", out.status);
-    assert_eq!(cg.oom_kills(), 1, "memory.events: {events}");
-    let s = agent.wait_for(|s| s.pointer("/group/oom_kills").and_then(Value::as_u64) == Some(1), SETTLE);
-    assert!(s.pointer("/group/error").is_none_or(Value::is_null), "{s:#}");
-}
-
-/// With the last resort on (the default), the same grower is killed by the agent at kill_at, before the kernel's
-/// OOM killer: `memory.events` `oom_kill` stays 0 and the status names the kill.
-pub fn grower_ignoring_the_signal_is_killed_by_the_agent() {
-    let cg = CgroupV2::create("last-resort", Some(256 * MIB));
-    let agent = agent_with(&cg, "last-resort", abort());
-    agent.wait_for(|s| s.pointer("/group/oom_kills").and_then(Value::as_u64) == Some(0), SETTLE);
-    let out = grow(&cg, &["--max-mib", "400", "--ignore-signal"]);
-    let events = cg.read("memory.events");
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "grower ended with {}; memory.events: {events}", out.status);
-    assert_eq!(cg.oom_kills(), 0, "the kernel's OOM killer acted: memory.events: {events}");
-    let s = agent.wait_for(|s| s["kills"].as_array().is_some_and(|k| !k.is_empty()), SETTLE);
-    let kill = &s["kills"][0];
-    assert_eq!((kill["enforced"].as_bool(), kill["error"].is_null()), (Some(true), true), "{kill}");
-    println!("killed by the agent at ratio {} ({}), oom_kill 0", kill["ratio"], kill["why"]);
 }
 
 /// With `events` off, `pressure` off, and both off (`wakeups = []`), a grower at 100 MiB/s in a 256 MiB group is

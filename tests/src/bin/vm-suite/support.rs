@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use monitor_tests::status::{close, f64_at, mem_total, process, state, str_at, u64_at};
+pub use monitor_tests::status::{close, f64_at, mem_total, process, str_at, u64_at};
 
 /// How long the agent (sampling every 50 ms) may take to show a change; generous, as the VM runs emulated.
 pub const SETTLE: Duration = Duration::from_secs(20);
