@@ -18,6 +18,9 @@ pub struct Args {
     /// Seconds per target.
     #[arg(long, default_value_t = 20)]
     seconds: u64,
+    /// Install cargo-fuzz when missing and build every target, and stop (what CI runs beside its first build).
+    #[arg(long)]
+    build_only: bool,
     /// Only these targets (default: all).
     targets: Vec<String>,
 }
@@ -56,6 +59,10 @@ pub fn run(args: Args) -> Result<()> {
     };
     // One build for every target, then each run from its corpus.
     sh(Command::new("cargo").current_dir(&root).args(["+nightly", "fuzz", "build", "--fuzz-dir", "fuzz"]))?;
+    if args.build_only {
+        eprintln!("fuzz: {} targets built", all.len());
+        return Ok(());
+    }
     for t in &chosen {
         let seeds = root.join("fuzz/corpus").join(t);
         let found = crate::util::target_dir().join("fuzz-corpus").join(t);

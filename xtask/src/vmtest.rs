@@ -36,8 +36,8 @@ pub struct Args {
     /// scenario of tests/vm/systemd/ (Debian 6.1 kernel).
     #[arg(long)]
     systemd: bool,
-    /// Only fetch the kernels and build the root filesystem into the cache, and stop: what CI runs beside its
-    /// first stage's build, as it needs the network and the disk more than the CPU.
+    /// Only get everything ready and stop: the kernels and the root filesystem into the cache, the release binaries
+    /// the guests and the package are made of, and cargo-deb (what CI runs at low priority beside its tests).
     #[arg(long, conflicts_with = "systemd")]
     prepare: bool,
     /// With --systemd: install this .deb instead of building one with `cargo xtask dist`.
@@ -104,8 +104,11 @@ pub fn run(args: Args) -> Result<()> {
         for s in series {
             kernel::ensure(s, &cache)?;
         }
+        crate::setup::run().context("the agent's eBPF object is part of the suite")?;
+        image::build_binaries(&root, &target)?;
+        crate::dist::ensure_cargo_deb()?;
         eprintln!(
-            "vmtest: kernels and root filesystem ready in {:.1} s (cache {})",
+            "vmtest: kernels, root filesystem, release binaries and cargo-deb ready in {:.1} s (cache {})",
             started.elapsed().as_secs_f64(),
             cache.display()
         );

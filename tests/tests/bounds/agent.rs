@@ -183,11 +183,13 @@ fn sixty_four_clients_on_the_home_page_stay_under_the_memory_ceiling() {
     );
     assert!(failed.is_empty(), "every /healthz within {deadline:?}: {failed:?}");
     assert!(
-        slow.len() * 50 <= probed * SLOW_PER_FIFTY,
+        slow.len() * 50 <= probed.max(50) * SLOW_PER_FIFTY,
         "all but {SLOW_PER_FIFTY} /healthz in 50 within {prompt:?}: {} of {probed} were slower: {slow:?}",
         slow.len()
     );
-    assert!(probed >= 50, "probed all along ({probed})");
+    // A probe every 100 ms and its answer: fewer under a slowdown, where each answer takes longer.
+    let probes_due = 50 / monitor_tests::pace::slowdown() as usize;
+    assert!(probed >= probes_due, "probed all along ({probed})");
     assert!(ok >= 10, "pages were served ({ok})");
     assert!(peak < RSS_CEILING_MB, "peak RSS {peak:.1} MB, ceiling {RSS_CEILING_MB} MB");
     drop(agent);

@@ -87,12 +87,16 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
     };
     let run = Run::start("run-burst", &spec);
     let kills = run.cg.oom_count();
+    // Each request holds its 200 MiB for 3 s: longer under a slowdown (the emulated VM, where allocating them takes
+    // seconds), so that they are all held at once there too.
+    let slow = monitor_tests::pace::slowdown();
+    let path = format!("/r4/x?alloc_mib=200&sleep_ms={}", 3000 * slow);
     let clients: Vec<_> = (0..10)
         .map(|i| {
-            let proxy = run.proxy;
+            let (proxy, path) = (run.proxy, path.clone());
             std::thread::sleep(Duration::from_millis(if i == 0 { 0 } else { 20 }));
             std::thread::spawn(move || {
-                http::request(proxy, "GET", "/r4/x?alloc_mib=200&sleep_ms=3000", &[], Duration::from_secs(30))
+                http::request(proxy, "GET", &path, &[], monitor_tests::pace::scaled(Duration::from_secs(30)))
             })
         })
         .collect();
