@@ -13,7 +13,7 @@
 //! `BENCH_REACTION_VM_RUNS`, `_VM_IDLE_S`, `_VM_MODES` and `_VM_SPEEDS` set the VM's cells apart from the host's
 //! (emulated, each run there takes some ten times as long).
 
-use crate::util::{root, run as sh};
+use crate::util::root;
 use crate::vmtest::{self, image, kernel, qemu, rootfs};
 use anyhow::{bail, Context, Result};
 use monitor_tests::reaction::{self, Bins, Hierarchy, Plan, Summary};
@@ -29,10 +29,10 @@ pub fn run() -> Result<()> {
     let vm_kernels = vm_kernels()?;
     let root = root();
     let target = crate::util::target_dir();
-    sh(Command::new("cargo")
-        .current_dir(&root)
-        .args(["build", "--release", "-p", "monitor", "--bin", "monitor"])
-        .args(["-p", "monitor-tests", "--bin", "alloc-hog", "--bin", "grower"]))?;
+    // The release binaries the test VM and the package are made of, built as they are (the same invocations, so
+    // neither rebuilds the other's).
+    crate::setup::run().context("the agent carries its eBPF object")?;
+    image::build_binaries(&root, &target)?;
     let build = build_id(&root);
     let bins = Bins::in_dir(&target.join("release")).map_err(anyhow::Error::msg)?;
     let work = monitor_tests::temp_dir("bench-reaction");
