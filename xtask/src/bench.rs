@@ -2,7 +2,7 @@
 //! baseline measured in the same run.
 //!
 //! - `all`: every benchmark below, one after the other, and docs/benchmarks.md written from what they printed
-//!   (bench/all.rs; `--quick` for fewer rounds and only the brake's VM cells, `--skip a,b` to leave some out, `--only a,b` to run some
+//!   (bench/all.rs; `--quick` for fewer rounds and no VM, `--skip a,b` to leave some out, `--only a,b` to run some
 //!   again and keep the rest, `--rewrite` to write the page again from the last run's output).
 //! - `sampler`: one full sample of a 16-process group against the raw pread of the same files (criterion), then the
 //!   cost of one pread of each file a sample reads.
@@ -48,8 +48,7 @@ pub struct Args {
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
-    /// all: fewer rounds and shorter runs, of the test VM only the brake's cells on 6.12 (each benchmark's knobs are
-    /// written on the page).
+    /// all: fewer rounds and shorter runs, no test VM (each benchmark's knobs are written on the page).
     #[arg(long)]
     quick: bool,
     /// all: benchmarks to leave out, comma-separated.

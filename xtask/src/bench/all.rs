@@ -353,8 +353,8 @@ impl Head {
             "no memory cgroup it can create"
         };
         let mut options = if quick {
-            "`cargo xtask bench all --quick`: fewer rounds and shorter runs than the defaults, and of the VM only the \
-             brake's cells on 6.12 (each benchmark's command below says what it ran with)"
+            "`cargo xtask bench all --quick`: fewer rounds and shorter runs than the defaults, and no VM (each \
+             benchmark's command below says what it ran with)"
                 .to_string()
         } else {
             "`cargo xtask bench all`: each benchmark as its command below says".to_string()
