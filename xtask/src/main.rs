@@ -47,6 +47,7 @@ enum Task {
 }
 
 fn main() -> Result<()> {
+    forget_cargo_run_env();
     match Cli::parse().task {
         Task::Setup(a) => setup::task(a),
         Task::Build => build::run(),
@@ -57,5 +58,24 @@ fn main() -> Result<()> {
         Task::Vmtest(a) => vmtest::run(a),
         Task::Fuzz(a) => fuzz::run(a),
         Task::Man(a) => man::run(a),
+    }
+}
+
+/// Drops the variables `cargo run` (and so `cargo xtask`) sets for this binary, before any cargo is spawned from it.
+///
+/// Cargo checks a build script's `rerun-if-env-changed` against its own environment, and some build scripts name
+/// variables that `cargo run` sets: ring's names `CARGO_PKG_NAME` and `CARGO_MANIFEST_DIR`. A cargo spawned by
+/// `cargo xtask …` would then see `xtask`'s values, one spawned by `target/debug/xtask …` (as CI's background job
+/// does) or by hand none, and each would rebuild ring and everything above it that the other had built: over five
+/// minutes of a release build, once for the release binaries and once for the fuzz targets.
+fn forget_cargo_run_env() {
+    const SET_BY_CARGO_RUN: [&str; 4] =
+        ["CARGO_CRATE_NAME", "CARGO_BIN_NAME", "CARGO_PRIMARY_PACKAGE", "CARGO_RUSTC_CURRENT_DIR"];
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_MANIFEST_") || SET_BY_CARGO_RUN.contains(&name) {
+            // Single-threaded here: nothing else reads the environment yet.
+            std::env::remove_var(name);
+        }
     }
 }
