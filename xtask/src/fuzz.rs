@@ -4,9 +4,9 @@
 //! they share, and the action POSTs' proof) for N seconds each (default 20), on the nightly toolchain, each from its
 //! seed corpus kept in the tree (fuzz/corpus/<target>/, seeded from tests/fixtures and from what the code itself
 //! produces) and the inputs earlier runs found (target/fuzz-corpus/<target>/, where a run adds what it finds: the tree
-//! keeps only chosen inputs). The targets are the `[[bin]]`s of fuzz/Cargo.toml, as `cargo fuzz list` gives them:
-//! adding one there is all it takes for this task and CI to run it. Installs cargo-fuzz when it is missing. A crash
-//! fails the task and leaves its input in fuzz/artifacts/<target>/.
+//! keeps only chosen inputs). `--jobs N` runs N targets at once, one core each. The targets are the `[[bin]]`s of
+//! fuzz/Cargo.toml, as `cargo fuzz list` gives them: adding one there is all it takes for this task and CI to run it.
+//! Installs cargo-fuzz when it is missing. A crash fails the task and leaves its input in fuzz/artifacts/<target>/.
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -21,6 +21,10 @@ pub struct Args {
     /// Install cargo-fuzz when missing and build every target, and stop (what CI runs beside its first build).
     #[arg(long)]
     build_only: bool,
+    /// Targets run at once, each its own libFuzzer process on one core (CI runs two: its two cores). With more than
+    /// one, each target's output goes to target/fuzz-logs/<target>.log and its final lines are printed as it ends.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
     /// Only these targets (default: all).
     targets: Vec<String>,
 }
@@ -63,24 +67,81 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("fuzz: {} targets built", all.len());
         return Ok(());
     }
-    for t in &chosen {
-        let seeds = root.join("fuzz/corpus").join(t);
-        let found = crate::util::target_dir().join("fuzz-corpus").join(t);
-        std::fs::create_dir_all(&seeds)?;
-        std::fs::create_dir_all(&found)?;
-        eprintln!("fuzz: {t} for {} s", args.seconds);
-        // libFuzzer writes new inputs into the first corpus directory and reads the others.
-        let mut cmd = Command::new("cargo");
-        cmd.current_dir(&root).args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", t]).arg(&found).arg(&seeds);
-        sh(cmd.args([
-            "--",
-            &format!("-max_total_time={}", args.seconds),
-            "-rss_limit_mb=2048",
-            "-max_len=65536",
-            "-print_final_stats=1",
-        ]))?;
+    let jobs = args.jobs.max(1);
+    if jobs == 1 {
+        for t in &chosen {
+            eprintln!("fuzz: {t} for {} s", args.seconds);
+            sh(&mut fuzz_run(&root, t, args.seconds)?)?;
+        }
+    } else {
+        run_in_parallel(&root, &chosen, args.seconds, jobs)?;
     }
     eprintln!("fuzz: {} targets, {} s each: no crash", chosen.len(), args.seconds);
+    Ok(())
+}
+
+/// `cargo fuzz run` of one target for `seconds`, from the inputs earlier runs found and its seed corpus.
+fn fuzz_run(root: &Path, target: &str, seconds: u64) -> Result<Command> {
+    let seeds = root.join("fuzz/corpus").join(target);
+    let found = crate::util::target_dir().join("fuzz-corpus").join(target);
+    std::fs::create_dir_all(&seeds)?;
+    std::fs::create_dir_all(&found)?;
+    // libFuzzer writes new inputs into the first corpus directory and reads the others.
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(root).args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", target]).arg(&found).arg(&seeds);
+    cmd.args([
+        "--",
+        &format!("-max_total_time={seconds}"),
+        "-rss_limit_mb=2048",
+        "-max_len=65536",
+        "-print_final_stats=1",
+    ]);
+    Ok(cmd)
+}
+
+/// Runs the targets `jobs` at a time, each one's output in target/fuzz-logs/<target>.log. As each ends its last lines
+/// (libFuzzer's final stats) are printed, or on a failure the last 80, with the log's path; every target runs even
+/// after one fails, and the task then fails naming them.
+fn run_in_parallel(root: &Path, chosen: &[&str], seconds: u64, jobs: usize) -> Result<()> {
+    let logs = crate::util::target_dir().join("fuzz-logs");
+    std::fs::create_dir_all(&logs)?;
+    let mut waiting = chosen.iter().rev().copied().collect::<Vec<_>>();
+    let mut running: Vec<(&str, std::path::PathBuf, std::process::Child)> = Vec::new();
+    let mut failed = Vec::new();
+    while !waiting.is_empty() || !running.is_empty() {
+        while running.len() < jobs {
+            let Some(t) = waiting.pop() else { break };
+            let log = logs.join(format!("{t}.log"));
+            let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+            let mut cmd = fuzz_run(root, t, seconds)?;
+            cmd.stdout(file.try_clone()?).stderr(file);
+            eprintln!("fuzz: {t} for {} s (output in {})", seconds, log.display());
+            let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+            running.push((t, log, child));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut i = 0;
+        while i < running.len() {
+            let Some(status) = running[i].2.try_wait()? else {
+                i += 1;
+                continue;
+            };
+            let (t, log, _) = running.swap_remove(i);
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = if status.success() { 8 } else { 80 };
+            eprintln!("fuzz: {t} ended ({status}); the last lines of {}:", log.display());
+            for l in &lines[lines.len().saturating_sub(tail)..] {
+                eprintln!("  {l}");
+            }
+            if !status.success() {
+                failed.push(t);
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("fuzz: {} failed (a crash leaves its input in fuzz/artifacts/<target>/)", failed.join(", "));
+    }
     Ok(())
 }
 
