@@ -13,7 +13,8 @@
 //! Mode `stubborn` runs the uncooperative grower (`--ignore-all`: every signal it can ignore is ignored) under the
 //! default policy: only the agent's last resort, a SIGKILL at `kill_at`, stops it before the kernel does. Its
 //! stamps, printed as it grows, give when the group crossed `kill_at`; its output closing (after its exit freed its
-//! memory) gives its death.
+//! memory) gives its death. On v2, mode `brake-kill` adds `brake_at = 0.96`, so `memory.high` slows that grower from
+//! 96% until the SIGKILL at 97%, and mode `held` turns the last resort off: the brake alone, watched for [`HOLD`].
 
 mod grower;
 mod run;
@@ -45,6 +46,8 @@ pub const GROWER_MAX_MIB: u64 = 700;
 /// The goals printed beside the figures.
 pub const GOAL_P99_MS: f64 = 20.0;
 pub const GOAL_IDLE_PCT: f64 = 0.5;
+/// Mode `held`: the brake slows the grower above its line at least this many times.
+pub const GOAL_BRAKE_SLOWDOWN: f64 = 10.0;
 
 /// The brake's line (`brake_at` of modes `brake` and `held`: `memory.high`), as a fraction of the limit.
 pub const BRAKE_AT: f64 = 0.96;
@@ -79,13 +82,17 @@ pub enum Mode {
     Brake,
     /// The defaults, and a grower that ignores every signal: only the agent's SIGKILL stops it.
     Stubborn,
+    /// The defaults plus `brake_at = 0.96`, and a grower that ignores every signal: `memory.high` slows it from 96%,
+    /// the agent's SIGKILL at 97% stops it (cgroup v2 only).
+    BrakeKill,
     /// The defaults plus `brake_at = 0.96`, the last resort off (`kill = false`), and a grower that ignores every
-    /// signal: only `memory.high` holds it (cgroup v2 only). Watched for [`HOLD`], then ended by the bench.
+    /// signal: only `memory.high` slows it (cgroup v2 only). Watched for [`HOLD`], then ended by the bench if the
+    /// kernel has not ended it first.
     Held,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 5] = [Mode::Timer, Mode::Events, Mode::Brake, Mode::Stubborn, Mode::Held];
+    pub const ALL: [Mode; 6] = [Mode::Timer, Mode::Events, Mode::Brake, Mode::Stubborn, Mode::BrakeKill, Mode::Held];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -93,6 +100,7 @@ impl Mode {
             Mode::Events => "events",
             Mode::Brake => "brake",
             Mode::Stubborn => "stubborn",
+            Mode::BrakeKill => "brake-kill",
             Mode::Held => "held",
         }
     }
@@ -108,13 +116,24 @@ impl Mode {
             Mode::Events => "events + pacing (defaults)",
             Mode::Brake => "events + pacing + brake_at 0.96",
             Mode::Stubborn => "events + pacing (defaults), grower ignores every signal",
+            Mode::BrakeKill => "events + pacing + brake_at 0.96, grower ignores every signal",
             Mode::Held => "events + pacing + brake_at 0.96, kill off, grower ignores every signal",
         }
     }
 
     /// True when the mode needs cgroup v2 (`memory.high`).
     pub fn needs_v2(self) -> bool {
-        matches!(self, Mode::Brake | Mode::Held)
+        matches!(self, Mode::Brake | Mode::BrakeKill | Mode::Held)
+    }
+
+    /// True when the grower ignores every signal it can (`grower --ignore-all`).
+    pub fn stubborn_grower(self) -> bool {
+        matches!(self, Mode::Stubborn | Mode::BrakeKill | Mode::Held)
+    }
+
+    /// True when the cell is the last resort's: the agent's SIGKILL at kill_at is what should stop the grower.
+    pub fn last_resort(self) -> bool {
+        matches!(self, Mode::Stubborn | Mode::BrakeKill)
     }
 
     /// The agent's config file for this mode.
@@ -126,7 +145,7 @@ impl Mode {
                 .set("policy", "wakeups", strings::<&str>([]))
                 .set("policy", "pacing", false),
             Mode::Events | Mode::Stubborn => config,
-            Mode::Brake => config.set("policy", "brake_at", BRAKE_AT),
+            Mode::Brake | Mode::BrakeKill => config.set("policy", "brake_at", BRAKE_AT),
             Mode::Held => config.set("policy", "brake_at", BRAKE_AT).set("policy", "kill", false),
         };
         config.render()
@@ -365,7 +384,11 @@ mod tests {
         assert_eq!(Mode::from_name("stubborn"), Some(Mode::Stubborn));
         assert!(!Mode::Stubborn.needs_v2());
         assert_eq!(Mode::from_name("held"), Some(Mode::Held));
-        assert!(Mode::Held.needs_v2() && Mode::Brake.needs_v2());
+        assert!(Mode::Held.needs_v2() && Mode::Brake.needs_v2() && Mode::BrakeKill.needs_v2());
+        assert_eq!(Mode::from_name("brake-kill"), Some(Mode::BrakeKill));
+        let brake_kill = Mode::BrakeKill.config();
+        assert!(brake_kill.contains("brake_at = 0.96") && !brake_kill.contains("kill = false"), "{brake_kill}");
+        assert!(Mode::BrakeKill.last_resort() && Mode::Stubborn.last_resort() && !Mode::Held.last_resort());
         let held = Mode::Held.config();
         assert!(held.contains("brake_at = 0.96") && held.contains("kill = false"), "{held}");
         assert_eq!(brake_line_bytes(), 515_396_076);

@@ -340,7 +340,7 @@ pub fn run_once(
     let bystanders: Vec<Hog> =
         BYSTANDERS_MIB.iter().map(|&mib| Hog::spawn(&bins.alloc_hog, group.path(), mib, false)).collect();
     let mut grower = match mode {
-        Mode::Stubborn | Mode::Held => Grower::spawn_stubborn(&bins.grower, group.path(), speed, GROWER_MAX_MIB)?,
+        m if m.stubborn_grower() => Grower::spawn_stubborn(&bins.grower, group.path(), speed, GROWER_MAX_MIB)?,
         _ => Grower::spawn(&bins.grower, group.path(), speed)?,
     };
     let grower_pid = grower.child.pid();

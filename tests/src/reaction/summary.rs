@@ -4,7 +4,7 @@
 use crate::MIB;
 use serde_json::{json, Value};
 
-use super::{HoldTiming, Idle, KillTiming, Mode, Run, Speed, Timing, GOAL_IDLE_PCT, GOAL_P99_MS};
+use super::{HoldTiming, Idle, KillTiming, Mode, Run, Speed, Timing, GOAL_BRAKE_SLOWDOWN, GOAL_IDLE_PCT, GOAL_P99_MS};
 
 /// One cell's figures: what the bench prints and the VM sends to the host (as JSON).
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +71,7 @@ impl Summary {
         let kills: Vec<KillTiming> = runs.iter().filter_map(Run::kill_timing).collect();
         let kill_ms: Vec<f64> = kills.iter().map(|t| t.latency_ns as f64 / 1e6).collect();
         let sigkill_ms: Vec<f64> = runs.iter().filter_map(Run::sigkill_latency_ns).map(|ns| ns as f64 / 1e6).collect();
-        if mode == Mode::Stubborn {
+        if mode.last_resort() {
             rates = kills.iter().filter_map(|t| t.rate_bytes_s).map(|r| r / 1e6).collect();
         }
         let holds: Vec<HoldTiming> = runs.iter().filter_map(Run::hold_timing).collect();
@@ -110,21 +110,30 @@ impl Summary {
         }
     }
 
+    /// Mode `held`: the grower's speed before the brake's line over its speed above it.
+    pub fn slowed_by(&self) -> Option<f64> {
+        match (self.rate_before_mb_s, self.rate_above_mb_s) {
+            (Some(b), Some(a)) if a > 0.0 => Some(b / a),
+            _ => None,
+        }
+    }
+
     /// The goals this cell misses: `OOM` (not 0 kills with the agent first in every run), `p99` (> 20 ms),
     /// `idle` (>= 0.5% of a core).
     pub fn missed(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
         if self.mode == Mode::Held {
-            // memory.high holds the grower the whole window, the kernel kills nobody, the bystanders stay.
-            if self.oom_kills > 0 || self.held_to_end < self.runs || self.errors > 0 || self.runs == 0 {
-                out.push("OOM");
+            // memory.high slows the grower at least GOAL_BRAKE_SLOWDOWN times above its line, the bystanders stay.
+            // Nothing else stops the grower here, so the kernel's OOM kill at the limit is expected, not missed.
+            if self.slowed_by().is_none_or(|x| x < GOAL_BRAKE_SLOWDOWN) || self.errors > 0 || self.runs == 0 {
+                out.push("brake");
             }
             if self.bystanders_lost > 0 {
                 out.push("bystanders");
             }
             return out;
         }
-        if self.mode == Mode::Stubborn {
+        if self.mode.last_resort() {
             // The agent's SIGKILL ends the grower in every run, the kernel kills nobody, the bystanders stay.
             if self.oom_kills > 0 || self.killed_by_agent < self.runs || self.errors > 0 || self.runs == 0 {
                 out.push("OOM");
@@ -230,7 +239,7 @@ fn missed_cell(c: &Summary) -> String {
 /// ones (when run).
 pub fn table(cells: &[Summary]) -> String {
     let (held, rest): (Vec<&Summary>, Vec<&Summary>) = cells.iter().partition(|c| c.mode == Mode::Held);
-    let (stubborn, abort): (Vec<&Summary>, Vec<&Summary>) = rest.into_iter().partition(|c| c.mode == Mode::Stubborn);
+    let (stubborn, abort): (Vec<&Summary>, Vec<&Summary>) = rest.into_iter().partition(|c| c.mode.last_resort());
     let mut out = String::new();
     if !abort.is_empty() || (stubborn.is_empty() && held.is_empty()) {
         out.push_str(&abort_table(&abort));
@@ -257,10 +266,7 @@ fn held_table(cells: &[&Summary]) -> String {
     );
     for c in cells {
         let errors = if c.errors > 0 { format!(" ({} runs failed)", c.errors) } else { String::new() };
-        let slowed = match (c.rate_before_mb_s, c.rate_above_mb_s) {
-            (Some(b), Some(a)) if a > 0.0 => format!("{:.0}x", b / a),
-            _ => "-".to_string(),
-        };
+        let slowed = c.slowed_by().map_or("-".to_string(), |x| format!("{x:.0}x"));
         out.push_str(&format!(
             "| {} | {} | {} | {}/{}{errors} | {} | {} | {} s | {} MB/s | {} MB/s | {slowed} | {} |\n",
             c.group,
@@ -277,12 +283,16 @@ fn held_table(cells: &[&Summary]) -> String {
         ));
     }
     out.push_str(&format!(
-        "\nGoals (held): memory.high holds the grower to the end of the {} s window after its start and the kernel \
-         kills nobody in every run; both bystanders live. The grower ignores every signal it can and the agent's \
-         last resort is off, so the agent's abort is ignored and only the brake (`brake_at = 0.96`: `memory.high`) \
-         slows it. Throttled: from the group reaching 96% of the limit (with its anon before the grower started; \
-         placed inside the crossing chunk) to the window's end. Speed above 96%: what the group's anon gained from \
-         the line to the window's end, over that time; before: the grower's stamps below the line.\n",
+        "\nGoals (held): above 96% the grower goes at least {GOAL_BRAKE_SLOWDOWN}x slower than before; both \
+         bystanders live. The grower ignores every signal it can and the agent's last resort is off, so the agent's \
+         abort is ignored and only the brake (`brake_at = 0.96`: `memory.high`) slows it. memory.high throttles, it \
+         does not stop: with no swap the grower keeps gaining, slowly, and the kernel's OOM killer ends it at the \
+         limit unless the window ({} s from its start) ends first, so the OOM kills counted here are expected. They \
+         measure the time the brake buys; the last resort's cells (brake-kill) show the agent using it. Throttled: \
+         from the group reaching 96% of the limit (with its anon before the grower started; placed inside the \
+         crossing chunk) to the window's end or the grower's death. Speed above 96%: what the grower gained from \
+         the line to its last stamp (or the group's anon at the window's end), over that time; before: the \
+         grower's stamps below the line.\n",
         super::HOLD.as_secs()
     ));
     out
@@ -455,10 +465,15 @@ mod tests {
         assert!(s.rate_above_mb_s.is_some_and(|r| (r - MIB as f64 / 1e6).abs() < 1e-6), "{s:?}");
         assert!(s.missed().is_empty(), "{:?}", s.missed());
         assert_eq!(Summary::from_json(&s.to_json()), Ok(s.clone()));
-        let t = table(&[s]);
+        let t = table(std::slice::from_ref(&s));
         assert!(t.contains("| 2/2 | 0 | 0 | 10.0 s | 419 MB/s | 1.05 MB/s | 400x | none |"), "{t}");
+        // A kernel OOM kill at the limit is what a held run may end in: not a goal missed.
         let oom = Summary::new("v2", Mode::Held, Speed(0), &[run(true), run(false)], 0, None);
-        assert_eq!((oom.held_to_end, oom.oom_kills, oom.missed()), (1, 1, vec!["OOM"]));
+        assert_eq!((oom.held_to_end, oom.oom_kills), (1, 1));
+        assert!(oom.missed().is_empty(), "{:?}", oom.missed());
+        // A brake that slows the grower less than 10x misses its goal.
+        let weak = Summary { rate_above_mb_s: s.rate_before_mb_s.map(|b| b / 5.0), ..s.clone() };
+        assert_eq!(weak.missed(), vec!["brake"]);
     }
 
     #[test]

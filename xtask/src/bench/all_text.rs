@@ -10,9 +10,11 @@ same run, beside the figure: the machines it runs on are shared with builds, so 
 run, and only the ratios against a same-run baseline compare. Most benchmarks need root (they create v1 memory
 cgroups, load eBPF programs or start nginx); one that cannot run here says why in its section.
 
-`cargo xtask bench all --quick` runs each with fewer rounds and shorter runs and leaves out the test VM; without
-`--quick` the test VM's cgroup v2 cells of `reaction` (the brake's among them, on both kernels, each booted under
-emulation) add most of an hour. Each section's command says what it ran with.
+`cargo xtask bench all --quick` runs each with fewer rounds and shorter runs, and of the test VM's cgroup v2 cells
+of `reaction` only those at full speed on 6.12 (events, the brake, the brake before the last resort, the brake
+alone: about 15 minutes);
+without `--quick` all of them, on both kernels, each booted under emulation, add most of an hour. Each section's
+command says what it ran with.
 `--skip name,name` leaves benchmarks out; `--only name,name` runs those again and keeps every other section as the
 last run left it; `--rewrite` writes this page again from the last run's output (kept in target/bench-all/, or read
 back from this page when that is gone) without running anything. Each section's table holds its headline figures,
@@ -180,7 +182,13 @@ file of more than 65,535 processes must), named at its line. Linear validation t
         name: "reaction",
         title: "Reaction to a fast grower",
         full: &[("BENCH_REACTION_RUNS", "20"), ("BENCH_REACTION_VM", "all")],
-        quick: &[("BENCH_REACTION_RUNS", "10"), ("BENCH_REACTION_VM", "none")],
+        quick: &[
+            ("BENCH_REACTION_RUNS", "10"),
+            ("BENCH_REACTION_VM", "6.12"),
+            ("BENCH_REACTION_VM_RUNS", "5"),
+            ("BENCH_REACTION_VM_MODES", "events,brake,brake-kill,held"),
+            ("BENCH_REACTION_VM_SPEEDS", "0"),
+        ],
         tools: &[],
         v1: true,
         about: "\
@@ -195,10 +203,11 @@ and full speed (the grower's own speed in brackets). Modes: timer only (`interva
 `pacing = false`: the baseline), events + pacing (the defaults) and, on v2, the defaults with `brake_at = 0.96`.
 Mode `stubborn` runs the defaults against a grower that ignores every signal it can (`grower --ignore-all`), so only
 the agent's last resort, its SIGKILL at `kill_at` (97%), stops it before the kernel does; its cells have a table of
-their own. Mode `held` (v2 only) is the brake at work: the same grower, the defaults with `brake_at = 0.96` and the
-last resort off (`kill = false`), so the agent's abort is ignored and nothing but `memory.high` at 96% of the limit
-slows the grower; the bench watches it for 15 s from its start and then ends it itself. Runs are interleaved (run 1
-of every cell, then run 2, …).
+their own. Mode `brake-kill` (v2 only) is the same with `brake_at = 0.96`: `memory.high` slows the grower from
+96% until the agent's SIGKILL at 97% ends it. Mode `held` (v2 only) is the brake alone: the same grower, the
+defaults with `brake_at = 0.96` and the last resort off (`kill = false`), so the agent's abort is ignored and
+nothing but `memory.high` at 96% of the limit slows the grower; the bench watches it for 15 s from its start and
+ends it then if the kernel has not. Runs are interleaved (run 1 of every cell, then run 2, …).
 
 - **agent acted first**: the grower got the signal and the group's own OOM kill count did not move.
 - **kernel OOM kills**: read from the group (v1 `memory.oom_control`, v2 `memory.events`), not from the agent.
@@ -214,12 +223,16 @@ of every cell, then run 2, …).
   to the agent's own `CLOCK_MONOTONIC` stamp of its kill (`kills[].sent_mono_ns` in `/api/v1/status`); **-> grower
   dead** runs on to the grower's output closing, after its exit has freed its memory.
 - **held: throttled above 96%**: from the group reaching 96% (placed inside the crossing chunk) to the end of the
-  window; **speed above 96%**: what the group's anon gained from the line to the window's end, over that time,
-  against the grower's speed before the line (its stamps); **slowed by**: the one over the other.
+  window or the grower's death; **speed above 96%**: what it gained from the line to its last stamp (or the group's
+  anon at the window's end), over that time, against its speed before the line (its stamps); **slowed by**: the one
+  over the other.
 
-Goals: the agent acts first in every run, crossing -> signal p99 <= 20 ms, idle CPU < 0.5% of a core; stubborn: the
-agent's SIGKILL ends the grower and the kernel kills nobody in every run, both bystanders live; held: `memory.high`
-holds the grower to the end of the window and the kernel kills nobody in every run, both bystanders live.
+Goals: the agent acts first in every run, crossing -> signal p99 <= 20 ms, idle CPU < 0.5% of a core; stubborn and
+brake-kill: the agent's SIGKILL ends the grower and the kernel kills nobody in every run, both bystanders live;
+held: the grower at least 10x slower above 96% than before, both bystanders live. `memory.high` throttles, it does
+not stop: with no swap a grower held there keeps gaining, slowly, and with the last resort off the kernel's OOM
+killer ends it at the limit, so held's OOM kills are expected; its throttled time is the time the brake buys the
+agent.
 Knobs: `BENCH_REACTION_RUNS` (20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION_MODES`, `BENCH_REACTION_SPEEDS`,
 `BENCH_REACTION_VM` (`all`, `6.1`, `6.12`, `none`), and `BENCH_REACTION_VM_RUNS`, `_VM_IDLE_S`, `_VM_MODES`,
 `_VM_SPEEDS` for the VM's cells apart from the host's.

@@ -4,7 +4,8 @@
 //! On this host (cgroup v1): modes `timer`, `events` and `stubborn` (a grower that ignores every signal, so only
 //! the agent's SIGKILL at kill_at stops it), speeds 200 MB/s, 1 GB/s and full speed, release binaries from
 //! target/release. Then in the test VM (cgroup v2, qemu with software emulation, xtask/src/vmtest/): the same
-//! cells plus `brake` and `held` (the brake alone holding a grower that ignores every signal), through
+//! cells plus `brake`, `brake-kill` (the brake before the last resort, against a grower that ignores every signal)
+//! and `held` (the brake alone against that grower, the last resort off), through
 //! `vm-suite bench-reaction`, whose summaries come back on the serial console.
 //!
 //! `BENCH_REACTION_RUNS` (default 20) runs per cell, `BENCH_REACTION_IDLE_S` (10) idle seconds per mode,
