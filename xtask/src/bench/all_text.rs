@@ -195,7 +195,7 @@ file of more than 65,535 processes must), named at its line. Linear validation t
 **Does the agent abort a fast grower before the kernel's OOM killer acts, and how soon after the group crosses
 92%?** (xtask/src/bench/reaction.rs, tests/src/reaction.rs). The cells run on this host (cgroup v1), then, unless
 `BENCH_REACTION_VM=none`, in the test VM once per kernel (cgroup v2, Debian 6.1 and 6.12, qemu with software
-emulation: every instruction emulated, so the grower reaches about 280 MB/s there and CPU times are inflated).
+emulation: every instruction emulated, so the grower reaches about 100 MB/s there and CPU times are inflated).
 Each run starts from nothing: a new 512 MiB group, two 40 MiB `alloc-hog` bystanders, one `grower`
 (tests/src/bin/grower.rs: 4 MiB chunks up to 700 MiB, each stamped with `CLOCK_MONOTONIC`, everything freed on
 SIGUSR2) and a new release `monitor agent` with `[actions] abort_signal = \"SIGUSR2\"`. Speeds 200 MB/s, 1 GB/s

@@ -197,14 +197,17 @@ fn reaction() {
         ("events + pacing (defaults), full speed", "crossing 92% -> signal p99", "0.7 ms"),
         ("events + pacing (defaults), full speed", "grower's own speed", "2339 MB/s"),
         ("events + pacing (defaults), grower ignores every signal, 200 MB/s", "killed by the agent", "10/10"),
+        ("events + pacing (defaults), grower ignores every signal, 200 MB/s", "kernel OOM kills", "0"),
         (
             "events + pacing (defaults), grower ignores every signal, 200 MB/s",
             "crossing 97% -> SIGKILL p99",
             "19.85 ms",
         ),
         ("events + pacing (defaults), grower ignores every signal, 1 GB/s", "killed by the agent", "10/10"),
+        ("events + pacing (defaults), grower ignores every signal, 1 GB/s", "kernel OOM kills", "0"),
         ("events + pacing (defaults), grower ignores every signal, 1 GB/s", "crossing 97% -> SIGKILL p99", "3.38 ms"),
         ("events + pacing (defaults), grower ignores every signal, full speed", "killed by the agent", "10/10"),
+        ("events + pacing (defaults), grower ignores every signal, full speed", "kernel OOM kills", "0"),
         (
             "events + pacing (defaults), grower ignores every signal, full speed",
             "crossing 97% -> SIGKILL p99",
@@ -220,6 +223,9 @@ fn reaction() {
         .replace("| v1, Linux 6.18.44-fc-v1045 (host) | events", "| v2, Linux 6.12 (VM, TCG) | events");
     let both = read("reaction", &vm);
     assert_eq!(both.len(), want.len());
+    // The host's own tables first, then all cells again with the VM's: the figures are read from the latter only.
+    let whole = format!("{}\nAll cells (agent abc1234):\n{vm}", sample!("reaction"));
+    assert_eq!(read("reaction", &whole), both);
     assert!(
         both.contains(&(
             "timer only (100 ms), 200 MB/s (v1, Linux 6.18.44-fc-v1045 (host)): agent acted first".into(),
