@@ -15,7 +15,7 @@ pub mod pool;
 mod routes;
 pub mod view;
 
-pub use routes::{router, QUEUED, RENDERS, RETRY_AFTER_S, WAIT};
+pub use routes::{router, router_waiting, QUEUED, RENDERS, RETRY_AFTER_S, WAIT};
 pub use view::{
     BrakeNow, Dashboard, Figures, Fleet, FleetTotal, GroupNow, KillMarker, Marker, MemberMarker, ProcSeries,
     ProcessStatus, Range, Series, Source,

@@ -1,8 +1,10 @@
 //! The dashboard's routes over a [`Source`], with bounded work: at most [`RENDERS`] renders at once (on threads of
 //! their own at a lower priority, see [`crate::pool`], so a large range never stalls the API), one render per range and
-//! [`Source::revision`] shared by every request that asks for it meanwhile, and past [`QUEUED`] requests waiting,
-//! or [`WAIT`] of waiting, a 503 with `Retry-After`. Memory under any number of clients is that of [`RENDERS`]
-//! renders and one cached answer per range and kind.
+//! [`Source::revision`] shared by every request that asks for it meanwhile (and a render that ends while a request
+//! waits serves that request, even if the source has moved on since), and past [`QUEUED`] requests waiting,
+//! or [`WAIT`] of waiting, a 503 with `Retry-After`. A render its request stopped waiting for still ends in the
+//! cache, so on a host too loaded to render within [`WAIT`] the next request gets it rather than starting over. Memory
+//! under any number of clients is that of [`RENDERS`] renders and one cached answer per range and kind.
 
 use crate::chart::PLOT_WIDTH;
 use crate::page;
@@ -17,7 +19,7 @@ use axum::Router;
 use serde::Deserialize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 /// Renders (home page or dashboard JSON) running at once.
@@ -54,6 +56,8 @@ impl Kind {
 struct Cached {
     revision: u64,
     body: Bytes,
+    /// When the render ended.
+    done: Instant,
 }
 
 /// The routes' state: the source, the render permits, the queue count and one cache slot per (kind, range).
@@ -65,25 +69,33 @@ struct Dash {
     /// Indexed by `kind * 4 + range`; the lock is held while its render runs, so requests for the same answer
     /// wait for it instead of rendering again.
     slots: [Mutex<Option<Cached>>; 8],
+    wait: Duration,
 }
 
-/// Counts a request in [`Dash::queued`] until it is answered.
-struct InQueue<'a>(&'a AtomicUsize);
+/// Counts a request's work in [`Dash::queued`] until it is done: answered, or, when its request stopped waiting,
+/// rendered into the cache.
+struct InQueue(Arc<Dash>);
 
-impl Drop for InQueue<'_> {
+impl Drop for InQueue {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.queued.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// The dashboard's routes: `GET /` and `GET /api/v1/dashboard`.
 pub fn router(source: Arc<dyn Source>) -> Router {
+    router_waiting(source, WAIT)
+}
+
+/// [`router`] with requests waiting `wait` for a render instead of [`WAIT`].
+pub fn router_waiting(source: Arc<dyn Source>, wait: Duration) -> Router {
     let dash = Arc::new(Dash {
         source,
         pool: Pool::new(RENDERS),
         renders: Arc::new(Semaphore::new(RENDERS)),
         queued: AtomicUsize::new(0),
         slots: Default::default(),
+        wait,
     });
     Router::new()
         .route("/", get(|s, q| answer(s, q, Kind::Page)))
@@ -139,24 +151,31 @@ async fn answer(State(dash): State<Arc<Dash>>, Query(q): Query<RangeQuery>, kind
         dash.queued.fetch_sub(1, Ordering::Relaxed);
         return busy(&format!("{QUEUED} dashboard requests are in progress"));
     }
-    let _queued = InQueue(&dash.queued);
+    let queued = InQueue(dash.clone());
     let wanted = dash.source.revision();
-    let work = async {
+    let wait = dash.wait;
+    // A task of its own, so that a request that stops waiting leaves the render to finish into the cache.
+    let arrived = Instant::now();
+    let work = tokio::spawn(async move {
+        let _queued = queued;
         let mut slot = dash.slots[slot_index(kind, r)].lock().await;
-        if let (Some(c), Some(w)) = (slot.as_ref(), wanted) {
-            if c.revision >= w {
+        // Fresh: of the revision asked for, or rendered while this request waited (on a live source the revision
+        // moves at every sample, and a render that ended after the request came is as new as it can get).
+        if let Some(c) = slot.as_ref() {
+            if wanted.is_some_and(|w| c.revision >= w) || c.done >= arrived {
                 return Ok(c.body.clone());
             }
         }
         let permit = dash.renders.clone().acquire_owned().await.map_err(|e| format!("render permits: {e}"))?;
         let revision = dash.source.revision();
         let body = render(&dash, kind, r, permit).await?;
-        *slot = revision.map(|revision| Cached { revision, body: body.clone() });
+        *slot = revision.map(|revision| Cached { revision, body: body.clone(), done: Instant::now() });
         Ok::<Bytes, String>(body)
-    };
-    match tokio::time::timeout(WAIT, work).await {
-        Ok(Ok(body)) => ([(header::CONTENT_TYPE, kind.content_type())], body).into_response(),
-        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-        Err(_) => busy(&format!("no render within {} s", WAIT.as_secs())),
+    });
+    match tokio::time::timeout(wait, work).await {
+        Ok(Ok(Ok(body))) => ([(header::CONTENT_TYPE, kind.content_type())], body).into_response(),
+        Ok(Ok(Err(e))) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering: {e}\n")).into_response(),
+        Err(_) => busy(&format!("no render within {:.1} s", wait.as_secs_f64())),
     }
 }

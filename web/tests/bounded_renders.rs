@@ -1,5 +1,6 @@
 //! The dashboard's work is bounded: concurrent requests for one page share one render, at most `RENDERS` run at
-//! once, and past `QUEUED` requests in progress the answer is 503 with `Retry-After`.
+//! once, and past `QUEUED` requests in progress the answer is 503 with `Retry-After`; a render its request stopped
+//! waiting for still ends in the cache.
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
@@ -94,4 +95,24 @@ async fn renders_are_limited_and_a_crowd_past_the_queue_gets_503() {
     assert!(ok >= 8, "the queue was served ({ok} ok)");
     assert!(source.most.load(Ordering::SeqCst) <= web::RENDERS, "at most {} renders at once", web::RENDERS);
     assert!(source.renders.load(Ordering::SeqCst) <= 8, "one render per answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_render_its_request_gave_up_on_still_ends_in_the_cache() {
+    // Renders take 600 ms, requests wait 400 ms: the first gets 503 and its render goes on. The source moves on
+    // (a live agent's revision changes at every sample), and a second request that came while the render ran gets
+    // it when it ends, without a second render.
+    let source = Arc::new(Slow { delay: Duration::from_millis(600), ..Slow::default() });
+    let app = web::router_waiting(source.clone(), Duration::from_millis(400));
+    let (code, retry, _) = get(app.clone(), "/?range=24h").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry.as_deref(), Some(web::RETRY_AFTER_S.to_string().as_str()));
+    source.revision.fetch_add(1, Ordering::SeqCst);
+    let (code, _, len) = get(app.clone(), "/?range=24h").await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(len > 1000, "a whole page");
+    assert_eq!(source.renders.load(Ordering::SeqCst), 1, "the given-up render was kept, not done again");
+    // Asked after that render ended: the source has moved on, so this one renders anew (and gives up again).
+    assert_eq!(get(app.clone(), "/?range=24h").await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(source.renders.load(Ordering::SeqCst), 2);
 }
