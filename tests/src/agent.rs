@@ -208,14 +208,14 @@ impl Agent {
     /// render within` is asked again a second later (the render goes on into the agent's cache), for as long as the
     /// stretched wait allows. Natively that 503 is the answer.
     pub fn get(&self, path: &str) -> (u16, String) {
-        let deadline = std::time::Instant::now() + crate::pace::scaled(REQUEST_TIMEOUT);
+        let deadline = Instant::now() + crate::pace::scaled(REQUEST_TIMEOUT);
         loop {
             let (code, body) = match http::get(self.addr, path, crate::pace::scaled(REQUEST_TIMEOUT)) {
                 Ok(r) => (r.status, r.text()),
                 Err(e) => panic!("GET {path} from the agent: {e}; agent stderr:\n{}", self.stderr()),
             };
             let slow_render = code == 503 && body.starts_with("busy: no render within");
-            if !slow_render || crate::pace::slowdown() == 1 || std::time::Instant::now() >= deadline {
+            if !slow_render || crate::pace::slowdown() == 1 || Instant::now() >= deadline {
                 return (code, body);
             }
             std::thread::sleep(Duration::from_secs(1));
