@@ -58,6 +58,19 @@ struct Cached {
     body: Bytes,
     /// When the render ended.
     done: Instant,
+    /// How long it took.
+    took: Duration,
+}
+
+impl Cached {
+    /// Whether this answer is as good as a new render for a request that arrived at `arrived` wanting `wanted`: of
+    /// that revision or newer, or ended no longer before the request than a render takes. A new render would read
+    /// its data when the request came and answer `took` later; this one answers now with data at most `took` older.
+    /// On a live source the revision moves at every sample, so without the second rule a render slower than the
+    /// requests' patience (a loaded or emulated host) would be started again by every retry and never served.
+    fn serves(&self, wanted: Option<u64>, arrived: Instant) -> bool {
+        wanted.is_some_and(|w| self.revision >= w) || arrived.saturating_duration_since(self.done) <= self.took
+    }
 }
 
 /// The routes' state: the source, the render permits, the queue count and one cache slot per (kind, range).
@@ -159,17 +172,17 @@ async fn answer(State(dash): State<Arc<Dash>>, Query(q): Query<RangeQuery>, kind
     let work = tokio::spawn(async move {
         let _queued = queued;
         let mut slot = dash.slots[slot_index(kind, r)].lock().await;
-        // Fresh: of the revision asked for, or rendered while this request waited (on a live source the revision
-        // moves at every sample, and a render that ended after the request came is as new as it can get).
-        if let Some(c) = slot.as_ref() {
-            if wanted.is_some_and(|w| c.revision >= w) || c.done >= arrived {
-                return Ok(c.body.clone());
-            }
+        // Fresh: of the revision asked for, rendered while this request waited, or as recent as a new render
+        // would be (see Cached::serves).
+        if let Some(c) = slot.as_ref().filter(|c| c.serves(wanted, arrived)) {
+            return Ok(c.body.clone());
         }
         let permit = dash.renders.clone().acquire_owned().await.map_err(|e| format!("render permits: {e}"))?;
         let revision = dash.source.revision();
+        let began = Instant::now();
         let body = render(&dash, kind, r, permit).await?;
-        *slot = revision.map(|revision| Cached { revision, body: body.clone(), done: Instant::now() });
+        let done = Instant::now();
+        *slot = revision.map(|revision| Cached { revision, body: body.clone(), done, took: done - began });
         Ok::<Bytes, String>(body)
     });
     match tokio::time::timeout(wait, work).await {
