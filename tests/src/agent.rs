@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// The time limit of one HTTP request to the agent.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long [`Agent::get`] asks again for a page whose render outlasts the agent's own wait (under emulation only).
+pub const RENDER_PATIENCE: Duration = Duration::from_secs(10);
 
 pub use crate::bins::{monitor_bin, workspace_root};
 
@@ -206,9 +208,9 @@ impl Agent {
     /// `GET path`: (status code, body). Panics if the agent does not answer. Under emulation
     /// ([`crate::pace::slowdown`] above 1) a page render can outlast the agent's own wait for it: its 503 `busy: no
     /// render within` is asked again a second later (the render goes on into the agent's cache), for as long as the
-    /// stretched wait allows. Natively that 503 is the answer.
+    /// stretched [`RENDER_PATIENCE`] allows. Natively that 503 is the answer.
     pub fn get(&self, path: &str) -> (u16, String) {
-        let deadline = Instant::now() + crate::pace::scaled(REQUEST_TIMEOUT);
+        let deadline = Instant::now() + crate::pace::scaled(RENDER_PATIENCE);
         loop {
             let (code, body) = match http::get(self.addr, path, crate::pace::scaled(REQUEST_TIMEOUT)) {
                 Ok(r) => (r.status, r.text()),

@@ -46,9 +46,17 @@ fn a_crashed_worker_is_restarted_with_growing_delays() {
         }
         delays.push(took);
     }
-    assert!(delays[0] >= Duration::from_millis(900) && delays[0] < Duration::from_secs(3), "{delays:?}");
-    assert!(delays[1] >= Duration::from_millis(1900) && delays[1] < Duration::from_secs(4), "{delays:?}");
-    assert!(delays[2] >= Duration::from_millis(3900) && delays[2] < Duration::from_secs(6), "{delays:?}");
+    // Each restart waits at least its back-off (1, 2, 4 s) and then as long as a python server takes to start and
+    // answer its health check: 2 s natively, stretched under emulation.
+    let start = monitor_tests::pace::scaled(Duration::from_secs(2));
+    for (i, want_ms) in [1000u64, 2000, 4000].into_iter().enumerate() {
+        let want = Duration::from_millis(want_ms);
+        assert!(
+            delays[i] + Duration::from_millis(100) >= want && delays[i] < want + start,
+            "round {}: {delays:?}",
+            i + 1
+        );
+    }
 }
 
 #[test]
