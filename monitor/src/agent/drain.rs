@@ -3,6 +3,7 @@
 //! is abandoned). What follows the drain (the launcher's stop, the sampler's, the history's last minute) runs in
 //! order after it, in [`super::Agent::run`].
 
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
 /// Starts the drain when a signal comes.
@@ -22,10 +23,10 @@ impl Drain {
         (Drain { tx }, DrainWatch { rx })
     }
 
-    /// Starts the drain on the first SIGTERM or SIGINT (on the runtime this is called in).
-    pub(crate) fn on_signals(self) {
+    /// Starts the drain on the first SIGTERM or SIGINT that `signals` caught (on the runtime this is called in).
+    pub(crate) fn on_signals(self, signals: Signals) {
         tokio::spawn(async move {
-            signalled().await;
+            signals.first().await;
             crate::base::notify::stopping();
             self.start();
         });
@@ -49,19 +50,36 @@ impl DrainWatch {
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-async fn signalled() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM: draining"),
-                _ = int.recv() => tracing::info!("SIGINT: draining"),
+/// SIGTERM and SIGINT, caught from the start of the agent: one that comes while it starts is kept for the drain,
+/// not lost. (As a container's PID 1 the kernel drops a signal nobody has a handler for, so without this a
+/// `podman stop` during the start would wait out its whole grace.)
+pub(crate) struct Signals {
+    caught: Option<(Signal, Signal)>,
+}
+
+impl Signals {
+    /// Starts catching (on the runtime this is called in).
+    pub(crate) fn catch() -> Signals {
+        let caught = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(int)) => Some((term, int)),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!("cannot watch SIGTERM/SIGINT: {e}");
+                None
             }
-        }
-        _ => {
-            tracing::error!("cannot watch SIGTERM/SIGINT");
-            std::future::pending::<()>().await
+        };
+        Signals { caught }
+    }
+
+    /// Resolves on the first SIGTERM or SIGINT (never, when they could not be watched).
+    async fn first(self) {
+        match self.caught {
+            Some((mut term, mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM: draining"),
+                    _ = int.recv() => tracing::info!("SIGINT: draining"),
+                }
+            }
+            None => std::future::pending::<()>().await,
         }
     }
 }

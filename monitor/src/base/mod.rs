@@ -13,6 +13,7 @@ pub(crate) mod pacing;
 pub(crate) mod pidfd;
 pub mod proof;
 pub(crate) mod reaction;
+pub(crate) mod reaper;
 pub(crate) mod reply;
 pub mod token;
 pub(crate) mod units;

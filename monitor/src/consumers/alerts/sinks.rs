@@ -189,7 +189,7 @@ async fn run_command(argv: &[String], n: &Notification, timeout: Duration, gener
     unsafe {
         cmd.pre_exec(move || crate::base::nocaps::drop_all(last_cap));
     }
-    let mut child = match cmd.spawn() {
+    let mut child = match crate::base::reaper::spawn(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(command = %prog, alert, "alert command cannot start: {e}");

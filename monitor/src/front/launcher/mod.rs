@@ -15,12 +15,12 @@ pub use member::Member;
 
 use crate::feed::Phase;
 
+use crate::base::reaper::Kid;
 use crate::config::ProcessConfig;
 use crate::config::Role;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::process::Child;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -159,7 +159,7 @@ impl Launcher {
         Ok(launcher)
     }
 
-    fn supervise(&mut self, i: usize, p: ProcessConfig, child: Child, ready: bool, opts: Arc<Options>) {
+    fn supervise(&mut self, i: usize, p: ProcessConfig, child: Kid, ready: bool, opts: Arc<Options>) {
         let members = self.members.clone();
         let stop = self.stop.subscribe();
         self.tasks.push(tokio::spawn(async move { supervise(&members[i], p, child, ready, stop, &opts).await }));
@@ -186,7 +186,7 @@ impl Drop for Launcher {
 async fn supervise(
     m: &Member,
     p: ProcessConfig,
-    mut child: Child,
+    mut child: Kid,
     mut ready: bool,
     mut stop: watch::Receiver<bool>,
     opts: &Options,
@@ -230,7 +230,7 @@ async fn supervise(
 async fn health_loop(
     m: &Member,
     p: &ProcessConfig,
-    child: &mut Child,
+    child: &mut Kid,
     ready: bool,
     stop: &mut watch::Receiver<bool>,
     said: &mut ready::Said,
@@ -313,7 +313,7 @@ async fn restart_loop(
     backoff: &mut Duration,
     stop: &mut watch::Receiver<bool>,
     opts: &Options,
-) -> Option<Child> {
+) -> Option<Kid> {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(*backoff) => {}
@@ -340,7 +340,7 @@ async fn restart_loop(
 }
 
 /// SIGTERM, then SIGKILL after `grace`.
-async fn terminate(m: &Member, name: &str, child: &mut Child, grace: Duration) {
+async fn terminate(m: &Member, name: &str, child: &mut Kid, grace: Duration) {
     let pid = child.id().unwrap_or(0);
     m.set(Phase::Stopped, pid, None);
     spawn::signal(pid, libc::SIGTERM);

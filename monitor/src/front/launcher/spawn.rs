@@ -6,13 +6,14 @@
 
 use super::Options;
 use crate::base::accounts::{self, AccountError, Credentials};
+use crate::base::reaper::{self, Kid};
 use crate::config::ProcessConfig;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 /// The credentials `p` is started with, when they differ from the launcher's own: its `user`/`group` looked up
 /// now (the user database may change between restarts), and an error when monitor may not take them (not root).
@@ -25,7 +26,7 @@ pub(crate) fn credentials(p: &ProcessConfig) -> Result<Option<Credentials>, Acco
 
 /// Starts `p` inside the cgroup directory `opts.cgroup` (None: stays in the launcher's own cgroup), with
 /// `opts.env` after its own environment.
-pub fn spawn(p: &ProcessConfig, opts: &Options) -> io::Result<Child> {
+pub fn spawn(p: &ProcessConfig, opts: &Options) -> io::Result<Kid> {
     let cgroup = opts.cgroup.as_deref();
     let creds = credentials(p).map_err(io::Error::other)?;
     let mut cmd = Command::new(&p.command[0]);
@@ -100,7 +101,7 @@ pub fn spawn(p: &ProcessConfig, opts: &Options) -> io::Result<Child> {
             Ok(())
         });
     }
-    cmd.spawn()
+    reaper::spawn(&mut cmd)
 }
 
 /// One `GET <path>` to `127.0.0.1:<port>`: true on a 2xx answer within `timeout`.
