@@ -63,10 +63,14 @@ fn hand_down_memory(dir: &std::path::Path) -> Result<(), AgentError> {
     if enabled.split_whitespace().any(|c| c == "memory") {
         return Ok(());
     }
-    std::fs::write(&control, "+memory").map_err(|source| AgentError::CgroupSetup {
-        what: "handing the memory controller down in",
-        path: control.clone(),
-        source,
+    std::fs::write(&control, "+memory").map_err(|source| {
+        if source.raw_os_error() == Some(libc::EBUSY) {
+            // cgroup v2 gives controllers only to the children of a group without processes of its own: a
+            // container's group holds its entrypoint, so a group of the group's own cannot be made inside it.
+            AgentError::NoChildGroup { parent: parent.to_path_buf() }
+        } else {
+            AgentError::CgroupSetup { what: "handing the memory controller down in", path: control.clone(), source }
+        }
     })?;
     tracing::info!(file = %control.display(), "handed the memory controller down to the new group");
     Ok(())

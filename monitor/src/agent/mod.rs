@@ -18,6 +18,7 @@ mod parts;
 pub mod reload;
 mod services;
 
+use crate::base::reaper;
 use crate::config::live::Live;
 use crate::config::{Config, ConfigError, Source};
 use crate::feed::Feed;
@@ -47,6 +48,15 @@ pub enum AgentError {
     Cgroup(#[from] CgroupError),
     #[error("{what} {path}: {source}")]
     CgroupSetup { what: &'static str, path: PathBuf, source: std::io::Error },
+    /// cgroup v2 refused the memory controller to a new group: its parent holds processes (as a container's group
+    /// holds its entrypoint).
+    #[error(
+        "cannot create the group under {}: cgroup v2 gives the memory controller only to the children of a group \
+         without processes of its own, and this one has some (inside a container, monitor's own). Use \
+         [group] cgroup = \"auto\" to guard the group monitor runs in (the container's)",
+        .parent.display()
+    )]
+    NoChildGroup { parent: PathBuf },
     #[error(transparent)]
     Launch(#[from] LaunchError),
     #[error(transparent)]
@@ -116,14 +126,20 @@ impl Agent {
             .build()
             .map_err(AgentError::io("starting the runtime"))?;
         // Caught before the slow part of the start (the probes load, the first sample): from here on a reload
-        // signal never stops the agent.
-        let hangups = {
+        // signal never stops the agent, and a stop signal is kept for the drain. The orphans' reaper starts before
+        // any process does.
+        let (hangups, signals) = {
             let _on = rt.enter();
-            reload::catch()
+            // SAFETY: getpid has no preconditions.
+            let pid1 = unsafe { libc::getpid() } == 1;
+            if (launching && reaper::adopt()) || pid1 {
+                tokio::spawn(reaper::serve());
+            }
+            (reload::catch(), drain::Signals::catch())
         };
         let started = sampler::start(group, &cfg)?;
         let parts = Parts { cfg: &cfg, launching, children_cgroup, launched, group_dir, source };
-        let result = rt.block_on(parts.serve(started, hangups));
+        let result = rt.block_on(parts.serve(started, hangups, signals));
         rt.shutdown_timeout(Duration::from_secs(1));
         drop(end);
         result
@@ -199,6 +215,7 @@ impl Parts<'_> {
         self,
         started: sampler::Started,
         hangups: Option<tokio::signal::unix::Signal>,
+        signals: drain::Signals,
     ) -> Result<(), AgentError> {
         let cfg = self.cfg;
         let (publisher, live) = Live::new(cfg.clone());
@@ -232,7 +249,7 @@ impl Parts<'_> {
             .map_err(AgentError::io("starting the sampler thread"))?;
         let sampling = Sampling { stop, thread, history: readers.history, services };
         let (drain, drained) = Drain::new();
-        drain.on_signals();
+        drain.on_signals(signals);
         shared.reloader(publisher, self.source.clone(), self.launching).spawn(hangups, drained.clone());
         let launcher = match &door {
             Some(d) => match self.launch(d, tracer, readers.secret_env, &shared, &drained).await {

@@ -30,6 +30,13 @@ pub enum CgroupError {
     NoController,
     #[error("cannot find this process's memory cgroup in /proc/self/cgroup")]
     NoOwnCgroup,
+    #[error(
+        "this process's cgroup {own} is not under the memory hierarchy mounted at {mount} (the mount shows cgroup \
+         {root}; /.. is outside this cgroup namespace). Mount the cgroup filesystem inside the namespace, as \
+         container runtimes do, or give the group's path",
+        mount = .mount.display()
+    )]
+    OwnCgroupNotMounted { own: String, mount: PathBuf, root: String },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {msg}")]
@@ -76,11 +83,22 @@ pub fn resolve(spec: &str, mounts: &Mounts, proc_self_cgroup: &str) -> Result<Gr
 pub fn locate(spec: &str, mounts: &Mounts, proc_self_cgroup: &str) -> Result<Group, CgroupError> {
     if spec == "auto" {
         let own = mounts::parse_proc_cgroup(proc_self_cgroup);
-        if let (Some(mount), Some(rel)) = (&mounts.v1_memory, &own.v1_memory) {
-            return Ok(Group { version: CgroupVersion::V1, dir: join_rel(mount, rel), mount: mount.clone() });
-        }
-        if let (Some(mount), Some(rel)) = (&mounts.v2_memory, &own.v2) {
-            return Ok(Group { version: CgroupVersion::V2, dir: join_rel(mount, rel), mount: mount.clone() });
+        let found = [
+            (&mounts.v1_memory, &mounts.v1_memory_root, &own.v1_memory, CgroupVersion::V1),
+            (&mounts.v2_memory, &mounts.v2_root, &own.v2, CgroupVersion::V2),
+        ];
+        for (mount, root, own, version) in found {
+            if let (Some(mount), Some(own)) = (mount, own) {
+                // Inside a cgroup namespace the path is the namespace's, and the mount shows the group at its root.
+                let Some(rel) = mounts::under_root(own, root) else {
+                    return Err(CgroupError::OwnCgroupNotMounted {
+                        own: own.clone(),
+                        mount: mount.clone(),
+                        root: root.clone(),
+                    });
+                };
+                return Ok(Group { version, dir: join_rel(mount, rel), mount: mount.clone() });
+            }
         }
         return Err(CgroupError::NoOwnCgroup);
     }
@@ -390,6 +408,20 @@ mod tests {
         let g = locate("auto", &m, include_str!("../../../../tests/fixtures/proc/v2-only.cgroup")).expect("locate");
         assert_eq!(g.version, CgroupVersion::V2);
         assert_eq!(g.dir, PathBuf::from("/sys/fs/cgroup/system.slice/app.service"));
+    }
+
+    #[test]
+    fn auto_in_a_cgroup_namespace_is_the_namespace_root() {
+        // Captured under `unshare --cgroup --mount` from a group limited to 100 MiB, with the memory hierarchy
+        // mounted anew inside: the group is the mount's root, which is the namespace's (the container's) group.
+        let m = Mounts::parse(include_str!("../../../../tests/fixtures/proc/v1-cgroupns.mountinfo"));
+        let own = include_str!("../../../../tests/fixtures/proc/v1-cgroupns.cgroup");
+        let g = locate("auto", &m, own).expect("locate");
+        assert_eq!((g.version, g.dir), (CgroupVersion::V1, PathBuf::from("/sys/fs/cgroup/memory")));
+        // With only the host's mount (made outside the namespace) the group cannot be named: a clear error.
+        let m = Mounts::parse(include_str!("../../../../tests/fixtures/proc/v1-cgroupns-host-mount.mountinfo"));
+        let e = locate("auto", &m, own).expect_err("outside the namespace");
+        assert!(e.to_string().contains("Mount the cgroup filesystem inside the namespace"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,27 @@ pub struct Mounts {
     pub v2: Option<PathBuf>,
     /// The cgroup2 mount if its root offers the memory controller.
     pub v2_memory: Option<PathBuf>,
+    /// Which cgroup the v1 memory mount shows at its mount point, relative to this process's cgroup namespace
+    /// (mountinfo's root field): `/` on a host and for a mount made inside the namespace (as container runtimes
+    /// do), the group's path for a bind mount of one group, and `/..` (outside the namespace) for a mount made
+    /// before it.
+    pub v1_memory_root: String,
+    /// The same for the cgroup2 mount.
+    pub v2_root: String,
+}
+
+/// Whether a mount root lies outside this process's cgroup namespace (`/..` and below).
+fn outside(root: &str) -> bool {
+    root == "/.." || root.starts_with("/../")
+}
+
+/// Whether the mount `(point, root)` replaces `held` (the one found so far): the later of two at one mount point
+/// covers the earlier; one inside the cgroup namespace beats one from outside it.
+fn replaces(held: &Option<PathBuf>, held_root: &str, point: &Path, root: &str) -> bool {
+    match held {
+        None => true,
+        Some(p) => p == point || (outside(held_root) && !outside(root)),
+    }
 }
 
 impl Mounts {
@@ -31,12 +52,16 @@ impl Mounts {
             if !info.mount_point.is_absolute() || !canonical {
                 continue;
             }
+            let root = info.root.clone();
             match info.fs_type.as_str() {
-                "cgroup" if info.super_options.contains_key("memory") => {
-                    m.v1_memory.get_or_insert(info.mount_point);
+                "cgroup"
+                    if info.super_options.contains_key("memory")
+                        && replaces(&m.v1_memory, &m.v1_memory_root, &info.mount_point, &root) =>
+                {
+                    (m.v1_memory, m.v1_memory_root) = (Some(info.mount_point), root);
                 }
-                "cgroup2" => {
-                    m.v2.get_or_insert(info.mount_point);
+                "cgroup2" if replaces(&m.v2, &m.v2_root, &info.mount_point, &root) => {
+                    (m.v2, m.v2_root) = (Some(info.mount_point), root);
                 }
                 _ => {}
             }
@@ -71,6 +96,22 @@ pub fn v2_has_memory(root: &Path) -> bool {
     std::fs::read_to_string(root.join("cgroup.controllers"))
         .map(|s| s.split_whitespace().any(|c| c == "memory"))
         .unwrap_or(false)
+}
+
+/// Where a cgroup path of `/proc/<pid>/cgroup` (relative to this process's cgroup namespace) lies under a mount
+/// whose root is `root`: its path relative to the mount point, or None when the mount does not show it.
+pub fn under_root<'a>(path: &'a str, root: &str) -> Option<&'a str> {
+    if root == "/" {
+        return Some(path);
+    }
+    if outside(root) {
+        return None;
+    }
+    match path.strip_prefix(root.trim_end_matches('/'))? {
+        "" => Some("/"),
+        r if r.starts_with('/') => Some(r),
+        _ => None,
+    }
 }
 
 /// A process's memory cgroups, relative to their hierarchy's mount.
@@ -120,6 +161,36 @@ mod tests {
         // Nor one that climbs: a group under it would not start with it.
         let m = Mounts::parse("30 22 0:26 / /a/../sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
         assert_eq!(m.v2, None);
+    }
+
+    #[test]
+    fn inside_a_cgroup_namespace_the_mount_made_there_covers_the_one_from_outside() {
+        // Captured under `unshare --cgroup --mount`, after mounting a tmpfs and the memory hierarchy anew over
+        // /sys/fs/cgroup as a container runtime does: the host's mount (root `/..`) is still listed, covered.
+        let m = Mounts::parse(include_str!("../../../../tests/fixtures/proc/v1-cgroupns.mountinfo"));
+        assert_eq!(
+            (m.v1_memory.as_deref(), m.v1_memory_root.as_str()),
+            (Some(Path::new("/sys/fs/cgroup/memory")), "/")
+        );
+        // Before that mount only the host's is there, showing a group outside the namespace.
+        let m = Mounts::parse(include_str!("../../../../tests/fixtures/proc/v1-cgroupns-host-mount.mountinfo"));
+        assert_eq!(m.v1_memory_root, "/..");
+        // The host's own mounts have their root at `/`.
+        let m = Mounts::parse(include_str!("../../../../tests/fixtures/proc/v1-host.mountinfo"));
+        assert_eq!((m.v1_memory_root.as_str(), m.v2_root.as_str()), ("/", "/"));
+    }
+
+    #[test]
+    fn a_cgroup_path_under_a_mount_root() {
+        assert_eq!(under_root("/a/b", "/"), Some("/a/b"));
+        // A bind mount of one group (a container without its own cgroup namespace).
+        assert_eq!(under_root("/docker/abc", "/docker/abc"), Some("/"));
+        assert_eq!(under_root("/docker/abc/sub", "/docker/abc/"), Some("/sub"));
+        assert_eq!(under_root("/docker/abcd", "/docker/abc"), None);
+        assert_eq!(under_root("/other", "/docker/abc"), None);
+        // A mount from outside the namespace shows nothing a namespace path can name.
+        assert_eq!(under_root("/", "/.."), None);
+        assert_eq!(under_root("/x", "/../.."), None);
     }
 
     #[test]

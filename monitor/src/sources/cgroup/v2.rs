@@ -74,15 +74,17 @@ pub(crate) fn min_limit(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-/// The group's directory and each ancestor strictly below `mount` (the root cgroup has no `memory.max`).
+/// The group's directory and each ancestor up to `mount`, the mount included: on a host it is the root cgroup,
+/// which has no `memory.max`, but inside a cgroup namespace (a container) it is the container's group, whose
+/// `memory.max` is the container's limit.
 pub(crate) fn dirs_up_to(dir: &Path, mount: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut cur = Some(dir);
-    while let Some(d) = cur {
-        if d == mount || !d.starts_with(mount) {
+    while let Some(d) = cur.filter(|d| d.starts_with(mount)) {
+        out.push(d.to_path_buf());
+        if d == mount {
             break;
         }
-        out.push(d.to_path_buf());
         cur = d.parent();
     }
     out
@@ -140,10 +142,12 @@ mod tests {
     }
 
     #[test]
-    fn walk_stops_at_the_mount() {
+    fn walk_ends_at_the_mount() {
         let d = dirs_up_to(Path::new("/sys/fs/cgroup/a/b"), Path::new("/sys/fs/cgroup"));
-        assert_eq!(d, vec![PathBuf::from("/sys/fs/cgroup/a/b"), PathBuf::from("/sys/fs/cgroup/a")]);
-        assert!(dirs_up_to(Path::new("/sys/fs/cgroup"), Path::new("/sys/fs/cgroup")).is_empty());
+        let want = ["/sys/fs/cgroup/a/b", "/sys/fs/cgroup/a", "/sys/fs/cgroup"].map(PathBuf::from);
+        assert_eq!(d, want);
+        let ns_root = dirs_up_to(Path::new("/sys/fs/cgroup"), Path::new("/sys/fs/cgroup"));
+        assert_eq!(ns_root, [PathBuf::from("/sys/fs/cgroup")]);
         assert!(dirs_up_to(Path::new("/elsewhere"), Path::new("/sys/fs/cgroup")).is_empty());
     }
 
