@@ -51,6 +51,12 @@ pub enum ProbeError {
     TracefsUnreadable { at: std::path::PathBuf, source: std::io::Error },
     #[error("mounting tracefs at /sys/kernel/tracing (needs CAP_SYS_ADMIN, or tracefs mounted beforehand): {0}")]
     Tracefs(#[source] std::io::Error),
+    #[error(
+        "monitor runs in a PID namespace of its own (a container's): the probes count by the kernel's pids, not the \
+         ones monitor sees there. Share the host's PID namespace (podman --pid=host, Kubernetes hostPID) for the \
+         probes"
+    )]
+    PidNamespace,
     #[error("counting possible CPUs: {0}")]
     Cpus(#[source] std::io::Error),
     #[error("eBPF map `{0}` is not an array")]
@@ -150,6 +156,16 @@ impl Claim {
     }
 }
 
+/// The initial PID namespace's inode number (the kernel's `PROC_PID_INIT_INO`).
+const INIT_PID_NS: u64 = 0xEFFF_FFFC;
+
+/// Whether this process runs in a PID namespace other than the initial one (as a container's processes do): the
+/// programs see every process by its pid in the initial namespace, the agent by its pid in its own.
+fn in_child_pid_namespace() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() != INIT_PID_NS)
+}
+
 impl Probes {
     /// Loads the embedded object and attaches the programs: the first set of [`Hooks::preferred`] and its
     /// fallbacks that attaches (socket tracepoints, raw `sys_exit`, per-syscall tracepoints).
@@ -184,6 +200,9 @@ impl Probes {
     fn attach(want: Hooks, fallback: bool, close: Option<CloseHook>) -> Result<Probes, ProbeError> {
         if object::OBJECT.is_empty() {
             return Err(ProbeError::NotBuilt(object::SKIPPED));
+        }
+        if in_child_pid_namespace() {
+            return Err(ProbeError::PidNamespace);
         }
         let nr_cpus = aya::util::nr_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
         let words = filter::words(pid_max());
