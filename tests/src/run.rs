@@ -43,7 +43,7 @@ impl Launched {
     }
 
     /// [`Launched::start`], with `monitor` run by `wrapper` (e.g. `ip netns exec <ns>`, which execs it: the pid is
-    /// still monitor's).
+    /// still monitor's; or `unshare --fork`, whose child runs it: the pid is unshare's).
     pub fn start_wrapped(
         test: &str,
         config: Config,
@@ -207,6 +207,8 @@ pub struct Spec {
     pub master_port: Option<u16>,
     /// More environment of `monitor run` (e.g. `MONITOR_LOG`).
     pub env: Vec<(String, String)>,
+    /// A command that runs `monitor run` (see [`Launched::start_wrapped`]), e.g. `unshare` making a container.
+    pub wrapper: Vec<String>,
 }
 
 impl Default for Spec {
@@ -225,6 +227,7 @@ impl Default for Spec {
             extra: Config::new(),
             master_port: None,
             env: Vec::new(),
+            wrapper: Vec::new(),
         }
     }
 }
@@ -288,7 +291,7 @@ impl Run {
         let config = fleet_config(spec, &cg, &ports);
         let env: Vec<(&str, &str)> = spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let inside = spec.own_group.then(|| cg.path());
-        let launched = Launched::start(&cg.relative(), config, inside, &env);
+        let launched = Launched::start_wrapped(&cg.relative(), config, &spec.wrapper, inside, &env);
         Run { launched, ports, cg }
     }
 

@@ -27,7 +27,7 @@ fn int_value(text: &str, key: &str, sep: char) -> u64 {
 
 #[test]
 fn the_deploy_configs_are_valid() {
-    for name in ["agent.toml", "run.toml", "agent.d/app.toml"] {
+    for name in ["agent.toml", "run.toml", "agent.d/app.toml", "container/run.toml"] {
         let path = deploy().join(name);
         let out = Command::new(monitor_bin()).arg("check-config").arg(&path).output();
         let out = out.unwrap_or_else(|e| panic!("monitor check-config: {e}"));

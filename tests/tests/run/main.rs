@@ -1,7 +1,8 @@
 //! `monitor run` (launcher, front door and agent in one process) over the fixture backend in a memory cgroup (v1 or
-//! v2): readiness and health checks, restarts, start-up, memory-driven shedding, kernel counts, its own group, its web
-//! API, its config reloads, the proof on its action POSTs, and how it stops and drains.
+//! v2): readiness and health checks, restarts, start-up, memory-driven shedding, kernel counts, its own group, as a
+//! container's PID 1, its web API, its config reloads, the proof on its action POSTs, and how it stops and drains.
 
+mod container;
 mod counts;
 mod drain;
 mod drain_load;
