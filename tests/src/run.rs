@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The time limit of one request, and of the waits for a state.
+/// The time limit of one request and of the waits for a state, both stretched by [`crate::pace::slowdown`].
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running `monitor run`, killed on drop (its stderr printed if the test is failing, its config removed).
@@ -90,7 +90,7 @@ impl Launched {
 
     /// A request through the front door; panics if there is no answer.
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
-        match http::request(self.proxy, "GET", path, headers, TIMEOUT) {
+        match http::request(self.proxy, "GET", path, headers, crate::pace::scaled(TIMEOUT)) {
             Ok(r) => r,
             Err(e) => panic!("GET {path} via the proxy: {e}\nmonitor stderr:\n{}", self.stderr()),
         }
@@ -98,7 +98,7 @@ impl Launched {
 
     /// `/api/v1/status`, when it answers 200 with JSON.
     pub fn try_status(&self) -> Option<Value> {
-        let r = http::get(self.web, "/api/v1/status", TIMEOUT).ok()?;
+        let r = http::get(self.web, "/api/v1/status", crate::pace::scaled(TIMEOUT)).ok()?;
         (r.status == 200).then(|| serde_json::from_slice(&r.body).ok()).flatten()
     }
 
@@ -304,7 +304,7 @@ impl Run {
 
     /// A request straight to process `i` (0 = m0).
     pub fn direct(&self, i: usize, path: &str) -> Response {
-        match http::get(loopback(self.ports[i]), path, TIMEOUT) {
+        match http::get(loopback(self.ports[i]), path, crate::pace::scaled(TIMEOUT)) {
             Ok(r) => r,
             Err(e) => panic!("GET {path} from process {i}: {e}"),
         }

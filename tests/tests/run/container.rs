@@ -17,10 +17,13 @@ use monitor_tests::run::{launcher, processes, Launched, Run, Spec};
 use monitor_tests::{pace, require_group, require_program, Group, MIB};
 use std::time::{Duration, Instant};
 
-/// Mounts the cgroup filesystem inside the new namespaces as a runtime does (cgroup2 over /sys/fs/cgroup; on a v1
-/// host a tmpfs there with the memory hierarchy under it), then runs the rest of its arguments.
+/// Mounts the cgroup filesystem inside the new namespaces as a runtime does (cgroup2 at /sys/fs/cgroup; on a v1
+/// host a tmpfs there with the memory hierarchy under it), then runs the rest of its arguments. A runtime mounts on
+/// the container's own root filesystem; here the host's mount is covered with a tmpfs first (the kernel refuses a
+/// second cgroup2 mount right on top of the first).
 const MOUNT_CGROUPS: &str = "set -e
 if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
+  mount -t tmpfs cgroup /sys/fs/cgroup
   mount -t cgroup2 cgroup2 /sys/fs/cgroup
 else
   mount -t tmpfs cgroup /sys/fs/cgroup
