@@ -146,14 +146,19 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Parses `cgroup.procs`: one pid a line. Blank lines are ignored; anything else is an error.
+/// Parses `cgroup.procs`: one pid a line. Blank lines are ignored; anything else is an error. A 0 is a process
+/// outside this PID namespace (cgroup v2 lists it so, as a container's group lists the runtime's helper): it has no
+/// pid here, and is skipped (its memory still counts in the group's).
 pub fn parse_procs(text: &str, out: &mut Vec<u32>) -> Result<(), String> {
     for line in text.lines() {
         let t = line.trim();
         if t.is_empty() {
             continue;
         }
-        out.push(t.parse().map_err(|_| format!("not a pid: {t:?}"))?);
+        match t.parse().map_err(|_| format!("not a pid: {t:?}"))? {
+            0 => {}
+            pid => out.push(pid),
+        }
     }
     Ok(())
 }
@@ -464,6 +469,9 @@ mod tests {
         assert_eq!(v, vec![1, 22, 333]);
         assert!(parse_procs("1\nx\n", &mut v).is_err());
         assert!(parse_procs("-1\n", &mut v).is_err());
+        let mut v = Vec::new();
+        parse_procs("0\n1\n12\n", &mut v).expect("parse");
+        assert_eq!(v, vec![1, 12], "a process outside the PID namespace has no pid here");
     }
 
     proptest::proptest! {
@@ -474,7 +482,7 @@ mod tests {
         }
 
         #[test]
-        fn procs_read_back(pids in proptest::collection::vec(0u32.., 0..50)) {
+        fn procs_read_back(pids in proptest::collection::vec(1u32.., 0..50)) {
             let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
             let mut v = Vec::new();
             parse_procs(&text, &mut v).expect("parse");
