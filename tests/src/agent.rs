@@ -171,7 +171,7 @@ impl Agent {
                     self.stderr()
                 );
             }
-            match http::get(self.addr, "/healthz", crate::pace::scaled(REQUEST_TIMEOUT)) {
+            match http::get(self.addr, "/healthz", REQUEST_TIMEOUT) {
                 Ok(r) if r.status == 200 => return,
                 Ok(r) => last = format!("status {}: {}", r.status, r.text()),
                 Err(e) => last = e,
@@ -212,7 +212,7 @@ impl Agent {
     pub fn get(&self, path: &str) -> (u16, String) {
         let deadline = Instant::now() + crate::pace::scaled(RENDER_PATIENCE);
         loop {
-            let (code, body) = match http::get(self.addr, path, crate::pace::scaled(REQUEST_TIMEOUT)) {
+            let (code, body) = match http::get(self.addr, path, REQUEST_TIMEOUT) {
                 Ok(r) => (r.status, r.text()),
                 Err(e) => panic!("GET {path} from the agent: {e}; agent stderr:\n{}", self.stderr()),
             };

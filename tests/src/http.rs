@@ -27,7 +27,8 @@ impl Response {
     }
 }
 
-/// Sends `GET path` to `addr` and reads the whole response, each step bounded by `timeout`.
+/// Sends `GET path` to `addr` and reads the whole response, each step bounded by `timeout` (stretched by
+/// [`crate::pace::scaled`], as every timeout of this module is).
 pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Response, String> {
     request(addr, "GET", path, &[], timeout)
 }
@@ -63,6 +64,7 @@ fn send(
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<Response, String> {
+    let timeout = crate::pace::scaled(timeout);
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;

@@ -90,7 +90,7 @@ impl Launched {
 
     /// A request through the front door; panics if there is no answer.
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
-        match http::request(self.proxy, "GET", path, headers, crate::pace::scaled(TIMEOUT)) {
+        match http::request(self.proxy, "GET", path, headers, TIMEOUT) {
             Ok(r) => r,
             Err(e) => panic!("GET {path} via the proxy: {e}\nmonitor stderr:\n{}", self.stderr()),
         }
@@ -98,7 +98,7 @@ impl Launched {
 
     /// `/api/v1/status`, when it answers 200 with JSON.
     pub fn try_status(&self) -> Option<Value> {
-        let r = http::get(self.web, "/api/v1/status", crate::pace::scaled(TIMEOUT)).ok()?;
+        let r = http::get(self.web, "/api/v1/status", TIMEOUT).ok()?;
         (r.status == 200).then(|| serde_json::from_slice(&r.body).ok()).flatten()
     }
 
@@ -137,8 +137,9 @@ impl Launched {
         }
     }
 
-    /// Sends SIGTERM and waits for the exit.
+    /// Sends SIGTERM and waits for the exit (up to `timeout`, [`crate::pace::scaled`]).
     pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        let timeout = crate::pace::scaled(timeout);
         self.sigterm();
         match self.child.wait_timeout(timeout) {
             Some(s) => self.exited(s),
@@ -146,8 +147,9 @@ impl Launched {
         }
     }
 
-    /// Waits for `monitor run` to exit by itself.
+    /// Waits for `monitor run` to exit by itself (up to `timeout`, [`crate::pace::scaled`]).
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let timeout = crate::pace::scaled(timeout);
         match self.child.wait_timeout(timeout) {
             Some(s) => self.exited(s),
             None => panic!("monitor run still running after {timeout:?}; stderr:\n{}", self.stderr()),
@@ -158,7 +160,7 @@ impl Launched {
     /// hold the pipe), so [`Launched::stderr`] has monitor's last words.
     fn exited(&mut self, status: ExitStatus) -> ExitStatus {
         if let Some(reader) = self.reader.take() {
-            let deadline = Instant::now() + Duration::from_secs(5);
+            let deadline = Instant::now() + crate::pace::scaled(Duration::from_secs(5));
             while !reader.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -304,7 +306,7 @@ impl Run {
 
     /// A request straight to process `i` (0 = m0).
     pub fn direct(&self, i: usize, path: &str) -> Response {
-        match http::get(loopback(self.ports[i]), path, crate::pace::scaled(TIMEOUT)) {
+        match http::get(loopback(self.ports[i]), path, TIMEOUT) {
             Ok(r) => r,
             Err(e) => panic!("GET {path} from process {i}: {e}"),
         }

@@ -134,7 +134,8 @@ pub fn run(args: Args) -> Result<()> {
     );
 
     let filter = args.filter.as_deref().unwrap_or("");
-    let extra = if filter.is_empty() { String::new() } else { format!("VM_FILTER={filter}") };
+    let mut extra = if filter.is_empty() { String::new() } else { format!("VM_FILTER={filter} ") };
+    extra.push_str(&qemu::pace_words());
     let work = target.join("vmtest");
     let mut results = Vec::new();
     // In-VM tests over all kernels; a kernel that gives no count counts as one failure.

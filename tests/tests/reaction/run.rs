@@ -95,9 +95,7 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
         .map(|i| {
             let (proxy, path) = (run.proxy, path.clone());
             std::thread::sleep(Duration::from_millis(if i == 0 { 0 } else { 20 }));
-            std::thread::spawn(move || {
-                http::request(proxy, "GET", &path, &[], monitor_tests::pace::scaled(Duration::from_secs(30)))
-            })
+            std::thread::spawn(move || http::request(proxy, "GET", &path, &[], Duration::from_secs(30)))
         })
         .collect();
     let mut answers = Vec::new();

@@ -146,7 +146,7 @@ fn as_pid_1_in_a_cgroup_namespace_auto_is_the_container_and_orphans_are_reaped()
 
     // The runtime's stop: SIGTERM to PID 1, which drains and exits 0 (unshare passes the code on).
     sigterm(monitor);
-    let status = run.wait_exit(pace::scaled(Duration::from_secs(30)));
+    let status = run.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "monitor run's exit; stderr:\n{}", run.stderr());
     assert!(run.stderr().contains("SIGTERM: draining"), "{}", run.stderr());
     assert!(run.cg.procs().is_empty(), "the container is empty: {:?}", run.cg.procs());
@@ -187,7 +187,7 @@ fn a_group_of_its_own_inside_a_container_is_refused_on_v2_and_made_on_v1() {
     let mut run = Launched::start_wrapped(&cg.relative(), config, &container(), Some(cg.path()), &[]);
     match Hierarchy::here() {
         Ok(Hierarchy::V2) => {
-            let status = run.wait_exit(pace::scaled(Duration::from_secs(20)));
+            let status = run.wait_exit(Duration::from_secs(20));
             let err = run.stderr();
             assert_eq!(status.code(), Some(1), "refused at start:\n{err}");
             assert!(err.contains("cgroup = \"auto\""), "the message says to use auto:\n{err}");
@@ -201,7 +201,7 @@ fn a_group_of_its_own_inside_a_container_is_refused_on_v2_and_made_on_v1() {
             );
             assert_eq!(st["group"]["cgroup"], "/sys/fs/cgroup/memory/sub", "{}", st["group"]);
             sigterm(pid_one(&run));
-            let status = run.wait_exit(pace::scaled(Duration::from_secs(30)));
+            let status = run.wait_exit(Duration::from_secs(30));
             assert_eq!(status.code(), Some(0), "stderr:\n{}", run.stderr());
             assert!(!cg.path().join("sub").exists(), "the group monitor made is removed at the stop");
         }

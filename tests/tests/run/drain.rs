@@ -2,6 +2,7 @@
 //! keep-alive connection is closed, new connections are refused, the children are stopped and `monitor run`
 //! exits 0.
 
+use monitor_tests::pace::{scaled, slowdown};
 use monitor_tests::require_group;
 use monitor_tests::run::{Run, Spec};
 use std::io::{Read, Write};
@@ -15,16 +16,18 @@ fn a_drain_under_load_finishes_every_request_and_exits_0() {
     }
     let mut run = Run::start("drain", &Spec::default());
     let addr = run.proxy;
+    // Each request lasts long enough for all 24 to be in flight at once, however slow the machine.
+    let base = 800 * u64::from(slowdown());
     let clients: Vec<_> = (0..24)
         .map(|i| {
             std::thread::spawn(move || {
-                let ms = 800 + 50 * i;
+                let ms = base + 50 * i;
                 monitor_tests::http::get(addr, &format!("/r4/slow?sleep_ms={ms}"), Duration::from_secs(20))
             })
         })
         .collect();
     // Wait until every request has reached a process.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + scaled(Duration::from_secs(5));
     loop {
         let inflight: u64 = (0..3).filter_map(|i| run.stats(i)["inflight"].as_u64()).sum();
         if inflight == 24 {
@@ -35,7 +38,7 @@ fn a_drain_under_load_finishes_every_request_and_exits_0() {
     }
     // An idle keep-alive connection, one request answered on it.
     let mut idle = TcpStream::connect(addr).expect("connect");
-    idle.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    idle.set_read_timeout(Some(scaled(Duration::from_secs(10)))).expect("timeout");
     idle.write_all(b"GET /r4/x HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
     let mut buf = [0u8; 4096];
     let n = idle.read(&mut buf).expect("answer on the keep-alive connection");
@@ -44,7 +47,7 @@ fn a_drain_under_load_finishes_every_request_and_exits_0() {
     let t = Instant::now();
     run.sigterm();
     // The idle keep-alive connection is closed at once, while the slow requests are still running.
-    idle.set_read_timeout(Some(Duration::from_millis(600))).expect("timeout");
+    idle.set_read_timeout(Some(scaled(Duration::from_millis(600)))).expect("timeout");
     let closed = idle.read(&mut buf);
     assert!(matches!(closed, Ok(0)), "the idle keep-alive connection was not closed: {closed:?}");
     let status = run.wait_exit(Duration::from_secs(30));

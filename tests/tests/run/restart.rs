@@ -72,7 +72,7 @@ fn children_die_with_the_launcher() {
         // SAFETY: kill has no memory-safety preconditions; the pid is our child.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + monitor_tests::pace::scaled(Duration::from_secs(5));
     while Instant::now() < deadline {
         if run.cg.procs().is_empty() {
             return;

@@ -59,6 +59,28 @@ pub fn boot_again_if_silent(label: &str, boot: impl Fn() -> Result<Boot>) -> Res
     })
 }
 
+/// Iterations of the shell loop that measures how much slower than the host the guest runs.
+const PACE_LOOPS: u32 = 100_000;
+
+/// Kernel command-line words for the guest's /init to set `MONITOR_TEST_SLOWDOWN` from (tests/vm/init): the
+/// iterations of a `/bin/sh` counting loop and the host's best time for it over three runs. The guest times the
+/// same loop with the same shell (Debian's dash) at boot; the ratio is how far its tests' waits must stretch.
+/// Empty when the host cannot run the loop (the guest then keeps its floor).
+pub fn pace_words() -> String {
+    let script = format!("i=0; while [ $i -lt {PACE_LOOPS} ]; do i=$((i+1)); done");
+    let best = (0..3)
+        .filter_map(|_| {
+            let t = Instant::now();
+            let ok = Command::new("/bin/sh").args(["-c", &script]).status().is_ok_and(|s| s.success());
+            ok.then(|| t.elapsed())
+        })
+        .min();
+    match best {
+        Some(d) => format!("PACE_LOOPS={PACE_LOOPS} PACE_HOST_MS={}", d.as_millis().max(1)),
+        None => String::new(),
+    }
+}
+
 /// Boots `kernel` with `initrd`, `memory_mib` of guest memory and the extra kernel command-line words, echoing the
 /// console with `label`, until the marker appears (then waits briefly for the power-off) or `timeout` passes (then
 /// fails with the console's tail).
