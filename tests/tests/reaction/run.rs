@@ -89,7 +89,7 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
     let kills = run.cg.oom_count();
     // Each request holds its 200 MiB for 3 s: longer under a slowdown (the emulated VM, where allocating them takes
     // seconds), so that they are all held at once there too.
-    let slow = monitor_tests::pace::slowdown();
+    let slow = monitor_tests::pace::stretch();
     let path = format!("/r4/x?alloc_mib=200&sleep_ms={}", 3000 * slow);
     let clients: Vec<_> = (0..10)
         .map(|i| {

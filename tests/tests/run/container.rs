@@ -113,7 +113,7 @@ fn as_pid_1_in_a_cgroup_namespace_auto_is_the_container_and_orphans_are_reaped()
     if !require_group(test) || !require_program(test, "unshare") {
         return;
     }
-    let lasting = 5 * pace::slowdown();
+    let lasting = 5 * pace::stretch();
     let port = free_port();
     let spec = Spec {
         workers: 2,
@@ -159,7 +159,7 @@ fn outside_a_container_the_processes_orphans_are_monitors_and_reaped() {
         return;
     }
     // monitor is not PID 1 here: it asked to be its descendants' reaper.
-    let lasting = 5 * pace::slowdown();
+    let lasting = 5 * pace::stretch();
     let port = free_port();
     let spec = Spec {
         workers: 1,

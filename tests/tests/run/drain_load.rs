@@ -55,10 +55,10 @@ fn parse(text: &str) -> Report {
 }
 
 /// Runs wrk (16 connections on `threads` threads) for `seconds` against `path` through the front door, SIGTERMs
-/// `monitor run` after `term_after`, and returns wrk's report once both ended. Both times stretch by the test
-/// slowdown (`monitor_tests::pace`: the emulated VM), so the load before the drain is as long in work done.
+/// `monitor run` after `term_after`, and returns wrk's report once both ended. Both times stretch on a slow machine
+/// (`monitor_tests::pace::stretch`: the emulated VM), so the load before the drain does more work.
 fn sigterm_under_wrk(name: &str, threads: u32, path: &str, seconds: u64, term_after: Duration) -> Report {
-    let slow = monitor_tests::pace::slowdown();
+    let slow = monitor_tests::pace::stretch();
     let (seconds, term_after) = (seconds * u64::from(slow), term_after * slow);
     let mut run = Run::start(name, &Spec::default());
     let script = std::env::temp_dir().join(format!("{name}-{}.lua", std::process::id()));

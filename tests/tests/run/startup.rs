@@ -40,7 +40,7 @@ fn a_refusal_while_the_processes_start_is_alerted_and_resolved() {
     std::fs::write(&hook, monitor_tests::hooks::ALERT_TO_FILE).unwrap_or_else(|e| panic!("{}: {e}", hook.display()));
     // The master stays unhealthy for 6 s, all the alert has to come in: longer under a slowdown (the emulated VM),
     // with the start timeout ahead of it.
-    let delay_ms = 6000 * u64::from(monitor_tests::pace::slowdown());
+    let delay_ms = 6000 * u64::from(monitor_tests::pace::stretch());
     let spec = Spec {
         workers: 1,
         limit_mib: 256,
