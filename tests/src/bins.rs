@@ -64,3 +64,13 @@ pub fn fixture_backend() -> PathBuf {
 pub fn grower() -> PathBuf {
     fixture("grower")
 }
+
+/// The virtual environment `cargo xtask setup --packages` installs kubernetes-validate into (from PyPI; Debian has
+/// no package of it): `kubernetes-validate` under `$MONITOR_TOOLS`, else under `$HOME/.cache/monitor-tools`.
+pub fn kubernetes_validate_venv() -> PathBuf {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("MONITOR_TOOLS")
+        .or_else(|| var("HOME").map(|h| h.join(".cache/monitor-tools")))
+        .unwrap_or_else(|| std::env::temp_dir().join("monitor-tools"))
+        .join("kubernetes-validate")
+}

@@ -39,14 +39,40 @@ pub fn install_packages(root: &std::path::Path) -> Result<()> {
     let missing: Vec<&str> = wanted.into_iter().filter(|p| !installed(p)).collect();
     if missing.is_empty() {
         eprintln!("setup: every package of .ci/packages is installed");
+    } else {
+        eprintln!("setup: installing {}", missing.join(" "));
+        sh(Command::new("apt-get").args(["update", "-qq"]))?;
+        sh(Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing))?;
+    }
+    kubernetes_validate()
+}
+
+/// The Kubernetes schema check of docs/deploy.md's pod spec (tests/tests/cli/deploy_units.rs): this release of
+/// kubernetes-validate, which carries the API's JSON schemas, from PyPI into a virtual environment of its own at
+/// [`monitor_tests::bins::kubernetes_validate_venv`]'s path (Debian has no package of it), once per machine.
+const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
+
+fn kubernetes_validate() -> Result<()> {
+    let venv = monitor_tests::bins::kubernetes_validate_venv();
+    let tool = venv.join("bin/kubernetes-validate");
+    let runs = |t: &std::path::Path| Command::new(t).arg("--version").output().is_ok_and(|o| o.status.success());
+    if runs(&tool) {
         return Ok(());
     }
-    eprintln!("setup: installing {}", missing.join(" "));
-    sh(Command::new("apt-get").args(["update", "-qq"]))?;
-    sh(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing))
+    sh(Command::new("/usr/bin/python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
+    sh(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        KUBERNETES_VALIDATE,
+    ]))?;
+    if !runs(&tool) {
+        bail!("{} does not run after `pip install {KUBERNETES_VALIDATE}`", tool.display());
+    }
+    Ok(())
 }
 
 pub fn run() -> Result<()> {

@@ -1,7 +1,8 @@
 //! deploy/: the systemd units and the configs they name. Each config passes `monitor check-config`; each unit,
 //! with its paths pointed at this build and this checkout, passes `systemd-analyze verify` without a warning; the
 //! run unit gives monitor more time to stop than the config's drain and grace; `systemd-analyze security` rates
-//! the agent units at or below 4.0 and the run unit below 6.0.
+//! the agent units at or below 4.0 and the run unit below 6.0. The container's pod is the docs' and passes the
+//! Kubernetes schema.
 
 use monitor_tests::agent::{monitor_bin, workspace_root};
 use monitor_tests::require;
@@ -121,4 +122,41 @@ fn the_units_are_hardened() {
         let rel = if inclusive { "<=" } else { "<" };
         assert!(within, "{unit}: exposure {score}, the goal is {rel} {goal}:\n{text}");
     }
+}
+
+/// deploy/container/pod.yaml is the pod docs/deploy.md shows (less its comment lines), and it passes the Kubernetes
+/// API's schema strictly (`kubernetes-validate --strict`: every field one the API knows, every value of its type);
+/// the same pod with a misspelt field does not, so the check is not one that passes anything.
+#[test]
+fn the_pod_spec_is_the_docs_and_passes_the_kubernetes_schema() {
+    let test = "the_pod_spec_is_the_docs_and_passes_the_kubernetes_schema";
+    let path = deploy().join("container/pod.yaml");
+    let pod = read(&path);
+    let body: String = pod.lines().filter(|l| !l.starts_with('#')).map(|l| format!("{l}\n")).collect();
+    let doc = read(&workspace_root().join("docs/deploy.md"));
+    assert!(doc.contains(&format!("```yaml\n{body}```")), "docs/deploy.md's pod is not deploy/container/pod.yaml");
+
+    let tool = monitor_tests::bins::kubernetes_validate_venv().join("bin/kubernetes-validate");
+    if !require(tool.is_file(), test, "needs kubernetes-validate (cargo xtask setup --packages installs it)") {
+        return;
+    }
+    let validate = |p: &Path| {
+        let out = Command::new(&tool).args(["--strict", "--no-warn"]).arg(p).output();
+        let out = out.unwrap_or_else(|e| panic!("{}: {e}", tool.display()));
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    let (ok, said) = validate(&path);
+    assert!(ok, "{said}");
+    assert!(said.contains("passed for resource pod/fhir"), "{said}");
+
+    let misspelt = std::env::temp_dir().join(format!("monitor-pod-{}.yaml", std::process::id()));
+    let bad = pod.replace("terminationGracePeriodSeconds:", "terminationGracePeriod:");
+    assert_ne!(bad, pod, "the pod has no terminationGracePeriodSeconds");
+    std::fs::write(&misspelt, bad).unwrap_or_else(|e| panic!("{}: {e}", misspelt.display()));
+    let (ok, said) = validate(&misspelt);
+    let _ = std::fs::remove_file(&misspelt);
+    assert!(!ok && said.contains("'terminationGracePeriod' was unexpected"), "{said}");
 }
