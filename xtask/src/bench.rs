@@ -16,6 +16,8 @@
 //! - `reaction`: the grower suite: a fast grower in a 512 MiB group, the agent's abort against the kernel's OOM
 //!   killer, timer vs events vs the brake, on this host (v1) and in the test VM (v2) (bench/reaction.rs).
 //! - `config`: `monitor check-config` on 100,000 `[[process]]` against 10,000 (bench/config.rs).
+//! - `image`: the OCI image's size, and `monitor run` as a container's PID 1 under podman: start to `/healthz` against
+//!   one bare server's start, and the stop's drain (bench/image.rs).
 //! - `cluster`: a request forwarded to its owner node against a local one at c=16, and gossip bytes per node per
 //!   second at 3 and 50 members (bench/cluster.rs).
 
@@ -26,6 +28,7 @@ mod all_page;
 mod all_text;
 mod cluster;
 mod config;
+mod image;
 mod probes;
 mod proxy;
 mod proxy_instr;
@@ -43,7 +46,7 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args)]
 pub struct Args {
     /// Which benchmark: all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config,
-    /// cluster.
+    /// cluster, image.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -77,8 +80,9 @@ pub fn run(args: Args) -> Result<()> {
         "web" => web::run(),
         "config" => config::run(),
         "cluster" => cluster::run(),
+        "image" => image::run(),
         other => bail!(
-            "unknown benchmark {other:?} (all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster)"
+            "unknown benchmark {other:?} (all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster, image)"
         ),
     }
 }

@@ -1,7 +1,10 @@
 //! `cargo xtask dist`: the Debian package, `target/debian/monitor_<version>-1_amd64.deb`. Builds the release binary
 //! with its eBPF object (failing rather than packaging an agent whose probes are off), has that binary write its
 //! man pages and shell completions into `target/dist/doc` (`monitor generate-docs`), then packs everything named in
-//! monitor/Cargo.toml's `[package.metadata.deb]` with cargo-deb, installed once when missing.
+//! monitor/Cargo.toml's `[package.metadata.deb]` with cargo-deb, installed once when missing. With `--image`, the OCI
+//! image instead ([`image`]).
+
+pub(crate) mod image;
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -16,6 +19,13 @@ pub struct Args {
     /// Skip `cargo build` (use the release binary already in the target directory).
     #[arg(long)]
     no_build: bool,
+    /// Build the OCI image instead of the package: target/dist/monitor-<version>.oci.tar, `monitor run` as the
+    /// entrypoint on a Debian bookworm minbase (buildah and mmdebstrap, installed when missing; root).
+    #[arg(long)]
+    image: bool,
+    /// With --image: Debian packages the servers need in the image, comma-separated (for example nodejs).
+    #[arg(long, requires = "image", value_delimiter = ',')]
+    include: Vec<String>,
 }
 
 /// Whether `cargo deb` runs at all.
@@ -33,10 +43,30 @@ pub fn ensure_cargo_deb() -> Result<()> {
 
 pub fn run(args: Args) -> Result<()> {
     let root = root();
-    ensure_cargo_deb()?;
+    if !args.image {
+        ensure_cargo_deb()?;
+    }
     if !args.no_build {
         crate::setup::run().context("the package carries the eBPF object")?;
         crate::build::run()?;
+    }
+    if args.image {
+        let target = crate::util::target_dir();
+        let binary = target.join("release/monitor");
+        let cache = crate::vmtest::kernel::cache_dir(&target);
+        let spec =
+            image::Spec { binary: &binary, include: &args.include, cache: &cache, out_dir: &target.join("dist") };
+        let t = std::time::Instant::now();
+        let built = image::build(&spec)?;
+        let size = std::fs::metadata(&built.archive).map(|m| m.len()).unwrap_or(0);
+        eprintln!(
+            "dist: image {} ({:.1} MiB archive) in {:.1} s",
+            built.reference,
+            size as f64 / 1048576.0,
+            t.elapsed().as_secs_f64()
+        );
+        println!("{}", built.archive.display());
+        return Ok(());
     }
     let deb = package(&root, &crate::util::target_dir())?;
     println!("{}", deb.display());

@@ -38,3 +38,27 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Makes sure `command` runs (`command --version`), installing the Debian `package` with apt when it does not
+/// (`apt-get update` only if the first try fails); `needed_by` names the task in the error a non-root user gets.
+pub fn ensure_command(command: &str, package: &str, needed_by: &str) -> Result<()> {
+    if Command::new(command).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("{needed_by} needs {command}: apt-get install --no-install-recommends {package}");
+    }
+    let install = || {
+        run(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args([
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            package,
+        ]))
+    };
+    install().or_else(|_| {
+        run(Command::new("apt-get").args(["update", "-qq"]))?;
+        install()
+    })
+}

@@ -29,6 +29,7 @@ pub(super) fn figures(name: &str, output: &str) -> Vec<Figure> {
         "config" => config(output),
         "reaction" => reaction(output),
         "cluster" => cluster(output),
+        "image" => image(output),
         _ => Vec::new(),
     }
 }
@@ -303,6 +304,23 @@ fn cluster(out: &str) -> Vec<Figure> {
         fig("gossip sent per node, 3 members", value_after(gossip("3"), "per node sent ")),
         fig("gossip sent per node, 50 members", value_after(gossip("50"), "per node sent ")),
         fig("gossip of the whole cluster, 50 members", value_after(gossip("50"), "the whole cluster ")),
+    ]
+}
+
+fn image(out: &str) -> Vec<Figure> {
+    vec![
+        fig("image archive", value_after(out, "archive:")),
+        fig("image unpacked", value_after(out, "unpacked:")),
+        fig(
+            "podman run to ready (master and two workers)",
+            value_after(line(out, "podman run to /healthz").unwrap_or(""), "median of 5:"),
+        ),
+        fig(
+            "podman run to one bare server's answer",
+            value_after(line(out, "baseline:").unwrap_or(""), "median of 5:"),
+        ),
+        fig("ready / bare server", ratio_after(out, "ratio ")),
+        fig("podman stop (drain, exit 0)", value_after(line(out, "podman stop").unwrap_or(""), "median of 5:")),
     ]
 }
 

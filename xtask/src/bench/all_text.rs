@@ -260,6 +260,25 @@ twice, `GOSSIP_SECONDS` apart. Knobs: `BENCH_SECONDS` (5), `BENCH_ROUNDS` (3), `
 `GOSSIP_MEMBERS` (50).
 ",
     },
+    Bench {
+        name: "image",
+        title: "The container image",
+        full: &[],
+        quick: &[],
+        tools: &[],
+        v1: false,
+        about: "\
+**The OCI image's size, and `monitor run` as a container's PID 1 under podman: how soon it is ready, against one
+bare server's start in the same run, and how long `podman stop` takes** (xtask/src/bench/image.rs). The image is
+`cargo xtask dist --image` without `--include`: the release binary on Debian bookworm's minbase (the archive, and
+unpacked as podman stores it). podman (as root, runc, the cgroupfs manager, storage of its own, host networking,
+`--memory 256m`) runs it 5 times with a master and two workers (`fixture-backend`, mounted in); start is from
+`podman run` to `/healthz` answering 200, which the API does once all three are ready. The baseline: the same image
+with one `fixture-backend` as its entrypoint, from `podman run` to its first answer (the runtime's own start and one
+server's, which no supervisor can beat). Stop: `podman stop` of each, which drains and must end with exit code 0.
+Medians of the 5. Root (buildah, mmdebstrap, podman and runc are installed when missing).
+",
+    },
 ];
 
 pub(super) const TESTS_HOLD: &str = "\

@@ -35,7 +35,7 @@ pub fn key(suite: &str, packages: &[&str]) -> String {
 }
 
 /// The apt sources mmdebstrap reads: this machine's own (deb822 or one-line), first found.
-fn apt_sources() -> Result<PathBuf> {
+pub(crate) fn apt_sources() -> Result<PathBuf> {
     let candidates = ["/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list"];
     candidates
         .iter()

@@ -77,25 +77,7 @@ pub fn run(deb: Option<PathBuf>, timeout: Duration) -> Result<()> {
 
 /// mmdebstrap builds the root filesystem: installed when missing.
 pub(crate) fn ensure_mmdebstrap() -> Result<()> {
-    if Command::new("mmdebstrap").arg("--version").output().is_ok_and(|o| o.status.success()) {
-        return Ok(());
-    }
-    if !crate::util::is_root() {
-        bail!("vmtest --systemd needs mmdebstrap: apt-get install --no-install-recommends mmdebstrap");
-    }
-    let install = || {
-        sh(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args([
-            "install",
-            "-y",
-            "-qq",
-            "--no-install-recommends",
-            "mmdebstrap",
-        ]))
-    };
-    install().or_else(|_| {
-        sh(Command::new("apt-get").args(["update", "-qq"]))?;
-        install()
-    })
+    crate::util::ensure_command("mmdebstrap", "mmdebstrap", "building the VMs' root filesystem")
 }
 
 /// The second archive, unpacked over the root filesystem: the package in /root, the fixtures in /usr/local/bin,

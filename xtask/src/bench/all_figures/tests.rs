@@ -259,6 +259,19 @@ fn cluster() {
 }
 
 #[test]
+fn image() {
+    let want = [
+        ("image archive", "47.5 MiB"),
+        ("image unpacked", "136.9 MiB"),
+        ("podman run to ready (master and two workers)", "204 ms"),
+        ("podman run to one bare server's answer", "155 ms"),
+        ("ready / bare server", "1.32x"),
+        ("podman stop (drain, exit 0)", "178 ms"),
+    ];
+    assert_eq!(read("image", sample!("image")), pairs(&want));
+}
+
+#[test]
 fn every_benchmark_has_a_reader_and_a_recorded_output() {
     for b in crate::bench::all_text::BENCHES {
         let path = crate::util::root().join("xtask/fixtures/bench-all").join(format!("{}.txt", b.name));
