@@ -28,6 +28,16 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Runs `what` (a program and its arguments, as `cmd` has them) and returns its standard output, trimmed; fails
+/// with its standard error when it fails.
+pub fn stdout_of(cmd: &mut Command, what: &str) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("starting {what}"))?;
+    if !out.status.success() {
+        bail!("{what} failed: {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// True when running as root.
 pub fn is_root() -> bool {
     // SAFETY-free: read the effective uid from /proc/self/status.

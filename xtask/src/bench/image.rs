@@ -41,11 +41,18 @@ impl Podman {
 
     /// Runs podman with `args`; its standard output, trimmed.
     fn run(&self, args: &[&str]) -> Result<String> {
-        let out = self.cmd().args(args).output().with_context(|| format!("starting podman {}", args.join(" ")))?;
-        if !out.status.success() {
-            bail!("podman {} failed: {}: {}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        crate::util::stdout_of(self.cmd().args(args), &format!("podman {}", args.join(" ")))
+    }
+
+    /// `podman run --detach` of `image` as `name`, with host networking, the memory limit and the limits above:
+    /// `options` go before the image, `args` after it.
+    fn start(&self, name: &str, options: &[&str], image: &str, args: &[&str]) -> Result<String> {
+        let mut all = vec!["run", "--detach", "--name", name, "--network", "host", "--memory", "256m"];
+        all.extend(["--ulimit", LIMIT_FILES, "--ulimit", LIMIT_PROCS]);
+        all.extend_from_slice(options);
+        all.push(image);
+        all.extend_from_slice(args);
+        self.run(&all)
     }
 
     /// Removes every container, then the storage.
@@ -157,54 +164,16 @@ fn measure(
         // The baseline: one server as the entrypoint.
         let name = format!("bench-base-{round}");
         let t0 = Instant::now();
-        podman.run(&[
-            "run",
-            "--detach",
-            "--name",
-            &name,
-            "--network",
-            "host",
-            "--memory",
-            "256m",
-            "--ulimit",
-            LIMIT_FILES,
-            "--ulimit",
-            LIMIT_PROCS,
-            "--volume",
-            &mount,
-            "--entrypoint",
-            "/usr/local/bin/fixture-backend",
-            &built.reference,
-            "--name",
-            "m0",
-            "--port",
-            &ports[0].to_string(),
-        ])?;
+        let port = ports[0].to_string();
+        let extra = ["--volume", &mount, "--entrypoint", "/usr/local/bin/fixture-backend"];
+        podman.start(&name, &extra, &built.reference, &["--name", "m0", "--port", &port])?;
         baselines.push(until_ok(ports[0], "/health", t0, patience)?);
         podman.run(&["rm", "--force", "--time", "0", &name])?;
 
         // monitor run as PID 1.
         let name = format!("bench-monitor-{round}");
         let t0 = Instant::now();
-        podman.run(&[
-            "run",
-            "--detach",
-            "--name",
-            &name,
-            "--network",
-            "host",
-            "--memory",
-            "256m",
-            "--ulimit",
-            LIMIT_FILES,
-            "--ulimit",
-            LIMIT_PROCS,
-            "--volume",
-            &mount,
-            "--volume",
-            &conf_mount,
-            &built.reference,
-        ])?;
+        podman.start(&name, &["--volume", &mount, "--volume", &conf_mount], &built.reference, &[])?;
         let started = until_ok(web, "/healthz", t0, patience);
         if let Err(e) = started {
             let logs = podman.run(&["logs", &name]).unwrap_or_default();

@@ -104,14 +104,9 @@ impl Buildah {
 
     /// Runs buildah with `args`; returns its standard output, trimmed.
     fn run(&self, args: &[&str]) -> Result<String> {
-        let mut c = self.cmd();
-        c.args(args);
-        eprintln!("+ buildah {}", args.join(" "));
-        let out = c.output().with_context(|| format!("starting buildah {}", args.join(" ")))?;
-        if !out.status.success() {
-            bail!("buildah {} failed: {}: {}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        let what = format!("buildah {}", args.join(" "));
+        eprintln!("+ {what}");
+        crate::util::stdout_of(self.cmd().args(args), &what)
     }
 
     /// Removes the storage (vfs keeps whole copies of every layer: hundreds of MB).
