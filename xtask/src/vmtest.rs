@@ -100,15 +100,17 @@ pub fn run(args: Args) -> Result<()> {
     systemd::ensure_mmdebstrap()?;
     if args.prepare {
         let cache = kernel::cache_dir(&target);
-        rootfs::ensure(&cache)?;
+        rootfs::ensure(&cache, &rootfs::PACKAGES)?;
+        rootfs::ensure(&cache, &rootfs::podman_packages())?;
         for s in series {
             kernel::ensure(s, &cache)?;
         }
         crate::setup::run().context("the agent's eBPF object is part of the suite")?;
         image::build_binaries(&root, &target)?;
         crate::dist::ensure_cargo_deb()?;
+        systemd::ensure_image(&target)?;
         eprintln!(
-            "vmtest: kernels, root filesystem, release binaries and cargo-deb ready in {:.1} s (cache {})",
+            "vmtest: kernels, root filesystems, release binaries, cargo-deb and the OCI image ready in {:.1} s (cache {})",
             started.elapsed().as_secs_f64(),
             cache.display()
         );
@@ -125,7 +127,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let t = Instant::now();
     let cache = kernel::cache_dir(&target);
-    let base = rootfs::ensure(&cache)?;
+    let base = rootfs::ensure(&cache, &rootfs::PACKAGES)?;
     let kernels = series.iter().map(|&s| kernel::ensure(s, &cache)).collect::<Result<Vec<_>>>()?;
     eprintln!(
         "vmtest: kernels and root filesystem ready in {:.1} s (cache {})",

@@ -1,8 +1,8 @@
 #!/bin/bash
 # The deployment scenario of `cargo xtask vmtest --systemd`, run as a unit on a Debian host with systemd as PID 1
 # and cgroup v2 only: installs /root/monitor.deb, guards app.service with monitor-agent@app.service, shows the last
-# resort on lastresort.service (guarded and not, OOMPolicy=stop and kill), runs monitor-run.service, removes and
-# purges the package. Each check prints `ok` or `FAILED` with its figures; the last lines are
+# resort on lastresort.service (guarded and not, OOMPolicy=stop and kill), runs monitor-run.service, runs the OCI
+# image under podman, removes and purges the package. Each check prints `ok` or `FAILED` with its figures; the last lines are
 # `scenario: N passed, M failed` and `@@RC=<failures>@@`, then the VM powers off. Every wait is bounded.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -39,6 +39,29 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" 2>/dev/
 status() { curl -sf -m 5 "$api/api/v1/status"; }
 main_pid() { systemctl show -p MainPID --value "$1"; }
 secs_since() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
+# serve_30 PORT: 30 requests through the front door on PORT; sets fails (no answer from a server) and spread (how
+# many each server answered).
+serve_30() {
+    local served="" by
+    fails=0
+    for _ in $(seq 1 30); do
+        by=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -D - "http://127.0.0.1:$1/work" | tr -d '\r' | awk -F': ' 'tolower($1) == "x-served-by" {print $2}')
+        [ -n "$by" ] || fails=$((fails + 1))
+        served="$served $by"
+    done
+    spread=$(echo "$served" | tr ' ' '\n' | grep . | sort | uniq -c | tr -s ' \n' ' ')
+}
+# inflight PORT...: the requests the servers on these ports are answering (fixture-backend's /stats).
+inflight() {
+    local n=0 port i
+    for port in "$@"; do
+        i=$(curl -sf -m 2 "http://127.0.0.1:$port/stats" | json "d['inflight']")
+        n=$((n + ${i:-0}))
+    done
+    echo "$n"
+}
+# all_in_flight PORT...: the 20 slow requests are all being answered.
+all_in_flight() { [ "$(inflight "$@")" -ge 20 ]; }
 
 finish() {
     echo "scenario: total $(secs_since "$t0") s (system up at $(cut -d' ' -f1 /proc/uptime) s of uptime)"
@@ -408,31 +431,14 @@ for child in $(ps -o pid= --ppid "$(main_pid monitor-run.service)"); do
     caps="$caps $(awk '/^CapEff/ {print $2}' "/proc/$child/status")"
 done
 check "servers carry no capabilities" "CapEff of each:$caps" sh -c "[ -n '$caps' ] && ! echo '$caps' | grep -qv '^ *\(0000000000000000 *\)*$'"
-served=""
-fails=0
-for _ in $(seq 1 30); do
-    by=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -D - http://127.0.0.1:8080/work | tr -d '\r' | awk -F': ' 'tolower($1) == "x-served-by" {print $2}')
-    [ -n "$by" ] || fails=$((fails + 1))
-    served="$served $by"
-done
-spread=$(echo "$served" | tr ' ' '\n' | grep . | sort | uniq -c | tr -s ' \n' ' ')
+serve_30 8080
 check "front door serves" "30 requests, $fails failed, served by:$spread" test "$fails" = 0
 rm -f /tmp/drain.*
 for i in $(seq 1 20); do
     (curl -s -m 30 -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:8080/slow?sleep_ms=10000" >"/tmp/drain.$i") &
 done
-# In flight: what the servers themselves are answering (fixture-backend's /stats).
-inflight() {
-    local n=0 port i
-    for port in 3001 3002 3003; do
-        i=$(curl -sf -m 2 "http://127.0.0.1:$port/stats" | json "d['inflight']")
-        n=$((n + ${i:-0}))
-    done
-    echo "$n"
-}
-all_in_flight() { [ "$(inflight)" -ge 20 ]; }
-wait_for 15 all_in_flight
-at_stop=$(inflight)
+wait_for 15 all_in_flight 3001 3002 3003
+at_stop=$(inflight 3001 3002 3003)
 t=$(now_ms)
 systemctl stop monitor-run.service
 stop_ms=$(($(now_ms) - t))
@@ -441,6 +447,86 @@ codes=$(cat /tmp/drain.* | sort | uniq -c | tr -s ' \n' ' ')
 bad=$(cat /tmp/drain.* | grep -vc '^200$')
 check "stop drains" "$at_stop requests in flight at systemctl stop (took $stop_ms ms): codes$codes, $bad failed" \
     test "$bad" = 0 -a "$at_stop" = 20
+
+# --- The OCI image under podman (crun), --memory 256m: monitor run as the container's PID 1 --------------------
+# The image `cargo xtask dist --image` builds, with container-run.toml as its config and the fixture server mounted
+# in. The container's own group (its cgroup namespace's root) is the guarded group and its memory.max the limit.
+c_t0=$(date +%s%N)
+ctr=monitor-guard
+capi=http://127.0.0.1:9466
+# The guest's root is the initramfs, a tmpfs, which podman's overlay driver refuses as its backing: vfs (whole
+# copies of the layers, 137 MiB here).
+printf '[storage]\ndriver = "vfs"\nrunroot = "/run/containers/storage"\ngraphroot = "/var/lib/containers/storage"\n' \
+    >/etc/containers/storage.conf
+# Nor can the initramfs be pivot_root's old root: the runtime chroots into the container's root instead.
+printf '[engine]\nno_pivot_root = true\n' >/etc/containers/containers.conf
+t=$(now_ms)
+out=$(podman load -i /root/monitor.oci.tar 2>&1)
+rc=$?
+ref=$(echo "$out" | grep -o 'localhost/monitor:[^ ,]*' | head -n 1)
+check "container: podman load" "rc $rc in $(($(now_ms) - t)) ms: ${ref:-$(echo "$out" | tail -n 1)}" test "$rc" = 0 -a -n "$ref"
+t=$(now_ms)
+podman run -d --name "$ctr" --memory 256m --network host \
+    -v /usr/local/bin/fixture-backend:/usr/local/bin/fixture-backend:ro \
+    -v "$here/container-run.toml:/etc/monitor/run.toml:ro" "$ref" >/tmp/podman-run.out 2>&1
+rc=$?
+[ "$rc" = 0 ] && wait_for 120 curl -sf -m 2 "$capi/healthz"
+ready_ms=$(($(now_ms) - t))
+hpid=$(podman inspect -f '{{.State.Pid}}' "$ctr" 2>/dev/null)
+hpid=${hpid:-0}
+runtime=$(podman inspect -f '{{.OCIRuntime}}' "$ctr" 2>/dev/null)
+comm=$(cat "/proc/$hpid/comm" 2>/dev/null)
+nspid=$(awk '/^NSpid/ {print $NF}' "/proc/$hpid/status" 2>/dev/null)
+check "container: ready" "podman run rc $rc (${runtime:-?}): $(tail -n 1 /tmp/podman-run.out | cut -c1-80); /healthz after $ready_ms ms; ${comm:-?} is pid ${nspid:-?} of its namespace" \
+    test "$rc" = 0 -a "$comm" = monitor -a "$nspid" = 1
+ccg=/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3}' "/proc/$hpid/cgroup" 2>/dev/null)
+s=$(curl -sf -m 5 "$capi/api/v1/status")
+check "container: auto is the container's group" "the agent sees $(echo "$s" | json "d['group']['cgroup']") with limit $(echo "$s" | json "d['group']['limit_bytes']") and $(echo "$s" | json "len(d['processes'])") processes; the host: $ccg, memory.max $(cat "$ccg/memory.max" 2>/dev/null)" \
+    test "$(echo "$s" | json "d['group']['limit_bytes']")" = 268435456
+# Each worker's start-up shell left a `sleep 30` behind: the kernel hands it to PID 1 when its parent exits.
+kids() { ps -o stat=,comm= --ppid "$hpid" 2>/dev/null; }
+adopted=$(kids | awk '$2 == "sleep"' | wc -l)
+serve_30 8081
+check "container: the front door serves" "30 requests, $fails failed, served by:$spread" test "$fails" = 0
+
+# A worker grows toward 400 MiB inside a request in a 256 MiB container.
+c_oom() { awk '$1 == "oom_kill" {print $2}' "$ccg/memory.events" 2>/dev/null; }
+t=$(now_ms)
+code=$(curl -s -m 300 -o /tmp/grow.body -w '%{http_code}' "http://127.0.0.1:8081/work?grow_mib=400")
+grow_ms=$(($(now_ms) - t))
+decision=$(podman logs "$ctr" 2>&1 | grep -E 'abort|killed:' | head -n 2 | cut -c1-140 | tr '\n' ' ')
+check "container: a worker growing toward 400 MiB is stopped, no OOM kill" "HTTP $code after $grow_ms ms ($(head -c 80 /tmp/grow.body)); oom_kill $(c_oom), memory.peak $(($(cat "$ccg/memory.peak" 2>/dev/null || echo 0) / 1048576)) MiB of 256; log: ${decision:-none}" \
+    test "$code" = 503 -a "$(c_oom)" = 0
+normal() { [ "$(curl -sf -m 2 "$capi/api/v1/status" | json "d['policy']['state']")" = normal ]; }
+[ "$code" = 503 ] && wait_for 60 normal
+serve_30 8081
+check "container: serving again" "policy $(curl -sf -m 2 "$capi/api/v1/status" | json "d['policy']['state']"); 30 requests, $fails failed, served by:$spread" test "$fails" = 0
+
+no_sleep() { ! kids | grep -qw sleep; }
+[ "$adopted" -ge 1 ] && wait_for 60 no_sleep
+zombies=$(kids | awk '$1 ~ /^Z/' | wc -l)
+left=$(kids | grep -cw sleep)
+check "container: PID 1 reaps the orphans" "$adopted sleeps adopted by PID 1; after they ended: $left left, $zombies zombies among its $(kids | wc -l) children" \
+    test "$adopted" -ge 2 -a "$zombies" = 0 -a "$left" = 0
+
+# podman stop with 20 slow requests in flight: each is answered, and monitor exits 0 within the 45 s.
+rm -f /tmp/cdrain.*
+for i in $(seq 1 20); do
+    (curl -s -m 60 -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:8081/slow?sleep_ms=10000" >"/tmp/cdrain.$i") &
+done
+[ "$fails" = 0 ] && wait_for 30 all_in_flight 3021 3022 3023
+at_stop=$(inflight 3021 3022 3023)
+t=$(now_ms)
+podman stop -t 45 "$ctr" >/dev/null 2>&1
+stop_ms=$(($(now_ms) - t))
+wait
+codes=$(cat /tmp/cdrain.* | sort | uniq -c | tr -s ' \n' ' ')
+bad=$(cat /tmp/cdrain.* | grep -vc '^200$')
+exit_code=$(podman inspect -f '{{.State.ExitCode}}' "$ctr" 2>/dev/null)
+check "container: podman stop drains" "$at_stop requests in flight at podman stop (took $stop_ms ms): codes$codes, $bad failed; exit code ${exit_code:-?}" \
+    test "$bad" = 0 -a "$at_stop" = 20 -a "$exit_code" = 0
+podman rm -f "$ctr" >/dev/null 2>&1
+echo "scenario: the container's section took $(secs_since "$c_t0") s"
 
 # --- Remove, then purge ----------------------------------------------------------------------------------------
 systemctl start app.service "$agent"

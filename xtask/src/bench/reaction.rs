@@ -118,7 +118,7 @@ fn vm_cells(root: &Path, target: &Path, series: &[kernel::Series]) -> Result<(Ve
     let work = target.join("vmtest-reaction");
     std::fs::create_dir_all(&work)?;
     let cache = kernel::cache_dir(target);
-    let base = rootfs::ensure(&cache)?;
+    let base = rootfs::ensure(&cache, &rootfs::PACKAGES)?;
     let overlay = work.join("overlay.cpio.gz");
     let init = root.join("tests/vm/init");
     let o = image::Overlay { bins: &bins, init: &init, host_tests: &[], root };

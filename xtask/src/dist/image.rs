@@ -118,6 +118,17 @@ impl Buildah {
     }
 }
 
+/// The archive [`build`] writes for `spec`, when it is there and newer than the binary (else `None`).
+pub fn built(spec: &Spec<'_>) -> Result<Option<Built>> {
+    let version = version(spec.binary)?;
+    let archive = spec.out_dir.join(format!("{NAME}-{version}.oci.tar"));
+    let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+    Ok(match (modified(&archive), modified(spec.binary)) {
+        (Some(a), Some(b)) if a >= b => Some(Built { archive, reference: format!("localhost/{NAME}:{version}") }),
+        _ => None,
+    })
+}
+
 /// Builds the image and writes its OCI archive.
 pub fn build(spec: &Spec<'_>) -> Result<Built> {
     if !crate::util::is_root() {

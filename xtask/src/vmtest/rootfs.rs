@@ -17,6 +17,16 @@ pub const SUITE: &str = "bookworm";
 pub const PACKAGES: [&str; 9] =
     ["systemd", "systemd-sysv", "dbus", "curl", "python3", "bpftool", "procps", "wrk", "openssl"];
 
+/// What the systemd VM adds: podman with crun to run the OCI image as a container (netavark, its network backend,
+/// is asked for at start even with `--network host`). A second image, not the kernel VMs': these add about 100 MB
+/// that every kernel VM boot would unpack under TCG for nothing.
+pub const PODMAN: [&str; 3] = ["podman", "crun", "netavark"];
+
+/// The systemd VM's package list: [`PACKAGES`] and [`PODMAN`].
+pub fn podman_packages() -> Vec<&'static str> {
+    PACKAGES.iter().chain(&PODMAN).copied().collect()
+}
+
 /// Trees removed from the image: documentation, manuals and translations nobody reads in the VM (about 60 MB
 /// of the 254 MB), kept small because TCG unpacks every byte at each boot.
 const TRIM: [&str; 4] = ["usr/share/doc", "usr/share/man", "usr/share/locale", "var/cache/apt"];
@@ -47,9 +57,10 @@ pub(crate) fn apt_sources() -> Result<PathBuf> {
         .with_context(|| format!("none of {candidates:?} names a Debian mirror"))
 }
 
-/// The packed image, built when missing. Returns its path.
-pub fn ensure(cache: &Path) -> Result<PathBuf> {
-    let out = cache.join(format!("rootfs-{}.cpio.gz", key(SUITE, &PACKAGES)));
+/// The packed image of `packages` (one of the lists above), built when missing. Returns its path.
+pub fn ensure(cache: &Path, packages: &[&str]) -> Result<PathBuf> {
+    let name = key(SUITE, packages);
+    let out = cache.join(format!("rootfs-{name}.cpio.gz"));
     if out.is_file() {
         return Ok(out);
     }
@@ -57,21 +68,22 @@ pub fn ensure(cache: &Path) -> Result<PathBuf> {
         bail!("building the VM's root filesystem (mmdebstrap into a directory, device nodes) needs root");
     }
     fs::create_dir_all(cache).with_context(|| format!("mkdir {}", cache.display()))?;
-    let staging = cache.join("rootfs-building");
+    let staging = cache.join(format!("rootfs-building-{name}"));
     if staging.exists() {
         fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))?;
     }
     let sources = apt_sources()?;
     let t = std::time::Instant::now();
-    let result = build(&staging, &sources, &out);
+    let result = build(&staging, &sources, packages, &out);
     // The unpacked tree is only a step (about 200 MB): never left behind.
     let _ = fs::remove_dir_all(&staging);
     result?;
-    // Images of other package lists are stale: one image is kept (about 70 MB).
+    // Images of other package lists are stale: the two of today's lists are kept (about 70 and 110 MB).
+    let current = [key(SUITE, &PACKAGES), key(SUITE, &podman_packages())].map(|k| format!("rootfs-{k}.cpio.gz"));
     for entry in fs::read_dir(cache).into_iter().flatten().flatten() {
         let p = entry.path();
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.starts_with("rootfs-") && name.ends_with(".cpio.gz") && p != out {
+        if name.starts_with("rootfs-") && name.ends_with(".cpio.gz") && !current.iter().any(|c| c == name) {
             let _ = fs::remove_file(&p);
         }
     }
@@ -85,8 +97,8 @@ pub fn ensure(cache: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
-fn build(staging: &Path, sources: &Path, out: &Path) -> Result<()> {
-    let include = PACKAGES.join(",");
+fn build(staging: &Path, sources: &Path, packages: &[&str], out: &Path) -> Result<()> {
+    let include = packages.join(",");
     sh(Command::new("mmdebstrap")
         .args(["--variant=minbase", "--quiet", &format!("--include={include}"), SUITE])
         .arg(staging)

@@ -49,13 +49,16 @@ pub fn run(deb: Option<PathBuf>, timeout: Duration) -> Result<()> {
 
     let cache = kernel::cache_dir(&target);
     let t = Instant::now();
-    let base = rootfs::ensure(&cache)?;
+    let base = rootfs::ensure(&cache, &rootfs::podman_packages())?;
     let rootfs_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let oci = ensure_image(&target)?;
+    let image_s = t.elapsed().as_secs_f64();
     let kernel = kernel::ensure(kernel::Series::V6_1, &cache)?;
 
     let work = target.join("vmtest-systemd");
     let overlay = work.join("overlay.cpio.gz");
-    build_overlay(&root, &target, &deb, &work.join("overlay"), &overlay)?;
+    build_overlay(&root, &target, &deb, &oci, &work.join("overlay"), &overlay)?;
     let initrd = work.join("initrd.gz");
     image::concat(&[&base, &overlay], &initrd)?;
 
@@ -63,7 +66,9 @@ pub fn run(deb: Option<PathBuf>, timeout: Duration) -> Result<()> {
         qemu::boot_with_memory(&kernel.vmlinuz, &initrd, APPEND, timeout, "systemd", MEMORY_MIB)
     });
     eprintln!("vmtest --systemd ({}, {}):", kernel.package, deb.display());
-    eprintln!("  package and fixtures built in {build_s:.1} s; root filesystem ready in {rootfs_s:.1} s");
+    eprintln!(
+        "  package and fixtures built in {build_s:.1} s; root filesystem ready in {rootfs_s:.1} s; image in {image_s:.1} s"
+    );
     let _ = fs::remove_file(&initrd);
     let boot = boot?;
     let summary = boot.summary.as_deref().unwrap_or("no summary line");
@@ -75,14 +80,29 @@ pub fn run(deb: Option<PathBuf>, timeout: Duration) -> Result<()> {
     Ok(())
 }
 
+/// The OCI image the scenario runs as a container, `cargo xtask dist --image`'s (without the servers' runtime: the
+/// scenario mounts the fixture binaries in), kept in its own folder (target/vmtest-systemd/image) and built again
+/// when the release binary is newer. Returns the archive.
+pub(crate) fn ensure_image(target: &Path) -> Result<PathBuf> {
+    let binary = target.join("release/monitor");
+    let cache = kernel::cache_dir(target);
+    let out_dir = target.join("vmtest-systemd/image");
+    let spec = crate::dist::image::Spec { binary: &binary, include: &[], cache: &cache, out_dir: &out_dir };
+    if let Some(built) = crate::dist::image::built(&spec)? {
+        return Ok(built.archive);
+    }
+    Ok(crate::dist::image::build(&spec)?.archive)
+}
+
 /// mmdebstrap builds the root filesystem: installed when missing.
 pub(crate) fn ensure_mmdebstrap() -> Result<()> {
     crate::util::ensure_command("mmdebstrap", "mmdebstrap", "building the VMs' root filesystem")
 }
 
-/// The second archive, unpacked over the root filesystem: the package in /root, the fixtures in /usr/local/bin,
-/// tests/vm/systemd/ in /usr/local/share/vm-scenario, the scenario's unit enabled, and no getty on the console.
-fn build_overlay(root: &Path, target: &Path, deb: &Path, staging: &Path, out: &Path) -> Result<()> {
+/// The second archive, unpacked over the root filesystem: the package and the OCI image in /root, the fixtures in
+/// /usr/local/bin, tests/vm/systemd/ in /usr/local/share/vm-scenario, the scenario's unit enabled, and no getty on
+/// the console.
+fn build_overlay(root: &Path, target: &Path, deb: &Path, oci: &Path, staging: &Path, out: &Path) -> Result<()> {
     if staging.exists() {
         fs::remove_dir_all(staging).with_context(|| format!("removing {}", staging.display()))?;
     }
@@ -93,6 +113,7 @@ fn build_overlay(root: &Path, target: &Path, deb: &Path, staging: &Path, out: &P
     // The archive sets these directories' modes over the base's.
     fs::set_permissions(staging.join("root"), fs::Permissions::from_mode(0o700))?;
     fs::copy(deb, staging.join("root/monitor.deb")).with_context(|| format!("copying {}", deb.display()))?;
+    fs::copy(oci, staging.join("root/monitor.oci.tar")).with_context(|| format!("copying {}", oci.display()))?;
     let bins = target.join("release");
     for f in FIXTURES {
         copy_mode(&bins.join(f), &staging.join("usr/local/bin").join(f), 0o755)?;
