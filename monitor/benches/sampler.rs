@@ -47,7 +47,7 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
-    g.bench_function("full-sample", |b| b.iter(|| black_box(sampler.sample().expect("sample"))));
+    g.bench_function("full-sample", |b| b.iter(|| black_box(sampler.sample_all().expect("sample"))));
     g.finish();
     drop(children);
 }

@@ -23,6 +23,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
+/// Far from the lines every process's memory is read this often, or at the interval when it is longer: the
+/// history's resolution (a point a second), so the page and the API lose nothing ([`Sampler::procs_due`]).
+const PROCS_EVERY: Duration = Duration::from_secs(1);
+
 /// The sampler looks for a reloaded config at least this often, whatever its interval (the next sample then comes
 /// at once, with the new config).
 const CONFIG_POLL: Duration = Duration::from_secs(1);
@@ -64,6 +68,11 @@ pub struct Sampler {
     reactions: Option<Arc<crate::base::reaction::Reactions>>,
     /// When the last sample was taken.
     last_sample: Instant,
+    /// When every process's memory was last read, and the pids it was read for ([`Sampler::procs_due`]).
+    procs_read: Option<Instant>,
+    procs_read_for: Vec<u32>,
+    /// How often every process's memory is read far from the lines: [`PROCS_EVERY`], or `interval_ms` if longer.
+    procs_every: Duration,
     /// The memory brake (`[policy] brake_at`): where it may be set, and where it is.
     brake: Steering,
 }
@@ -174,6 +183,9 @@ impl Sampler {
             kills: Arc::new(KillBook::default()),
             reactions: None,
             last_sample: Instant::now(),
+            procs_read: None,
+            procs_read_for: Vec::new(),
+            procs_every: Duration::from_millis(policy.interval_ms).max(PROCS_EVERY),
             brake,
         })
     }
@@ -365,6 +377,7 @@ impl Sampler {
         self.lines = [policy.refuse_at, policy.abort_at, policy.kill_at];
         self.hysteresis = policy.hysteresis;
         self.limit_override = policy.limit_bytes;
+        self.procs_every = Duration::from_millis(policy.interval_ms).max(PROCS_EVERY);
         self.pacer.set_bounds(
             Duration::from_millis(policy.interval_ms),
             Duration::from_millis(policy.min_interval_ms),
@@ -426,6 +439,33 @@ impl Sampler {
         }
     }
 
+    /// One sample with every process's memory read afresh, whatever [`Sampler::procs_due`] says (what the sampler
+    /// benchmark measures).
+    pub fn sample_all(&mut self) -> Result<Snapshot, CgroupError> {
+        self.procs_read = None;
+        self.sample()
+    }
+
+    /// Whether this sample reads every process's memory (one `statm` read each), at `ratio` of the limit. The
+    /// group's memory and its list of processes are read at every sample, so no process is missed; each process's
+    /// memory only where a decision needs it or the list changed:
+    /// - from `abort_at - hysteresis` up (the aborting state lasts down to there), at every sample: the abort
+    ///   chooses the largest and the last resort weighs its victim's memory, so both see fresh figures;
+    /// - below, once a second (or per `interval_ms` when longer): the history keeps a point a second, and the
+    ///   decisions there (refusing or not, and the extra samples pacing and the kernel's wake-ups bring near the
+    ///   refuse line) need only the group's ratio;
+    /// - whenever a process joined or left the group.
+    ///
+    /// What a 1,000-process group costs either way: `cargo xtask bench agent-cpu`.
+    fn procs_due(&self, ratio: f64) -> bool {
+        // A timed sample that comes about when the read is due counts as due though the clock reads a little
+        // short of it.
+        let every = self.procs_every.mul_f64(0.9);
+        ratio >= self.lines[1] - self.hysteresis
+            || self.pids != self.procs_read_for
+            || self.procs_read.is_none_or(|t| t.elapsed() >= every)
+    }
+
     fn read(&mut self) -> Result<Snapshot, CgroupError> {
         if self.last_rescan.elapsed() >= RESCAN_EVERY {
             self.reader.rescan()?;
@@ -433,13 +473,23 @@ impl Sampler {
         }
         let mem = self.reader.memory()?;
         self.reader.pids(&mut self.pids)?;
-        self.procs.sample(&self.pids, &mut self.samples);
-        self.add_traffic();
         let (limit_bytes, limit_source) = match (self.limit_override, mem.limit_bytes) {
             (Some(l), _) => (l, LimitSource::Config),
             (None, Some(l)) => (l, LimitSource::Cgroup),
             (None, None) => (self.host_total, LimitSource::Host),
         };
+        let ratio = if limit_bytes == 0 { 1.0 } else { mem.usage_bytes as f64 / limit_bytes as f64 };
+        if self.procs_due(ratio) {
+            self.procs.sample(&self.pids, &mut self.samples);
+            self.procs_read = Some(Instant::now());
+            self.procs_read_for.clone_from(&self.pids);
+        } else {
+            // The figures of the last read stand; the traffic is this sample's.
+            for p in &mut self.samples {
+                p.traffic = Default::default();
+            }
+        }
+        self.add_traffic();
         self.seq += 1;
         let group = self.reader.group();
         Ok(Snapshot {
@@ -700,4 +750,70 @@ fn log_decision(d: &Decision, snap: &Snapshot, wake: &Wake) {
         woken_by = wake.source.as_str(),
         "decision changed"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PolicyConfig;
+    use crate::decision::snapshot::CgroupVersion;
+    use monitor_tests::hog::Hog;
+    use monitor_tests::{spawn_in_cgroup, Hierarchy, MIB};
+    use std::process::Command;
+
+    fn rss_of(snap: &Snapshot, pid: u32) -> Option<u64> {
+        snap.processes.iter().find(|p| p.pid == pid).map(|p| p.rss_bytes)
+    }
+
+    /// A real group: far from the lines a process's growth shows in the group's figure at once and in its own at
+    /// the next read, and a process that joins is read at once; near the abort line every sample reads them.
+    #[test]
+    fn processes_are_read_once_a_second_far_from_the_lines_at_each_sample_near_them_and_when_one_joins() {
+        let test = "processes_are_read_once_a_second_far_from_the_lines_at_each_sample_near_them_and_when_one_joins";
+        if !monitor_tests::require_group(test) {
+            return;
+        }
+        let cg = monitor_tests::Group::here("sampler-procs", Some(1 << 30));
+        let mut hog = Hog::spawn(monitor_tests::bins::alloc_hog(), cg.path(), 8, false);
+        let (version, mount) = match cg.hierarchy() {
+            Hierarchy::V1 => (CgroupVersion::V1, "/sys/fs/cgroup/memory"),
+            Hierarchy::V2 => (CgroupVersion::V2, "/sys/fs/cgroup"),
+        };
+        let group = Group { version, dir: cg.path().to_path_buf(), mount: mount.into() };
+        // An interval no test run reaches: only the ratio and the list of processes make a read due.
+        let far = PolicyConfig { interval_ms: 3_600_000, ..PolicyConfig::default() };
+        let mut sampler = Sampler::with_policy(group, None, Err("off".into()), &far).expect("open the group");
+        let pid = hog.pid();
+
+        let first = sampler.sample().expect("sample");
+        let before = rss_of(&first, pid).expect("the hog is sampled");
+        hog.set_mib(72);
+        let grown = sampler.sample().expect("sample");
+        assert!(
+            grown.group.usage_bytes >= first.group.usage_bytes + 48 * MIB,
+            "the group's memory is read at every sample: {} then {}",
+            first.group.usage_bytes,
+            grown.group.usage_bytes
+        );
+        assert_eq!(rss_of(&grown, pid), Some(before), "far from the lines, the processes wait for their read");
+        let sleeper = spawn_in_cgroup(Command::new("sleep").arg("60"), cg.path());
+        let joined = sampler.sample().expect("sample");
+        assert!(
+            rss_of(&joined, sleeper.pid()).is_some(),
+            "a process that joins is read at once: {:?}",
+            joined.processes
+        );
+        let since = rss_of(&joined, pid).expect("the hog is sampled");
+        assert!(since >= before + 48 * MIB, "and, with it, every other: {before} then {since}");
+
+        // The hog grows by 48 MiB more, and the limit is set so that the group is then at about 95%: past
+        // abort_at - hysteresis.
+        let near = PolicyConfig { limit_bytes: Some((joined.group.usage_bytes + 48 * MIB) * 100 / 95), ..far.clone() };
+        sampler.set_policy(&near);
+        hog.set_mib(120);
+        let fresh = sampler.sample().expect("sample");
+        assert!(fresh.group.ratio() >= near.abort_at - near.hysteresis, "ratio {}", fresh.group.ratio());
+        let after = rss_of(&fresh, pid).expect("the hog is sampled");
+        assert!(after >= since + 40 * MIB, "near the abort line every sample reads them: {since} then {after}");
+    }
 }
