@@ -8,7 +8,8 @@
 //!   cost of one pread of each file a sample reads.
 //! - `host-reads`: the LISTEN sockets from sock_diag against `/proc/self/net/tcp`, and a sample's reads per process
 //!   with `statm` kept open against open-read-close (criterion, monitor/benches/host_reads.rs).
-//! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, CPU from /proc/<pid>/stat.
+//! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, then on 1,000 processes far from
+//!   the lines and near them, CPU from /proc/<pid>/task/*/schedstat.
 //! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench/probes.rs).
 //! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench/proxy.rs).
 //! - `proxy-instructions`: user-space instructions per request of the front door, the bare hop, the byte relay and
@@ -220,16 +221,44 @@ fn agent_cpu(seconds: u64) -> Result<()> {
     if let Some(reason) = CgroupV1::unavailable_reason() {
         bail!("the agent-cpu benchmark creates a v1 memory cgroup: {reason}");
     }
-    sh(Command::new("cargo").current_dir(root()).args(["build", "--release", "-p", "monitor"]))?;
-    let cg = CgroupV1::create("bench-agent-cpu", Some(1 << 30));
-    let _children: Vec<ChildGuard> =
-        (0..16).map(|_| spawn_in_cgroup(Command::new("sleep").arg("3600"), cg.path())).collect();
+    let release =
+        ["build", "--release", "-p", "monitor", "-p", "monitor-tests", "--bin", "monitor", "--bin", "alloc-hog"];
+    sh(Command::new("cargo").current_dir(root()).args(release))?;
+    // The baseline first, then the large group far from the lines and near them (refusing: pacing samples fast).
+    {
+        let cg = CgroupV1::create("bench-agent-cpu", Some(1 << 30));
+        let _sleepers = sleepers(&cg, 16);
+        println!("{}", agent_cpu_cell(&cg, "16 processes", "< 0.5%", seconds)?);
+    }
+    let cg = CgroupV1::create("bench-agent-cpu-1000", Some(2 << 30));
+    let _sleepers = sleepers(&cg, 1000);
+    println!("{}", agent_cpu_cell(&cg, "1,000 processes far from the lines", "< 2%", seconds)?);
+    // One process makes the group 87% full: past refuse_at (85%), short of where the processes are read at every
+    // sample (abort_at 92% less the 2% hysteresis).
+    let held = cg.stat("total_rss").context("the group's total_rss")?;
+    let mib = ((0.87 * (2u64 << 30) as f64) as u64).saturating_sub(held) >> 20;
+    let hog = crate::util::target_dir().join("release/alloc-hog");
+    let _hog = monitor_tests::Hog::spawn(&hog, cg.path(), mib, false);
+    let what = format!("1,001 processes near the lines (one holding {mib} MiB of 2 GiB)");
+    println!("{}", agent_cpu_cell(&cg, &what, "< 5%", seconds)?);
+    Ok(())
+}
+
+/// `n` processes sleeping in `cg` (killed on drop).
+fn sleepers(cg: &CgroupV1, n: usize) -> Vec<ChildGuard> {
+    (0..n).map(|_| spawn_in_cgroup(Command::new("sleep").arg("3600"), cg.path())).collect()
+}
+
+/// The release agent on `cg` at a 100 ms interval for `seconds`: its CPU by thread against this process sleeping
+/// as long, the samples it took, and the group's state. One line.
+fn agent_cpu_cell(cg: &CgroupV1, what: &str, goal: &str, seconds: u64) -> Result<String> {
     let port = monitor_tests::agent::free_port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let mut agent = ChildGuard::spawn(
         Command::new(crate::util::target_dir().join("release/monitor"))
             .args(["agent", "--cgroup"])
             .arg(cg.path())
-            .args(["--interval-ms", "100", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--interval-ms", "100", "--listen", &addr.to_string()])
             .env("MONITOR_LOG", "warn")
             .stdout(Stdio::null()),
     );
@@ -237,6 +266,13 @@ fn agent_cpu(seconds: u64) -> Result<()> {
     if agent.wait_timeout(Duration::from_millis(1)).is_some() {
         bail!("the agent exited at start");
     }
+    let status = || -> Result<serde_json::Value> {
+        let r = monitor_tests::http::get(addr, "/api/v1/status", Duration::from_secs(5))
+            .map_err(|e| anyhow::anyhow!("the agent's status: {e}"))?;
+        Ok(serde_json::from_slice(&r.body)?)
+    };
+    let seq = |v: &serde_json::Value| v.pointer("/sample/seq").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let s0 = status()?;
     let t0 = Instant::now();
     let c0 = cpu_ns_by_thread(agent.pid())?;
     // The baseline in the same run: this xtask process sleeping for the same time.
@@ -245,20 +281,23 @@ fn agent_cpu(seconds: u64) -> Result<()> {
     let c1 = cpu_ns_by_thread(agent.pid())?;
     let me1: u64 = cpu_ns_by_thread(std::process::id())?.values().sum();
     let wall = t0.elapsed().as_secs_f64() * 1e9;
+    let s1 = status()?;
     let pct = |ns: u64| ns as f64 / wall * 100.0;
     let spent: Vec<(&String, u64)> =
         c1.iter().map(|(name, &ns)| (name, ns.saturating_sub(c0.get(name).copied().unwrap_or(0)))).collect();
     let total: u64 = spent.iter().map(|(_, ns)| ns).sum();
     let threads: Vec<String> =
         spent.iter().filter(|(_, ns)| *ns > 0).map(|(name, ns)| format!("{name} {:.3}%", pct(*ns))).collect();
-    println!(
-        "agent at 100 ms, 16 processes, {:.0} s: {:.1} ms of CPU = {:.3}% of one core (goal < 0.5%); by thread: {}; \
-         idle baseline (this sleeping process): {:.3}%",
+    let state = s1.pointer("/policy/state").and_then(serde_json::Value::as_str).unwrap_or("?");
+    let ratio = s1.pointer("/group/ratio").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
+    Ok(format!(
+        "agent at 100 ms, {what}, {:.0} s: {:.1} ms of CPU = {:.3}% of one core (goal {goal}); by thread: {}; \
+         {} samples, {state} at ratio {ratio:.3}; idle baseline (this sleeping process): {:.3}%",
         wall / 1e9,
         total as f64 / 1e6,
         pct(total),
         threads.join(", "),
+        seq(&s1).saturating_sub(seq(&s0)),
         pct(me1.saturating_sub(me0))
-    );
-    Ok(())
+    ))
 }

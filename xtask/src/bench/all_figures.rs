@@ -161,11 +161,23 @@ fn host_reads(out: &str) -> Vec<Figure> {
 }
 
 fn agent_cpu(out: &str) -> Vec<Figure> {
-    vec![
-        fig("the agent's CPU, share of one core", value_after(out, " of CPU = ")),
-        fig("its sampler thread", value_after(out, "by thread: sampler ")),
-        fig("the baseline: this sleeping process", value_after(out, "idle baseline (this sleeping process): ")),
-    ]
+    let mut v = Vec::new();
+    for l in out.lines().map(str::trim).filter(|l| l.starts_with("agent at ")) {
+        // `agent at 100 ms, <what> (<detail>), <n> s: …`: the cell is what lies between the first comma and the
+        // time, without its detail.
+        let head = l.split_once(" s: ").map_or(l, |(h, _)| h);
+        let what = head.split_once(", ").and_then(|(_, r)| r.rsplit_once(", ")).map_or("", |(w, _)| w);
+        let what = what.split(" (").next().unwrap_or(what);
+        let samples = l.split_once(" samples, ").and_then(|(a, _)| a.rsplit(' ').next()).map(String::from);
+        v.push(fig(format!("{what}: the agent's CPU, share of one core"), value_after(l, " of CPU = ")));
+        v.push(fig(format!("{what}: its sampler thread"), value_after(l, "by thread: sampler ")));
+        v.push(fig(format!("{what}: samples taken"), samples));
+        v.push(fig(
+            format!("{what}: the baseline, this sleeping process"),
+            value_after(l, "(this sleeping process): "),
+        ));
+    }
+    v
 }
 
 fn probes(out: &str) -> Vec<Figure> {

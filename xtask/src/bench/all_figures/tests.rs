@@ -94,9 +94,18 @@ fn host_reads() {
 #[test]
 fn agent_cpu() {
     let want = [
-        ("the agent's CPU, share of one core", "0.562%"),
-        ("its sampler thread", "0.375%"),
-        ("the baseline: this sleeping process", "0.002%"),
+        ("16 processes: the agent's CPU, share of one core", "0.456%"),
+        ("16 processes: its sampler thread", "0.269%"),
+        ("16 processes: samples taken", "299"),
+        ("16 processes: the baseline, this sleeping process", "0.003%"),
+        ("1,000 processes far from the lines: the agent's CPU, share of one core", "3.670%"),
+        ("1,000 processes far from the lines: its sampler thread", "2.377%"),
+        ("1,000 processes far from the lines: samples taken", "297"),
+        ("1,000 processes far from the lines: the baseline, this sleeping process", "0.006%"),
+        ("1,001 processes near the lines: the agent's CPU, share of one core", "3.410%"),
+        ("1,001 processes near the lines: its sampler thread", "2.198%"),
+        ("1,001 processes near the lines: samples taken", "297"),
+        ("1,001 processes near the lines: the baseline, this sleeping process", "0.007%"),
     ];
     assert_eq!(read("agent-cpu", sample!("agent-cpu")), pairs(&want));
 }
