@@ -155,11 +155,15 @@ mod tests {
             let gate = gate.clone();
             tokio::spawn(async move { gate.run(|| 2).await })
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while gate.queued.load(Ordering::Relaxed) < 2 && std::time::Instant::now() < deadline {
+        // Both counted before the third comes: were it let in, it would wait behind the first for ever (one
+        // thread), so it is also bounded.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while gate.queued.load(Ordering::Relaxed) < 2 {
+            assert!(std::time::Instant::now() < deadline, "the two jobs were not counted within 60 s");
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        assert!(matches!(gate.run(|| 3).await, Err(PoolError::Busy(2))), "the third is refused at once");
+        let third = tokio::time::timeout(std::time::Duration::from_secs(10), gate.run(|| 3)).await;
+        assert!(matches!(third, Ok(Err(PoolError::Busy(2)))), "the third is refused at once: {third:?}");
         go.send(()).expect("release the first");
         assert!(first.await.expect("joined").expect("ran"));
         assert_eq!(second.await.expect("joined").expect("ran"), 2);
