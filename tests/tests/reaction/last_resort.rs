@@ -104,6 +104,11 @@ fn a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason() {
         monitor_tests::http::request(proxy, "GET", &path, &[("X-Cache-Id", &id)], TIMEOUT)
     });
     run.wait_for("aborting", |s| s["policy"]["state"] == "aborting", TIMEOUT);
+    // The growing request is answered once the front door has cancelled tx1's requests in flight at the abort.
+    // The status page shows `aborting` a moment before that cancellation, so the health request waits for it.
+    let grown = grow.join().unwrap_or_else(|_| panic!("the grow thread panicked"));
+    let grown = grown.unwrap_or_else(|e| panic!("the growing request: {e}"));
+    assert_eq!(grown.status, 503, "cancelled at the abort: {}", grown.text());
     // Sent after the abort: exempt from the refusal, not cancelled with the requests in flight at the abort.
     let t0 = Instant::now();
     let r = run.get("/health", &[("X-Cache-Id", &tx1)]);
@@ -112,9 +117,6 @@ fn a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason() {
     assert!(r.text().starts_with("memory guard:") && r.text().contains("was killed"), "{}", r.text());
     assert!(r.text().contains("abort was not obeyed"), "the reason: {}", r.text());
     assert!(r.header("retry-after").is_some(), "Retry-After on the guard's 503");
-    let grown = grow.join().unwrap_or_else(|_| panic!("the grow thread panicked"));
-    let grown = grown.unwrap_or_else(|e| panic!("the growing request: {e}"));
-    assert_eq!(grown.status, 503, "cancelled at the abort: {}", grown.text());
     assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
     let status = run.wait_for("tx1 killed and started again", |s| member(s, "tx1")["restarts"] == 1, TIMEOUT);
     let kill = status["kills"].as_array().and_then(|k| k.last()).cloned().unwrap_or_default();
