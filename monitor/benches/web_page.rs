@@ -97,7 +97,7 @@ impl Feed {
                 unattributed_bytes: 0,
                 pressure: None,
             },
-            processes,
+            processes: processes.into(),
             agent_pid: 0,
             protected: Vec::new(),
         };

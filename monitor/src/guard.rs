@@ -196,7 +196,7 @@ pub(crate) fn known_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (
             let launched = f();
             let mut known = Known::default();
             let mut protected = Vec::new();
-            for p in &snap.processes {
+            for p in snap.processes.iter() {
                 let l = launched.iter().find(|l| l.pid == p.pid);
                 known.roles.push(l.map_or(ProcessRole::Process, |l| l.role));
                 known.names.push(l.map(|l| l.name.clone()));

@@ -23,8 +23,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
-/// Far from the lines every process's memory is read this often, or at the interval when it is longer: the
-/// history's resolution (a point a second), so the page and the API lose nothing ([`Sampler::procs_due`]).
+/// Far from the lines the group's processes are listed, and each one's memory and request counters read, this
+/// often, or at the interval when it is longer: the history's resolution (a point a second), so the page loses
+/// nothing ([`Sampler::procs_due`]).
 const PROCS_EVERY: Duration = Duration::from_secs(1);
 
 /// The sampler looks for a reloaded config at least this often, whatever its interval (the next sample then comes
@@ -45,7 +46,8 @@ pub struct Sampler {
     start: Instant,
     seq: u64,
     pids: Vec<u32>,
-    samples: Vec<ProcSample>,
+    /// The processes as last read, shared by every snapshot until the next read.
+    samples: Arc<Vec<ProcSample>>,
     last_rescan: Instant,
     /// The last sample failed: the group's files are opened anew before the next (a group removed and created
     /// again is a new directory; the files kept open belong to the old one).
@@ -68,10 +70,12 @@ pub struct Sampler {
     reactions: Option<Arc<crate::base::reaction::Reactions>>,
     /// When the last sample was taken.
     last_sample: Instant,
-    /// When every process's memory was last read, and the pids it was read for ([`Sampler::procs_due`]).
+    /// When the processes were last read ([`Sampler::procs_due`]).
     procs_read: Option<Instant>,
-    procs_read_for: Vec<u32>,
-    /// How often every process's memory is read far from the lines: [`PROCS_EVERY`], or `interval_ms` if longer.
+    /// A process was started (a [`Tracer`] request): the next sample reads the processes, then answers `acks`.
+    relist: bool,
+    acks: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// How often the processes are read far from the lines: [`PROCS_EVERY`], or `interval_ms` if longer.
     procs_every: Duration,
     /// The memory brake (`[policy] brake_at`): where it may be set, and where it is.
     brake: Steering,
@@ -171,7 +175,7 @@ impl Sampler {
             start: Instant::now(),
             seq: 0,
             pids: Vec::new(),
-            samples: Vec::new(),
+            samples: Arc::default(),
             last_rescan: Instant::now(),
             reopen: false,
             early: None,
@@ -184,7 +188,8 @@ impl Sampler {
             reactions: None,
             last_sample: Instant::now(),
             procs_read: None,
-            procs_read_for: Vec::new(),
+            relist: false,
+            acks: Vec::new(),
             procs_every: Duration::from_millis(policy.interval_ms).max(PROCS_EVERY),
             brake,
         })
@@ -282,11 +287,9 @@ impl Sampler {
         Some(rec)
     }
 
-    /// A [`Tracer`] served by this sampler's thread (a no-op one when the probes are off).
+    /// A [`Tracer`] served by this sampler's thread: each process it is told of is traced at once (with the
+    /// probes on) and listed by a sample taken at once, before the request is answered.
     pub(crate) fn tracer(&mut self) -> Tracer {
-        if self.probes.is_none() {
-            return Tracer::none();
-        }
         let efd = match crate::sources::wakeup::eventfd::new() {
             Ok(fd) => Arc::new(fd),
             Err(e) => {
@@ -324,17 +327,24 @@ impl Sampler {
         }
         for (pid, ack) in waiting {
             self.trace_now(pid);
-            let _ = ack.send(());
+            self.acks.push(ack);
+            self.relist = true;
         }
     }
 
-    /// Waits until `deadline` or a kernel wake-up, serving [`Tracer`] requests meanwhile; says what woke it.
+    /// Waits until `deadline` or a kernel wake-up, serving [`Tracer`] requests meanwhile; says what woke it (a
+    /// timer wake-up at once when a request asks for the processes to be listed).
     fn wait(&mut self, deadline: Instant) -> Wake {
         loop {
             let other = self.early.as_ref().map(|(_, efd)| efd.as_raw_fd());
             match self.wakeups.wait(deadline, other, self.pacer_min(), self.last_sample) {
                 Ready::Sample(wake) => return wake,
-                Ready::Other => self.serve_tracer(),
+                Ready::Other => {
+                    self.serve_tracer();
+                    if self.relist {
+                        return Wake::timer();
+                    }
+                }
             }
         }
     }
@@ -400,6 +410,8 @@ impl Sampler {
         };
         self.probes = probes;
         self.probe_status = status;
+        // The next sample lists the processes, so the new programs count them from then on.
+        self.procs_read = None;
     }
 
     pub(crate) fn probe_status(&self) -> &ProbeStatus {
@@ -421,6 +433,8 @@ impl Sampler {
         let snap = self.read();
         self.reopen = snap.is_err();
         if self.reopen {
+            // The processes waiting to be listed are not: their requests are answered (dropped) now.
+            self.acks.clear();
             // The files of a removed group report a change at every poll: its wake-ups would wake the sampler
             // without end. They are armed again when the group can be read again.
             self.wakeups.suspend();
@@ -432,11 +446,11 @@ impl Sampler {
     /// alerts and actions name the program it runs now (names are otherwise read again once a second).
     pub(crate) fn name_victim(&mut self, d: &Decision, snap: &mut Snapshot) {
         let Some(v) = d.victim.filter(|_| d.changed) else { return };
-        if let (Some(name), Some(p)) =
-            (self.procs.fresh_name(v.pid), snap.processes.iter_mut().find(|p| p.pid == v.pid))
-        {
-            p.name = name;
-        }
+        let Some(i) = snap.processes.iter().position(|p| p.pid == v.pid) else { return };
+        let Some(name) = self.procs.fresh_name(v.pid).filter(|n| *n != snap.processes[i].name) else { return };
+        Arc::make_mut(&mut snap.processes)[i].name = name;
+        // The samples until the next read carry the new name too.
+        self.samples = Arc::clone(&snap.processes);
     }
 
     /// One sample with every process's memory read afresh, whatever [`Sampler::procs_due`] says (what the sampler
@@ -446,24 +460,23 @@ impl Sampler {
         self.sample()
     }
 
-    /// Whether this sample reads every process's memory (one `statm` read each), at `ratio` of the limit. The
-    /// group's memory and its list of processes are read at every sample, so no process is missed; each process's
-    /// memory only where a decision needs it or the list changed:
+    /// Whether this sample lists the group's processes and reads each one's memory (one `statm` read) and request
+    /// counters (the probes' maps), at `ratio` of the limit. The group's memory is read at every sample; the
+    /// processes only where a decision needs them:
     /// - from `abort_at - hysteresis` up (the aborting state lasts down to there), at every sample: the abort
     ///   chooses the largest and the last resort weighs its victim's memory, so both see fresh figures;
     /// - below, once a second (or per `interval_ms` when longer): the history keeps a point a second, and the
     ///   decisions there (refusing or not, and the extra samples pacing and the kernel's wake-ups bring near the
-    ///   refuse line) need only the group's ratio;
-    /// - whenever a process joined or left the group.
+    ///   refuse line) need only the group's ratio; a process that joins is listed within that second, and its
+    ///   memory counts in the group's from its first page;
+    /// - at once when `monitor run` starts a process ([`Tracer`]).
     ///
     /// What a 1,000-process group costs either way: `cargo xtask bench agent-cpu`.
     fn procs_due(&self, ratio: f64) -> bool {
         // A timed sample that comes about when the read is due counts as due though the clock reads a little
         // short of it.
         let every = self.procs_every.mul_f64(0.9);
-        ratio >= self.lines[1] - self.hysteresis
-            || self.pids != self.procs_read_for
-            || self.procs_read.is_none_or(|t| t.elapsed() >= every)
+        ratio >= self.lines[1] - self.hysteresis || self.relist || self.procs_read.is_none_or(|t| t.elapsed() >= every)
     }
 
     fn read(&mut self) -> Result<Snapshot, CgroupError> {
@@ -472,7 +485,6 @@ impl Sampler {
             self.last_rescan = Instant::now();
         }
         let mem = self.reader.memory()?;
-        self.reader.pids(&mut self.pids)?;
         let (limit_bytes, limit_source) = match (self.limit_override, mem.limit_bytes) {
             (Some(l), _) => (l, LimitSource::Config),
             (None, Some(l)) => (l, LimitSource::Cgroup),
@@ -480,16 +492,17 @@ impl Sampler {
         };
         let ratio = if limit_bytes == 0 { 1.0 } else { mem.usage_bytes as f64 / limit_bytes as f64 };
         if self.procs_due(ratio) {
-            self.procs.sample(&self.pids, &mut self.samples);
+            self.reader.pids(&mut self.pids)?;
+            let mut samples = Vec::with_capacity(self.pids.len());
+            self.procs.sample(&self.pids, &mut samples);
+            self.add_traffic(&mut samples);
+            self.samples = Arc::new(samples);
             self.procs_read = Some(Instant::now());
-            self.procs_read_for.clone_from(&self.pids);
-        } else {
-            // The figures of the last read stand; the traffic is this sample's.
-            for p in &mut self.samples {
-                p.traffic = Default::default();
+            self.relist = false;
+            for ack in self.acks.drain(..) {
+                let _ = ack.send(());
             }
         }
-        self.add_traffic();
         self.seq += 1;
         let group = self.reader.group();
         Ok(Snapshot {
@@ -510,13 +523,13 @@ impl Sampler {
                 processes_sampled: self.samples.len(),
                 unattributed_bytes: crate::decision::snapshot::unattributed(mem.usage_bytes, &self.samples),
             },
-            processes: self.samples.clone(),
+            processes: Arc::clone(&self.samples),
             agent_pid: self.agent_pid,
             protected: Vec::new(),
         })
     }
 
-    fn add_traffic(&mut self) {
+    fn add_traffic(&mut self, samples: &mut [ProcSample]) {
         let Some(probes) = self.probes.as_mut() else { return };
         let result = (|| {
             // The agent itself is never traced, even in its own group (`cgroup = "auto"`).
@@ -531,7 +544,7 @@ impl Sampler {
         })();
         match result {
             Ok(mut traffic) => {
-                for p in &mut self.samples {
+                for p in samples {
                     if let Some(t) = traffic.remove(&p.pid) {
                         p.traffic = t;
                     }
@@ -571,7 +584,7 @@ pub fn spawn(
             let wake = sampler.wait(due.min(poll));
             watchdog.tick(Instant::now());
             let reloaded = config.changed();
-            if reloaded.is_none() && wake.source == WakeSource::Timer && Instant::now() < due {
+            if reloaded.is_none() && wake.source == WakeSource::Timer && Instant::now() < due && !sampler.relist {
                 // Woken only to look for a new config, and there is none: no sample yet.
                 continue;
             }
@@ -768,8 +781,8 @@ mod tests {
     /// A real group: far from the lines a process's growth shows in the group's figure at once and in its own at
     /// the next read, and a process that joins is read at once; near the abort line every sample reads them.
     #[test]
-    fn processes_are_read_once_a_second_far_from_the_lines_at_each_sample_near_them_and_when_one_joins() {
-        let test = "processes_are_read_once_a_second_far_from_the_lines_at_each_sample_near_them_and_when_one_joins";
+    fn processes_are_read_once_a_second_far_from_the_lines_at_each_sample_near_them_and_when_one_starts() {
+        let test = "processes_are_read_once_a_second_far_from_the_lines_at_each_sample_near_them_and_when_one_starts";
         if !monitor_tests::require_group(test) {
             return;
         }
@@ -797,14 +810,32 @@ mod tests {
         );
         assert_eq!(rss_of(&grown, pid), Some(before), "far from the lines, the processes wait for their read");
         let sleeper = spawn_in_cgroup(Command::new("sleep").arg("60"), cg.path());
+        let unlisted = sampler.sample().expect("sample");
+        assert_eq!(rss_of(&unlisted, sleeper.pid()), None, "a process that joins waits for the next read");
+
+        // `monitor run` tells of each process it starts: the sampler wakes at once and lists it before it answers.
+        let tracer = sampler.tracer();
+        let told = sleeper.pid();
+        let telling = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime");
+            let t0 = Instant::now();
+            rt.block_on(tracer.trace(told));
+            t0.elapsed()
+        });
+        let t0 = Instant::now();
+        let wake = sampler.wait(t0 + Duration::from_secs(30));
+        assert!(t0.elapsed() < Duration::from_secs(10), "woken by the request: {:?}", t0.elapsed());
+        assert_eq!(wake.source, WakeSource::Timer);
         let joined = sampler.sample().expect("sample");
+        let answered = telling.join().expect("the telling thread");
+        assert!(answered < Duration::from_secs(1), "answered after the sample, not at the 1 s timeout: {answered:?}");
         assert!(
             rss_of(&joined, sleeper.pid()).is_some(),
-            "a process that joins is read at once: {:?}",
+            "a process started is listed at once: {:?}",
             joined.processes
         );
         let since = rss_of(&joined, pid).expect("the hog is sampled");
-        assert!(since >= before + 48 * MIB, "and, with it, every other: {before} then {since}");
+        assert!(since >= before + 48 * MIB, "and, with it, every other is read: {before} then {since}");
 
         // The hog grows by 48 MiB more, and the limit is set so that the group is then at about 95%: past
         // abort_at - hysteresis.

@@ -233,10 +233,10 @@ fn agent_cpu(seconds: u64) -> Result<()> {
     let cg = CgroupV1::create("bench-agent-cpu-1000", Some(2 << 30));
     let _sleepers = sleepers(&cg, 1000);
     println!("{}", agent_cpu_cell(&cg, "1,000 processes far from the lines", "< 2%", seconds)?);
-    // One process makes the group 87% full: past refuse_at (85%), short of where the processes are read at every
-    // sample (abort_at 92% less the 2% hysteresis).
+    // One process makes the group 91% full: past refuse_at (85%), so pacing samples fast, and past abort_at (92%)
+    // less the 2% hysteresis, from where every sample lists the processes and reads each one; short of abort_at.
     let held = cg.stat("total_rss").context("the group's total_rss")?;
-    let mib = ((0.87 * (2u64 << 30) as f64) as u64).saturating_sub(held) >> 20;
+    let mib = ((0.91 * (2u64 << 30) as f64) as u64).saturating_sub(held) >> 20;
     let hog = crate::util::target_dir().join("release/alloc-hog");
     let _hog = monitor_tests::Hog::spawn(&hog, cg.path(), mib, false);
     let what = format!("1,001 processes near the lines (one holding {mib} MiB of 2 GiB)");

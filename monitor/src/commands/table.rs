@@ -437,7 +437,8 @@ mod tests {
             rss_bytes: 1,
             anon_bytes: 1,
             traffic: Default::default(),
-        }];
+        }]
+        .into();
         let mut v = crate::view::status_view(&p, &Thresholds::default());
         let text = render(&v);
         assert!(text.lines().any(|l| l.trim_end().ends_with("RESTARTS KILLS")), "{text}");

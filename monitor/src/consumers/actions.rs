@@ -26,7 +26,7 @@ use crate::base::proof::Key;
 use crate::base::reaction::{Kind, Reactions};
 use crate::config::live::Live;
 use crate::config::{ActionsConfig, HttpUrl, Signal};
-use crate::decision::policy::{Action, ProcId};
+use crate::decision::policy::{Action, ProcId, State};
 use crate::feed::{Published, Samples};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -73,6 +73,7 @@ pub struct Change {
 /// What each process was last told, to send a signal only when its action changes.
 #[derive(Debug, Default)]
 pub struct Plan {
+    /// The processes last told something other than `serve` (a process not here was last told to serve).
     last: HashMap<ProcId, Action>,
 }
 
@@ -82,8 +83,12 @@ impl Plan {
     /// Processes gone from the group are forgotten.
     pub fn next(&mut self, p: &Published, signals: &Signals) -> Vec<Change> {
         let d = &p.decision;
+        // Far from the lines every process serves, as each was last told: nothing to look at per process.
+        if d.state == State::Normal && self.last.is_empty() {
+            return Vec::new();
+        }
         let mut out = Vec::new();
-        let mut seen = HashMap::with_capacity(p.snapshot.processes.len());
+        let mut told = HashMap::new();
         for proc in p.snapshot.processes.iter().filter(|q| q.pid != p.snapshot.agent_pid) {
             let id = ProcId { pid: proc.pid, start_ticks: proc.start_ticks };
             let now = d.decided_for(id);
@@ -91,9 +96,11 @@ impl Plan {
             if now != before {
                 out.push(Change { to: id, name: proc.name.clone(), action: now, signal: signals.for_action(now) });
             }
-            seen.insert(id, now);
+            if now != Action::Serve {
+                told.insert(id, now);
+            }
         }
-        self.last = seen;
+        self.last = told;
         out
     }
 }
@@ -432,7 +439,7 @@ mod tests {
 
     fn published(state: State, victim: Option<u32>, pids: &[u32], agent_pid: u32) -> Published {
         let mut p = Published::test(state);
-        p.snapshot.processes = pids.iter().map(|&p| proc(p)).collect();
+        p.snapshot.processes = pids.iter().map(|&p| proc(p)).collect::<Vec<_>>().into();
         p.snapshot.agent_pid = agent_pid;
         p.decision.largest_pid = victim;
         p.decision.victim = victim.map(|pid| ProcId { pid, start_ticks: u64::from(pid) * 10 });

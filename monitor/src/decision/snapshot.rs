@@ -166,7 +166,8 @@ pub struct Snapshot {
     /// Monotonic milliseconds since the agent started (what the policy's timers use).
     pub mono_ms: u64,
     pub group: GroupSample,
-    pub processes: Vec<ProcSample>,
+    /// Shared by the samples between two reads of the processes ([`crate::sampler`]).
+    pub processes: std::sync::Arc<Vec<ProcSample>>,
     /// The agent's own pid. With `cgroup = "auto"` the agent is a member of the group it guards: it is listed,
     /// but it is never the process told to abort, and the probes never trace it (its own front door's traffic
     /// is not the group's).

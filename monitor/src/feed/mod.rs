@@ -251,7 +251,7 @@ impl Published {
                     unattributed_bytes: 0,
                     pressure: None,
                 },
-                processes: Vec::new(),
+                processes: Default::default(),
                 agent_pid: 0,
                 protected: Vec::new(),
             },

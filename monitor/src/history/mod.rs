@@ -109,6 +109,29 @@ struct Inner {
     decisions: Decisions,
     /// The numbers of processes sharing a command name, kept from sample to sample.
     slots: Slots,
+    /// The last sample's series, reused while its processes are the same.
+    series: Series,
+}
+
+/// The series of the last sample's processes: reused while the processes, their names and parents, and the
+/// launched ones are the same (most samples: far from the lines, every process's memory is read once a second).
+#[derive(Default)]
+struct Series {
+    /// Each process's pid, start time, parent and name.
+    procs: Vec<(u32, u64, u32, String)>,
+    launched: Vec<crate::feed::LauncherInfo>,
+    /// Each process's label and whether the name is a number among namesakes.
+    labels: Vec<(u16, bool)>,
+}
+
+impl Series {
+    fn holds(&self, procs: &[crate::decision::snapshot::ProcSample], launched: &[crate::feed::LauncherInfo]) -> bool {
+        self.launched == launched
+            && self.procs.len() == procs.len()
+            && self.procs.iter().zip(procs).all(|((pid, start, ppid, name), x)| {
+                (*pid, *start, *ppid) == (x.pid, x.start_ticks, x.ppid) && *name == x.name
+            })
+    }
 }
 
 /// The shared history: the consumer writes it, the home page and `/metrics` read it.
@@ -138,15 +161,21 @@ impl History {
     /// Reduces one sample to the aggregator's input, interning its names.
     fn input(&self, p: &Published) -> Input {
         let launched = self.inputs.door.as_ref().map(|d| d.launched()).unwrap_or_default();
-        let mut inner = self.lock();
-        let names = named(p, &launched, &mut inner.slots);
-        let procs = p
-            .snapshot
-            .processes
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let sampled = &p.snapshot.processes;
+        if !inner.series.holds(sampled, &launched) {
+            let names = named(p, &launched, &mut inner.slots);
+            inner.series.labels =
+                names.into_iter().map(|(name, role, numbered)| (inner.labels.intern(&name, &role), numbered)).collect();
+            inner.series.procs = sampled.iter().map(|x| (x.pid, x.start_ticks, x.ppid, x.name.clone())).collect();
+            inner.series.launched = launched;
+        }
+        let procs = sampled
             .iter()
-            .zip(names)
-            .map(|(x, (name, role, numbered))| ProcInput {
-                label: inner.labels.intern(&name, &role),
+            .zip(&inner.series.labels)
+            .map(|(x, &(label, numbered))| ProcInput {
+                label,
                 numbered,
                 pid: x.pid,
                 start_ticks: x.start_ticks,
@@ -158,7 +187,7 @@ impl History {
                 p99_us: x.traffic.latency_p99_us,
             })
             .collect();
-        drop(inner);
+        drop(guard);
         Input {
             unix_ms: p.snapshot.unix_ms,
             usage: p.snapshot.group.usage_bytes,

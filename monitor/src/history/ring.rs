@@ -159,6 +159,8 @@ pub(crate) struct Aggregator {
     minute: Option<OpenMinute>,
     counters: HashMap<(u32, u64), (u64, u64)>,
     ids: HashMap<u16, (u32, u64)>,
+    /// Where each label's row is in the current second's `procs`, plus one (0: none yet), indexed by label.
+    rows: Vec<u32>,
     last_state: u8,
     last_shed: Option<u64>,
 }
@@ -173,7 +175,7 @@ impl Aggregator {
         let t = s.unix_ms / 1000;
         let mut done = (None, None);
         if self.cur.as_ref().is_some_and(|c| c.t != t) {
-            if let Some(sec) = self.cur.take() {
+            if let Some(sec) = self.take_second() {
                 done.1 = self.add_second(&sec);
                 done.0 = Some(sec);
             }
@@ -192,22 +194,25 @@ impl Aggregator {
         let shed_prev = self.last_shed.unwrap_or(s.shed_total);
         cur.shed += sat32(s.shed_total.saturating_sub(shed_prev));
         self.last_shed = Some(s.shed_total);
-        let mut seen = HashMap::with_capacity(s.procs.len());
         for p in &s.procs {
             let id = (p.pid, p.start_ticks);
-            let (req0, err0) = self.counters.get(&id).copied().unwrap_or((0, 0));
-            seen.insert(id, (p.requests_total, p.err5xx_total));
+            let (req0, err0) = self.counters.insert(id, (p.requests_total, p.err5xx_total)).unwrap_or((0, 0));
             if let Some(old) = self.ids.insert(p.label, id) {
                 if old != id && !p.numbered && !cur.restarted.contains(&p.label) {
                     cur.restarted.push(p.label);
                 }
             }
-            let idx = match cur.procs.iter().position(|x| x.label == p.label) {
-                Some(i) => i,
-                None => {
+            let l = p.label as usize;
+            if self.rows.len() <= l {
+                self.rows.resize(l + 1, 0);
+            }
+            let idx = match self.rows[l] {
+                0 => {
                     cur.procs.push(ProcSecond { label: p.label, ..ProcSecond::default() });
+                    self.rows[l] = cur.procs.len() as u32;
                     cur.procs.len() - 1
                 }
+                r => r as usize - 1,
             };
             let ps = &mut cur.procs[idx];
             ps.rss = ps.rss.max(p.rss);
@@ -221,7 +226,12 @@ impl Aggregator {
                 ps.p99_us = sat32(v);
             }
         }
-        self.counters = seen;
+        // The counters of processes gone since the last sample are dropped (each id is in the sample once, so more
+        // ids kept than processes sampled means some are gone).
+        if self.counters.len() > s.procs.len() {
+            let here: std::collections::HashSet<(u32, u64)> = s.procs.iter().map(|p| (p.pid, p.start_ticks)).collect();
+            self.counters.retain(|id, _| here.contains(id));
+        }
         done
     }
 
@@ -273,9 +283,20 @@ impl Aggregator {
         m
     }
 
+    /// Takes the current second, its rows forgotten.
+    fn take_second(&mut self) -> Option<Second> {
+        let sec = self.cur.take()?;
+        for p in &sec.procs {
+            if let Some(r) = self.rows.get_mut(p.label as usize) {
+                *r = 0;
+            }
+        }
+        Some(sec)
+    }
+
     /// Closes the current second and minute (at shutdown), returning what they held.
     pub fn flush(&mut self) -> (Option<Second>, Option<Minute>) {
-        let sec = self.cur.take();
+        let sec = self.take_second();
         let mut minute = sec.as_ref().and_then(|s| self.add_second(s));
         if minute.is_none() {
             minute = self.minute.take().map(Self::close_minute);

@@ -82,10 +82,10 @@ monitor/src/sources/sockets/ and monitor/src/sources/procs.rs save.
         about: "\
 **The release agent at a 100 ms interval, its CPU time by thread from `/proc/<pid>/task/*/schedstat`** (the
 scheduler's count in nanoseconds; utime and stime are 10 ms ticks), on three groups: 16 sleeping processes; 1,000
-far from the lines; the same 1,000 and one process holding enough that the group is 87% full (refusing, short of
-`abort_at - hysteresis`, from where every sample reads every process). Far from that line the sampler reads the
-group's memory and its list of processes at every sample, and each process's memory once a second (the history's
-resolution) or when the list changed.
+far from the lines; the same 1,000 and one process holding enough that the group is 91% full (refusing, so pacing
+samples fast, and past `abort_at - hysteresis`, from where every sample lists the processes and reads each one's
+memory and request counters). Below that line the sampler reads the group's memory at every sample, and lists and
+reads the processes once a second (the history's resolution) or at once when `monitor run` starts one.
 Baseline: the benchmarking process itself, sleeping for the same time. Goals: < 0.5% of one core for 16 processes;
 < 2% for 1,000 far from the lines, < 5% near them. Two agents run side by side differ by up to 10% on this machine.
 ",

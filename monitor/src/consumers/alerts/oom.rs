@@ -77,20 +77,33 @@ impl OomWatch {
 
     fn observe(&mut self, p: &Published, now_ms: u64) {
         let s = &p.snapshot;
-        let prev: HashMap<(u32, u64), &Seen> = self.prev.iter().map(|x| ((x.pid, x.start_ticks), x)).collect();
-        // A process being torn down reads as 0 bytes: it keeps the last RSS it had.
-        let now: Vec<Seen> = s
-            .processes
-            .iter()
-            .map(|x| {
-                let last = prev.get(&(x.pid, x.start_ticks)).map_or(0, |q| q.rss_bytes);
-                let rss_bytes = if x.rss_bytes > 0 { x.rss_bytes } else { last };
-                Seen { pid: x.pid, start_ticks: x.start_ticks, name: x.name.clone(), rss_bytes }
-            })
-            .collect();
-        let here: HashSet<(u32, u64)> = now.iter().map(|x| (x.pid, x.start_ticks)).collect();
-        let mut vanished: Vec<(u32, u64)> =
-            self.prev.iter().map(|x| (x.pid, x.start_ticks)).filter(|id| !here.contains(id)).collect();
+        // The same processes with the same figures as the last sample (between two reads of every process's memory,
+        // most samples far from the lines): nothing to rebuild, and nothing vanished.
+        let same = self.prev.len() == s.processes.len()
+            && self.prev.iter().zip(s.processes.iter()).all(|(q, x)| {
+                (q.pid, q.start_ticks) == (x.pid, x.start_ticks)
+                    && (x.rss_bytes == q.rss_bytes || x.rss_bytes == 0)
+                    && q.name == x.name
+            });
+        let (now, mut vanished) = if same {
+            (None, Vec::new())
+        } else {
+            let prev: HashMap<(u32, u64), &Seen> = self.prev.iter().map(|x| ((x.pid, x.start_ticks), x)).collect();
+            // A process being torn down reads as 0 bytes: it keeps the last RSS it had.
+            let now: Vec<Seen> = s
+                .processes
+                .iter()
+                .map(|x| {
+                    let last = prev.get(&(x.pid, x.start_ticks)).map_or(0, |q| q.rss_bytes);
+                    let rss_bytes = if x.rss_bytes > 0 { x.rss_bytes } else { last };
+                    Seen { pid: x.pid, start_ticks: x.start_ticks, name: x.name.clone(), rss_bytes }
+                })
+                .collect();
+            let here: HashSet<(u32, u64)> = now.iter().map(|x| (x.pid, x.start_ticks)).collect();
+            let vanished: Vec<(u32, u64)> =
+                self.prev.iter().map(|x| (x.pid, x.start_ticks)).filter(|id| !here.contains(id)).collect();
+            (Some(now), vanished)
+        };
         if let Some(count) = s.group.oom_kills {
             match self.last {
                 Some(last) if count > last => self.pending.push(Kill {
@@ -98,7 +111,10 @@ impl OomWatch {
                     new: count - last,
                     at_ms: now_ms,
                     cgroup: s.group.cgroup.display().to_string(),
-                    before: std::mem::take(&mut self.prev),
+                    before: match now {
+                        Some(_) => std::mem::take(&mut self.prev),
+                        None => self.prev.clone(),
+                    },
                     victims: Vec::new(),
                 }),
                 // The first count is the baseline; a smaller one is a new group under the same path: a new baseline.
@@ -106,7 +122,9 @@ impl OomWatch {
             }
             self.last = Some(count);
         }
-        self.prev = now;
+        if let Some(now) = now {
+            self.prev = now;
+        }
         // The oldest kill takes the largest (as the sample before it saw them) of its processes gone since.
         for k in &mut self.pending {
             let mut gone: Vec<&Seen> = k
@@ -186,7 +204,7 @@ mod tests {
         let mut p = Published::test(State::Normal);
         p.snapshot.seq = seq;
         p.snapshot.group.oom_kills = oom;
-        p.snapshot.processes = procs.iter().map(|&(pid, n, m)| proc(pid, n, m)).collect();
+        p.snapshot.processes = procs.iter().map(|&(pid, n, m)| proc(pid, n, m)).collect::<Vec<_>>().into();
         p
     }
 

@@ -220,7 +220,7 @@ mod tests {
         let mut p = Published::test(PolicyState::Aborting);
         p.snapshot.group.version = CgroupVersion::V2;
         p.snapshot.group.limit_source = LimitSource::Host;
-        p.snapshot.processes = vec![proc(10, 1), proc(11, 10), proc(20, 1)];
+        p.snapshot.processes = vec![proc(10, 1), proc(11, 10), proc(20, 1)].into();
         p.decision.largest_pid = Some(11);
         p.decision.victim = Some(ProcId { pid: 11, start_ticks: 11 });
         p.probes =
@@ -290,7 +290,7 @@ mod tests {
             anon_bytes: 1,
             traffic: Traffic::default(),
         };
-        p.snapshot.processes = vec![proc(10, "node"), proc(11, "php")];
+        p.snapshot.processes = vec![proc(10, "node"), proc(11, "php")].into();
         let book = Arc::new(KillBook::default());
         let rec = |pid: u32, enforced: bool| KillRecord {
             rss_bytes: 300,

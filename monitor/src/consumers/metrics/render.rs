@@ -181,7 +181,7 @@ fn process<'a>(name: &'a str, role: &'a str) -> [(&'static str, &'a str); 2] {
 
 /// The per-process families of the sample.
 fn processes(e: &mut DescriptorEncoder, p: &Published, names: &[(String, String)]) -> Result {
-    let procs: Vec<_> = names.iter().zip(&p.snapshot.processes).map(|((n, r), s)| (process(n, r), s)).collect();
+    let procs: Vec<_> = names.iter().zip(p.snapshot.processes.iter()).map(|((n, r), s)| (process(n, r), s)).collect();
     let help = "Resident set of the process.";
     gauges(e, "monitor_process_resident_memory_bytes", help, procs.iter().map(|(l, s)| (*l, s.rss_bytes)))?;
     let help = "RssAnon of the process.";
@@ -373,7 +373,7 @@ mod tests {
     /// A sample of one process, `name` of role `role`, with the log2 latency histogram `hist`.
     fn one_process(name: &str, role: &str, hist: &[u64]) -> String {
         let mut p = Published::test(State::Normal);
-        p.snapshot.processes.push(ProcSample {
+        std::sync::Arc::make_mut(&mut p.snapshot.processes).push(ProcSample {
             pid: 7,
             name: "node".into(),
             start_ticks: 1,
@@ -382,7 +382,7 @@ mod tests {
             anon_bytes: 1024,
             traffic: Traffic { requests_total: 5, responses_by_class: [0, 4, 0, 0, 1], ..Traffic::default() },
         });
-        p.snapshot.processes[0].traffic.latency_hist_us = hist.to_vec();
+        std::sync::Arc::make_mut(&mut p.snapshot.processes)[0].traffic.latency_hist_us = hist.to_vec();
         render(&p, &[(name.into(), role.into())], &Extra::default())
     }
 

@@ -300,7 +300,7 @@ pub(super) mod tests {
                 unattributed_bytes: crate::decision::snapshot::unattributed(usage, &procs),
                 pressure: None,
             },
-            processes: procs,
+            processes: procs.into(),
             agent_pid: 0,
             protected: Vec::new(),
         }

@@ -144,13 +144,15 @@ struct Claim {
     hash: Counters,
 }
 
-/// A slot holder's `STATS` entry is read again once every this many reads (once a second at the default 100 ms).
+/// A slot holder's `STATS` entry is read again once every this many reads: once a second where the sampler reads
+/// the counters at every sample of the default 100 ms (near the lines), every ten seconds where it reads them once
+/// a second (far from them).
 const HASH_REREAD: u64 = 10;
 
 impl Claim {
     /// Whether the entry is read at read number `reads`: at the first reads after the claim, until any program
     /// that missed the claim has long finished, then once every [`HASH_REREAD`] reads, so that even a count such a
-    /// program added late shows up within a second.
+    /// program added late shows up.
     fn hash_due(&self, reads: u64) -> bool {
         reads <= self.at + 2 || reads.is_multiple_of(HASH_REREAD)
     }
