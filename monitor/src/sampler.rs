@@ -23,9 +23,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
-/// Far from the lines the group's processes are listed, and each one's memory and request counters read, this
-/// often, or at the interval when it is longer: the history's resolution (a point a second), so the page loses
-/// nothing ([`Sampler::procs_due`]).
+/// The group's processes are listed, and their request counters read, this often, or at the interval when it is
+/// longer: the history's resolution (a point a second), so the page loses nothing ([`Sampler::list_due`]). Their
+/// memory is read with them, and at every sample where a decision needs it ([`Sampler::memory_due`]).
 const PROCS_EVERY: Duration = Duration::from_secs(1);
 
 /// The sampler looks for a reloaded config at least this often, whatever its interval (the next sample then comes
@@ -70,12 +70,14 @@ pub struct Sampler {
     reactions: Option<Arc<crate::base::reaction::Reactions>>,
     /// When the last sample was taken.
     last_sample: Instant,
-    /// When the processes were last read ([`Sampler::procs_due`]).
+    /// When the processes were last listed ([`Sampler::list_due`]).
     procs_read: Option<Instant>,
-    /// A process was started (a [`Tracer`] request): the next sample reads the processes, then answers `acks`.
+    /// The last decision was `aborting` ([`Sampler::memory_due`]).
+    aborting: bool,
+    /// A process was started (a [`Tracer`] request): the next sample lists the processes, then answers `acks`.
     relist: bool,
     acks: Vec<tokio::sync::oneshot::Sender<()>>,
-    /// How often the processes are read far from the lines: [`PROCS_EVERY`], or `interval_ms` if longer.
+    /// How often the processes are listed: [`PROCS_EVERY`], or `interval_ms` if longer.
     procs_every: Duration,
     /// The memory brake (`[policy] brake_at`): where it may be set, and where it is.
     brake: Steering,
@@ -188,6 +190,7 @@ impl Sampler {
             reactions: None,
             last_sample: Instant::now(),
             procs_read: None,
+            aborting: false,
             relist: false,
             acks: Vec::new(),
             procs_every: Duration::from_millis(policy.interval_ms).max(PROCS_EVERY),
@@ -453,30 +456,39 @@ impl Sampler {
         self.samples = Arc::clone(&snap.processes);
     }
 
-    /// One sample with every process's memory read afresh, whatever [`Sampler::procs_due`] says (what the sampler
+    /// One sample with the processes listed and read afresh, whatever [`Sampler::list_due`] says (what the sampler
     /// benchmark measures).
     pub fn sample_all(&mut self) -> Result<Snapshot, CgroupError> {
         self.procs_read = None;
         self.sample()
     }
 
-    /// Whether this sample lists the group's processes and reads each one's memory (one `statm` read) and request
-    /// counters (the probes' maps), at `ratio` of the limit. The group's memory is read at every sample; the
-    /// processes only where a decision needs them:
-    /// - from `abort_at - hysteresis` up (the aborting state lasts down to there), at every sample: the abort
-    ///   chooses the largest and the last resort weighs its victim's memory, so both see fresh figures;
-    /// - below, once a second (or per `interval_ms` when longer): the history keeps a point a second, and the
-    ///   decisions there (refusing or not, and the extra samples pacing and the kernel's wake-ups bring near the
-    ///   refuse line) need only the group's ratio; a process that joins is listed within that second, and its
-    ///   memory counts in the group's from its first page;
-    /// - at once when `monitor run` starts a process ([`Tracer`]).
-    ///
-    /// What a 1,000-process group costs either way: `cargo xtask bench agent-cpu`.
-    fn procs_due(&self, ratio: f64) -> bool {
-        // A timed sample that comes about when the read is due counts as due though the clock reads a little
+    /// Whether this sample lists the group's processes and reads their memory and request counters (the probes'
+    /// maps): once a second (or per `interval_ms` when longer: the history's resolution), and at once when `monitor
+    /// run` starts a process ([`Tracer`]) or the probes are loaded again. Far from the lines a process that joins
+    /// is listed within that second, and its memory counts in the group's from its first page.
+    fn list_due(&self) -> bool {
+        // A timed sample that comes about when the listing is due counts as due though the clock reads a little
         // short of it.
         let every = self.procs_every.mul_f64(0.9);
-        ratio >= self.lines[1] - self.hysteresis || self.relist || self.procs_read.is_none_or(|t| t.elapsed() >= every)
+        self.relist || self.procs_read.is_none_or(|t| t.elapsed() >= every)
+    }
+
+    /// Whether this sample lists the processes and reads each one's memory (one `statm` read) whether or not a
+    /// listing is due: at `ratio` of the limit from `abort_at` up, and while the last decision was `aborting`
+    /// (which lasts down to `abort_at - hysteresis`), so that the abort chooses the largest, and the last resort
+    /// weighs its victim's memory, among every process of the group on fresh figures. The request counters wait
+    /// for the next timed listing. Below, the decisions (refusing or not, and the extra samples pacing and the
+    /// kernel's wake-ups bring near the refuse line) need only the group's ratio.
+    ///
+    /// What a 1,000-process group costs far from the lines and while aborting: `cargo xtask bench agent-cpu`.
+    fn memory_due(&self, ratio: f64) -> bool {
+        ratio >= self.lines[1] || self.aborting
+    }
+
+    /// The decision just taken on this sampler's sample, for [`Sampler::memory_due`].
+    pub(crate) fn decided(&mut self, d: &Decision) {
+        self.aborting = d.state == crate::decision::policy::State::Aborting;
     }
 
     fn read(&mut self) -> Result<Snapshot, CgroupError> {
@@ -491,17 +503,24 @@ impl Sampler {
             (None, None) => (self.host_total, LimitSource::Host),
         };
         let ratio = if limit_bytes == 0 { 1.0 } else { mem.usage_bytes as f64 / limit_bytes as f64 };
-        if self.procs_due(ratio) {
+        let timed = self.list_due();
+        if timed || self.memory_due(ratio) {
+            // Listed at every such sample: a process that joined since the last listing and grew at once is among
+            // those the abort chooses from.
             self.reader.pids(&mut self.pids)?;
             let mut samples = Vec::with_capacity(self.pids.len());
             self.procs.sample(&self.pids, &mut samples);
-            self.add_traffic(&mut samples);
-            self.samples = Arc::new(samples);
-            self.procs_read = Some(Instant::now());
-            self.relist = false;
-            for ack in self.acks.drain(..) {
-                let _ = ack.send(());
+            if timed {
+                self.add_traffic(&mut samples);
+                self.procs_read = Some(Instant::now());
+                self.relist = false;
+                for ack in self.acks.drain(..) {
+                    let _ = ack.send(());
+                }
+            } else {
+                carry_traffic(&self.samples, &mut samples);
             }
+            self.samples = Arc::new(samples);
         }
         self.seq += 1;
         let group = self.reader.group();
@@ -559,6 +578,18 @@ impl Sampler {
     }
 }
 
+/// Gives each process of `now` the request counters it had in `before` (both in pid order): between two listings
+/// the counters are the last listing's.
+fn carry_traffic(before: &[ProcSample], now: &mut [ProcSample]) {
+    let mut old = before.iter().peekable();
+    for p in now {
+        while old.next_if(|o| o.pid < p.pid).is_some() {}
+        if let Some(o) = old.next_if(|o| o.pid == p.pid && o.start_ticks == p.start_ticks) {
+            p.traffic = o.traffic.clone();
+        }
+    }
+}
+
 /// Runs the sampler until `stop` is set, publishing on `feed`, with the policy and probes `config` holds (a new
 /// config is looked for at least every second, and sampled with at once). The first sample must already be
 /// published (see [`first`] and [`Feed::new`]), so consumers always have a value.
@@ -609,6 +640,7 @@ pub fn spawn(
                     let was_halted = state.kill.halted;
                     let (s, decision) = decide(&state, &snap, &thresholds);
                     state = s;
+                    sampler.decided(&decision);
                     sampler.name_victim(&decision, &mut snap);
                     let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
                     log_decision(&decision, &snap, &wake);
@@ -779,7 +811,8 @@ mod tests {
     }
 
     /// A real group: far from the lines a process's growth shows in the group's figure at once and in its own at
-    /// the next read, and a process that joins is read at once; near the abort line every sample reads them.
+    /// the next read, and a process that joins waits for the next listing unless `monitor run` tells of it; past
+    /// the abort line, and while aborting, every sample reads them.
     #[test]
     fn processes_are_read_once_a_second_far_from_the_lines_at_each_sample_near_them_and_when_one_starts() {
         let test = "processes_are_read_once_a_second_far_from_the_lines_at_each_sample_near_them_and_when_one_starts";
@@ -837,14 +870,68 @@ mod tests {
         let since = rss_of(&joined, pid).expect("the hog is sampled");
         assert!(since >= before + 48 * MIB, "and, with it, every other is read: {before} then {since}");
 
-        // The hog grows by 48 MiB more, and the limit is set so that the group is then at about 95%: past
-        // abort_at - hysteresis.
+        // The hog grows by 24 MiB, and the limit is set so that the group is then at about 89%: refusing, short of
+        // abort_at. The decisions there need only the group's ratio.
+        let refusing =
+            PolicyConfig { limit_bytes: Some((joined.group.usage_bytes + 24 * MIB) * 100 / 89), ..far.clone() };
+        sampler.set_policy(&refusing);
+        hog.set_mib(96);
+        let short = sampler.sample().expect("sample");
+        let r = short.group.ratio();
+        assert!(r >= refusing.refuse_at && r < refusing.abort_at, "ratio {r}");
+        assert_eq!(rss_of(&short, pid), Some(since), "refusing, the processes wait for their read");
+
+        // The hog grows by 24 MiB more, and the limit is set so that the group is then at about 95%: past abort_at,
+        // where every sample reads each process.
         let near = PolicyConfig { limit_bytes: Some((joined.group.usage_bytes + 48 * MIB) * 100 / 95), ..far.clone() };
         sampler.set_policy(&near);
         hog.set_mib(120);
         let fresh = sampler.sample().expect("sample");
-        assert!(fresh.group.ratio() >= near.abort_at - near.hysteresis, "ratio {}", fresh.group.ratio());
+        assert!(fresh.group.ratio() >= near.abort_at, "ratio {}", fresh.group.ratio());
         let after = rss_of(&fresh, pid).expect("the hog is sampled");
-        assert!(after >= since + 40 * MIB, "near the abort line every sample reads them: {since} then {after}");
+        assert!(after >= since + 40 * MIB, "past the abort line every sample reads them: {since} then {after}");
+
+        // A process that joins there is listed at the next sample: the abort chooses among every process.
+        let late = spawn_in_cgroup(Command::new("sleep").arg("60"), cg.path());
+        let listed = sampler.sample().expect("sample");
+        assert!(rss_of(&listed, late.pid()).is_some(), "past the abort line, one that joins is listed at once");
+
+        // Aborting lasts down to abort_at - hysteresis, and so do the reads: the hog gives back 24 MiB.
+        sampler.aborting = true;
+        hog.set_mib(96);
+        let aborting = sampler.sample().expect("sample");
+        let fell = rss_of(&aborting, pid).expect("the hog is sampled");
+        assert!(fell + 16 * MIB <= after, "while aborting every sample reads them: {after} then {fell}");
+        sampler.aborting = false;
+        hog.set_mib(110);
+        let normal = sampler.sample().expect("sample");
+        assert!(normal.group.ratio() < near.abort_at, "ratio {}", normal.group.ratio());
+        assert_eq!(rss_of(&normal, pid), Some(fell), "no longer aborting, short of abort_at: no read");
+    }
+
+    fn traffic(requests_total: u64) -> crate::decision::snapshot::Traffic {
+        crate::decision::snapshot::Traffic { requests_total, ..Default::default() }
+    }
+
+    fn proc(pid: u32, start_ticks: u64, requests: u64) -> ProcSample {
+        ProcSample {
+            pid,
+            name: "p".into(),
+            start_ticks,
+            ppid: 1,
+            rss_bytes: 0,
+            anon_bytes: 0,
+            traffic: traffic(requests),
+        }
+    }
+
+    #[test]
+    fn between_listings_each_process_keeps_its_counters_and_a_new_one_starts_at_zero() {
+        let before = [proc(3, 1, 30), proc(5, 1, 50), proc(9, 1, 90)];
+        // 3 is gone, 4 is new, 5 is the same, 9 is another process under the same pid.
+        let mut now = [proc(4, 2, 0), proc(5, 1, 0), proc(9, 7, 0)];
+        carry_traffic(&before, &mut now);
+        let got: Vec<(u32, u64)> = now.iter().map(|p| (p.pid, p.traffic.requests_total)).collect();
+        assert_eq!(got, [(4, 0), (5, 50), (9, 0)]);
     }
 }

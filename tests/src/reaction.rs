@@ -176,6 +176,8 @@ pub struct Plan {
     pub speeds: Vec<Speed>,
     /// Runs per cell.
     pub runs: usize,
+    /// How many `sleep` processes share the group besides the bystanders and the grower (`BENCH_REACTION_CROWD`).
+    pub crowd: usize,
     /// The idle stretch of each mode's first run.
     pub idle: Duration,
     /// Where the agent's config and log go.
@@ -187,7 +189,8 @@ pub struct Plan {
 
 impl Plan {
     /// From `BENCH_REACTION_RUNS` (default 20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION_MODES` and
-    /// `BENCH_REACTION_SPEEDS` (comma lists, e.g. `timer,events` and `200,1000,0`; default: all that `h` allows).
+    /// `BENCH_REACTION_SPEEDS` (comma lists, e.g. `timer,events` and `200,1000,0`; default: all that `h` allows),
+    /// and `BENCH_REACTION_CROWD` (0): sleeping processes added to each run's group.
     pub fn from_env(h: Hierarchy, work: PathBuf, slow: bool) -> Result<Plan, String> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let number = |k: &str, default: u64| match var(k) {
@@ -217,12 +220,15 @@ impl Plan {
         if modes.is_empty() || speeds.is_empty() {
             return Err("no cell left to run (BENCH_REACTION_MODES / BENCH_REACTION_SPEEDS)".into());
         }
-        let scale = if slow { 6 } else { 1 };
+        let crowd = number("BENCH_REACTION_CROWD", 0)? as usize;
+        // A crowd takes a moment to start and to be listed.
+        let scale = if slow { 6 } else { 1 } + crowd.div_ceil(1000) as u64;
         Ok(Plan {
             hierarchy: h,
             modes,
             speeds,
             runs: runs as usize,
+            crowd,
             idle,
             work,
             start_timeout: Duration::from_secs(20 * scale),

@@ -9,13 +9,15 @@
 //! - `host-reads`: the LISTEN sockets from sock_diag against `/proc/self/net/tcp`, and a sample's reads per process
 //!   with `statm` kept open against open-read-close (criterion, monitor/benches/host_reads.rs).
 //! - `agent-cpu`: the release agent at a 100 ms interval on a 16-process group, then on 1,000 processes far from
-//!   the lines and near them, CPU from /proc/<pid>/task/*/schedstat.
+//!   the lines, near them and aborting, CPU from /proc/<pid>/task/*/schedstat.
 //! - `probes`: wrk against nginx in the group, eBPF probes attached vs detached, interleaved (bench/probes.rs).
 //! - `proxy`: the front door (`monitor run`) against nginx and a direct connection, wrk c=1/16/64 (bench/proxy.rs).
 //! - `proxy-instructions`: user-space instructions per request of the front door, the bare hop, the byte relay and
 //!   nginx, counted by callgrind (bench/proxy_instr.rs): the one proxy figure other load cannot move.
 //! - `reaction`: the grower suite: a fast grower in a 512 MiB group, the agent's abort against the kernel's OOM
 //!   killer, timer vs events vs the brake, on this host (v1) and in the test VM (v2) (bench/reaction.rs).
+//! - `reaction-crowd`: the same suite with 1,000 sleeping processes in each group (the abort must still choose the
+//!   grower among them), on this host, events mode, 200 MB/s and full speed.
 //! - `config`: `monitor check-config` on 100,000 `[[process]]` against 10,000 (bench/config.rs).
 //! - `image`: the OCI image's size, and `monitor run` as a container's PID 1 under podman: start to `/healthz` against
 //!   one bare server's start, and the stop's drain (bench/image.rs).
@@ -46,8 +48,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Which benchmark: all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config,
-    /// cluster, image.
+    /// Which benchmark: all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction,
+    /// reaction-crowd, web, config, cluster, image.
     name: String,
     /// agent-cpu: how long to measure, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -78,12 +80,26 @@ pub fn run(args: Args) -> Result<()> {
         "proxy" => proxy::run(),
         "proxy-instructions" => proxy_instr::run(),
         "reaction" => reaction::run(),
+        "reaction-crowd" => {
+            // The same suite with 1,000 sleeping processes in each group, on this host only, unless told otherwise.
+            for (k, v) in [
+                ("BENCH_REACTION_CROWD", "1000"),
+                ("BENCH_REACTION_VM", "none"),
+                ("BENCH_REACTION_MODES", "events"),
+                ("BENCH_REACTION_SPEEDS", "200,0"),
+            ] {
+                if std::env::var_os(k).is_none() {
+                    std::env::set_var(k, v);
+                }
+            }
+            reaction::run()
+        }
         "web" => web::run(),
         "config" => config::run(),
         "cluster" => cluster::run(),
         "image" => image::run(),
         other => bail!(
-            "unknown benchmark {other:?} (all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, web, config, cluster, image)"
+            "unknown benchmark {other:?} (all, sampler, host-reads, agent-cpu, probes, proxy, proxy-instructions, reaction, reaction-crowd, web, config, cluster, image)"
         ),
     }
 }
@@ -228,19 +244,26 @@ fn agent_cpu(seconds: u64) -> Result<()> {
     {
         let cg = CgroupV1::create("bench-agent-cpu", Some(1 << 30));
         let _sleepers = sleepers(&cg, 16);
-        println!("{}", agent_cpu_cell(&cg, "16 processes", "< 0.5%", seconds)?);
+        println!("{}", agent_cpu_cell(&cg, "16 processes", "< 0.5%", seconds, "")?);
     }
     let cg = CgroupV1::create("bench-agent-cpu-1000", Some(2 << 30));
     let _sleepers = sleepers(&cg, 1000);
-    println!("{}", agent_cpu_cell(&cg, "1,000 processes far from the lines", "< 2%", seconds)?);
-    // One process makes the group 91% full: past refuse_at (85%), so pacing samples fast, and past abort_at (92%)
-    // less the 2% hysteresis, from where every sample lists the processes and reads each one; short of abort_at.
+    println!("{}", agent_cpu_cell(&cg, "1,000 processes far from the lines", "< 2%", seconds, "")?);
+    // One process makes the group 91% full: past refuse_at (85%), so the group refuses and pacing watches it
+    // closely, short of abort_at (92%), from where every sample reads each process's memory.
     let held = cg.stat("total_rss").context("the group's total_rss")?;
-    let mib = ((0.91 * (2u64 << 30) as f64) as u64).saturating_sub(held) >> 20;
+    let mib = |ratio: f64| ((ratio * (2u64 << 30) as f64) as u64).saturating_sub(held) >> 20;
     let hog = crate::util::target_dir().join("release/alloc-hog");
-    let _hog = monitor_tests::Hog::spawn(&hog, cg.path(), mib, false);
-    let what = format!("1,001 processes near the lines (one holding {mib} MiB of 2 GiB)");
-    println!("{}", agent_cpu_cell(&cg, &what, "< 5%", seconds)?);
+    {
+        let _hog = monitor_tests::Hog::spawn(&hog, cg.path(), mib(0.91), false);
+        let what = format!("1,001 processes near the lines (one holding {} MiB of 2 GiB)", mib(0.91));
+        println!("{}", agent_cpu_cell(&cg, &what, "< 5%", seconds, "")?);
+    }
+    // The worst case: 94%, past abort_at and short of kill_at (97%), the last resort off so that the process told
+    // to abort is never killed: every sample lists nothing new but reads each process's memory.
+    let _hog = monitor_tests::Hog::spawn(&hog, cg.path(), mib(0.94), false);
+    let what = format!("1,001 processes aborting (one holding {} MiB of 2 GiB, never killed)", mib(0.94));
+    println!("{}", agent_cpu_cell(&cg, &what, "< 5%", seconds, "kill = false")?);
     Ok(())
 }
 
@@ -249,16 +272,22 @@ fn sleepers(cg: &CgroupV1, n: usize) -> Vec<ChildGuard> {
     (0..n).map(|_| spawn_in_cgroup(Command::new("sleep").arg("3600"), cg.path())).collect()
 }
 
-/// The release agent on `cg` at a 100 ms interval for `seconds`: its CPU by thread against this process sleeping
-/// as long, the samples it took, and the group's state. One line.
-fn agent_cpu_cell(cg: &CgroupV1, what: &str, goal: &str, seconds: u64) -> Result<String> {
+/// The release agent on `cg` at a 100 ms interval, with these further `[policy]` lines, for `seconds`: its CPU by
+/// thread against this process sleeping as long, the samples it took, and the group's state. One line.
+fn agent_cpu_cell(cg: &CgroupV1, what: &str, goal: &str, seconds: u64, policy: &str) -> Result<String> {
     let port = monitor_tests::agent::free_port();
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let file = std::env::temp_dir().join(format!("monitor-bench-agent-cpu-{}.toml", std::process::id()));
+    monitor_tests::config::Config::new()
+        .cgroup(cg.path())
+        .web(addr)
+        .set("policy", "interval_ms", 100)
+        .lines("policy", policy)
+        .write(&file);
     let mut agent = ChildGuard::spawn(
         Command::new(crate::util::target_dir().join("release/monitor"))
-            .args(["agent", "--cgroup"])
-            .arg(cg.path())
-            .args(["--interval-ms", "100", "--listen", &addr.to_string()])
+            .args(["agent", "--config"])
+            .arg(&file)
             .env("MONITOR_LOG", "warn")
             .stdout(Stdio::null()),
     );
@@ -288,6 +317,8 @@ fn agent_cpu_cell(cg: &CgroupV1, what: &str, goal: &str, seconds: u64) -> Result
     let total: u64 = spent.iter().map(|(_, ns)| ns).sum();
     let threads: Vec<String> =
         spent.iter().filter(|(_, ns)| *ns > 0).map(|(name, ns)| format!("{name} {:.3}%", pct(*ns))).collect();
+    drop(agent);
+    let _ = std::fs::remove_file(&file);
     let state = s1.pointer("/policy/state").and_then(serde_json::Value::as_str).unwrap_or("?");
     let ratio = s1.pointer("/group/ratio").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
     Ok(format!(

@@ -34,8 +34,8 @@ enum Task {
     Demo(demo::Args),
     /// Run every test (unit, integration, root and eBPF ones when allowed).
     Test(test::Args),
-    /// Benchmarks: `sampler`, `host-reads`, `agent-cpu`, `probes`, `proxy`, `proxy-instructions`, `reaction`, `web`,
-    /// `config`, `cluster`; `all` runs them and writes docs/benchmarks.md whole.
+    /// Benchmarks: `sampler`, `host-reads`, `agent-cpu`, `probes`, `proxy`, `proxy-instructions`, `reaction`,
+    /// `reaction-crowd`, `web`, `config`, `cluster`, `image`; `all` runs them and writes docs/benchmarks.md whole.
     Bench(bench::Args),
     /// Run the in-VM suite on real cgroup v2 and Debian kernels 6.1 / 6.12, and the host tests that make a group
     /// on v2 (qemu, software emulation).

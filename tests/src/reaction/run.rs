@@ -339,6 +339,8 @@ pub fn run_once(
     let group = Group::create(plan.hierarchy, &format!("reaction-{}", mode.name()), LIMIT);
     let bystanders: Vec<Hog> =
         BYSTANDERS_MIB.iter().map(|&mib| Hog::spawn(&bins.alloc_hog, group.path(), mib, false)).collect();
+    let _crowd: Vec<ChildGuard> =
+        (0..plan.crowd).map(|_| crate::spawn_in_cgroup(Command::new("sleep").arg("3600"), group.path())).collect();
     let mut grower = match mode {
         m if m.stubborn_grower() => Grower::spawn_stubborn(&bins.grower, group.path(), speed, GROWER_MAX_MIB)?,
         _ => Grower::spawn(&bins.grower, group.path(), speed)?,
@@ -363,7 +365,7 @@ pub fn run_once(
             .stdout(Stdio::null())
             .stderr(log),
     );
-    // Ready: the status answers and lists the bystanders and the grower.
+    // Ready: the status answers and lists the bystanders, the crowd and the grower.
     let deadline = Instant::now() + plan.start_timeout;
     loop {
         if let Some(status) = agent.wait_timeout(Duration::ZERO) {
@@ -374,7 +376,7 @@ pub fn run_once(
             .filter(|r| r.status == 200)
             .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok())
             .and_then(|s| s.get("processes").and_then(Value::as_array).map(Vec::len));
-        if listed.is_some_and(|n| n > BYSTANDERS_MIB.len()) {
+        if listed.is_some_and(|n| n > BYSTANDERS_MIB.len() + plan.crowd) {
             break;
         }
         if Instant::now() >= deadline {

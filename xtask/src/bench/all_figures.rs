@@ -27,7 +27,7 @@ pub(super) fn figures(name: &str, output: &str) -> Vec<Figure> {
         "proxy-instructions" => proxy_instructions(output),
         "web" => web(output),
         "config" => config(output),
-        "reaction" => reaction(output),
+        "reaction" | "reaction-crowd" => reaction(output),
         "cluster" => cluster(output),
         "image" => image(output),
         _ => Vec::new(),

@@ -39,7 +39,10 @@ pub fn run() -> Result<()> {
     let work = monitor_tests::temp_dir("bench-reaction");
     let plan = Plan::from_env(Hierarchy::V1, work.clone(), false).map_err(anyhow::Error::msg)?;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let group = format!("v1, Linux {} (host)", kernel.trim());
+    let group = match plan.crowd {
+        0 => format!("v1, Linux {} (host)", kernel.trim()),
+        n => format!("v1, Linux {} (host), {n} sleeping processes besides", kernel.trim()),
+    };
     eprintln!(
         "bench reaction: agent {build}; {} runs per cell on {group}, {} s idle per mode; load {}",
         plan.runs,
