@@ -88,6 +88,7 @@ impl Feed {
                 version: CgroupVersion::V1,
                 usage_bytes: usage,
                 shmem_bytes: 0,
+                kernel_bytes: 0,
                 oom_group: None,
                 limit_bytes: LIMIT,
                 limit_source: LimitSource::Cgroup,

@@ -98,6 +98,9 @@ pub struct GroupView {
     /// The shmem part of the usage (tmpfs, shared memory).
     #[serde(default)]
     pub shmem_bytes: u64,
+    /// The kernel part of the usage (page tables, kernel stacks, slab).
+    #[serde(default)]
+    pub kernel_bytes: u64,
     pub limit_bytes: u64,
     pub limit_source: LimitSource,
     pub ratio: f64,
@@ -233,6 +236,7 @@ pub(crate) fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             version: s.group.version,
             usage_bytes: s.group.usage_bytes,
             shmem_bytes: s.group.shmem_bytes,
+            kernel_bytes: s.group.kernel_bytes,
             limit_bytes: s.group.limit_bytes,
             limit_source: s.group.limit_source,
             ratio: d.ratio,

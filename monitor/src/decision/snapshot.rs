@@ -61,12 +61,16 @@ impl std::fmt::Display for LimitSource {
 pub struct GroupSample {
     pub cgroup: PathBuf,
     pub version: CgroupVersion,
-    /// What no reclaim frees without swap: v2 `memory.stat` `anon + shmem`; v1 `total_rss + total_shmem`. The
-    /// shmem part (tmpfs files, shared memory) is charged to the limit like anon, so the kernel's OOM killer counts
-    /// it; it is usually near 0.
+    /// What no reclaim frees without swap: v2 `memory.stat` `anon + shmem` and the kernel memory reclaim does not
+    /// free; v1 `total_rss + total_shmem` and `memory.kmem.usage_in_bytes`. The shmem part (tmpfs files, shared
+    /// memory) and the kernel part (page tables, kernel stacks, slab) are charged to the limit like anon, so the
+    /// kernel's OOM killer counts them: shmem is usually near 0, the kernel part grows with the processes (64 MB
+    /// for 1,000 sleeping ones on v1).
     pub usage_bytes: u64,
     /// The shmem part of `usage_bytes`.
     pub shmem_bytes: u64,
+    /// The kernel part of `usage_bytes`.
+    pub kernel_bytes: u64,
     /// cgroup v2 `memory.oom.group`: true when a kernel OOM kill takes the whole group (None on v1 or unknown).
     pub oom_group: Option<bool>,
     pub limit_bytes: u64,
@@ -112,10 +116,10 @@ impl GroupSample {
     }
 }
 
-/// What the group holds beyond `processes` (its usage less their private memory, 0 when they hold more): shmem
-/// that no process maps, and the anon of listed processes that were not sampled. Pages a forked child still shares
-/// copy-on-write with its parent count in both processes' anon and once in the group, so the figure is a lower
-/// bound.
+/// What the group holds beyond `processes` (its usage, less its kernel part, less their private memory, 0 when they
+/// hold more): shmem that no process maps, and the anon of listed processes that were not sampled. Pages a forked
+/// child still shares copy-on-write with its parent count in both processes' anon and once in the group, so the
+/// figure is a lower bound. `usage_bytes` here excludes the kernel part.
 pub(crate) fn unattributed(usage_bytes: u64, processes: &[ProcSample]) -> u64 {
     let sampled = processes.iter().fold(0u64, |sum, p| sum.saturating_add(p.anon_bytes));
     usage_bytes.saturating_sub(sampled)

@@ -242,6 +242,7 @@ impl Published {
                     version: crate::decision::snapshot::CgroupVersion::V1,
                     usage_bytes: 0,
                     shmem_bytes: 0,
+                    kernel_bytes: 0,
                     oom_group: None,
                     limit_bytes: 1,
                     limit_source: crate::decision::snapshot::LimitSource::Cgroup,

@@ -108,7 +108,7 @@ pub(crate) fn encode(e: &mut DescriptorEncoder, p: &Published, names: &[(String,
     gauge(
         e,
         "monitor_group_memory_usage_bytes",
-        "The group's unreclaimable memory: anon plus shmem (v2 anon + shmem, v1 total_rss + total_shmem).",
+        "The group's unreclaimable memory: anon, shmem and kernel memory (v2 anon + shmem + kernel less reclaimable slab, v1 total_rss + total_shmem + kmem).",
         g.usage_bytes,
     )?;
     gauge(
@@ -116,6 +116,12 @@ pub(crate) fn encode(e: &mut DescriptorEncoder, p: &Published, names: &[(String,
         "monitor_group_shmem_bytes",
         "The shmem part of the usage: tmpfs files and shared memory, which killing a process may not free.",
         g.shmem_bytes,
+    )?;
+    gauge(
+        e,
+        "monitor_group_kernel_bytes",
+        "The kernel part of the usage: page tables, kernel stacks and slab, which grow with the processes.",
+        g.kernel_bytes,
     )?;
     gauge(
         e,

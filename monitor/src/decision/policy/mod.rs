@@ -291,6 +291,7 @@ pub(super) mod tests {
                 version: CgroupVersion::V1,
                 usage_bytes: usage,
                 shmem_bytes: 0,
+                kernel_bytes: 0,
                 oom_group: None,
                 limit_bytes: limit,
                 limit_source: LimitSource::Cgroup,

@@ -166,10 +166,14 @@ pub fn parse_procs(text: &str, out: &mut Vec<u32>) -> Result<(), String> {
 /// The group's memory at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Memory {
-    /// What no reclaim frees without swap: anon (v2 `anon`, v1 `total_rss`) plus shmem (`shmem`, `total_shmem`).
+    /// What no reclaim frees without swap: anon (v2 `anon`, v1 `total_rss`), shmem (`shmem`, `total_shmem`) and
+    /// kernel memory ([`v2::parse_kernel`], v1 `memory.kmem.usage_in_bytes`).
     pub usage_bytes: u64,
     /// The shmem part of the usage: tmpfs files, shared memory, shared anonymous mappings.
     pub shmem_bytes: u64,
+    /// The kernel part of the usage: page tables, kernel stacks, unreclaimable slab (on v1 the reclaimable slab
+    /// too: v1 does not tell them apart).
+    pub kernel_bytes: u64,
     /// None when no cgroup up the tree sets a limit.
     pub limit_bytes: Option<u64>,
     /// The kernel's count of OOM kills in the group (None where the kernel has no such count).
@@ -236,6 +240,8 @@ pub struct GroupReader {
     oom_file: Option<OpenFile>,
     /// v2 `memory.pressure` (None on v1, or when the kernel has no PSI).
     pressure_file: Option<OpenFile>,
+    /// v1 `memory.kmem.usage_in_bytes` (None on v2, where `memory.stat` has it, or on a kernel without it).
+    kmem_file: Option<OpenFile>,
     /// v2 `memory.oom.group`, read at the start and each rescan.
     oom_group: Option<bool>,
     buf: Vec<u8>,
@@ -266,6 +272,10 @@ impl GroupReader {
             CgroupVersion::V2 => OpenFile::open(group.dir.join("memory.pressure")).ok(),
             CgroupVersion::V1 => None,
         };
+        let kmem_file = match group.version {
+            CgroupVersion::V1 => OpenFile::open(group.dir.join("memory.kmem.usage_in_bytes")).ok(),
+            CgroupVersion::V2 => None,
+        };
         let mut reader = GroupReader {
             group,
             stat,
@@ -273,6 +283,7 @@ impl GroupReader {
             procs_files: Vec::new(),
             oom_file,
             pressure_file,
+            kmem_file,
             oom_group: None,
             buf: Vec::with_capacity(8192),
         };
@@ -324,13 +335,21 @@ impl GroupReader {
             .as_ref()
             .and_then(|f| f.read(&mut self.buf).ok())
             .and_then(|text| v2::parse_pressure(text).ok());
+        let kernel_bytes = match &self.kmem_file {
+            Some(f) => {
+                let text = f.read(&mut self.buf)?;
+                v1::parse_kmem(text).map_err(|msg| CgroupError::Parse { path: f.path.clone(), msg })?
+            }
+            None => 0,
+        };
         let text = self.stat.read(&mut self.buf)?;
         match self.group.version {
             CgroupVersion::V1 => {
                 let stat = v1::parse_memory_stat(text).map_err(|msg| self.parse_err(msg))?;
                 Ok(Memory {
-                    usage_bytes: stat.total_rss + stat.total_shmem,
+                    usage_bytes: stat.total_rss + stat.total_shmem + kernel_bytes,
                     shmem_bytes: stat.total_shmem,
+                    kernel_bytes,
                     limit_bytes: stat.limit_bytes,
                     oom_kills,
                     pressure,
@@ -338,9 +357,10 @@ impl GroupReader {
                 })
             }
             CgroupVersion::V2 => {
-                let parsed = v2::parse_anon(text).and_then(|anon| Ok((anon, v2::parse_shmem(text)?)));
-                let (anon, shmem_bytes) = parsed.map_err(|msg| self.parse_err(msg))?;
-                let usage_bytes = anon + shmem_bytes;
+                let parsed =
+                    v2::parse_anon(text).and_then(|anon| Ok((anon, v2::parse_shmem(text)?, v2::parse_kernel(text)?)));
+                let (anon, shmem_bytes, kernel_bytes) = parsed.map_err(|msg| self.parse_err(msg))?;
+                let usage_bytes = anon + shmem_bytes + kernel_bytes;
                 let mut limit: Option<u64> = None;
                 for f in &self.max_files {
                     let text = f.read(&mut self.buf)?;
@@ -351,6 +371,7 @@ impl GroupReader {
                 Ok(Memory {
                     usage_bytes,
                     shmem_bytes,
+                    kernel_bytes,
                     limit_bytes: limit,
                     oom_kills,
                     pressure,
@@ -504,8 +525,10 @@ mod tests {
         assert_eq!(
             m,
             Memory {
-                usage_bytes: 41996288,
+                // anon, and the kernel memory reclaim does not free (kernel less slab_reclaimable).
+                usage_bytes: 41996288 + 774208,
                 shmem_bytes: 0,
+                kernel_bytes: 774208,
                 limit_bytes: Some(402653184),
                 oom_kills: Some(2),
                 pressure: None,

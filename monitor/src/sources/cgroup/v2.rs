@@ -40,6 +40,18 @@ pub(crate) fn parse_shmem(text: &str) -> Result<u64, String> {
     Ok(keyed(text, "shmem")?.unwrap_or(0))
 }
 
+/// The kernel memory of a v2 `memory.stat` that reclaim does not free: `kernel` (Linux 5.18 on: page tables,
+/// kernel stacks, slab, per-cpu and vmalloc memory, sockets…) less `slab_reclaimable` (the dentry and inode caches
+/// reclaim shrinks); before 5.18 the sum of `kernel_stack`, `pagetables`, `sec_pagetables`, `percpu`, `sock`,
+/// `vmalloc` and `slab_unreclaimable`. Each key is 0 when absent.
+pub(crate) fn parse_kernel(text: &str) -> Result<u64, String> {
+    if let Some(kernel) = keyed(text, "kernel")? {
+        return Ok(kernel.saturating_sub(keyed(text, "slab_reclaimable")?.unwrap_or(0)));
+    }
+    let parts = ["kernel_stack", "pagetables", "sec_pagetables", "percpu", "sock", "vmalloc", "slab_unreclaimable"];
+    parts.iter().try_fold(0u64, |sum, k| Ok(sum.saturating_add(keyed(text, k)?.unwrap_or(0))))
+}
+
 /// A `memory.max` file: a number of bytes, or `max` for none.
 pub fn parse_memory_max(text: &str) -> Result<Option<u64>, String> {
     match text.trim() {
@@ -112,6 +124,18 @@ mod tests {
         assert_eq!(parse_anon("anon_thp 5\ninactive_anon 7\nanon 9\n"), Ok(9));
         assert!(parse_anon("anon_thp 5\n").is_err());
         assert!(parse_anon("anon\n").is_err());
+    }
+
+    #[test]
+    fn kernel_memory_from_fixture() {
+        let t = include_str!("../../../../tests/fixtures/v2/nested/system.slice/app.service/workers/memory.stat");
+        // kernel 1212416 less slab_reclaimable 438208.
+        assert_eq!(parse_kernel(t), Ok(774_208));
+        // Before `kernel` was reported: its unreclaimable parts.
+        let old = "anon 9\nkernel_stack 16384\npagetables 8192\nslab_reclaimable 4096\nslab_unreclaimable 1024\n";
+        assert_eq!(parse_kernel(old), Ok(16384 + 8192 + 1024));
+        assert_eq!(parse_kernel("anon 9\n"), Ok(0));
+        assert!(parse_kernel("kernel x\n").is_err());
     }
 
     #[test]

@@ -9,9 +9,9 @@
 //! registering 20 levels from a script), which would stall the sampler at the moment it matters. A new limit gets a
 //! new ladder, registered by a thread of its own, nearest levels first, while the old one keeps watching.
 //!
-//! `memory.usage_in_bytes` counts page cache and kernel memory besides the anonymous memory the policy decides on,
-//! so the usage crosses each line before the anonymous memory does; the dense levels above 75% wake the sampler
-//! again within half a percent of growth until the anonymous memory has crossed too.
+//! `memory.usage_in_bytes` counts page cache besides the anonymous, shared and kernel memory the policy decides on,
+//! so the usage crosses each line before those do; the dense levels above 75% wake the sampler again within half a
+//! percent of growth until they have crossed too.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
