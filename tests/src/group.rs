@@ -165,6 +165,21 @@ impl Group {
         parse_stat(&self.file("memory.stat")?, key).ok_or_else(|| format!("no {key} in memory.stat"))
     }
 
+    /// What the agent counts against the limit: anon, shmem and the kernel memory charged with them (v1
+    /// `total_rss + total_shmem` and `memory.kmem.usage_in_bytes`; v2 `anon + shmem` and `kernel` less
+    /// `slab_reclaimable`).
+    pub fn charged(&self) -> Result<u64, String> {
+        let stat = self.file("memory.stat")?;
+        let get = |k: &str| parse_stat(&stat, k).unwrap_or(0);
+        Ok(match self {
+            Group::V1(_) => {
+                let kmem = self.file("memory.kmem.usage_in_bytes").ok().and_then(|t| t.trim().parse::<u64>().ok());
+                get("total_rss") + get("total_shmem") + kmem.unwrap_or(0)
+            }
+            Group::V2(_) => get("anon") + get("shmem") + get("kernel").saturating_sub(get("slab_reclaimable")),
+        })
+    }
+
     /// The kernel's count of OOM kills in the group: v1 `memory.oom_control`, v2 `memory.events` `oom_kill`.
     pub fn oom_kills(&self) -> Result<u64, String> {
         oom_kills(self.path(), self.hierarchy())

@@ -4,8 +4,8 @@
 //!
 //! One run: a fresh 512 MiB group, two 40 MiB `alloc-hog` bystanders, one `grower` (up to 700 MiB at a set speed)
 //! and a fresh release `monitor agent` with `[actions] abort_signal = "SIGUSR2"` and the mode's `[policy]`. Once the
-//! agent's status lists the three processes, the group's anon (`total_rss` on v1, `anon` on v2) is read as the
-//! base and the grower is told to start. It either reports (it got the signal: its stamps say when it crossed the
+//! agent's status lists the three processes, what the agent counts of the group (anon, shmem and kernel memory:
+//! [`crate::group::Group::charged`]) is read as the base and the grower is told to start. It either reports (it got the signal: its stamps say when it crossed the
 //! line and when the signal came, from its own `CLOCK_MONOTONIC`) or dies (the kernel's OOM killer). The group's own
 //! OOM count (`memory.oom_control` / `memory.events` `oom_kill`) is read before and after, apart from the agent.
 //! The agent's idle CPU is measured once per mode, in its first run, before the grower starts.

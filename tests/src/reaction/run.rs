@@ -395,12 +395,13 @@ pub fn run_once(
             measure_idle(agent.pid(), d)
         })
         .transpose()?;
-    let base = group.anon()?;
+    // What the agent counts, so that the grower's bytes on top of it cross the agent's lines where it sees them.
+    let base = group.charged()?;
     let oom_before = group.oom_kills()?;
     grower.start()?;
     let (mut ended_by_bench, mut held_end) = (false, None);
     let outcome = if mode == Mode::Held {
-        let held = grower.hold(super::HOLD, || group.anon().ok())?;
+        let held = grower.hold(super::HOLD, || group.charged().ok())?;
         (ended_by_bench, held_end) = (held.ended_by_bench, held.end);
         Outcome::Died(held.death)
     } else {

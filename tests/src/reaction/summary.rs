@@ -146,8 +146,12 @@ impl Summary {
             }
             return out;
         }
-        if self.oom_kills > 0 || self.acted_first < self.runs || self.errors > 0 || self.runs == 0 {
+        if self.oom_kills > 0 || self.errors > 0 || self.runs == 0 {
             out.push("OOM");
+        }
+        // Runs the abort's signal did not end: the kernel's kill, or the agent's own last resort before it.
+        if self.acted_first < self.runs {
+            out.push("signal");
         }
         if self.p99_ms.is_none_or(|p| p > GOAL_P99_MS) {
             out.push("p99");
@@ -372,8 +376,9 @@ fn abort_table(cells: &[&Summary]) -> String {
     }
     out.push_str(&format!(
         "\nGoals: the agent first and 0 OOM kills in every run; crossing -> signal p99 <= {GOAL_P99_MS} ms; idle CPU < \
-         {GOAL_IDLE_PCT}% of a core. p99 is nearest-rank: the slowest run of a cell of 100 runs or fewer. Idle CPU \
-         is measured once per mode, in its first run (two bystanders, before the grower starts).\n"
+         {GOAL_IDLE_PCT}% of a core. Goals missed: OOM (the kernel killed, or runs failed), signal (runs the abort's \
+         signal did not end), p99, idle, bystanders. p99 is nearest-rank: the slowest run of a cell of 100 runs or \
+         fewer. Idle CPU is measured once per mode, in its first run (before the grower starts).\n"
     ));
     out
 }
@@ -428,7 +433,7 @@ mod tests {
         let s = Summary::new("v2, Linux 6.12 (VM, TCG)", Mode::Brake, Speed(0), &runs, 1, Some(&idle));
         assert_eq!((s.acted_first, s.signalled, s.oom_kills, s.runs, s.errors), (1, 1, 1, 2, 1));
         assert_eq!(s.idle_pct, Some(0.3));
-        assert_eq!(s.missed(), vec!["OOM"]);
+        assert_eq!(s.missed(), vec!["OOM", "signal"]);
         assert_eq!(Summary::from_json(&s.to_json()), Ok(s.clone()));
         let t = table(&[s]);
         assert!(t.contains("| 1/3 (1 runs failed) | 1 |"), "{t}");
