@@ -210,6 +210,13 @@ fn proxy(out: &str) -> Vec<Figure> {
         v.push(fig(format!("median of the rounds' monitor / nginx at {c}"), ratio_after(rest, "per-round ratios ")));
         v.push(fig(format!("monitor's added p50 over direct at {c}"), value_after(added, "monitor ")));
         v.push(fig(format!("nginx's added p50 over direct at {c}"), value_after(added, "nginx ")));
+        v.push(fig(format!("monitor / bare hop throughput at {c}"), ratio_after(rest, "monitor/bare hop ")));
+        // `syscalls / context switches per request: monitor 9.10 / 2.05, bare hop 8.02 / 2.01, …` (perf).
+        let counts = rest.split_once("syscalls / context switches per request: ").map_or("", |(_, a)| a);
+        for (who, name) in [("monitor", "monitor"), ("bare hop", "the bare hop")] {
+            let pair = counts.split(", ").find_map(|p| p.strip_prefix(who)?.strip_prefix(' ')).filter(|p| *p != "n/a");
+            v.push(fig(format!("{name}'s syscalls / context switches per request at {c}"), pair.map(String::from)));
+        }
     }
     v
 }

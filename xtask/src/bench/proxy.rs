@@ -15,7 +15,10 @@
 //! that is what throughput is made of, and it moves less with other load than req/s does. The wake-up interrupts
 //! of the whole machine per request (`RES` + `CAL` in /proc/interrupts: a task woken on another core) are counted
 //! around each run too: at c=1 a request is a chain of four wake-ups, and those that cross to the other core decide
-//! the throughput (docs/benchmarks.md, "Front door").
+//! the throughput (docs/benchmarks.md, "Front door"). Where `perf` is installed, one more second of wrk per target
+//! and c, apart from the measured runs (counting slows every system call), counts the proxy's own system calls and
+//! context switches per request (`perf stat -e raw_syscalls:sys_enter,context-switches -p`): a switch is a sleep,
+//! so each one is a wake-up the request waited for.
 
 use crate::util::{root, run as sh};
 use anyhow::{bail, Context, Result};
@@ -40,6 +43,38 @@ struct Wrk {
     sys_us: f64,
     /// Wake-up interrupts between cores per request, the whole machine ([`wakeup_ipis`]).
     ipis: f64,
+    /// System calls and context switches per request of the target's own processes ([`counted`]; None without
+    /// perf or processes).
+    syscalls: Option<f64>,
+    switches: Option<f64>,
+}
+
+/// One second of wrk at `conns` against `port` with the system calls and context switches of `pids` (every
+/// thread) counted by `perf stat`: (syscalls, switches) per request, None without perf or pids.
+fn counted(port: u16, conns: u32, pids: &[u32]) -> Result<Option<(f64, f64)>> {
+    if pids.is_empty() || !monitor_tests::on_path("perf") {
+        return Ok(None);
+    }
+    let list = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let perf = Command::new("perf")
+        .args(["stat", "-x", ",", "-e", "raw_syscalls:sys_enter,context-switches", "-p", &list])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("perf stat")?;
+    // perf needs a moment to attach to every thread.
+    std::thread::sleep(Duration::from_millis(300));
+    let w = wrk(port, conns, 1);
+    // SAFETY: kill(2) on our own child: SIGINT makes perf stat print its counts and exit.
+    unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
+    let out = perf.wait_with_output().context("perf stat")?;
+    let w = w?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let count = |event: &str| {
+        text.lines().find(|l| l.contains(event)).and_then(|l| l.split(',').next()?.trim().parse::<f64>().ok())
+    };
+    let n = w.requests.max(1.0);
+    Ok(count("raw_syscalls:sys_enter").zip(count("context-switches")).map(|(s, c)| (s / n, c / n)))
 }
 
 /// Interrupts sent to wake a task on another core so far, all cores: `RES` (reschedule) and `CAL` (function call,
@@ -310,10 +345,12 @@ pub fn run() -> Result<()> {
     println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)");
     println!(
         "CPU: µs of the proxy's own processes per request (user + system); IPIs: wake-up interrupts between cores \
-         per request, the whole machine; one row per target and round, rounds in order\n"
+         per request, the whole machine; syscalls and switches: the proxy's own system calls and context switches \
+         per request, counted by perf in a run of their own; one row per target and round, rounds in order\n"
     );
     println!(
-        "| c | target | req/s | p50 µs | p99 µs | CPU µs/req | IPIs/req |\n| --- | --- | --- | --- | --- | --- | --- |"
+        "| c | target | req/s | p50 µs | p99 µs | CPU µs/req | IPIs/req | syscalls/req | switches/req |\n| --- | --- | \
+         --- | --- | --- | --- | --- | --- | --- |"
     );
     let mut summary = Vec::new();
     for c in [1u32, 16, 64] {
@@ -323,9 +360,19 @@ pub fn run() -> Result<()> {
             let mut this_round = Vec::new();
             for ((name, port, pids), sum) in targets.iter().zip(row.iter_mut()) {
                 let _ = wrk(*port, c, 1)?; // warm-up: connections, pools
-                let w = measure(*port, c, seconds, pids)?;
+                let mut w = measure(*port, c, seconds, pids)?;
+                (w.syscalls, w.switches) = counted(*port, c, pids)?.unzip();
                 let cpu = if pids.is_empty() { String::new() } else { format!("{:.0} + {:.0}", w.user_us, w.sys_us) };
-                println!("| {c} | {name} | {:.0} | {:.0} | {:.0} | {cpu} | {:.2} |", w.rps, w.p50_us, w.p99_us, w.ipis);
+                let per = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
+                println!(
+                    "| {c} | {name} | {:.0} | {:.0} | {:.0} | {cpu} | {:.2} | {} | {} |",
+                    w.rps,
+                    w.p50_us,
+                    w.p99_us,
+                    w.ipis,
+                    per(w.syscalls),
+                    per(w.switches)
+                );
                 let n = rounds as f64;
                 sum.rps += w.rps / n;
                 sum.p50_us += w.p50_us / n;
@@ -333,6 +380,13 @@ pub fn run() -> Result<()> {
                 sum.user_us += w.user_us / n;
                 sum.sys_us += w.sys_us / n;
                 sum.ipis += w.ipis / n;
+                let add = |sum: &mut Option<f64>, v: Option<f64>| {
+                    if let Some(v) = v {
+                        *sum = Some(sum.unwrap_or(0.0) + v / n);
+                    }
+                };
+                add(&mut sum.syscalls, w.syscalls);
+                add(&mut sum.switches, w.switches);
                 this_round.push(w.rps);
             }
             ratios.push(this_round[1] / this_round[i_nginx]);
@@ -375,9 +429,20 @@ pub fn run() -> Result<()> {
                 ours.rps / old.rps
             );
         }
-        println!(
+        print!(
             "; wake-up IPIs per request: monitor {:.2}, bare hop {:.2}, byte relay {:.2}, nginx {:.2}",
             ours.ipis, hop.ipis, relay.ipis, nginx.ipis
+        );
+        let pair = |w: &Wrk| match w.syscalls.zip(w.switches) {
+            Some((s, c)) => format!("{s:.2} / {c:.2}"),
+            None => "n/a".into(),
+        };
+        println!(
+            "; syscalls / context switches per request: monitor {}, bare hop {}, byte relay {}, nginx {}",
+            pair(ours),
+            pair(hop),
+            pair(relay),
+            pair(nginx)
         );
     }
     drop(floors);

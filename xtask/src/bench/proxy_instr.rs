@@ -12,7 +12,8 @@
 //! per request are the dump's total over the requests. For `monitor run` only the front-door thread is counted (the
 //! sampler, API and launcher threads do their own work on their own clocks); for the others every thread.
 //! `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second `monitor run` from that binary (an older build): a change
-//! to the request path is then measured against what it replaces. Two instances of one build differ by up to 0.3%
+//! to the request path is then measured against what it replaces. `BENCH_PROXY_KEEP=1` keeps the dumps (one
+//! folder per target, printed) for `callgrind_annotate`. Two instances of one build differ by up to 0.3%
 //! (`BENCH_PROXY_BASELINE` naming the same binary shows it), so only a larger difference is the build's. Needs
 //! root (a v1 test cgroup), valgrind, curl and nginx.
 
@@ -215,6 +216,10 @@ pub fn run() -> Result<()> {
             t.child.kill();
         }
     }
-    let _ = std::fs::remove_dir_all(&base);
+    if std::env::var_os("BENCH_PROXY_KEEP").is_some() {
+        println!("- the dumps are kept in {} (callgrind_annotate <folder>/callgrind.out.*)", base.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&base);
+    }
     Ok(())
 }
