@@ -5,7 +5,7 @@
 
 use super::events::KillEvent;
 use super::ring::{Labels, Minute, Second};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use web::{KillMarker, Marker, ProcSeries, Range, Series};
 
@@ -29,11 +29,11 @@ pub fn window(now_s: u64, range: Range, buckets: usize, resolution: u64) -> Wind
 }
 
 /// Processes a range draws as series of their own; the others are summed into one series.
-pub(crate) const MAX_SERIES: usize = 20;
+pub const MAX_SERIES: usize = 20;
 /// The label of the summed series.
 const OTHERS: u16 = u16::MAX;
 
-#[derive(Default)]
+/// One process's series, one value per bucket.
 struct ProcAcc {
     rss: Vec<f64>,
     requests: Vec<f64>,
@@ -46,6 +46,25 @@ struct ProcAcc {
 /// One point's values for one process: (label, rss, requests, 5xx, inflight, p50 µs, p99 µs).
 type ProcPoint = (u16, u64, u64, u64, u32, u32, u32);
 
+impl ProcAcc {
+    fn new(n: usize) -> ProcAcc {
+        let gap = || vec![f64::NAN; n];
+        ProcAcc { rss: gap(), requests: gap(), err: gap(), inflight: gap(), p50: gap(), p99: gap() }
+    }
+
+    fn add(&mut self, i: usize, &(_, rss, req, err, inflight, p50, p99): &ProcPoint) {
+        self.rss[i] = self.rss[i].max(rss as f64);
+        add(&mut self.requests[i], req as f64);
+        add(&mut self.err[i], err as f64);
+        self.inflight[i] = self.inflight[i].max(inflight as f64);
+        self.p50[i] = self.p50[i].max(p50 as f64 / 1000.0);
+        self.p99[i] = self.p99[i].max(p99 as f64 / 1000.0);
+    }
+}
+
+/// The group's values of one point: (t, seconds covered, usage, limit, state, shed).
+type GroupPoint = (u64, u64, u64, u64, u8, u64);
+
 struct Acc {
     w: Window,
     usage: Vec<f64>,
@@ -53,10 +72,13 @@ struct Acc {
     state: Vec<u8>,
     shed: Vec<f64>,
     covered: Vec<u64>,
-    procs: HashMap<u16, ProcAcc>,
+    /// Each process's series, indexed by label (a point touches its processes without a lookup).
+    procs: Vec<Option<ProcAcc>>,
+    /// The sum of the processes without a series of their own.
+    others: Option<ProcAcc>,
     restarts: Vec<(u64, u16)>,
-    /// The processes with series of their own, when not all have one; the others go to [`OTHERS`].
-    keep: Option<HashSet<u16>>,
+    /// Whether each label has a series of its own, when not all have one; the others go to [`OTHERS`].
+    keep: Option<Vec<bool>>,
     /// How many processes [`OTHERS`] sums.
     folded: usize,
 }
@@ -74,89 +96,71 @@ impl Acc {
             state: vec![0; w.n],
             shed: vec![f64::NAN; w.n],
             covered: vec![0; w.n],
-            procs: HashMap::new(),
+            procs: Vec::new(),
+            others: None,
             restarts: Vec::new(),
             keep: None,
             folded: 0,
         }
     }
 
-    /// One point's processes, those without a series of their own summed into one (memory, requests, errors
-    /// and in-flight added; latencies the worst).
-    fn fold(&self, procs: Vec<ProcPoint>) -> Vec<ProcPoint> {
-        let Some(keep) = &self.keep else { return procs };
-        let mut out = Vec::with_capacity(keep.len() + 1);
-        let mut others: Option<ProcPoint> = None;
-        for p in procs {
-            if keep.contains(&p.0) {
-                out.push(p);
-                continue;
-            }
-            let o = others.get_or_insert((OTHERS, 0, 0, 0, 0, 0, 0));
-            o.1 += p.1;
-            o.2 += p.2;
-            o.3 += p.3;
-            o.4 = o.4.saturating_add(p.4);
-            o.5 = o.5.max(p.5);
-            o.6 = o.6.max(p.6);
-        }
-        out.extend(others);
-        out
-    }
-
     fn bucket(&self, t: u64) -> Option<usize> {
         (t >= self.w.start).then(|| ((t - self.w.start) / self.w.step) as usize).filter(|&i| i < self.w.n)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn point(&mut self, t: u64, dur: u64, usage: u64, limit: u64, state: u8, shed: u64, procs: &[ProcPoint]) {
-        let Some(i) = self.bucket(t) else { return };
+    /// Adds one point to its bucket: the group's values, and each process's, those without a series of their own
+    /// summed into one (memory, requests, errors and in-flight added; latencies the worst). Returns the bucket,
+    /// `None` for a point outside the window.
+    fn point(
+        &mut self,
+        (t, dur, usage, limit, state, shed): GroupPoint,
+        procs: impl Iterator<Item = ProcPoint>,
+    ) -> Option<usize> {
+        let i = self.bucket(t)?;
         let n = self.w.n;
         self.usage[i] = self.usage[i].max(usage as f64);
         self.limit[i] = limit as f64;
         self.state[i] = self.state[i].max(state);
         add(&mut self.shed[i], shed as f64);
         self.covered[i] += dur;
-        for &(label, rss, req, err, inflight, p50, p99) in procs {
-            let p = self.procs.entry(label).or_insert_with(|| ProcAcc {
-                rss: vec![f64::NAN; n],
-                requests: vec![f64::NAN; n],
-                err: vec![f64::NAN; n],
-                inflight: vec![f64::NAN; n],
-                p50: vec![f64::NAN; n],
-                p99: vec![f64::NAN; n],
-            });
-            p.rss[i] = p.rss[i].max(rss as f64);
-            add(&mut p.requests[i], req as f64);
-            add(&mut p.err[i], err as f64);
-            p.inflight[i] = p.inflight[i].max(inflight as f64);
-            p.p50[i] = p.p50[i].max(p50 as f64 / 1000.0);
-            p.p99[i] = p.p99[i].max(p99 as f64 / 1000.0);
+        let mut others: Option<ProcPoint> = None;
+        for p in procs {
+            let label = usize::from(p.0);
+            if self.keep.as_ref().is_some_and(|keep| !keep.get(label).copied().unwrap_or(false)) {
+                let o = others.get_or_insert((OTHERS, 0, 0, 0, 0, 0, 0));
+                o.1 += p.1;
+                o.2 += p.2;
+                o.3 += p.3;
+                o.4 = o.4.saturating_add(p.4);
+                o.5 = o.5.max(p.5);
+                o.6 = o.6.max(p.6);
+                continue;
+            }
+            if self.procs.len() <= label {
+                self.procs.resize_with(label + 1, || None);
+            }
+            self.procs[label].get_or_insert_with(|| ProcAcc::new(n)).add(i, &p);
         }
+        if let Some(o) = others {
+            self.others.get_or_insert_with(|| ProcAcc::new(n)).add(i, &o);
+        }
+        Some(i)
     }
 
     fn second(&mut self, s: &Second) {
-        let procs: Vec<ProcPoint> = s
+        let procs = s
             .procs
             .iter()
-            .map(|p| (p.label, p.rss, p.requests as u64, p.err5xx as u64, p.inflight, p.p50_us, p.p99_us))
-            .collect();
-        let procs = self.fold(procs);
-        self.point(s.t, 1, s.usage, s.limit, s.state, s.shed as u64, &procs);
-        if self.bucket(s.t).is_some() {
+            .map(|p| (p.label, p.rss, p.requests as u64, p.err5xx as u64, p.inflight, p.p50_us, p.p99_us));
+        if self.point((s.t, 1, s.usage, s.limit, s.state, s.shed as u64), procs).is_some() {
             self.restarts.extend(s.restarted.iter().map(|&l| (s.t, l)));
         }
     }
 
     fn minute(&mut self, m: &Minute) {
-        let procs: Vec<ProcPoint> = m
-            .procs
-            .iter()
-            .map(|p| (p.label, p.rss_max, p.requests, p.err5xx, p.inflight_max, p.p50_us, p.p99_us))
-            .collect();
-        let procs = self.fold(procs);
-        self.point(m.t, 60, m.usage_max, m.limit, m.state_max, m.shed, &procs);
-        if self.bucket(m.t).is_some() {
+        let procs =
+            m.procs.iter().map(|p| (p.label, p.rss_max, p.requests, p.err5xx, p.inflight_max, p.p50_us, p.p99_us));
+        if self.point((m.t, 60, m.usage_max, m.limit, m.state_max, m.shed), procs).is_some() {
             self.restarts.extend(m.procs.iter().filter(|p| p.restarts > 0).map(|p| (m.t, p.label)));
         }
     }
@@ -167,7 +171,13 @@ impl Acc {
         };
         let others = format!("{} others", self.folded);
         let name = |l: u16| if l == OTHERS { (others.as_str(), "others") } else { labels.get(l) };
-        let mut procs: Vec<(u16, ProcAcc)> = self.procs.into_iter().collect();
+        let mut procs: Vec<(u16, ProcAcc)> = self
+            .procs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(l, p)| Some((l as u16, p?)))
+            .chain(self.others.map(|p| (OTHERS, p)))
+            .collect();
         let rank = |role: &str| match role {
             "master" => 0,
             "worker" => 1,
@@ -261,22 +271,28 @@ pub fn series(
     let fine = matches!(range, Range::FiveMinutes | Range::Hour);
     let mut acc = Acc::new(window(now_s, range, buckets, if fine { 1 } else { 60 }));
     let from = acc.w.start;
-    let mut peak: HashMap<u16, u64> = HashMap::new();
-    points(seconds, minutes, fine, from, |p| {
-        let rss: Vec<(u16, u64)> = match p {
-            Point::Second(s) => s.procs.iter().map(|x| (x.label, x.rss)).collect(),
-            Point::Minute(m) => m.procs.iter().map(|x| (x.label, x.rss_max)).collect(),
-        };
-        for (label, rss) in rss {
-            let e = peak.entry(label).or_default();
-            *e = (*e).max(rss);
+    // Each label's peak RSS over the window, indexed by label (None: not in the window).
+    let mut peak: Vec<Option<u64>> = Vec::new();
+    let mut seen = |label: u16, rss: u64| {
+        let l = usize::from(label);
+        if peak.len() <= l {
+            peak.resize(l + 1, None);
         }
+        peak[l] = Some(peak[l].map_or(rss, |p| p.max(rss)));
+    };
+    points(seconds, minutes, fine, from, |p| match p {
+        Point::Second(s) => s.procs.iter().for_each(|x| seen(x.label, x.rss)),
+        Point::Minute(m) => m.procs.iter().for_each(|x| seen(x.label, x.rss_max)),
     });
-    if peak.len() > MAX_SERIES {
-        let mut by_size: Vec<(u16, u64)> = peak.into_iter().collect();
+    let mut by_size: Vec<(u16, u64)> = peak.iter().enumerate().filter_map(|(l, p)| Some((l as u16, (*p)?))).collect();
+    if by_size.len() > MAX_SERIES {
         by_size.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         acc.folded = by_size.len() - MAX_SERIES;
-        acc.keep = Some(by_size.into_iter().take(MAX_SERIES).map(|(l, _)| l).collect());
+        let mut keep = vec![false; peak.len()];
+        for &(l, _) in &by_size[..MAX_SERIES] {
+            keep[usize::from(l)] = true;
+        }
+        acc.keep = Some(keep);
     }
     points(seconds, minutes, fine, from, |p| match p {
         Point::Second(s) => acc.second(s),

@@ -236,14 +236,23 @@ fn proxy_instructions(out: &str) -> Vec<Figure> {
 }
 
 fn web(out: &str) -> Vec<Figure> {
+    let day = line(out, "render, 24 h").unwrap_or("");
+    let week = line(out, "render, 7 d").unwrap_or("");
     let loaded = line(out, "24 h × 16 processes loaded").unwrap_or("");
+    let week_loaded = line(out, "7 d × 64 processes loaded").unwrap_or("");
     vec![
-        fig("the 24 h page, render", value_after(line(out, "render").unwrap_or(""), " page ")),
-        fig("the same data as JSON", value_after(out, "baseline JSON of the same data ")),
-        fig("page / JSON", ratio_after(out, "ratio page/json = ")),
+        fig("the 24 h page, render", value_after(day, " page ")),
+        fig("the same data as JSON", value_after(day, "baseline JSON of the same data ")),
+        fig("page / JSON", ratio_after(day, "ratio page/json = ")),
+        fig("the 7 d page of 64 processes, render", value_after(week, " page ")),
+        fig("the same week as JSON", value_after(week, "baseline JSON of the same data ")),
+        fig("7 d page / JSON", ratio_after(week, "ratio page/json = ")),
         fig("the agent's VmRSS, empty database", value_after(out, "empty database (baseline): VmRSS ")),
         fig("the agent's VmRSS, a day of 16 processes", value_after(loaded, "VmRSS ")),
         fig("with a full hour's ring added, at most", value_after(out, "bounds it): <= ")),
+        fig("the agent's VmRSS, empty database, 64 processes", value_after(out, "(baseline, week): VmRSS ")),
+        fig("the agent's VmRSS, a week of 64 processes", value_after(week_loaded, "VmRSS ")),
+        fig("the agent's peak RSS, a week of 64 processes", value_after(week_loaded, "(peak ")),
     ]
 }
 

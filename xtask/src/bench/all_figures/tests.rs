@@ -170,9 +170,15 @@ fn web() {
         ("the 24 h page, render", "7.58 ms"),
         ("the same data as JSON", "2.17 ms"),
         ("page / JSON", "3.48x"),
+        ("the 7 d page of 64 processes, render", "18.96 ms"),
+        ("the same week as JSON", "11.31 ms"),
+        ("7 d page / JSON", "1.68x"),
         ("the agent's VmRSS, empty database", "14.3 MB"),
         ("the agent's VmRSS, a day of 16 processes", "17.8 MB"),
         ("with a full hour's ring added, at most", "27.2 MB"),
+        ("the agent's VmRSS, empty database, 64 processes", "14.8 MB"),
+        ("the agent's VmRSS, a week of 64 processes", "56.6 MB"),
+        ("the agent's peak RSS, a week of 64 processes", "56.6 MB"),
     ];
     assert_eq!(read("web", sample!("web")), pairs(&want));
 }
