@@ -94,18 +94,22 @@ fn host_reads() {
 #[test]
 fn agent_cpu() {
     let want = [
-        ("16 processes: the agent's CPU, share of one core", "0.456%"),
-        ("16 processes: its sampler thread", "0.269%"),
-        ("16 processes: samples taken", "299"),
-        ("16 processes: the baseline, this sleeping process", "0.003%"),
-        ("1,000 processes far from the lines: the agent's CPU, share of one core", "3.670%"),
-        ("1,000 processes far from the lines: its sampler thread", "2.377%"),
-        ("1,000 processes far from the lines: samples taken", "297"),
-        ("1,000 processes far from the lines: the baseline, this sleeping process", "0.006%"),
-        ("1,001 processes near the lines: the agent's CPU, share of one core", "3.410%"),
-        ("1,001 processes near the lines: its sampler thread", "2.198%"),
-        ("1,001 processes near the lines: samples taken", "297"),
-        ("1,001 processes near the lines: the baseline, this sleeping process", "0.007%"),
+        ("16 processes: the agent's CPU, share of one core", "0.372%"),
+        ("16 processes: its sampler thread", "0.179%"),
+        ("16 processes: samples taken", "298"),
+        ("16 processes: the baseline, this sleeping process", "0.001%"),
+        ("1,000 processes far from the lines: the agent's CPU, share of one core", "1.052%"),
+        ("1,000 processes far from the lines: its sampler thread", "0.708%"),
+        ("1,000 processes far from the lines: samples taken", "298"),
+        ("1,000 processes far from the lines: the baseline, this sleeping process", "0.009%"),
+        ("1,001 processes near the lines: the agent's CPU, share of one core", "1.307%"),
+        ("1,001 processes near the lines: its sampler thread", "0.811%"),
+        ("1,001 processes near the lines: samples taken", "298"),
+        ("1,001 processes near the lines: the baseline, this sleeping process", "0.005%"),
+        ("1,001 processes aborting: the agent's CPU, share of one core", "4.535%"),
+        ("1,001 processes aborting: its sampler thread", "4.013%"),
+        ("1,001 processes aborting: samples taken", "297"),
+        ("1,001 processes aborting: the baseline, this sleeping process", "0.001%"),
     ];
     assert_eq!(read("agent-cpu", sample!("agent-cpu")), pairs(&want));
 }
@@ -135,18 +139,27 @@ fn probes() {
 #[test]
 fn proxy() {
     let want = [
-        ("monitor / nginx throughput at c=1", "0.92x"),
-        ("median of the rounds' monitor / nginx at c=1", "0.83x"),
-        ("monitor's added p50 over direct at c=1", "+32 µs"),
-        ("nginx's added p50 over direct at c=1", "+33 µs"),
-        ("monitor / nginx throughput at c=16", "1.07x"),
-        ("median of the rounds' monitor / nginx at c=16", "1.05x"),
-        ("monitor's added p50 over direct at c=16", "+166 µs"),
-        ("nginx's added p50 over direct at c=16", "+180 µs"),
-        ("monitor / nginx throughput at c=64", "0.96x"),
-        ("median of the rounds' monitor / nginx at c=64", "0.95x"),
-        ("monitor's added p50 over direct at c=64", "+548 µs"),
-        ("nginx's added p50 over direct at c=64", "+508 µs"),
+        ("monitor / nginx throughput at c=1", "0.64x"),
+        ("median of the rounds' monitor / nginx at c=1", "0.64x"),
+        ("monitor's added p50 over direct at c=1", "+21 µs"),
+        ("nginx's added p50 over direct at c=1", "-14 µs"),
+        ("monitor / bare hop throughput at c=1", "1.00x"),
+        ("monitor's syscalls / context switches per request at c=1", "6.02 / 2.01"),
+        ("the bare hop's syscalls / context switches per request at c=1", "6.00 / 2.00"),
+        ("monitor / nginx throughput at c=16", "0.95x"),
+        ("median of the rounds' monitor / nginx at c=16", "0.94x"),
+        ("monitor's added p50 over direct at c=16", "+124 µs"),
+        ("nginx's added p50 over direct at c=16", "+118 µs"),
+        ("monitor / bare hop throughput at c=16", "0.94x"),
+        ("monitor's syscalls / context switches per request at c=16", "4.55 / 0.39"),
+        ("the bare hop's syscalls / context switches per request at c=16", "4.39 / 0.39"),
+        ("monitor / nginx throughput at c=64", "0.89x"),
+        ("median of the rounds' monitor / nginx at c=64", "0.87x"),
+        ("monitor's added p50 over direct at c=64", "+390 µs"),
+        ("nginx's added p50 over direct at c=64", "+268 µs"),
+        ("monitor / bare hop throughput at c=64", "0.85x"),
+        ("monitor's syscalls / context switches per request at c=64", "4.18 / 0.27"),
+        ("the bare hop's syscalls / context switches per request at c=64", "4.15 / 0.22"),
     ];
     assert_eq!(read("proxy", sample!("proxy")), pairs(&want));
 }
@@ -167,18 +180,18 @@ fn proxy_instructions() {
 #[test]
 fn web() {
     let want = [
-        ("the 24 h page, render", "7.58 ms"),
-        ("the same data as JSON", "2.17 ms"),
-        ("page / JSON", "3.48x"),
-        ("the 7 d page of 64 processes, render", "18.96 ms"),
-        ("the same week as JSON", "11.31 ms"),
-        ("7 d page / JSON", "1.68x"),
-        ("the agent's VmRSS, empty database", "14.3 MB"),
-        ("the agent's VmRSS, a day of 16 processes", "17.8 MB"),
-        ("with a full hour's ring added, at most", "27.2 MB"),
-        ("the agent's VmRSS, empty database, 64 processes", "14.8 MB"),
-        ("the agent's VmRSS, a week of 64 processes", "56.6 MB"),
-        ("the agent's peak RSS, a week of 64 processes", "56.6 MB"),
+        ("the 24 h page, render", "5.47 ms"),
+        ("the same data as JSON", "1.72 ms"),
+        ("page / JSON", "3.18x"),
+        ("the 7 d page of 64 processes, render", "18.23 ms"),
+        ("the same week as JSON", "11.01 ms"),
+        ("7 d page / JSON", "1.66x"),
+        ("the agent's VmRSS, empty database", "14.8 MB"),
+        ("the agent's VmRSS, a day of 16 processes", "18.4 MB"),
+        ("with a full hour's ring added, at most", "28.0 MB"),
+        ("the agent's VmRSS, empty database, 64 processes", "14.6 MB"),
+        ("the agent's VmRSS, a week of 64 processes", "56.3 MB"),
+        ("the agent's peak RSS, a week of 64 processes", "56.3 MB"),
     ];
     assert_eq!(read("web", sample!("web")), pairs(&want));
 }
