@@ -542,7 +542,8 @@ impl Sampler {
                 processes_listed: self.pids.len(),
                 processes_sampled: self.samples.len(),
                 unattributed_bytes: crate::decision::snapshot::unattributed(
-                    mem.usage_bytes.saturating_sub(mem.kernel_bytes),
+                    mem.usage_bytes,
+                    mem.kernel_bytes,
                     &self.samples,
                 ),
             },

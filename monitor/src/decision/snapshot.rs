@@ -116,13 +116,13 @@ impl GroupSample {
     }
 }
 
-/// What the group holds beyond `processes` (its usage, less its kernel part, less their private memory, 0 when they
-/// hold more): shmem that no process maps, and the anon of listed processes that were not sampled. Pages a forked
-/// child still shares copy-on-write with its parent count in both processes' anon and once in the group, so the
-/// figure is a lower bound. `usage_bytes` here excludes the kernel part.
-pub(crate) fn unattributed(usage_bytes: u64, processes: &[ProcSample]) -> u64 {
+/// What the group holds beyond `processes` (its usage, less its `kernel_bytes` part, less their private memory, 0
+/// when they hold more): shmem that no process maps, and the anon of listed processes that were not sampled. Pages a
+/// forked child still shares copy-on-write with its parent count in both processes' anon and once in the group, so
+/// the figure is a lower bound.
+pub(crate) fn unattributed(usage_bytes: u64, kernel_bytes: u64, processes: &[ProcSample]) -> u64 {
     let sampled = processes.iter().fold(0u64, |sum, p| sum.saturating_add(p.anon_bytes));
-    usage_bytes.saturating_sub(sampled)
+    usage_bytes.saturating_sub(kernel_bytes).saturating_sub(sampled)
 }
 
 /// Request counters of one process, from the eBPF probes (all zero when probes are off).
@@ -248,10 +248,12 @@ mod tests {
     fn unattributed_is_the_usage_no_sampled_process_holds() {
         let mib = 1 << 20;
         // A 512 MiB group: the sampled hold 60 and 40 MiB; 300 MiB belong to nobody sampled.
-        assert_eq!(unattributed(400 * mib, &[proc(1, 60 * mib), proc(2, 40 * mib)]), 300 * mib);
+        assert_eq!(unattributed(400 * mib, 0, &[proc(1, 60 * mib), proc(2, 40 * mib)]), 300 * mib);
         // Pages shared copy-on-write after a fork count in both processes: never below 0.
-        assert_eq!(unattributed(100 * mib, &[proc(1, 80 * mib), proc(2, 80 * mib)]), 0);
-        assert_eq!(unattributed(7, &[]), 7);
-        assert_eq!(unattributed(u64::MAX, &[proc(1, u64::MAX), proc(2, u64::MAX)]), 0);
+        assert_eq!(unattributed(100 * mib, 0, &[proc(1, 80 * mib), proc(2, 80 * mib)]), 0);
+        assert_eq!(unattributed(7, 0, &[]), 7);
+        assert_eq!(unattributed(u64::MAX, 0, &[proc(1, u64::MAX), proc(2, u64::MAX)]), 0);
+        // The kernel's part of the usage is no process's.
+        assert_eq!(unattributed(400 * mib, 64 * mib, &[proc(1, 60 * mib), proc(2, 40 * mib)]), 236 * mib);
     }
 }

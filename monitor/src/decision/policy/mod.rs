@@ -298,7 +298,7 @@ pub(super) mod tests {
                 oom_kills: None,
                 processes_listed: procs.len(),
                 processes_sampled: procs.len(),
-                unattributed_bytes: crate::decision::snapshot::unattributed(usage, &procs),
+                unattributed_bytes: crate::decision::snapshot::unattributed(usage, 0, &procs),
                 pressure: None,
             },
             processes: procs.into(),
