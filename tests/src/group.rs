@@ -165,19 +165,9 @@ impl Group {
         parse_stat(&self.file("memory.stat")?, key).ok_or_else(|| format!("no {key} in memory.stat"))
     }
 
-    /// What the agent counts against the limit: anon, shmem and the kernel memory charged with them (v1
-    /// `total_rss + total_shmem` and `memory.kmem.usage_in_bytes`; v2 `anon + shmem` and `kernel` less
-    /// `slab_reclaimable`).
+    /// What the agent counts against the limit: [`charged`].
     pub fn charged(&self) -> Result<u64, String> {
-        let stat = self.file("memory.stat")?;
-        let get = |k: &str| parse_stat(&stat, k).unwrap_or(0);
-        Ok(match self {
-            Group::V1(_) => {
-                let kmem = self.file("memory.kmem.usage_in_bytes").ok().and_then(|t| t.trim().parse::<u64>().ok());
-                get("total_rss") + get("total_shmem") + kmem.unwrap_or(0)
-            }
-            Group::V2(_) => get("anon") + get("shmem") + get("kernel").saturating_sub(get("slab_reclaimable")),
-        })
+        charged(self.path(), self.hierarchy())
     }
 
     /// The kernel's count of OOM kills in the group: v1 `memory.oom_control`, v2 `memory.events` `oom_kill`.
@@ -215,6 +205,26 @@ fn record_test() {
             let _ = f.write_all(format!("{exe} {test}\n").as_bytes());
         }
     }
+}
+
+/// What the agent counts against the limit of the group at `dir`: anon, shmem and the kernel memory charged with
+/// them (v1 `total_rss + total_shmem` and `memory.kmem.usage_in_bytes`; v2 `anon + shmem` and `kernel` less
+/// `slab_reclaimable`), as monitor/src/sources/cgroup/ reads it (this crate cannot call the agent's reader: the agent's
+/// own tests depend on it).
+pub fn charged(dir: &Path, h: Hierarchy) -> Result<u64, String> {
+    let read = |name: &str| {
+        let p = dir.join(name);
+        fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let stat = read("memory.stat")?;
+    let get = |k: &str| parse_stat(&stat, k).unwrap_or(0);
+    Ok(match h {
+        Hierarchy::V1 => {
+            let kmem = read("memory.kmem.usage_in_bytes").ok().and_then(|t| t.trim().parse::<u64>().ok());
+            get("total_rss") + get("total_shmem") + kmem.unwrap_or(0)
+        }
+        Hierarchy::V2 => get("anon") + get("shmem") + get("kernel").saturating_sub(get("slab_reclaimable")),
+    })
 }
 
 /// The kernel's count of OOM kills in the group at `dir`: `oom_kill` of v1's `memory.oom_control` or of v2's

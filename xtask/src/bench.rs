@@ -251,9 +251,8 @@ fn agent_cpu(seconds: u64) -> Result<()> {
     println!("{}", agent_cpu_cell(&cg, "1,000 processes far from the lines", "< 2%", seconds, "")?);
     // One process makes the group 91% full: past refuse_at (85%), so the group refuses and pacing watches it
     // closely, short of abort_at (92%), from where every sample reads each process's memory.
-    // What the agent counts: anon, and the kernel memory charged to the same limit.
-    let kmem = std::fs::read_to_string(cg.path().join("memory.kmem.usage_in_bytes")).unwrap_or_default();
-    let held = cg.stat("total_rss").context("the group's total_rss")? + kmem.trim().parse::<u64>().unwrap_or(0);
+    // What the agent counts: anon, shmem, and the kernel memory charged to the same limit.
+    let held = monitor_tests::group::charged(cg.path(), monitor_tests::Hierarchy::V1).map_err(anyhow::Error::msg)?;
     let mib = |ratio: f64| ((ratio * (2u64 << 30) as f64) as u64).saturating_sub(held) >> 20;
     let hog = crate::util::target_dir().join("release/alloc-hog");
     {
