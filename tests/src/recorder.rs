@@ -51,7 +51,7 @@ os.rename(conf["port_file"] + ".tmp", conf["port_file"])
 server.serve_forever()
 "#;
 
-/// How long [`Recorder::start`] waits for python to listen.
+/// How long [`Recorder::start`] waits for python to listen ([`crate::pace::scaled`]).
 const READY: Duration = Duration::from_secs(10);
 
 /// One request as the recorder wrote it down.
@@ -138,7 +138,8 @@ impl Recorder {
                 .stdout(Stdio::null())
                 .stderr(err),
         );
-        let deadline = Instant::now() + READY;
+        let ready = crate::pace::scaled(READY);
+        let deadline = Instant::now() + ready;
         let port = loop {
             if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse().ok()) {
                 break port;
@@ -148,7 +149,7 @@ impl Recorder {
                 panic!("the recorder exited before listening ({status}):\n{}", said());
             }
             if Instant::now() >= deadline {
-                panic!("the recorder did not listen within {READY:?}:\n{}", said());
+                panic!("the recorder did not listen within {ready:?}:\n{}", said());
             }
             std::thread::sleep(Duration::from_millis(20));
         };

@@ -118,7 +118,7 @@ impl Server {
             Ok(c) => c,
             Err(e) => panic!("cannot start {cmd:?}: {e}"),
         };
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + crate::pace::scaled(Duration::from_secs(15));
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("server pid {} exited before listening: {status}", child.id());
@@ -199,7 +199,7 @@ pub fn start_nginx_in(
         crate::join_cgroup_at_exec(&mut cmd, group);
     }
     let server = Server::start(&mut cmd, port);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + crate::pace::scaled(Duration::from_secs(10));
     loop {
         let pids = server.children();
         if pids.len() == workers {
