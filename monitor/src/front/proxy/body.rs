@@ -4,7 +4,7 @@
 //! upstream connection back to the pool once it ended cleanly; or a short body of the proxy's own.
 
 use super::upstream::Upstream;
-use super::{Backend, ReqBody};
+use super::{Local, ReqBody};
 use http_body_util::Full;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
@@ -18,19 +18,28 @@ use tokio::time::Sleep;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Counts one request as outstanding on its process until dropped.
-pub struct Outstanding(pub Arc<Backend>);
+/// Counts one request as outstanding on process `index` until dropped, on its thread's own counter: it holds the
+/// thread's [`Local`], not the shared process, so neither counting nor holding it writes a line another thread uses.
+pub struct Outstanding {
+    local: Arc<Local>,
+    index: usize,
+}
 
 impl Outstanding {
-    pub fn new(b: Arc<Backend>) -> Outstanding {
-        b.outstanding.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Outstanding(b)
+    pub fn new(local: Arc<Local>, index: usize) -> Outstanding {
+        local.proxy.backends[index].slot(local.slot).fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Outstanding { local, index }
+    }
+
+    /// The process's address.
+    fn addr(&self) -> std::net::SocketAddr {
+        self.local.proxy.backends[self.index].addr
     }
 }
 
 impl Drop for Outstanding {
     fn drop(&mut self) {
-        self.0.outstanding.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.local.proxy.backends[self.index].slot(self.local.slot).fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -178,7 +187,7 @@ fn poll_streamed(s: &mut Streamed, cx: &mut Context<'_>) -> Poll<Option<Result<F
                 s.abort = Some(f);
             }
             if s.stalled(cx) {
-                tracing::warn!(upstream = %s._outstanding.0.addr, "response body stalled for {} s: cut", s.stall_after.as_secs());
+                tracing::warn!(upstream = %s._outstanding.addr(), "response body stalled for {} s: cut", s.stall_after.as_secs());
                 s.lease = None;
                 return Poll::Ready(Some(Err(Box::new(Stalled(s.stall_after)))));
             }

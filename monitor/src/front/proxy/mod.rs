@@ -40,7 +40,7 @@ use hyper::http::uri::PathAndQuery;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use request_body::ClientBody;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -62,7 +62,10 @@ pub(crate) type ReqBody = Either<ClientBody, Empty<Bytes>>;
 
 /// The proxy's side of one process: outstanding requests, the policy's action, the abort signal.
 pub struct Backend {
-    pub outstanding: AtomicU32,
+    /// Requests in flight to it, one counter per front-door thread ([`Local::slot`]; [`Backend::outstanding`] sums
+    /// them): a thread only ever writes its own, on a cache line of its own, so counting a request never waits for
+    /// the line another core just wrote.
+    outstanding: Box<[Slot]>,
     /// [`shed::encode`]d action.
     pub action: AtomicU8,
     /// One abort channel per front-door thread ([`Backend::abort`] moves them all): every in-flight request watches
@@ -73,7 +76,22 @@ pub struct Backend {
     host: HeaderValue,
 }
 
+/// One thread's counter of a process's requests in flight, alone on its cache line.
+#[repr(align(128))]
+#[derive(Default)]
+struct Slot(AtomicU32);
+
 impl Backend {
+    /// Its requests in flight, over every front-door thread.
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding.iter().map(|s| s.0.load(Ordering::Acquire)).fold(0, u32::wrapping_add)
+    }
+
+    /// The counter front-door thread `slot` counts its requests to this process on.
+    fn slot(&self, slot: usize) -> &AtomicU32 {
+        &self.outstanding[slot % self.outstanding.len()].0
+    }
+
     /// Tells every in-flight request to this process that it must abort.
     pub fn abort(&self) {
         for tx in self.aborts.lock().unwrap_or_else(PoisonError::into_inner).iter() {
@@ -145,6 +163,11 @@ pub struct Local {
     table: route::Table,
     /// Its abort channel of each process.
     aborts: Vec<watch::Sender<u64>>,
+    /// Its counter in each [`Backend::outstanding`].
+    slot: usize,
+    /// Breaks ties between processes with as many requests in flight: its own, so choosing never writes a line
+    /// another thread writes (each thread starts at another value).
+    rotor: AtomicU64,
 }
 
 /// The shared state of the front door.
@@ -153,7 +176,8 @@ pub struct Proxy {
     members: Arc<[Member]>,
     backends: Vec<Arc<Backend>>,
     idle_timeout: Duration,
-    rotor: AtomicU64,
+    /// The threads' [`Local`]s made so far: the next one's slot and first rotor value.
+    locals: AtomicUsize,
     cache_header: HeaderName,
     health_paths: Vec<String>,
     draining: AtomicBool,
@@ -238,7 +262,7 @@ impl Proxy {
                 let addr = SocketAddr::from(([127, 0, 0, 1], m.port));
                 let host = HeaderValue::from_str(&addr.to_string()).map_err(|e| ProxyError::Header(e.to_string()))?;
                 Ok(Arc::new(Backend {
-                    outstanding: AtomicU32::new(0),
+                    outstanding: (0..server::threads(cfg.threads)).map(|_| Slot::default()).collect(),
                     action: AtomicU8::new(0),
                     aborts: Mutex::new(Vec::new()),
                     addr,
@@ -253,7 +277,7 @@ impl Proxy {
             members,
             backends,
             idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
-            rotor: AtomicU64::new(0),
+            locals: AtomicUsize::new(0),
             cache_header: HeaderName::from_bytes(cfg.cache_id_header.as_bytes())
                 .map_err(|e| ProxyError::Header(e.to_string()))?,
             health_paths,
@@ -281,7 +305,10 @@ impl Proxy {
     /// What one front-door thread keeps for itself: a new, empty set of upstream pools, and its own copy of the
     /// routing table (a regex shared by threads serves all but the first from a slower, locked cache pool).
     pub fn local(self: &Arc<Self>) -> Local {
+        let slot = self.locals.fetch_add(1, Ordering::Relaxed);
         Local {
+            slot,
+            rotor: AtomicU64::new(slot as u64),
             proxy: self.clone(),
             pool: Arc::new(Upstream::new(self.backends.len(), self.idle_timeout)),
             table: self.table.clone(),
@@ -329,7 +356,7 @@ impl Proxy {
         Live {
             ready: self.members[i].is_ready(),
             serving: b.action.load(Ordering::Acquire) == 0,
-            outstanding: b.outstanding.load(Ordering::Acquire),
+            outstanding: b.outstanding(),
         }
     }
 
@@ -337,7 +364,7 @@ impl Proxy {
     /// upstream connections; marks the connection's `seat` busy once the request goes on ([`crate::base::accept::admit`]).
     pub async fn handle(
         &self,
-        local: &Local,
+        local: &Arc<Local>,
         req: Request<Incoming>,
         peer: &HeaderValue,
         seat: &crate::base::accept::Seat,
@@ -361,7 +388,8 @@ impl Proxy {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
         }
         let (mut req, here) = match self.cluster.get() {
-            Some(door) => match self.through_cluster(door, req, peer, seat).await {
+            // Boxed, as every path most requests never take: the future every request carries (and moves) stays small.
+            Some(door) => match Box::pin(self.through_cluster(door, req, peer, seat)).await {
                 Ok(routed) => routed,
                 Err(answer) => return answer,
             },
@@ -397,7 +425,7 @@ impl Proxy {
             }
         }
         let rq = route::Request { path: req.uri().path(), cache_prefix: cache_owner.as_deref(), signed, exempt };
-        let rotor = self.rotor.fetch_add(1, Ordering::Relaxed);
+        let rotor = local.rotor.fetch_add(1, Ordering::Relaxed);
         let (index, rule, fallback) = match local.table.select(&rq, |i| self.live(i), rotor) {
             Route::To { index, rule, fallback } => (index, rule, fallback),
             Route::Unavailable(Unavailable::Shed) => return self.refused(),
@@ -425,7 +453,7 @@ impl Proxy {
     /// the answer that stops it), the upstream with one retry, and the response filter.
     async fn forward(
         &self,
-        local: &Local,
+        local: &Arc<Local>,
         to: Target,
         req: Request<Incoming>,
         peer: &HeaderValue,
@@ -508,7 +536,13 @@ impl Proxy {
             Either::Right(Empty::new())
         } else {
             // Held before anything goes upstream: a malformed body is answered here and never reaches the process.
-            match tokio::time::timeout(request_body::HOLD_TIMEOUT, request_body::hold(body, &self.body_budget)).await {
+            // Boxed: see `handle`.
+            match Box::pin(tokio::time::timeout(
+                request_body::HOLD_TIMEOUT,
+                request_body::hold(body, &self.body_budget),
+            ))
+            .await
+            {
                 Ok(Ok(held)) => Either::Left(held),
                 Ok(Err(e)) => return Err(self.bad_body(&chain(&e))),
                 Err(_) => {
@@ -526,7 +560,7 @@ impl Proxy {
 
     /// Sends the request to its process; a bodiless idempotent request whose attempt failed is sent once more, to
     /// the next process the route allows, within the same deadline. Returns the process that answered last.
-    async fn upstream(&self, local: &Local, to: &Target, out: Outbound) -> (usize, Attempt) {
+    async fn upstream(&self, local: &Arc<Local>, to: &Target, out: Outbound) -> (usize, Attempt) {
         let deadline = tokio::time::Instant::now() + self.upstream_timeout;
         let mut index = to.index;
         let pid = self.members[index].pid();
@@ -617,12 +651,12 @@ impl Proxy {
     /// the memory guard's abort of that process.
     async fn attempt(
         &self,
-        local: &Local,
+        local: &Arc<Local>,
         index: usize,
         req: Request<ReqBody>,
         deadline: tokio::time::Instant,
     ) -> Attempt {
-        let outstanding = Outstanding::new(self.backends[index].clone());
+        let outstanding = Outstanding::new(local.clone(), index);
         let abort_rx = local.aborts[index].subscribe();
         tokio::select! {
             r = tokio::time::timeout_at(deadline, self.exchange(&local.pool, index, req)) => match r {

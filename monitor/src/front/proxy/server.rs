@@ -33,7 +33,7 @@ pub struct Drained {
 }
 
 /// How many front-door threads: `configured`, or (0) one per core the process may run on.
-fn threads(configured: usize) -> usize {
+pub(crate) fn threads(configured: usize) -> usize {
     if configured > 0 {
         return configured;
     }

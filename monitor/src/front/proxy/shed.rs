@@ -70,7 +70,7 @@ fn apply(proxy: &Proxy, p: &Published, rounds: &mut [u32]) {
         let prev = b.action.swap(encode(action), Ordering::AcqRel);
         if action == Action::Abort && (prev != encode(Action::Abort) || rounds[i] != p.decision.abort_round) {
             rounds[i] = p.decision.abort_round;
-            let inflight = b.outstanding.load(Ordering::Relaxed);
+            let inflight = b.outstanding();
             tracing::warn!(name = %m.name, pid = m.pid(), inflight, ratio = p.decision.ratio, "memory guard: aborting the process's in-flight requests");
             b.abort();
         }

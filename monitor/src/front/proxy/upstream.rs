@@ -62,7 +62,8 @@ impl Upstream {
                 return Ok(Checkout { tx: idle.tx, reused: true });
             }
         }
-        Ok(Checkout { tx: connect(addr).await?, reused: false })
+        // Boxed: connecting is rare, and the future of every request's exchange would otherwise carry its size.
+        Ok(Checkout { tx: Box::pin(connect(addr)).await?, reused: false })
     }
 
     /// Puts a sender whose exchange ended cleanly back for the next request.
