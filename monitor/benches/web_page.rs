@@ -112,6 +112,7 @@ impl Feed {
             seq: i + 1,
             unix_ms: (self.start_s + i) * 1000 + 250,
             mono_ms: i * 1000,
+            counted_unix_ms: (self.start_s + i) * 1000 + 250,
             group: GroupSample {
                 cgroup: PathBuf::from("/sys/fs/cgroup/memory/bench-web"),
                 version: CgroupVersion::V1,

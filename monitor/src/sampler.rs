@@ -72,6 +72,8 @@ pub struct Sampler {
     last_sample: Instant,
     /// When the processes were last listed ([`Sampler::list_due`]).
     procs_read: Option<Instant>,
+    /// The same, wall clock (Unix ms): [`Snapshot::counted_unix_ms`].
+    counted_unix_ms: u64,
     /// The last decision was `aborting` ([`Sampler::memory_due`]).
     aborting: bool,
     /// A process was started (a [`Tracer`] request): the next sample lists the processes, then answers `acks`.
@@ -190,6 +192,7 @@ impl Sampler {
             reactions: None,
             last_sample: Instant::now(),
             procs_read: None,
+            counted_unix_ms: 0,
             aborting: false,
             relist: false,
             acks: Vec::new(),
@@ -511,6 +514,8 @@ impl Sampler {
             let mut samples = Vec::with_capacity(self.pids.len());
             self.procs.sample(&self.pids, &mut samples);
             if timed {
+                // Taken before the read: every request a process had received by then is in the counts.
+                self.counted_unix_ms = unix_ms();
                 self.add_traffic(&mut samples);
                 self.procs_read = Some(Instant::now());
                 self.relist = false;
@@ -526,8 +531,9 @@ impl Sampler {
         let group = self.reader.group();
         Ok(Snapshot {
             seq: self.seq,
-            unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+            unix_ms: unix_ms(),
             mono_ms: self.start.elapsed().as_millis() as u64,
+            counted_unix_ms: self.counted_unix_ms,
             group: GroupSample {
                 cgroup: group.dir.clone(),
                 version: group.version,
@@ -585,6 +591,11 @@ impl Sampler {
 
 /// Gives each process of `now` the request counters it had in `before` (both in pid order): between two listings
 /// the counters are the last listing's.
+/// The wall clock in Unix milliseconds (0 if it is set before 1970).
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 fn carry_traffic(before: &[ProcSample], now: &mut [ProcSample]) {
     let mut old = before.iter().peekable();
     for p in now {

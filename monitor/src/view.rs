@@ -214,6 +214,9 @@ pub struct ProcessView {
 pub struct SampleView {
     pub seq: u64,
     pub unix_ms: u64,
+    /// When the processes' request counters were last read (`Snapshot::counted_unix_ms`).
+    #[serde(default)]
+    pub counted_unix_ms: u64,
 }
 
 impl From<Role> for ProcessRole {
@@ -298,7 +301,7 @@ pub(crate) fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             })
             .collect(),
         probes: p.probes.clone(),
-        sample: SampleView { seq: s.seq, unix_ms: s.unix_ms },
+        sample: SampleView { seq: s.seq, unix_ms: s.unix_ms, counted_unix_ms: s.counted_unix_ms },
         launcher: None,
         config: None,
         front_door: None,

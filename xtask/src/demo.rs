@@ -282,8 +282,9 @@ fn last_resort(sys: &System, tx2: &str, load: &Load) -> Result<()> {
 }
 
 /// Requests per process as the kernel counted them (eBPF) beside the processes' own count of what they served.
-/// Each process's count is read, then (after two samples) the kernel's, then the process's again: when nothing
-/// else reached the process in between (the second read is the first plus itself), the two must be equal.
+/// Each process's count is read, then the kernel's from the first status whose counters were read after that
+/// (`sample.counted_unix_ms`: the agent reads them once a second), then the process's again: when nothing else
+/// reached the process in between (the second read is the first plus itself), the two must be equal.
 fn counts(sys: &System) -> Result<String> {
     // Every request it got, health checks and this /stats request included.
     let own = |port: u16| {
@@ -293,8 +294,11 @@ fn counts(sys: &System) -> Result<String> {
             .and_then(|v| v["requests"].as_u64())
     };
     let before: Vec<Option<u64>> = sys.ports.iter().map(|&p| own(p)).collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let s = sys.status()?;
+    let asked = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
+    let counted = |s: &Value| s["sample"]["counted_unix_ms"].as_u64().is_some_and(|t| t > asked);
+    let Some(s) = sys.wait_for(Duration::from_secs(5), counted) else {
+        bail!("the agent did not read the request counters within 5 s")
+    };
     let after: Vec<Option<u64>> = sys.ports.iter().map(|&p| own(p)).collect();
     let processes = s["processes"].as_array().cloned().unwrap_or_default();
     let mut out = Vec::new();

@@ -169,6 +169,10 @@ pub struct Snapshot {
     pub unix_ms: u64,
     /// Monotonic milliseconds since the agent started (what the policy's timers use).
     pub mono_ms: u64,
+    /// Wall clock (Unix ms) when the last read of the processes' request counters began: they are read once a
+    /// second, so they may be that much older than `unix_ms`, and they hold every request a process had received
+    /// by this time. 0 before the first read.
+    pub counted_unix_ms: u64,
     pub group: GroupSample,
     /// Shared by the samples between two reads of the processes ([`crate::sampler`]).
     pub processes: std::sync::Arc<Vec<ProcSample>>,

@@ -237,6 +237,7 @@ impl Published {
                 seq: 0,
                 unix_ms: 0,
                 mono_ms: 0,
+                counted_unix_ms: 0,
                 group: crate::decision::snapshot::GroupSample {
                     cgroup: "/g".into(),
                     version: crate::decision::snapshot::CgroupVersion::V1,

@@ -286,6 +286,7 @@ pub(super) mod tests {
             seq: 0,
             unix_ms: 0,
             mono_ms,
+            counted_unix_ms: 0,
             group: GroupSample {
                 cgroup: "/g".into(),
                 version: CgroupVersion::V1,
