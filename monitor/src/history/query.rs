@@ -158,8 +158,9 @@ impl Acc {
     }
 
     fn minute(&mut self, m: &Minute) {
-        let procs =
-            m.procs.iter().map(|p| (p.label, p.rss_max, p.requests, p.err5xx, p.inflight_max, p.p50_us, p.p99_us));
+        let procs = m.procs.iter().map(|p| {
+            (p.label, p.rss_max, u64::from(p.requests), u64::from(p.err5xx), p.inflight_max, p.p50_us, p.p99_us)
+        });
         if self.point((m.t, 60, m.usage_max, m.limit, m.state_max, m.shed), procs).is_some() {
             self.restarts.extend(m.procs.iter().filter(|p| p.restarts > 0).map(|p| (m.t, p.label)));
         }

@@ -299,12 +299,12 @@ impl Store {
                 label: labels.intern(&name, &role),
                 rss_max: r.get::<_, i64>(3).map_err(db)? as u64,
                 rss_mean: r.get::<_, i64>(4).map_err(db)? as u64,
-                requests: r.get::<_, i64>(5).map_err(db)? as u64,
-                err5xx: r.get::<_, i64>(6).map_err(db)? as u64,
+                requests: saturate(r.get::<_, i64>(5).map_err(db)?, u32::MAX),
+                err5xx: saturate(r.get::<_, i64>(6).map_err(db)?, u32::MAX),
                 inflight_max: r.get(7).map_err(db)?,
                 p50_us: r.get(8).map_err(db)?,
                 p99_us: r.get(9).map_err(db)?,
-                restarts: r.get(10).map_err(db)?,
+                restarts: saturate(r.get::<_, i64>(10).map_err(db)?, u16::MAX),
             };
             while i < out.len() && out[i].t < t {
                 i += 1;
@@ -317,9 +317,22 @@ impl Store {
     }
 }
 
+/// A count from the database in the width the agent holds it: negative as 0, past the type's range as its maximum.
+fn saturate<T: TryFrom<i64> + Into<i64> + Copy>(v: i64, max: T) -> T {
+    T::try_from(v.clamp(0, max.into())).unwrap_or(max)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_past_the_held_width_saturate() {
+        assert_eq!(saturate(42, u32::MAX), 42);
+        assert_eq!(saturate(-5, u32::MAX), 0);
+        assert_eq!(saturate(5_000_000_000, u32::MAX), u32::MAX);
+        assert_eq!(saturate(70_000, u16::MAX), u16::MAX);
+    }
 
     fn minute(t: u64, labels: &mut Labels) -> Minute {
         let a = labels.intern("master", "master");

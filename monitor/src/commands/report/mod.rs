@@ -122,8 +122,8 @@ pub(crate) fn summarize(date: &str, minutes: &[Minute], labels: &Labels) -> DayR
             d.peak_rss_bytes = d.peak_rss_bytes.max(p.rss_max);
             *sum += p.rss_mean;
             *n += 1;
-            d.requests += p.requests;
-            d.errors_5xx += p.err5xx;
+            d.requests += u64::from(p.requests);
+            d.errors_5xx += u64::from(p.err5xx);
             d.restarts += p.restarts as u64;
         }
     }
@@ -449,7 +449,7 @@ mod tests {
         let mut labels = Labels::default();
         let m0 = labels.intern("m0", "master");
         let tx = labels.intern("tx1", "worker");
-        let minute = |t: u64, rss: u64, req: u64, restarts: u32| Minute {
+        let minute = |t: u64, rss: u64, req: u32, restarts: u16| Minute {
             t,
             usage_max: rss * 2,
             usage_mean: rss,

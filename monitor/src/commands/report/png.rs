@@ -169,7 +169,12 @@ mod tests {
                 limit: 1 << 30,
                 procs: vec![
                     ProcMinute { label: m, rss_max: 300 << 20, requests: 60, ..ProcMinute::default() },
-                    ProcMinute { label: w, rss_max: (100 + i % 50) << 20, requests: 600 + i, ..ProcMinute::default() },
+                    ProcMinute {
+                        label: w,
+                        rss_max: (100 + i % 50) << 20,
+                        requests: 600 + i as u32,
+                        ..ProcMinute::default()
+                    },
                 ],
                 ..Minute::default()
             })
