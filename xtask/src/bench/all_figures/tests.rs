@@ -180,18 +180,18 @@ fn proxy_instructions() {
 #[test]
 fn web() {
     let want = [
-        ("the 24 h page, render", "5.47 ms"),
-        ("the same data as JSON", "1.72 ms"),
+        ("the 24 h page, render", "6.40 ms"),
+        ("the same data as JSON", "2.01 ms"),
         ("page / JSON", "3.18x"),
-        ("the 7 d page of 64 processes, render", "18.23 ms"),
-        ("the same week as JSON", "11.01 ms"),
-        ("7 d page / JSON", "1.66x"),
+        ("the 7 d page of 64 processes, render", "21.65 ms"),
+        ("the same week as JSON", "12.56 ms"),
+        ("7 d page / JSON", "1.72x"),
         ("the agent's VmRSS, empty database", "14.8 MB"),
-        ("the agent's VmRSS, a day of 16 processes", "18.4 MB"),
-        ("with a full hour's ring added, at most", "28.0 MB"),
-        ("the agent's VmRSS, empty database, 64 processes", "14.6 MB"),
-        ("the agent's VmRSS, a week of 64 processes", "56.3 MB"),
-        ("the agent's peak RSS, a week of 64 processes", "56.3 MB"),
+        ("the agent's VmRSS, a day of 16 processes", "18.5 MB"),
+        ("with a full hour's ring added, at most", "27.4 MB"),
+        ("the agent's VmRSS, empty database, 64 processes", "14.7 MB"),
+        ("the agent's VmRSS, a week of 64 processes", "46.1 MB"),
+        ("the agent's peak RSS, a week of 64 processes", "46.1 MB"),
     ];
     assert_eq!(read("web", sample!("web")), pairs(&want));
 }
