@@ -146,6 +146,33 @@ fn sinks_of(
     (once, am)
 }
 
+/// The sinks of `now` (as [`sinks_of`] made them: `once` and `am`) that `before` did not have: a command or webhook
+/// whose target changed, an Alertmanager at a new address. A sink rebuilt with the same target already heard of what
+/// fires.
+fn added<'a>(
+    before: &AlertsConfig,
+    now: &AlertsConfig,
+    once: &'a [SinkHandle],
+    am: &'a [SinkHandle],
+) -> Vec<&'a SinkHandle> {
+    let mut out = Vec::new();
+    let mut once = once.iter();
+    if now.command.is_some() {
+        out.extend(once.next().filter(|_| now.command != before.command));
+    }
+    if now.webhook.is_some() {
+        let same = now.webhook.as_ref().map(|u| u.to_string()) == before.webhook.as_ref().map(|u| u.to_string());
+        out.extend(once.next().filter(|_| !same));
+    }
+    let old: Vec<String> = before.all_alertmanagers().iter().map(|u| u.to_string()).collect();
+    for (s, url) in am.iter().zip(now.all_alertmanagers()) {
+        if !old.contains(&url.to_string()) {
+            out.push(s);
+        }
+    }
+    out
+}
+
 /// Starts the alerts task over the applied config's `[alerts]` (its sinks, labels and timings follow a reload;
 /// with no sink the conditions are still followed, so a sink added later hears of those already firing). `client`
 /// is the start-up config's ([`client`]); a reload builds its own. The task ends when the samples do, once its
@@ -189,7 +216,18 @@ pub fn spawn(
                     if cfg.alerts != applied.alerts || url != applied.web.generator_url() {
                         match self::client(&cfg.alerts) {
                             // The old sinks finish what they hold, then stop.
-                            Ok(c) => (sinks, am) = sinks_of(&cfg.alerts, &c, &url, &mut tasks),
+                            Ok(c) => {
+                                (sinks, am) = sinks_of(&cfg.alerts, &c, &url, &mut tasks);
+                                // A sink the reload added hears of the alerts already firing, which will not fire
+                                // again for it: a decision taken in the same sample as the reload may reach this
+                                // task before the new config does.
+                                let firing = book.firing();
+                                if !firing.is_empty() {
+                                    for s in added(&applied.alerts, &cfg.alerts, &sinks, &am) {
+                                        s.push(firing.clone());
+                                    }
+                                }
+                            }
                             Err(e) => tracing::error!("{e}: the alert sinks stay as they were"),
                         }
                         labels = fleet_labels(&cfg.alerts.labels, &host, node.as_deref());
@@ -236,6 +274,37 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_reload_tells_only_the_sinks_it_added_what_fires() {
+        let mut tasks = JoinSet::new();
+        let c = client(&AlertsConfig::default()).expect("a client");
+        let url = |u: &str| u.parse::<crate::config::HttpUrl>().expect("a URL");
+        let before = AlertsConfig {
+            command: Some(vec!["hook-a".into()]),
+            webhook: Some(url("http://127.0.0.1:9/a")),
+            alertmanager: Some(url("http://127.0.0.1:9093")),
+            ..AlertsConfig::default()
+        };
+        let count = |now: &AlertsConfig, tasks: &mut JoinSet<()>| {
+            let (once, am) = sinks_of(now, &c, "", tasks);
+            added(&before, now, &once, &am).len()
+        };
+        // Rebuilt with the same targets (another timeout): nothing is told twice.
+        assert_eq!(count(&AlertsConfig { command_timeout_s: 3, ..before.clone() }, &mut tasks), 0);
+        // A new command and a new Alertmanager; the webhook is the same.
+        let now = AlertsConfig {
+            command: Some(vec!["hook-b".into()]),
+            alertmanagers: vec![url("http://127.0.0.1:9094")],
+            ..before.clone()
+        };
+        assert_eq!(count(&now, &mut tasks), 2);
+        // Added where there was none.
+        let bare = AlertsConfig::default();
+        let (once, am) = sinks_of(&before, &c, "", &mut tasks);
+        assert_eq!(added(&bare, &before, &once, &am).len(), 3);
+        assert_eq!(added(&before, &bare, &[], &[]).len(), 0);
+    }
 
     #[test]
     fn every_alert_names_its_host_unless_the_config_does() {
