@@ -87,15 +87,22 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
     };
     let run = Run::start("run-burst", &spec);
     let kills = run.cg.oom_count();
-    // Each request holds its 200 MiB for 3 s: longer under a slowdown (the emulated VM, where allocating them takes
-    // seconds), so that they are all held at once there too.
-    let slow = monitor_tests::pace::stretch();
-    let path = format!("/r4/x?alloc_mib=200&sleep_ms={}", 3000 * slow);
+    // Each request holds its 200 MiB long enough for all ten to be held at once. A worker serves its requests on one
+    // thread, so its five allocations follow each other: the hold is at least 3 s and at least eight times what one
+    // allocation took here, timed first (a loaded host or the emulated VM touches memory several times slower), and
+    // longer under a slowdown. The clients wait for the holds and the allocations, with half a minute to spare.
+    let t0 = Instant::now();
+    let one = run.get("/r4/x?alloc_mib=200", &[]);
+    assert_eq!(one.status, 200, "one allocation alone is served: {}", one.text());
+    let alloc_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let hold_ms = (3000 * u64::from(monitor_tests::pace::stretch())).max(alloc_ms.saturating_mul(8));
+    let patience = Duration::from_millis(hold_ms.saturating_add(alloc_ms.saturating_mul(10))) + Duration::from_secs(30);
+    let path = format!("/r4/x?alloc_mib=200&sleep_ms={hold_ms}");
     let clients: Vec<_> = (0..10)
         .map(|i| {
             let (proxy, path) = (run.proxy, path.clone());
             std::thread::sleep(Duration::from_millis(if i == 0 { 0 } else { 20 }));
-            std::thread::spawn(move || http::request(proxy, "GET", &path, &[], Duration::from_secs(30)))
+            std::thread::spawn(move || http::request(proxy, "GET", &path, &[], patience))
         })
         .collect();
     let mut answers = Vec::new();
@@ -107,7 +114,11 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
     }
     let guarded = |a: &(u16, String, String)| a.0 == 503 && a.2.starts_with("memory guard:");
     assert!(answers.iter().all(|a| a.0 == 200 || guarded(a)), "each a 200 or the guard's 503: {answers:#?}");
-    assert!(answers.iter().any(guarded), "the burst overruns the limit together: some must be turned away");
+    assert!(
+        answers.iter().any(guarded),
+        "the burst overruns the limit together (one allocation took {alloc_ms} ms, each held {hold_ms} ms): some must \
+         be turned away: {answers:#?}"
+    );
     assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted: {answers:#?}\n{}", run.stderr());
     // Nothing crashed. A burst that overshoots kill_at before its requests are cancelled costs a worker the guard's
     // kill (restarted after a second): allowed, when the status names each such kill.
@@ -121,7 +132,8 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
         TIMEOUT,
     );
     eprintln!(
-        "burst: {} served, {} turned away by the memory guard, {} killed by its last resort, OOM kills 0",
+        "burst ({alloc_ms} ms to allocate 200 MiB, held {hold_ms} ms): {} served, {} turned away by the memory guard, \
+         {} killed by its last resort, OOM kills 0",
         answers.iter().filter(|a| a.0 == 200).count(),
         answers.iter().filter(|a| guarded(a)).count(),
         killed(&status, "tx1") + killed(&status, "tx2"),
