@@ -5,7 +5,8 @@
 
 use crate::base::pacing::{Pacer, Pacing};
 use crate::config::live::Live;
-use crate::decision::policy::{decide, Decision, PolicyState, Thresholds};
+use crate::config::Signal;
+use crate::decision::policy::{decide, Decision, PolicyState, ProcId, State, Thresholds};
 use crate::decision::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
 use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeSource, WakeupStatus};
 use crate::guard::brake::Steering;
@@ -66,8 +67,10 @@ pub struct Sampler {
     roster: Option<Roster>,
     /// The last resort's kills, shared with the launcher, the front door and `/metrics`.
     kills: Arc<KillBook>,
-    /// Where the kill's reaction time is recorded.
+    /// Where the kill's and the abort signal's reaction times are recorded.
     reactions: Option<Arc<crate::base::reaction::Reactions>>,
+    /// `[actions] abort_signal`, sent from this thread ([`AbortSignal`]).
+    abort: AbortSignal,
     /// When the last sample was taken.
     last_sample: Instant,
     /// When the processes were last listed ([`Sampler::list_due`]).
@@ -190,6 +193,7 @@ impl Sampler {
             roster: None,
             kills: Arc::new(KillBook::default()),
             reactions: None,
+            abort: AbortSignal::default(),
             last_sample: Instant::now(),
             procs_read: None,
             counted_unix_ms: 0,
@@ -291,6 +295,33 @@ impl Sampler {
             }
         }
         Some(rec)
+    }
+
+    /// `[actions] abort_signal` as applied (at start and on each reload).
+    pub(crate) fn set_abort_signal(&mut self, cfg: &crate::config::ActionsConfig) {
+        self.abort.signal = crate::consumers::actions::Signals::from_config(cfg).abort;
+    }
+
+    /// Sends `[actions] abort_signal` to the victim `d` has just told to abort (outside shadow mode), on this thread,
+    /// on the wake-up that chose it: the actions task would send it a scheduling round later, and a grower at full
+    /// speed reaches `kill_at` within a few of them on a slow host. Returns the process signalled, for the published
+    /// sample (the actions task then does not send it again); none when nothing was sent (the task tries then).
+    fn signal_abort(&mut self, d: &Decision, snap: &Snapshot, wake: &Wake) -> Option<ProcId> {
+        let (to, signal) = self.abort.due(d, snap)?;
+        let name = Signal::from_number(signal).map_or("-", Signal::name);
+        match crate::consumers::actions::send(to, signal) {
+            Ok(()) => {
+                if let Some(r) = &self.reactions {
+                    r.record_since(crate::base::reaction::Kind::Signal, wake.at);
+                }
+                tracing::info!(pid = to.pid, action = "abort", woken_by = wake.source.as_str(), "sent SIG{name}");
+                Some(to)
+            }
+            Err(e) => {
+                tracing::warn!(action = "abort", "SIG{name} not sent: {e}");
+                None
+            }
+        }
     }
 
     /// A [`Tracer`] served by this sampler's thread: each process it is told of is traced at once (with the
@@ -644,6 +675,7 @@ pub fn spawn(
                 if cfg.probes != applied.probes {
                     sampler.set_probes(&cfg.probes);
                 }
+                sampler.set_abort_signal(&cfg.actions);
                 applied = cfg;
             }
             match sampler.sample() {
@@ -658,6 +690,7 @@ pub fn spawn(
                     state = s;
                     sampler.decided(&decision);
                     sampler.name_victim(&decision, &mut snap);
+                    let abort_signalled = sampler.signal_abort(&decision, &snap, &wake);
                     let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
                     log_decision(&decision, &snap, &wake);
                     if decision.kills_halted != was_halted {
@@ -679,6 +712,7 @@ pub fn spawn(
                         brake: sampler.brake_status(),
                         next_sample_ms: paced.as_millis() as u64,
                         kill,
+                        abort_signalled,
                         thresholds: thresholds.clone(),
                         interval_ms: interval.as_millis() as u64,
                     }));
@@ -696,6 +730,7 @@ pub fn spawn(
                     p.interval_ms = interval.as_millis() as u64;
                     p.wake = wake;
                     p.kill = None;
+                    p.abort_signalled = None;
                     feed.publish(Arc::new(p));
                 }
             }
@@ -740,6 +775,7 @@ pub fn first(
         brake: sampler.brake_status(),
         next_sample_ms: next.as_millis() as u64,
         kill,
+        abort_signalled: None,
         thresholds: Arc::new(thresholds.clone()),
         interval_ms,
     };
@@ -760,6 +796,7 @@ pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, Cgrou
     crate::sources::privileges::warn_missing(cfg, &group.dir, v2);
     let probes = load_probes(&cfg.probes);
     let mut sampler = Sampler::with_policy(group, cfg.policy.limit_bytes, probes, &cfg.policy)?;
+    sampler.set_abort_signal(&cfg.actions);
     let (state, first) = first(&mut sampler, &cfg.policy.thresholds(), cfg.policy.interval_ms)?;
     let g = &first.snapshot.group;
     tracing::info!(
@@ -771,6 +808,37 @@ pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, Cgrou
         "watching group"
     );
     Ok(Started { sampler, state, first })
+}
+
+/// Which abort the sampler signals itself: the victim of each enforced abort, once, when it is chosen (or chosen
+/// again after the group left aborting): what the actions task's [`Plan`](crate::consumers::actions::Plan) would
+/// send it.
+#[derive(Debug, Default)]
+struct AbortSignal {
+    /// `[actions] abort_signal`.
+    signal: Option<i32>,
+    /// The victim last told, while aborting.
+    told: Option<ProcId>,
+}
+
+impl AbortSignal {
+    /// The process to signal after decision `d` on `snap`, and the signal: the victim, when it is new, is a process
+    /// of the sample other than the agent, and a signal is configured. A victim chosen while no signal was
+    /// configured counts as told, as the actions task counts it (a signal configured later goes with the next
+    /// change).
+    fn due(&mut self, d: &Decision, snap: &Snapshot) -> Option<(ProcId, i32)> {
+        if d.state != State::Aborting || d.shadow {
+            self.told = None;
+            return None;
+        }
+        let victim = d.victim?;
+        if self.told == Some(victim) {
+            return None;
+        }
+        self.told = Some(victim);
+        let listed = snap.processes.iter().any(|p| p.pid == victim.pid && p.start_ticks == victim.start_ticks);
+        (listed && victim.pid != snap.agent_pid).then_some((victim, self.signal?))
+    }
 }
 
 /// Logs the last resort halting (its kills freed nothing) and resuming.
@@ -821,6 +889,54 @@ mod tests {
     use monitor_tests::hog::Hog;
     use monitor_tests::{spawn_in_cgroup, Hierarchy, MIB};
     use std::process::Command;
+
+    /// The sampler signals each victim once while the abort lasts, as the actions task's plan would: a new victim
+    /// or a new abort is told again; shadow mode, the agent, a process not in the sample and an unset signal are
+    /// not.
+    #[test]
+    fn the_abort_signal_goes_to_each_new_victim_once() {
+        let proc = |pid: u32| ProcSample {
+            pid,
+            name: format!("p{pid}"),
+            start_ticks: u64::from(pid) * 10,
+            ppid: 1,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            traffic: Default::default(),
+        };
+        let id = |pid: u32| ProcId { pid, start_ticks: u64::from(pid) * 10 };
+        let sample = |state: State, victim: Option<u32>| {
+            let mut p = Published::test(state);
+            p.snapshot.processes = vec![proc(1), proc(2), proc(3)].into();
+            p.snapshot.agent_pid = 3;
+            p.decision.victim = victim.map(id);
+            p
+        };
+        let mut a = AbortSignal { signal: Some(12), told: None };
+        let mut due = |state, victim| {
+            let p = sample(state, victim);
+            a.due(&p.decision, &p.snapshot).map(|(to, sig)| (to.pid, sig))
+        };
+        assert_eq!(due(State::Refusing, None), None);
+        assert_eq!(due(State::Aborting, Some(1)), Some((1, 12)));
+        assert_eq!(due(State::Aborting, Some(1)), None, "told once while the abort lasts");
+        assert_eq!(due(State::Aborting, Some(2)), Some((2, 12)), "a new victim");
+        assert_eq!(due(State::Refusing, None), None);
+        assert_eq!(due(State::Aborting, Some(2)), Some((2, 12)), "a new abort");
+        assert_eq!(due(State::Aborting, Some(3)), None, "never the agent");
+        assert_eq!(due(State::Aborting, Some(4)), None, "not in the sample");
+
+        let mut shadow = sample(State::Aborting, Some(1));
+        shadow.decision.shadow = true;
+        let mut a = AbortSignal { signal: Some(12), told: None };
+        assert_eq!(a.due(&shadow.decision, &shadow.snapshot), None, "shadow mode tells nothing");
+        // Chosen while no signal was set: counts as told, so a signal set by a reload goes with the next change.
+        let p = sample(State::Aborting, Some(1));
+        a.signal = None;
+        assert_eq!(a.due(&p.decision, &p.snapshot), None);
+        a.signal = Some(12);
+        assert_eq!(a.due(&p.decision, &p.snapshot), None);
+    }
 
     fn rss_of(snap: &Snapshot, pid: u32) -> Option<u64> {
         snap.processes.iter().find(|p| p.pid == pid).map(|p| p.rss_bytes)

@@ -14,7 +14,9 @@
 //! The task reads every published sample in order ([`Samples`]), so a state that lasted a single sample is told
 //! too. It subscribes before the processes start, so decisions taken while they start are told as well.
 //!
-//! Each refuse or abort signal sent, and each such change POSTed (once answered with 2xx), is timed from the
+//! The abort signal is sent by the sampler's thread itself, on the wake-up that chose the victim
+//! ([`crate::sampler`]), as the last resort's kill is; this task, a scheduling round later, sends the others (and
+//! the abort when the sampler could not). Each refuse or abort signal sent, and each such change POSTed (once answered with 2xx), is timed from the
 //! wake-up of the sample that decided it into [`Reactions`] (`monitor_reaction_seconds`).
 //!
 //! Every POST carries the proof of [`crate::base::proof`] (`X-Monitor-Proof`), made with the group's secret
@@ -330,7 +332,9 @@ pub fn spawn(
                     continue;
                 }
                 let timed = is_reaction(c.action);
-                if let Some(signal) = c.signal {
+                // The sampler sent the abort itself, on the wake-up that chose the victim.
+                let sent = c.action == Action::Abort && p.abort_signalled == Some(c.to);
+                if let Some(signal) = c.signal.filter(|_| !sent) {
                     match send(c.to, signal) {
                         Ok(()) => {
                             if timed {

@@ -142,6 +142,9 @@ pub struct Published {
     pub next_sample_ms: u64,
     /// The last resort's kill carried out (or, in shadow mode, decided) on this sample.
     pub kill: Option<crate::decision::policy::kill::KillRecord>,
+    /// The process the sampler sent `[actions] abort_signal` to on this sample (the actions task does not send it
+    /// again).
+    pub abort_signalled: Option<crate::decision::policy::ProcId>,
     /// The policy's lines this sample was decided with: what the status, the page and `/metrics` show beside it,
     /// so a reload between two samples never pairs a decision with lines it was not taken against.
     pub thresholds: Arc<Thresholds>,
@@ -276,6 +279,7 @@ impl Published {
             brake: None,
             next_sample_ms: 100,
             kill: None,
+            abort_signalled: None,
             thresholds: Arc::new(Thresholds::default()),
             interval_ms: 100,
         }
