@@ -1,7 +1,9 @@
 //! The last resort, carried out: the sampler thread kills the process the policy's kill step names
 //! ([`crate::decision::policy::kill`]) on the same wake-up that decided it, and records the kill in the
 //! [`KillBook`] that the launcher (a guard's kill is not a crash), the front door (the victim's clients get 503
-//! with the reason, not 502) and `/metrics` read. The memory brake ([`brake`]) stands beside it.
+//! with the reason, not 502) and `/metrics` read. The memory brake ([`brake`]) stands beside it, and the signals of
+//! `[actions]` go through [`signal`] (the sampler's thread sends the abort's itself, on the wake-up that chose the
+//! victim).
 //!
 //! The kill goes through a pidfd opened on the pid; it is sent only when the process behind that pidfd has the
 //! sampled start time and is still listed in the group's tree, so a reused pid or a process that left the group is
@@ -9,7 +11,7 @@
 
 pub mod brake;
 pub use crate::decision::policy::kill::KillRecord;
-use crate::decision::policy::KillOrder;
+use crate::decision::policy::{KillOrder, ProcId};
 use crate::decision::snapshot::{ProcessRole, Snapshot};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -69,6 +71,39 @@ pub fn kill(order: &KillOrder, dir: &Path) -> Result<(), GuardError> {
         Some(libc::ESRCH) => GuardError::Gone { pid },
         _ => GuardError::Send { pid, source },
     })
+}
+
+/// Why a signal was not sent.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SignalError {
+    #[error("pidfd_open({pid}): {source}")]
+    Open { pid: u32, source: std::io::Error },
+    #[error("pid {pid}: reading its start time: {msg}")]
+    StartTime { pid: u32, msg: String },
+    #[error("pid {pid} is another process now")]
+    Reused { pid: u32 },
+    #[error("pidfd_send_signal({pid}): {source}")]
+    Send { pid: u32, source: std::io::Error },
+    /// EPERM: the process runs as another user and the agent lacks CAP_KILL.
+    #[error("pidfd_send_signal({pid}): not permitted: the process runs as another user and the agent lacks CAP_KILL")]
+    NotPermitted { pid: u32 },
+}
+
+/// Sends `signal` (`[actions] abort_signal` and the other actions' signals) to the process `to` if it is still the
+/// process sampled: a pidfd is opened on the pid, then the start time of the process behind it is compared with the
+/// sampled one.
+pub(crate) fn signal(to: ProcId, signal: i32) -> Result<(), SignalError> {
+    let pid = to.pid;
+    let fd = crate::base::pidfd::open(pid).map_err(|source| SignalError::Open { pid, source })?;
+    let start = crate::sources::procs::start_ticks(pid).map_err(|msg| SignalError::StartTime { pid, msg })?;
+    if start != to.start_ticks {
+        return Err(SignalError::Reused { pid });
+    }
+    crate::base::pidfd::send_signal(&fd, signal).map_err(|source| match source.raw_os_error() {
+        Some(libc::EPERM) => SignalError::NotPermitted { pid },
+        _ => SignalError::Send { pid, source },
+    })?;
+    Ok(())
 }
 
 /// Every kill the guard made since the agent started: the recent ones in full, counts by process name.
@@ -217,5 +252,20 @@ pub(crate) fn known_and_protected(snap: &Snapshot, roster: Option<&Roster>) -> (
                 .collect();
             (Known { names: vec![None; roles.len()], roles }, protected)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reused_pid_is_not_signalled() {
+        // This process, with a start time that is not its own: refused before any signal.
+        let me = ProcId { pid: std::process::id(), start_ticks: 1 };
+        let e = signal(me, libc::SIGCONT).expect_err("a different start time");
+        assert!(matches!(e, SignalError::Reused { .. }), "{e}");
+        let real = crate::sources::procs::start_ticks(me.pid).expect("own start time");
+        signal(ProcId { start_ticks: real, ..me }, 0).expect("signal 0 to itself");
     }
 }

@@ -299,7 +299,7 @@ impl Sampler {
 
     /// `[actions] abort_signal` as applied (at start and on each reload).
     pub(crate) fn set_abort_signal(&mut self, cfg: &crate::config::ActionsConfig) {
-        self.abort.signal = crate::consumers::actions::Signals::from_config(cfg).abort;
+        self.abort.signal = cfg.abort_signal.map(Signal::number);
     }
 
     /// Sends `[actions] abort_signal` to the victim `d` has just told to abort (outside shadow mode), on this thread,
@@ -309,7 +309,7 @@ impl Sampler {
     fn signal_abort(&mut self, d: &Decision, snap: &Snapshot, wake: &Wake) -> Option<ProcId> {
         let (to, signal) = self.abort.due(d, snap)?;
         let name = Signal::from_number(signal).map_or("-", Signal::name);
-        match crate::consumers::actions::send(to, signal) {
+        match crate::guard::signal(to, signal) {
             Ok(()) => {
                 if let Some(r) = &self.reactions {
                     r.record_since(crate::base::reaction::Kind::Signal, wake.at);

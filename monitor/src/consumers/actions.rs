@@ -107,38 +107,6 @@ impl Plan {
     }
 }
 
-/// Why a signal was not sent.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ActionError {
-    #[error("pidfd_open({pid}): {source}")]
-    Open { pid: u32, source: std::io::Error },
-    #[error("pid {pid}: reading its start time: {msg}")]
-    StartTime { pid: u32, msg: String },
-    #[error("pid {pid} is another process now")]
-    Reused { pid: u32 },
-    #[error("pidfd_send_signal({pid}): {source}")]
-    Send { pid: u32, source: std::io::Error },
-    /// EPERM: the process runs as another user and the agent lacks CAP_KILL.
-    #[error("pidfd_send_signal({pid}): not permitted: the process runs as another user and the agent lacks CAP_KILL")]
-    NotPermitted { pid: u32 },
-}
-
-/// Sends `signal` to the process `to` if it is still the process sampled: a pidfd is opened on the pid, then the
-/// start time of the process behind it is compared with the sampled one.
-pub fn send(to: ProcId, signal: i32) -> Result<(), ActionError> {
-    let pid = to.pid;
-    let fd = crate::base::pidfd::open(pid).map_err(|source| ActionError::Open { pid, source })?;
-    let start = crate::sources::procs::start_ticks(pid).map_err(|msg| ActionError::StartTime { pid, msg })?;
-    if start != to.start_ticks {
-        return Err(ActionError::Reused { pid });
-    }
-    crate::base::pidfd::send_signal(&fd, signal).map_err(|source| match source.raw_os_error() {
-        Some(libc::EPERM) => ActionError::NotPermitted { pid },
-        _ => ActionError::Send { pid, source },
-    })?;
-    Ok(())
-}
-
 /// The JSON POSTed to `post_url` for one change.
 pub(crate) fn post_body(c: &Change, p: &Published) -> String {
     serde_json::json!({
@@ -335,7 +303,7 @@ pub fn spawn(
                 // The sampler sent the abort itself, on the wake-up that chose the victim.
                 let sent = c.action == Action::Abort && p.abort_signalled == Some(c.to);
                 if let Some(signal) = c.signal.filter(|_| !sent) {
-                    match send(c.to, signal) {
+                    match crate::guard::signal(c.to, signal) {
                         Ok(()) => {
                             if timed {
                                 reactions.record_since(Kind::Signal, p.wake.at);
@@ -549,15 +517,5 @@ mod tests {
         assert_eq!(random.len(), 64, "32 bytes in hex");
         assert!(Signing::for_run(&cfg(Some(&short))).is_err_and(|e| e.contains("31 bytes")));
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_reused_pid_is_not_signalled() {
-        // This process, with a start time that is not its own: refused before any signal.
-        let me = ProcId { pid: std::process::id(), start_ticks: 1 };
-        let e = send(me, libc::SIGCONT).expect_err("a different start time");
-        assert!(matches!(e, ActionError::Reused { .. }), "{e}");
-        let real = crate::sources::procs::start_ticks(me.pid).expect("own start time");
-        send(ProcId { start_ticks: real, ..me }, 0).expect("signal 0 to itself");
     }
 }
