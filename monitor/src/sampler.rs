@@ -19,7 +19,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Descendant cgroups are re-listed this often (their processes belong to the group).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
@@ -546,7 +546,7 @@ impl Sampler {
             self.procs.sample(&self.pids, &mut samples);
             if timed {
                 // Taken before the read: every request a process had received by then is in the counts.
-                self.counted_unix_ms = unix_ms();
+                self.counted_unix_ms = crate::base::units::unix_ms();
                 self.add_traffic(&mut samples);
                 self.procs_read = Some(Instant::now());
                 self.relist = false;
@@ -562,7 +562,7 @@ impl Sampler {
         let group = self.reader.group();
         Ok(Snapshot {
             seq: self.seq,
-            unix_ms: unix_ms(),
+            unix_ms: crate::base::units::unix_ms(),
             mono_ms: self.start.elapsed().as_millis() as u64,
             counted_unix_ms: self.counted_unix_ms,
             group: GroupSample {
@@ -622,11 +622,6 @@ impl Sampler {
 
 /// Gives each process of `now` the request counters it had in `before` (both in pid order): between two listings
 /// the counters are the last listing's.
-/// The wall clock in Unix milliseconds (0 if it is set before 1970).
-fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
 fn carry_traffic(before: &[ProcSample], now: &mut [ProcSample]) {
     let mut old = before.iter().peekable();
     for p in now {

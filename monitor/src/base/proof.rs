@@ -17,7 +17,9 @@
 use crate::base::token::{hex, keyed, unhex, HmacSha256};
 use hmac::Mac;
 use std::collections::HashMap;
-use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch now: what a proof is stamped with and checked against.
+pub use crate::base::units::unix_ms as now_ms;
 
 /// The header the proof travels in.
 pub const HEADER: &str = "X-Monitor-Proof";
@@ -52,11 +54,6 @@ pub enum ProofError {
     ShortSecret(usize),
     #[error("no random bytes from the kernel: {0}")]
     Random(String),
-}
-
-/// Milliseconds since the Unix epoch now.
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// `N` bytes from the kernel's random source.

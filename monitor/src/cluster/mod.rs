@@ -50,6 +50,4 @@ pub enum ClusterError {
 
 /// Milliseconds since the Unix epoch by this host's clock (0 before it): the time hop headers and datagrams are
 /// sealed with and checked against.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
+pub(crate) use crate::base::units::unix_ms;

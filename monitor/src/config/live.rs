@@ -3,12 +3,13 @@
 //! never calls them. The other readers take the policy's lines from the sample decided with them. Beside it,
 //! [`Reloads`]: what the last reload did, for `/api/v1/status` and `/metrics`.
 
+use crate::base::units::unix_ms as now_ms;
 use crate::config::Config;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+
 use tokio::sync::watch;
 
 /// A reader of the applied config. Cheap to clone; each clone sees each new config once through
@@ -110,10 +111,6 @@ pub struct Reloads {
     status: Mutex<ConfigStatus>,
     ok: AtomicU64,
     failed: AtomicU64,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl Reloads {

@@ -2,14 +2,11 @@
 //! view types. Its revision is the latest sample's: one render answers every request until the next sample.
 
 use super::{query, History};
+use crate::base::units::unix_ms as now_ms;
 use crate::decision::policy::ProcId;
 use std::sync::OnceLock;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use web::{BrakeNow, Dashboard, GroupNow, ProcessStatus, Range, Source};
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 impl Source for History {
     /// Back to the oldest minute kept (from the stats database too) or second, whichever is older.

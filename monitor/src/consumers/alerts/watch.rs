@@ -5,17 +5,14 @@
 
 use super::task::Raiser;
 use super::{names, Condition};
+use crate::base::units::unix_ms as now_ms;
 use crate::feed::{LauncherInfo, Phase};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// A backoff delay at or above this is the cap (60 s; the step below it is 32 s).
 const CAP_FROM_MS: u64 = 59_000;
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 /// What one poll of the launcher makes true. `loop_since` remembers, per process, that the current backoff is at
 /// its cap (set when it enters backing-off with a capped delay, cleared when it is ready again).
