@@ -27,8 +27,14 @@ pub struct Outstanding {
 
 impl Outstanding {
     pub fn new(local: Arc<Local>, index: usize) -> Outstanding {
-        local.proxy.backends[index].slot(local.slot).fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Outstanding { local, index }
+        let counted = Outstanding { local, index };
+        counted.counter().fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        counted
+    }
+
+    /// This thread's counter of the process's requests in flight.
+    fn counter(&self) -> &std::sync::atomic::AtomicU32 {
+        self.local.proxy.backends[self.index].slot(self.local.slot)
     }
 
     /// The process's address.
@@ -39,7 +45,7 @@ impl Outstanding {
 
 impl Drop for Outstanding {
     fn drop(&mut self) {
-        self.local.proxy.backends[self.index].slot(self.local.slot).fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.counter().fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

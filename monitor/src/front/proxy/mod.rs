@@ -178,6 +178,8 @@ pub struct Proxy {
     idle_timeout: Duration,
     /// The threads' [`Local`]s made so far: the next one's slot and first rotor value.
     locals: AtomicUsize,
+    /// How many front-door threads serve ([`server::threads`]): one in-flight counter each per process.
+    threads: usize,
     cache_header: HeaderName,
     health_paths: Vec<String>,
     draining: AtomicBool,
@@ -256,13 +258,14 @@ impl Proxy {
         let procs: Vec<(String, route::Role)> = members.iter().map(|m| (m.name.clone(), m.role)).collect();
         let table = route::Table::new(&procs, &cfg.master_paths, &cfg.tx_paths, cfg.master_serves_tx)?
             .with_admin_paths(&cfg.admin_paths, admin_paths)?;
+        let threads = server::threads(cfg.threads);
         let backends = members
             .iter()
             .map(|m| {
                 let addr = SocketAddr::from(([127, 0, 0, 1], m.port));
                 let host = HeaderValue::from_str(&addr.to_string()).map_err(|e| ProxyError::Header(e.to_string()))?;
                 Ok(Arc::new(Backend {
-                    outstanding: (0..server::threads(cfg.threads)).map(|_| Slot::default()).collect(),
+                    outstanding: (0..threads).map(|_| Slot::default()).collect(),
                     action: AtomicU8::new(0),
                     aborts: Mutex::new(Vec::new()),
                     addr,
@@ -278,6 +281,7 @@ impl Proxy {
             backends,
             idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
             locals: AtomicUsize::new(0),
+            threads,
             cache_header: HeaderName::from_bytes(cfg.cache_id_header.as_bytes())
                 .map_err(|e| ProxyError::Header(e.to_string()))?,
             health_paths,
@@ -314,6 +318,11 @@ impl Proxy {
             table: self.table.clone(),
             aborts: self.backends.iter().map(|b| b.thread_abort()).collect(),
         }
+    }
+
+    /// How many front-door threads serve.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads
     }
 
     /// How long an upstream connection may sit idle before it is closed.

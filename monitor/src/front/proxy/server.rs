@@ -52,7 +52,7 @@ pub async fn serve(
     mut drain: watch::Receiver<bool>,
     deadline: Duration,
 ) -> Drained {
-    let n = threads(cfg.threads);
+    let n = proxy.threads();
     let limits = Limits {
         name: "front door",
         bounds: Bounds { max_total: cfg.max_connections, max_per_ip: None, owed_first: true },
