@@ -890,15 +890,7 @@ mod tests {
     /// not.
     #[test]
     fn the_abort_signal_goes_to_each_new_victim_once() {
-        let proc = |pid: u32| ProcSample {
-            pid,
-            name: format!("p{pid}"),
-            start_ticks: u64::from(pid) * 10,
-            ppid: 1,
-            rss_bytes: 1,
-            anon_bytes: 1,
-            traffic: Default::default(),
-        };
+        let proc = ProcSample::test;
         let id = |pid: u32| ProcId { pid, start_ticks: u64::from(pid) * 10 };
         let sample = |state: State, victim: Option<u32>| {
             let mut p = Published::test(state);

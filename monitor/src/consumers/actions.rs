@@ -334,7 +334,7 @@ pub fn spawn(
 mod tests {
     use super::*;
     use crate::decision::policy::State;
-    use crate::decision::snapshot::{ProcSample, Traffic};
+    use crate::decision::snapshot::ProcSample;
 
     /// A receiver whose first answer takes 300 ms hears the next change only after it answered, and every change
     /// in the order it was posted; a second receiver is not held up by the first.
@@ -398,15 +398,7 @@ mod tests {
     }
 
     fn proc(pid: u32) -> ProcSample {
-        ProcSample {
-            pid,
-            name: format!("p{pid}"),
-            start_ticks: u64::from(pid) * 10,
-            ppid: 1,
-            rss_bytes: 1,
-            anon_bytes: 1,
-            traffic: Traffic::default(),
-        }
+        ProcSample::test(pid)
     }
 
     fn published(state: State, victim: Option<u32>, pids: &[u32], agent_pid: u32) -> Published {

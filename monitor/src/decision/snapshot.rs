@@ -160,6 +160,23 @@ pub struct ProcSample {
     pub traffic: Traffic,
 }
 
+#[cfg(test)]
+impl ProcSample {
+    /// For unit tests: process `pid` named `p<pid>`, started at tick `pid * 10`, a child of pid 1, one byte resident
+    /// and anonymous, no traffic.
+    pub(crate) fn test(pid: u32) -> ProcSample {
+        ProcSample {
+            pid,
+            name: format!("p{pid}"),
+            start_ticks: u64::from(pid) * 10,
+            ppid: 1,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            traffic: Traffic::default(),
+        }
+    }
+}
+
 /// One sample of the whole group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Snapshot {
