@@ -3,7 +3,7 @@
 //! (the fixture's `/stats` `requests`: health checks, proxied requests and the `/stats` requests themselves).
 
 use monitor_tests::require_group;
-use monitor_tests::run::{member, Run, Spec};
+use monitor_tests::run::{member, Run, Spec, TIMEOUT};
 use monitor_tests::{is_root, on_path, require};
 use serde_json::Value;
 use std::time::Duration;
@@ -41,16 +41,25 @@ fn every_request_a_process_got_is_counted_from_its_start() {
     }
     for (i, name) in ["m0", "tx1", "tx2"].iter().enumerate() {
         let pid = member(&run.status(), name)["pid"].as_u64().unwrap_or_else(|| panic!("no pid for {name}"));
-        // The process's own count (this /stats request included), then the kernel's once a sample has been
-        // published since (samples are a second apart), then the process's count again: one more (that second
-        // /stats request) when nothing else reached the process in between.
+        // The process's own count (this /stats request included), then the kernel's from the first sample whose
+        // read of the counters began after it (`sample.counted_unix_ms`: they are read once a second), then the
+        // process's count again: one more (that second /stats request) when nothing else reached the process in
+        // between.
         let own = |i: usize| run.stats(i)["requests"].as_u64().unwrap_or_else(|| panic!("{name}: no requests"));
         let before = own(i);
-        std::thread::sleep(Duration::from_millis(1300));
-        let kernel = kernel_requests(&run.status(), pid);
+        let asked = monitor::base::proof::now_ms();
+        let counted = |s: &Value| s["sample"]["counted_unix_ms"].as_u64().is_some_and(|t| t > asked);
+        let status = run.wait_for("a read of the counters after the process's own count", counted, TIMEOUT);
+        let kernel = kernel_requests(&status, pid);
         let after = own(i);
         assert_eq!(after, before + 1, "{name}: requests reached it during the check");
-        assert_eq!(kernel, Some(before), "{name} (pid {pid}): the kernel's count against the process's own");
+        assert_eq!(
+            kernel,
+            Some(before),
+            "{name} (pid {pid}): the kernel's count against the process's own, own count asked at {asked}, sample \
+             {}",
+            status["sample"]
+        );
     }
     // /metrics under monitor run: one launcher-state series per process, and valid exposition text.
     let metrics = monitor_tests::http::get(run.web, "/metrics", Duration::from_secs(10))
