@@ -106,6 +106,11 @@ pub(crate) fn signal(to: ProcId, signal: i32) -> Result<(), SignalError> {
     Ok(())
 }
 
+/// The name of signal number `n` without `SIG` (`-` for none), for the log.
+pub(crate) fn signal_name(n: Option<i32>) -> &'static str {
+    n.and_then(crate::config::Signal::from_number).map_or("-", crate::config::Signal::name)
+}
+
 /// Every kill the guard made since the agent started: the recent ones in full, counts by process name.
 #[derive(Debug, Default)]
 pub struct KillBook {

@@ -308,7 +308,7 @@ impl Sampler {
     /// sample (the actions task then does not send it again); none when nothing was sent (the task tries then).
     fn signal_abort(&mut self, d: &Decision, snap: &Snapshot, wake: &Wake) -> Option<ProcId> {
         let (to, signal) = self.abort.due(d, snap)?;
-        let name = Signal::from_number(signal).map_or("-", Signal::name);
+        let name = crate::guard::signal_name(Some(signal));
         match crate::guard::signal(to, signal) {
             Ok(()) => {
                 if let Some(r) = &self.reactions {

@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
 use tokio::sync::watch;
 
 /// A reader of the applied config. Cheap to clone; each clone sees each new config once through

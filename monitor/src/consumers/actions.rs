@@ -16,8 +16,9 @@
 //!
 //! The abort signal is sent by the sampler's thread itself, on the wake-up that chose the victim
 //! ([`crate::sampler`]), as the last resort's kill is; this task, a scheduling round later, sends the others (and
-//! the abort when the sampler could not). Each refuse or abort signal sent, and each such change POSTed (once answered with 2xx), is timed from the
-//! wake-up of the sample that decided it into [`Reactions`] (`monitor_reaction_seconds`).
+//! the abort when the sampler could not). Each refuse or abort signal sent, and each such change POSTed (once
+//! answered with 2xx), is timed from the wake-up of the sample that decided it into [`Reactions`]
+//! (`monitor_reaction_seconds`).
 //!
 //! Every POST carries the proof of [`crate::base::proof`] (`X-Monitor-Proof`), made with the group's secret
 //! ([`Signing`]): `monitor run`'s, handed to its processes at start, or the agent's `[actions] secret_file`, read
@@ -56,11 +57,6 @@ impl Signals {
             Action::Abort => self.abort,
         }
     }
-}
-
-/// The name of signal number `n` without `SIG` (`-` for none), for the log.
-fn signal_name(n: Option<i32>) -> &'static str {
-    n.and_then(Signal::from_number).map_or("-", Signal::name)
 }
 
 /// One process whose action changed, and the signal configured for its new action.
@@ -294,7 +290,7 @@ pub fn spawn(
             }
             for c in plan.next(&p, &signals) {
                 tracing::debug!(pid = c.to.pid, action = c.action.as_str(), seq = p.snapshot.seq, "action changed");
-                let name = signal_name(c.signal);
+                let name = crate::guard::signal_name(c.signal);
                 if p.decision.shadow {
                     tracing::info!(pid = c.to.pid, action = c.action.as_str(), signal = name, "shadow: not told");
                     continue;
@@ -465,7 +461,7 @@ mod tests {
         };
         let sig = Signals::from_config(&cfg);
         assert_eq!(sig, Signals { refuse: Some(libc::SIGUSR1), abort: None, serve: Some(libc::SIGHUP) });
-        assert_eq!((signal_name(sig.refuse), signal_name(sig.abort)), ("USR1", "-"));
+        assert_eq!((crate::guard::signal_name(sig.refuse), crate::guard::signal_name(sig.abort)), ("USR1", "-"));
     }
 
     #[test]
