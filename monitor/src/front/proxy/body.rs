@@ -73,6 +73,7 @@ pub struct Lease {
     pub pool: Arc<Upstream>,
     pub index: usize,
     pub tx: SendRequest<ReqBody>,
+    pub deadline: super::upstream::Deadline,
 }
 
 /// An upstream response body on its way to the client.
@@ -139,7 +140,7 @@ impl Drop for Streamed {
     fn drop(&mut self) {
         if let Some(l) = self.lease.take() {
             if self.ended || self.inner.is_end_stream() {
-                l.pool.checkin(l.index, l.tx);
+                l.pool.checkin(l.index, l.tx, l.deadline);
             }
         }
     }

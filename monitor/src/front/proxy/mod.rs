@@ -132,6 +132,7 @@ enum Attempt {
     Answered {
         resp: Response<Incoming>,
         tx: SendRequest<ReqBody>,
+        deadline: upstream::Deadline,
         outstanding: Outstanding,
         abort_rx: watch::Receiver<u64>,
     },
@@ -152,6 +153,8 @@ enum ExchangeError {
     Upstream(String),
     /// The client's body failed on the way: the client's side.
     ClientBody(String),
+    /// The request's deadline passed first.
+    TimedOut,
 }
 
 /// One front-door thread's own part of the proxy ([`Proxy::local`]). A request clones this thread's `Arc<Local>`,
@@ -602,7 +605,7 @@ impl Proxy {
                 tracing::warn!(name = %name, "upstream switched protocols unasked");
                 status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name} switched protocols unasked\n"))
             }
-            Attempt::Answered { resp, tx, outstanding, abort_rx } => {
+            Attempt::Answered { resp, tx, deadline, outstanding, abort_rx } => {
                 let (mut parts, inner) = resp.into_parts();
                 if headers::strip_hop_by_hop(&mut parts.headers).other_coding {
                     // Its connection is dropped with `tx`, not pooled.
@@ -615,7 +618,7 @@ impl Proxy {
                 if let Some(signed) = self.signed_cache_id(&parts.headers) {
                     parts.headers.insert(&self.cache_header, signed);
                 }
-                let lease = Lease { pool: local.pool.clone(), index, tx };
+                let lease = Lease { pool: local.pool.clone(), index, tx, deadline };
                 Response::from_parts(
                     parts,
                     ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding, self.upstream_timeout)),
@@ -668,29 +671,37 @@ impl Proxy {
         let outstanding = Outstanding::new(local.clone(), index);
         let abort_rx = local.aborts[index].subscribe();
         tokio::select! {
-            r = tokio::time::timeout_at(deadline, self.exchange(&local.pool, index, req)) => match r {
-                Ok(Ok((resp, tx))) => Attempt::Answered { resp, tx, outstanding, abort_rx },
-                Ok(Err(ExchangeError::Upstream(msg))) => Attempt::Failed(msg),
-                Ok(Err(ExchangeError::ClientBody(msg))) => Attempt::ClientBody(msg),
-                Err(_) => Attempt::TimedOut,
+            r = self.exchange(&local.pool, index, req, deadline) => match r {
+                Ok((resp, tx, deadline)) => Attempt::Answered { resp, tx, deadline, outstanding, abort_rx },
+                Err(ExchangeError::Upstream(msg)) => Attempt::Failed(msg),
+                Err(ExchangeError::ClientBody(msg)) => Attempt::ClientBody(msg),
+                Err(ExchangeError::TimedOut) => Attempt::TimedOut,
             },
             _ = aborted(abort_rx.clone()) => Attempt::Aborted,
         }
     }
 
-    /// One request on a pooled (or new) connection to process `index`; the sender comes back with the response.
+    /// One request on a pooled (or new) connection to process `index`, until a response head or `deadline` (on the
+    /// connection's own timer); the sender and its timer come back with the response.
     async fn exchange(
         &self,
         pool: &Upstream,
         index: usize,
         req: Request<ReqBody>,
-    ) -> Result<(Response<Incoming>, SendRequest<ReqBody>), ExchangeError> {
-        let mut c = pool
-            .checkout(index, self.backends[index].addr)
-            .await
-            .map_err(|e| ExchangeError::Upstream(e.to_string()))?;
-        match c.tx.send_request(req).await {
-            Ok(resp) => Ok((resp, c.tx)),
+        deadline: tokio::time::Instant,
+    ) -> Result<(Response<Incoming>, SendRequest<ReqBody>, upstream::Deadline), ExchangeError> {
+        let mut c = match pool.checkout(index, self.backends[index].addr, deadline).await {
+            Ok(c) => c,
+            Err(upstream::ConnectError::Deadline { .. }) => return Err(ExchangeError::TimedOut),
+            Err(e) => return Err(ExchangeError::Upstream(e.to_string())),
+        };
+        let sent = tokio::select! {
+            biased;
+            r = c.tx.send_request(req) => r,
+            _ = c.deadline.as_mut() => return Err(ExchangeError::TimedOut),
+        };
+        match sent {
+            Ok(resp) => Ok((resp, c.tx, c.deadline)),
             // hyper closed the upstream connection without the body's end: the process never got a whole request.
             Err(e) if request_body::from_client(&e) => Err(ExchangeError::ClientBody(chain(&e))),
             Err(e) => Err(ExchangeError::Upstream(format!(

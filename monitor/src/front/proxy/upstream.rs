@@ -2,13 +2,22 @@
 //! senders. Each connection is driven by a task on the thread that opened it, so a request, its upstream exchange
 //! and its response stay on one thread. A connection idle for `idle_timeout` (below the backends' own) is never
 //! reused; a sender goes back to the pool only after its response body ended cleanly.
+//!
+//! Each connection keeps one timer for the deadline of the request it carries ([`Deadline`]): a checkout moves it on
+//! to the new request's deadline. Moving a timer that has not fired to a later time is one atomic store in tokio,
+//! where a timer made and dropped per request takes the timer driver's lock twice.
 
 use super::ReqBody;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use tokio::time::Sleep;
+
+/// A connection's timer, set to the deadline of the request it carries.
+pub type Deadline = Pin<Box<Sleep>>;
 
 /// How long connecting to a process may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,10 +33,14 @@ pub enum ConnectError {
     Timeout { addr: SocketAddr },
     #[error("HTTP/1 handshake with {addr}: {source}")]
     Handshake { addr: SocketAddr, source: hyper::Error },
+    /// The request's deadline passed before a connection was ready.
+    #[error("no connection to {addr} before the request's deadline")]
+    Deadline { addr: SocketAddr },
 }
 
 struct Idle {
     tx: SendRequest<ReqBody>,
+    deadline: Deadline,
     since: Instant,
 }
 
@@ -37,9 +50,11 @@ pub struct Upstream {
     idle_timeout: Duration,
 }
 
-/// A sender checked out of the pool; `reused` when it has carried a request before.
+/// A sender checked out of the pool, its timer set to the request's deadline; `reused` when it has carried a
+/// request before.
 pub struct Checkout {
     pub tx: SendRequest<ReqBody>,
+    pub deadline: Deadline,
     pub reused: bool,
 }
 
@@ -52,28 +67,44 @@ impl Upstream {
         self.idle[index].lock().unwrap_or_else(PoisonError::into_inner).pop()
     }
 
-    /// A ready sender to process `index` at `addr`: the most recently used idle one, or a new connection.
-    pub async fn checkout(&self, index: usize, addr: SocketAddr) -> Result<Checkout, ConnectError> {
+    /// A ready sender to process `index` at `addr`, its timer set to `deadline`: the most recently used idle one, or
+    /// a new connection; none after `deadline`.
+    pub async fn checkout(
+        &self,
+        index: usize,
+        addr: SocketAddr,
+        deadline: tokio::time::Instant,
+    ) -> Result<Checkout, ConnectError> {
         while let Some(mut idle) = self.pop(index) {
             if idle.tx.is_closed() || idle.since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            if idle.tx.is_ready() || idle.tx.ready().await.is_ok() {
-                return Ok(Checkout { tx: idle.tx, reused: true });
+            if !idle.tx.is_ready() {
+                match tokio::time::timeout_at(deadline, idle.tx.ready()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => continue,
+                    Err(_) => return Err(ConnectError::Deadline { addr }),
+                }
             }
+            idle.deadline.as_mut().reset(deadline);
+            return Ok(Checkout { tx: idle.tx, deadline: idle.deadline, reused: true });
         }
         // Boxed: connecting is rare, and the future of every request's exchange would otherwise carry its size.
-        Ok(Checkout { tx: Box::pin(connect(addr)).await?, reused: false })
+        let tx = match Box::pin(tokio::time::timeout_at(deadline, connect(addr))).await {
+            Ok(tx) => tx?,
+            Err(_) => return Err(ConnectError::Deadline { addr }),
+        };
+        Ok(Checkout { tx, deadline: Box::pin(tokio::time::sleep_until(deadline)), reused: false })
     }
 
-    /// Puts a sender whose exchange ended cleanly back for the next request.
-    pub(crate) fn checkin(&self, index: usize, tx: SendRequest<ReqBody>) {
+    /// Puts a sender whose exchange ended cleanly back for the next request, with its timer.
+    pub(crate) fn checkin(&self, index: usize, tx: SendRequest<ReqBody>, deadline: Deadline) {
         if tx.is_closed() {
             return;
         }
         let mut idle = self.idle[index].lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE {
-            idle.push(Idle { tx, since: Instant::now() });
+            idle.push(Idle { tx, deadline, since: Instant::now() });
         }
     }
 
