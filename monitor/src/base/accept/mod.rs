@@ -13,6 +13,7 @@
 
 pub mod admit;
 pub mod client_io;
+mod head_timer;
 
 pub use admit::{Admission, Admitted, Bounds, Full, Seat};
 
@@ -21,7 +22,7 @@ use hyper::body::{Body, Incoming};
 use hyper::header::{HeaderValue, CONNECTION};
 use hyper::service::Service;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -193,7 +194,7 @@ where
     });
     let marks = seat.marks.clone();
     let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
+        .timer(head_timer::HeadTimer::default())
         .header_read_timeout(limits.header_read_timeout)
         .max_header_size(limits.max_header_bytes)
         .max_buf_size(limits.max_header_bytes)
