@@ -73,7 +73,7 @@ pub struct Sampler {
     abort: AbortSignal,
     /// When the last sample was taken.
     last_sample: Instant,
-    /// When the processes were last listed ([`Sampler::list_due`]).
+    /// When the processes were last listed on the clock, not for a process that started ([`Listing`]).
     procs_read: Option<Instant>,
     /// The same, wall clock (Unix ms): [`Snapshot::counted_unix_ms`].
     counted_unix_ms: u64,
@@ -86,6 +86,33 @@ pub struct Sampler {
     procs_every: Duration,
     /// The memory brake (`[policy] brake_at`): where it may be set, and where it is.
     brake: Steering,
+}
+
+/// Whether a sample lists the group's processes and reads their request counters ([`Sampler::list_due`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    NotDue,
+    /// Its second has come: the next listing on the clock is a second after this one.
+    OnTime,
+    /// Only because a process started: the clock's listings keep their times, so one process start cannot
+    /// postpone the counts of all the others past their second.
+    Started,
+}
+
+impl Listing {
+    /// `since`: the time since the last listing on the clock (None: none yet, or one is asked for at once);
+    /// `every`: how often they come.
+    fn of(relist: bool, since: Option<Duration>, every: Duration) -> Listing {
+        // A timed sample that comes about when the listing is due counts as due though the clock reads a little
+        // short of it.
+        if since.is_none_or(|s| s >= every.mul_f64(0.9)) {
+            Listing::OnTime
+        } else if relist {
+            Listing::Started
+        } else {
+            Listing::NotDue
+        }
+    }
 }
 
 /// The host's MemTotal in bytes (0 if /proc/meminfo cannot be read).
@@ -501,11 +528,8 @@ impl Sampler {
     /// maps): once a second (or per `interval_ms` when longer: the history's resolution), and at once when `monitor
     /// run` starts a process ([`Tracer`]) or the probes are loaded again. Far from the lines a process that joins
     /// is listed within that second, and its memory counts in the group's from its first page.
-    fn list_due(&self) -> bool {
-        // A timed sample that comes about when the listing is due counts as due though the clock reads a little
-        // short of it.
-        let every = self.procs_every.mul_f64(0.9);
-        self.relist || self.procs_read.is_none_or(|t| t.elapsed() >= every)
+    fn list_due(&self) -> Listing {
+        Listing::of(self.relist, self.procs_read.map(|t| t.elapsed()), self.procs_every)
     }
 
     /// Whether this sample lists the processes and reads each one's memory (one `statm` read) whether or not a
@@ -537,7 +561,8 @@ impl Sampler {
             (None, None) => (self.host_total, LimitSource::Host),
         };
         let ratio = if limit_bytes == 0 { 1.0 } else { mem.usage_bytes as f64 / limit_bytes as f64 };
-        let timed = self.list_due();
+        let listing = self.list_due();
+        let timed = listing != Listing::NotDue;
         if timed || self.memory_due(ratio) {
             // Listed at every such sample: a process that joined since the last listing and grew at once is among
             // those the abort chooses from.
@@ -548,7 +573,9 @@ impl Sampler {
                 // Taken before the read: every request a process had received by then is in the counts.
                 self.counted_unix_ms = crate::base::units::unix_ms();
                 self.add_traffic(&mut samples);
-                self.procs_read = Some(Instant::now());
+                if listing == Listing::OnTime {
+                    self.procs_read = Some(Instant::now());
+                }
                 self.relist = false;
                 for ack in self.acks.drain(..) {
                     let _ = ack.send(());
@@ -884,6 +911,19 @@ mod tests {
     use monitor_tests::hog::Hog;
     use monitor_tests::{spawn_in_cgroup, Hierarchy, MIB};
     use std::process::Command;
+
+    /// A listing for a process that started does not move the clock's listings: every process's counts stay
+    /// within their second.
+    #[test]
+    fn a_process_start_does_not_postpone_the_timed_listing() {
+        let (ms, every) = (Duration::from_millis, Duration::from_secs(1));
+        assert_eq!(Listing::of(false, None, every), Listing::OnTime);
+        assert_eq!(Listing::of(true, None, every), Listing::OnTime);
+        assert_eq!(Listing::of(false, Some(ms(500)), every), Listing::NotDue);
+        assert_eq!(Listing::of(true, Some(ms(500)), every), Listing::Started);
+        assert_eq!(Listing::of(false, Some(ms(900)), every), Listing::OnTime, "a timed sample a little early");
+        assert_eq!(Listing::of(true, Some(ms(1000)), every), Listing::OnTime);
+    }
 
     /// The sampler signals each victim once while the abort lasts, as the actions task's plan would: a new victim
     /// or a new abort is told again; shadow mode, the agent, a process not in the sample and an unset signal are
