@@ -117,7 +117,8 @@ fn a_burst_faster_than_the_interval_is_refused_before_the_limit() {
     assert!(
         answers.iter().any(guarded),
         "the burst overruns the limit together (one allocation took {alloc_ms} ms, each held {hold_ms} ms): some must \
-         be turned away: {answers:#?}"
+         be turned away: {answers:#?}\nthe agent's log:\n{}",
+        run.stderr()
     );
     assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted: {answers:#?}\n{}", run.stderr());
     // Nothing crashed. A burst that overshoots kill_at before its requests are cancelled costs a worker the guard's
