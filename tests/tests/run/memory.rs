@@ -112,12 +112,10 @@ fn shedding_at_85_and_cancelling_at_92() {
     assert!(r.text().starts_with("memory guard:") && r.text().contains("tx1"), "{}", r.text());
     // tx1 saw its client go away and freed the memory: the group goes back to normal and tx1 serves again. The
     // front door's 503 can reach this client before tx1's server has noticed its connection close: waited for.
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    let mut stats = run.stats(1);
-    while stats["abandoned"].as_u64() == Some(0) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        stats = run.stats(1);
-    }
+    let stats = monitor_tests::wait_until("tx1 to see its client gone", TIMEOUT, || {
+        let s = run.stats(1);
+        (s["abandoned"].as_u64() != Some(0)).then_some(s)
+    });
     assert_eq!(stats["abandoned"].as_u64(), Some(1), "{stats}");
     run.wait_for("normal again", |s| state(s) == "normal", TIMEOUT);
     let r = run.get("/r4/x", &[]);
