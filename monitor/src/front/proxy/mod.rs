@@ -57,8 +57,9 @@ pub enum ProxyError {
     Header(String),
 }
 
-/// The body of a request sent upstream: the client's ([`request_body`]: held, then streamed), or none.
-pub(crate) type ReqBody = Either<ClientBody, Empty<Bytes>>;
+/// The body of a request sent upstream: the client's ([`request_body`]: held, then streamed), or none. Boxed: most
+/// requests have none, and every future and move on a request's way carries the request's size.
+pub(crate) type ReqBody = Either<Box<ClientBody>, Empty<Bytes>>;
 
 /// The proxy's side of one process: outstanding requests, the policy's action, the abort signal.
 pub struct Backend {
@@ -107,9 +108,10 @@ impl Backend {
     }
 }
 
-/// A request ready to go upstream, and the copy kept for its one retry (bodiless idempotent requests only).
+/// A request ready to go upstream, and the copy kept for its one retry (bodiless idempotent requests only). The
+/// stages below it borrow it and take the request out only to send it, so no future on the way holds a copy.
 struct Outbound {
-    req: Request<ReqBody>,
+    req: Option<Request<ReqBody>>,
     retry: Option<Request<ReqBody>>,
     /// The Host field is the front door's (the client sent none): a retry to another process names that one.
     own_host: bool,
@@ -472,27 +474,36 @@ impl Proxy {
         fallback: Option<HeaderValue>,
         seat: &crate::base::accept::Seat,
     ) -> Response<ProxyBody> {
-        let out = match self.request_filter(&to, req, peer, fallback).await {
-            // Held whole or in part: what the request waits for from here on is the process.
-            Ok(out) => {
-                seat.busy();
-                out
-            }
-            Err(answer) => return answer,
+        let (mut out, body) = match self.request_filter(&to, req, peer, fallback) {
+            Ok(filtered) => filtered,
+            Err(answer) => return *answer,
         };
-        let (index, outcome) = self.upstream(local, &to, out).await;
+        if let Some(body) = body {
+            // Boxed: most requests have no body, and the future every request carries (and moves) stays small.
+            match Box::pin(self.hold_body(body)).await {
+                Ok(held) => {
+                    if let Some(r) = out.req.as_mut() {
+                        *r.body_mut() = held;
+                    }
+                }
+                Err(answer) => return answer,
+            }
+        }
+        // Held whole or in part: what the request waits for from here on is the process.
+        seat.busy();
+        let (index, outcome) = self.upstream(local, &to, &mut out).await;
         self.response_filter(local, &to, index, outcome)
     }
 
     /// The request as the process gets it: origin form, no hop-by-hop fields, exactly one Host, the client's
-    /// address added, the body held whole; or the answer that stops it here.
-    async fn request_filter(
+    /// address added; its body, if any, still to be held ([`Proxy::hold_body`]); or the answer that stops it here.
+    fn request_filter(
         &self,
         to: &Target,
         req: Request<Incoming>,
         peer: &HeaderValue,
         fallback: Option<HeaderValue>,
-    ) -> Result<Outbound, Response<ProxyBody>> {
+    ) -> Result<(Outbound, Option<Incoming>), Box<Response<ProxyBody>>> {
         let (mut parts, body) = req.into_parts();
         if parts.uri.scheme().is_some() || parts.uri.authority().is_some() || parts.uri.path_and_query().is_none() {
             // Absolute form: the process gets the origin form, and the target's host in place of the Host field
@@ -507,18 +518,18 @@ impl Proxy {
         }
         let stripped = headers::strip_hop_by_hop(&mut parts.headers);
         if stripped.other_coding {
-            return Err(status(
+            return Err(Box::new(status(
                 StatusCode::NOT_IMPLEMENTED,
                 "transfer codings other than chunked are not supported\n".into(),
-            ));
+            )));
         }
         if let Some(upgrade) = stripped.upgrade {
             // Other upgrades (h2c) are ignored, as a server may (RFC 9110 §7.8): the request is answered in HTTP/1.1.
             if headers::names_protocol(&upgrade, "websocket") {
-                return Err(status(
+                return Err(Box::new(status(
                     StatusCode::NOT_IMPLEMENTED,
                     "the front door does not carry protocol upgrades (Upgrade: websocket)\n".into(),
-                ));
+                )));
             }
         }
         headers::append_forwarded_for(&mut parts.headers, peer);
@@ -528,7 +539,7 @@ impl Proxy {
             (hosts.next().is_none(), hosts.next().is_some())
         };
         if two_hosts || (own_host && parts.version != Version::HTTP_10) {
-            return Err(status(StatusCode::BAD_REQUEST, "a request needs exactly one Host field\n".into()));
+            return Err(Box::new(status(StatusCode::BAD_REQUEST, "a request needs exactly one Host field\n".into())));
         }
         if own_host {
             parts.headers.insert(HOST, self.backends[to.index].host.clone());
@@ -544,55 +555,50 @@ impl Proxy {
             *r.headers_mut() = parts.headers.clone();
             r
         });
-        let body = if bodiless {
-            Either::Right(Empty::new())
-        } else {
-            // Held before anything goes upstream: a malformed body is answered here and never reaches the process.
-            // Boxed: see `handle`.
-            match Box::pin(tokio::time::timeout(
-                request_body::HOLD_TIMEOUT,
-                request_body::hold(body, &self.body_budget),
-            ))
-            .await
-            {
-                Ok(Ok(held)) => Either::Left(held),
-                Ok(Err(e)) => return Err(self.bad_body(&chain(&e))),
-                Err(_) => {
-                    let mut r = status(
-                        StatusCode::REQUEST_TIMEOUT,
-                        format!("the request body did not come within {} s\n", request_body::HOLD_TIMEOUT.as_secs()),
-                    );
-                    r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
-                    return Err(r);
-                }
+        let body = (!bodiless).then_some(body);
+        Ok((Outbound { req: Some(Request::from_parts(parts, Either::Right(Empty::new()))), retry, own_host }, body))
+    }
+
+    /// A request's body held before anything goes upstream: a malformed one is answered here (400, or 408 when it
+    /// does not come in time) and never reaches the process.
+    async fn hold_body(&self, body: Incoming) -> Result<ReqBody, Response<ProxyBody>> {
+        match tokio::time::timeout(request_body::HOLD_TIMEOUT, request_body::hold(body, &self.body_budget)).await {
+            Ok(Ok(held)) => Ok(Either::Left(Box::new(held))),
+            Ok(Err(e)) => Err(self.bad_body(&chain(&e))),
+            Err(_) => {
+                let mut r = status(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("the request body did not come within {} s\n", request_body::HOLD_TIMEOUT.as_secs()),
+                );
+                r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+                Err(r)
             }
-        };
-        Ok(Outbound { req: Request::from_parts(parts, body), retry, own_host })
+        }
     }
 
     /// Sends the request to its process; a bodiless idempotent request whose attempt failed is sent once more, to
     /// the next process the route allows, within the same deadline. Returns the process that answered last.
-    async fn upstream(&self, local: &Arc<Local>, to: &Target, out: Outbound) -> (usize, Attempt) {
+    async fn upstream(&self, local: &Arc<Local>, to: &Target, out: &mut Outbound) -> (usize, Attempt) {
         let deadline = tokio::time::Instant::now() + self.upstream_timeout;
         let mut index = to.index;
-        let pid = self.members[index].pid();
-        let mut outcome = self.attempt(local, index, out.req, deadline).await;
-        if let Attempt::Failed(e) = &outcome {
+        // One await for both tries: the future every request carries (and moves) holds one attempt, not two.
+        loop {
+            let pid = self.members[index].pid();
+            let outcome = self.attempt(local, index, &mut out.req, deadline).await;
+            let Attempt::Failed(e) = &outcome else { return (index, outcome) };
             if let Some(k) = self.kills.killed(pid) {
                 tracing::debug!(name = %self.members[index].name, pid, "upstream failed after the guard's kill: {e}");
                 return (index, Attempt::Killed(k.reason));
             }
-        }
-        if let (Attempt::Failed(e), Some(mut r)) = (&outcome, out.retry) {
+            let Some(mut r) = out.retry.take() else { return (index, outcome) };
             let next = local.table.retry(to.rule, to.exempt, |i| self.live(i), to.rotor.wrapping_add(1), index);
             tracing::debug!(from = %self.members[index].name, to = %self.members[next].name, "retrying once after: {e}");
             if next != index && out.own_host {
                 r.headers_mut().insert(HOST, self.backends[next].host.clone());
             }
             index = next;
-            outcome = self.attempt(local, index, r, deadline).await;
+            out.req = Some(r);
         }
-        (index, outcome)
     }
 
     /// The answer the client gets: the process's response, without hop-by-hop fields, its cache id signed, its
@@ -659,13 +665,13 @@ impl Proxy {
         HeaderValue::from_str(&token).ok()
     }
 
-    /// One try at process `index`, counted as outstanding on it, until a response head, an error, the deadline, or
-    /// the memory guard's abort of that process.
+    /// One try at process `index` with the request in `req` (taken once sent), counted as outstanding on it, until a
+    /// response head, an error, the deadline, or the memory guard's abort of that process.
     async fn attempt(
         &self,
         local: &Arc<Local>,
         index: usize,
-        req: Request<ReqBody>,
+        req: &mut Option<Request<ReqBody>>,
         deadline: tokio::time::Instant,
     ) -> Attempt {
         let outstanding = Outstanding::new(local.clone(), index);
@@ -681,19 +687,23 @@ impl Proxy {
         }
     }
 
-    /// One request on a pooled (or new) connection to process `index`, until a response head or `deadline` (on the
-    /// connection's own timer); the sender and its timer come back with the response.
+    /// One request (taken from `req` once a connection is ready) on a pooled (or new) connection to process `index`,
+    /// until a response head or `deadline` (on the connection's own timer); the sender and its timer come back with
+    /// the response.
     async fn exchange(
         &self,
         pool: &Upstream,
         index: usize,
-        req: Request<ReqBody>,
+        req: &mut Option<Request<ReqBody>>,
         deadline: tokio::time::Instant,
     ) -> Result<(Response<Incoming>, SendRequest<ReqBody>, upstream::Deadline), ExchangeError> {
         let mut c = match pool.checkout(index, self.backends[index].addr, deadline).await {
             Ok(c) => c,
             Err(upstream::ConnectError::Deadline { .. }) => return Err(ExchangeError::TimedOut),
             Err(e) => return Err(ExchangeError::Upstream(e.to_string())),
+        };
+        let Some(req) = req.take() else {
+            return Err(ExchangeError::Upstream("the request was sent already".into()));
         };
         let sent = tokio::select! {
             biased;
