@@ -456,43 +456,35 @@ impl Proxy {
             false => fallback.map(|f| HeaderValue::from_static(f.as_str())),
         };
         let to = Target { index, rule, exempt, rotor, signed_owner };
-        let mut resp = self.forward(local, to, req, peer, fallback.clone(), seat).await;
+        // Forwarded in three stages, as a proxy's phases are: the request filter (what is sent, or the answer that
+        // stops it), the upstream with one retry, and the response filter. Written out here rather than in a
+        // function of their own: each async function on the way keeps its arguments in the future every request
+        // carries (and moves).
+        let mut resp = 'forward: {
+            let (mut out, body) = match self.request_filter(&to, req, peer, fallback.clone()) {
+                Ok(filtered) => filtered,
+                Err(answer) => break 'forward *answer,
+            };
+            if let Some(body) = body {
+                // Boxed: most requests have no body.
+                match Box::pin(self.hold_body(body)).await {
+                    Ok(held) => {
+                        if let Some(r) = out.req.as_mut() {
+                            *r.body_mut() = held;
+                        }
+                    }
+                    Err(answer) => break 'forward answer,
+                }
+            }
+            // Held whole or in part: what the request waits for from here on is the process.
+            seat.busy();
+            let (index, outcome) = self.upstream(local, &to, &mut out).await;
+            self.response_filter(local, &to, index, outcome)
+        };
         if let Some(f) = fallback {
             resp.headers_mut().insert(X_ROUTE_FALLBACK.clone(), f);
         }
         resp
-    }
-
-    /// Forwards a routed request in three stages, as a proxy's phases are: the request filter (what is sent, or
-    /// the answer that stops it), the upstream with one retry, and the response filter.
-    async fn forward(
-        &self,
-        local: &Arc<Local>,
-        to: Target,
-        req: Request<Incoming>,
-        peer: &HeaderValue,
-        fallback: Option<HeaderValue>,
-        seat: &crate::base::accept::Seat,
-    ) -> Response<ProxyBody> {
-        let (mut out, body) = match self.request_filter(&to, req, peer, fallback) {
-            Ok(filtered) => filtered,
-            Err(answer) => return *answer,
-        };
-        if let Some(body) = body {
-            // Boxed: most requests have no body, and the future every request carries (and moves) stays small.
-            match Box::pin(self.hold_body(body)).await {
-                Ok(held) => {
-                    if let Some(r) = out.req.as_mut() {
-                        *r.body_mut() = held;
-                    }
-                }
-                Err(answer) => return answer,
-            }
-        }
-        // Held whole or in part: what the request waits for from here on is the process.
-        seat.busy();
-        let (index, outcome) = self.upstream(local, &to, &mut out).await;
-        self.response_filter(local, &to, index, outcome)
     }
 
     /// The request as the process gets it: origin form, no hop-by-hop fields, exactly one Host, the client's
