@@ -8,6 +8,7 @@ pub mod kernfile;
 pub mod logs;
 pub(crate) mod nocaps;
 pub(crate) mod notify;
+pub(crate) mod on_wake;
 pub(crate) mod ordered;
 pub(crate) mod pacing;
 pub(crate) mod pidfd;

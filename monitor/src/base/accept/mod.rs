@@ -17,6 +17,7 @@ mod head_timer;
 
 pub use admit::{Admission, Admitted, Bounds, Full, Seat};
 
+use crate::base::on_wake::OnWake;
 use client_io::ClientIo;
 use hyper::body::{Body, Incoming};
 use hyper::header::{HeaderValue, CONNECTION};
@@ -200,11 +201,16 @@ where
         .max_buf_size(limits.max_header_bytes)
         .serve_connection(TokioIo::new(ClientIo::new(stream, marks.clone())), svc);
     tokio::pin!(conn);
-    tokio::select! {
-        biased;
-        _ = conn.as_mut() => return,
-        _ = seat.evicted() => return,
-        _ = drain.wait_for(|d| *d) => {}
+    // The eviction and the drain are rare: polled only when they wake the task, not on each of its I/O wake-ups.
+    let mut evicted = OnWake::new(seat.evicted());
+    {
+        let mut drained = OnWake::new(drain.wait_for(|d| *d));
+        tokio::select! {
+            biased;
+            _ = conn.as_mut() => return,
+            _ = &mut evicted => return,
+            _ = &mut drained => {}
+        }
     }
     // Draining. A request that comes (or has come) is answered with `Connection: close` and hyper then closes the
     // connection by itself; one that is quiet for QUIET, its last bytes an answer's, is closed here (at once if
@@ -214,7 +220,7 @@ where
         tokio::select! {
             biased;
             _ = conn.as_mut() => return,
-            _ = seat.evicted() => return,
+            _ = &mut evicted => return,
             _ = tokio::time::sleep(QUIET) => {}
         }
         let now = marks.moves();
