@@ -121,8 +121,10 @@ pub fn run_only(quick: bool, only: &[String]) -> Result<()> {
             };
         }
     }
+    // The page adds ". Finished after …": each part starts with its own full stop instead of ending with one, and
+    // the build comes quoted already.
     run.head.options.push_str(&format!(
-        " {} run again on {}, build `{}`.",
+        ". {} run again on {}, build {}",
         only.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", "),
         again.started,
         again.build

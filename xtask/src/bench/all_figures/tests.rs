@@ -140,26 +140,26 @@ fn probes() {
 fn proxy() {
     let want = [
         ("monitor / nginx throughput at c=1", "0.76x"),
-        ("median of the rounds' monitor / nginx at c=1", "0.76x"),
-        ("monitor's added p50 over direct at c=1", "+22 µs"),
-        ("nginx's added p50 over direct at c=1", "-3 µs"),
-        ("monitor / bare hop throughput at c=1", "1.00x"),
-        ("monitor's syscalls / context switches per request at c=1", "6.03 / 2.01"),
+        ("median of the rounds' monitor / nginx at c=1", "0.72x"),
+        ("monitor's added p50 over direct at c=1", "+15 µs"),
+        ("nginx's added p50 over direct at c=1", "-12 µs"),
+        ("monitor / bare hop throughput at c=1", "0.97x"),
+        ("monitor's syscalls / context switches per request at c=1", "6.02 / 2.01"),
         ("the bare hop's syscalls / context switches per request at c=1", "6.00 / 2.00"),
-        ("monitor / nginx throughput at c=16", "0.95x"),
-        ("median of the rounds' monitor / nginx at c=16", "0.94x"),
-        ("monitor's added p50 over direct at c=16", "+156 µs"),
-        ("nginx's added p50 over direct at c=16", "+144 µs"),
-        ("monitor / bare hop throughput at c=16", "0.94x"),
-        ("monitor's syscalls / context switches per request at c=16", "4.52 / 0.42"),
-        ("the bare hop's syscalls / context switches per request at c=16", "4.49 / 0.42"),
-        ("monitor / nginx throughput at c=64", "0.83x"),
-        ("median of the rounds' monitor / nginx at c=64", "0.83x"),
-        ("monitor's added p50 over direct at c=64", "+483 µs"),
-        ("nginx's added p50 over direct at c=64", "+307 µs"),
-        ("monitor / bare hop throughput at c=64", "0.84x"),
-        ("monitor's syscalls / context switches per request at c=64", "4.17 / 0.26"),
-        ("the bare hop's syscalls / context switches per request at c=64", "4.20 / 0.20"),
+        ("monitor / nginx throughput at c=16", "0.99x"),
+        ("median of the rounds' monitor / nginx at c=16", "0.98x"),
+        ("monitor's added p50 over direct at c=16", "+122 µs"),
+        ("nginx's added p50 over direct at c=16", "+120 µs"),
+        ("monitor / bare hop throughput at c=16", "0.95x"),
+        ("monitor's syscalls / context switches per request at c=16", "4.52 / 0.39"),
+        ("the bare hop's syscalls / context switches per request at c=16", "4.55 / 0.39"),
+        ("monitor / nginx throughput at c=64", "0.90x"),
+        ("median of the rounds' monitor / nginx at c=64", "0.89x"),
+        ("monitor's added p50 over direct at c=64", "+338 µs"),
+        ("nginx's added p50 over direct at c=64", "+280 µs"),
+        ("monitor / bare hop throughput at c=64", "1.02x"),
+        ("monitor's syscalls / context switches per request at c=64", "4.18 / 0.25"),
+        ("the bare hop's syscalls / context switches per request at c=64", "4.20 / 0.21"),
     ];
     assert_eq!(read("proxy", sample!("proxy")), pairs(&want));
 }
@@ -167,12 +167,12 @@ fn proxy() {
 #[test]
 fn proxy_instructions() {
     let want = [
-        ("monitor run: instructions per request", "34580"),
-        ("bare hyper hop: instructions per request", "23198"),
+        ("monitor run: instructions per request", "32514"),
+        ("bare hyper hop: instructions per request", "23199"),
         ("byte relay: instructions per request", "447"),
-        ("nginx: instructions per request", "19855"),
-        ("monitor run / nginx", "1.74x"),
-        ("monitor run / bare hyper hop", "1.49x"),
+        ("nginx: instructions per request", "19861"),
+        ("monitor run / nginx", "1.64x"),
+        ("monitor run / bare hyper hop", "1.40x"),
     ];
     assert_eq!(read("proxy-instructions", sample!("proxy-instructions")), pairs(&want));
 }
