@@ -16,7 +16,8 @@
 //! - `?cache=start` issues a cache id `<name>.<n>` in `X-Cache-Id`; a request carrying `X-Cache-Id` that this
 //!   process did not issue gets 404 `cache-id-unknown`.
 //! - `?alloc_mib=N` allocates and touches N MiB, held until the answer is sent; `?sleep_ms=N` waits N ms first;
-//!   `?body_kib=N` pads the answer to N KiB.
+//!   `?hold_while=PATH` then waits while the file PATH exists (a plain path, no escapes); `?body_kib=N` pads the
+//!   answer to N KiB.
 //! - `?grow_mib=N` grows inside the request, as a runaway request would: it allocates and touches 4 MiB chunks up
 //!   to N MiB, at `grow_mib_s` MiB/s (0 or absent: as fast as it can), yielding between chunks so that a client
 //!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer.
@@ -299,6 +300,13 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
     };
     if let Some(ms) = query_u64(&query, "sleep_ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(flag) = query.split('&').find_map(|kv| kv.strip_prefix("hold_while=")) {
+        // Held while a test's file exists: requests on several processes hold their memory together until the test
+        // has seen what it waits for, however slowly the host runs.
+        while std::path::Path::new(flag).exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     let mut issued = None;
     if query.split('&').any(|kv| kv == "cache=start") {
