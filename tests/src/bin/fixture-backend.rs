@@ -17,7 +17,8 @@
 //!   process did not issue gets 404 `cache-id-unknown`.
 //! - `?alloc_mib=N` allocates and touches N MiB, held until the answer is sent; `?sleep_ms=N` waits N ms first;
 //!   `?hold_while=PATH` then waits while the file PATH exists (a plain path, no escapes); `?body_kib=N` pads the
-//!   answer to N KiB.
+//!   answer to N KiB; `?trickle_ms=N` answers at once with a body of one line every 100 ms for N ms instead, the
+//!   memory held until its last line.
 //! - `?grow_mib=N` grows inside the request, as a runaway request would: it allocates and touches 4 MiB chunks up
 //!   to N MiB, at `grow_mib_s` MiB/s (0 or absent: as fast as it can), yielding between chunks so that a client
 //!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer.
@@ -31,15 +32,18 @@
 //! - Idle keep-alive connections close after `--keepalive-ms` (default 5000, Node's default).
 //!   Logs nothing unless `--verbose`.
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::{Body, Bytes, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::HashSet;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 const MIB: usize = 1024 * 1024;
@@ -202,8 +206,11 @@ fn query_u64(query: &str, key: &str) -> Option<u64> {
     query.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(body.into()));
+/// An answer: whole, or `?trickle_ms`'s body.
+type Answer = Either<Full<Bytes>, Trickle>;
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Answer> {
+    let mut r = Response::new(Either::Left(Full::new(body.into())));
     *r.status_mut() = status;
     r
 }
@@ -222,7 +229,7 @@ impl std::fmt::Display for Dropped {
 
 impl std::error::Error for Dropped {}
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, BoxError> {
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Answer>, BoxError> {
     state.requests.fetch_add(1, Ordering::Relaxed);
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -328,9 +335,27 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
             v.push_str(&" ".repeat(want - v.len()));
         }
     }
-    drop(hold);
-    drop(grown);
-    let mut resp = text(StatusCode::OK, v);
+    let mut resp = match query_u64(&query, "trickle_ms") {
+        Some(ms) => {
+            // The body's own count from here: the request is in flight until its last line.
+            state.inflight.fetch_add(1, Ordering::Relaxed);
+            flight.done = true;
+            let lines = u32::try_from(ms / TRICKLE_EVERY.as_millis() as u64).unwrap_or(u32::MAX);
+            let tick = Box::pin(tokio::time::sleep(Duration::ZERO));
+            Response::new(Either::Right(Trickle {
+                state: state.clone(),
+                lines,
+                tick,
+                _held: (hold, grown),
+                done: false,
+            }))
+        }
+        None => {
+            drop(hold);
+            drop(grown);
+            text(StatusCode::OK, v)
+        }
+    };
     resp.headers_mut().insert(
         "x-served-by",
         hyper::header::HeaderValue::from_str(&state.name)
@@ -339,13 +364,60 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
     if let Some(id) = issued.and_then(|id| hyper::header::HeaderValue::from_str(&id).ok()) {
         resp.headers_mut().insert("x-cache-id", id);
     }
-    state.served.fetch_add(1, Ordering::Relaxed);
-    flight.done = true;
+    if !flight.done {
+        state.served.fetch_add(1, Ordering::Relaxed);
+        flight.done = true;
+    }
     Ok(resp)
 }
 
+/// How often `?trickle_ms`'s body sends a line.
+const TRICKLE_EVERY: Duration = Duration::from_millis(100);
+
+/// `?trickle_ms=N`'s body: a line every [`TRICKLE_EVERY`] for N ms, the first at once, holding what the request
+/// allocated until the last; dropped before it (its client gone, or the front door cutting it) it frees the memory
+/// and counts the request abandoned.
+struct Trickle {
+    state: Arc<State>,
+    lines: u32,
+    tick: Pin<Box<tokio::time::Sleep>>,
+    _held: (Vec<u8>, Vec<Vec<u8>>),
+    done: bool,
+}
+
+impl Body for Trickle {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if this.lines == 0 {
+            if !this.done {
+                this.done = true;
+                this.state.served.fetch_add(1, Ordering::Relaxed);
+            }
+            return Poll::Ready(None);
+        }
+        if this.tick.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        this.lines -= 1;
+        this.tick.as_mut().reset(tokio::time::Instant::now() + TRICKLE_EVERY);
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b".\n")))))
+    }
+}
+
+impl Drop for Trickle {
+    fn drop(&mut self) {
+        self.state.inflight.fetch_sub(1, Ordering::Relaxed);
+        if !self.done {
+            self.state.abandoned.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// One POST of monitor's on an admin path: checked (when there is a secret), logged, and acted on only if good.
-async fn admin(state: &State, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, BoxError> {
+async fn admin(state: &State, req: Request<Incoming>) -> Result<Response<Answer>, BoxError> {
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
     let proof = req.headers().get("x-monitor-proof").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let method = req.method().to_string();

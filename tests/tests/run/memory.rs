@@ -1,16 +1,19 @@
 //! Shedding and aborting driven by a real memory cgroup (256 MiB) whose usage is pushed over the lines: an
 //! `alloc-hog` in the group takes it past refuse_at (85%): new requests get 503 + Retry-After naming the memory
 //! guard, health paths still pass; a worker holding memory for a slow request plus the hog take it past abort_at
-//! (92%): the worker, now the largest, has its in-flight request cancelled (503 naming the memory guard), abandons
-//! it and frees the memory, and the group goes back to normal. Each process is told of its own action changes on its
-//! admin endpoint (`[[process]] admin_path`), with the agent's proof it checks, which no client of the front door can
-//! reach, whatever shape its path takes (403, and the process hears nothing); nor `[actions] post_url`'s path when it
-//! points at a process of the group. In shadow mode nothing is enforced and nobody is told.
+//! (92%): the worker, now the largest, has its in-flight request cancelled (503 naming the memory guard), or its
+//! answer under way cut, abandons it and frees the memory, and the group goes back to normal. Each process is told
+//! of its own action changes on its admin endpoint (`[[process]] admin_path`), with the agent's proof it checks,
+//! which no client of the front door can reach, whatever shape its path takes (403, and the process hears nothing);
+//! nor `[actions] post_url`'s path when it points at a process of the group. In shadow mode nothing is enforced and
+//! nobody is told.
 
 use monitor_tests::require_group;
 use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
 use monitor_tests::Hog;
 use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
@@ -140,6 +143,61 @@ fn shedding_at_85_and_cancelling_at_92() {
         let s = run.stats(i);
         assert_eq!((s["proof"].as_str(), s["rejected"].as_array().map(Vec::len)), (Some("checked"), Some(0)), "{s:#}");
     }
+    drop(hog);
+}
+
+/// An answer under way when its process is told to abort is cut: the client has had the head (200) and the start of
+/// the body, then the connection ends without the body's last chunk. The process sees its client gone, abandons the
+/// request and frees what it held, and the group goes back to normal.
+#[test]
+fn an_answer_under_way_is_cut_when_its_process_aborts() {
+    if !require_group("an_answer_under_way_is_cut_when_its_process_aborts") {
+        return;
+    }
+    let run = Run::start("memory-cut", &spec(false));
+    let mut hog = Hog::spawn(HOG, run.cg.path(), 40, false);
+    // tx1 allocates 150 MiB and answers at once, with a line every 100 ms for up to a minute, holding the memory.
+    let mut client = TcpStream::connect(run.proxy).expect("connecting to the front door");
+    client.set_read_timeout(Some(monitor_tests::pace::scaled(TIMEOUT))).expect("read timeout");
+    client
+        .write_all(b"GET /r4/big?alloc_mib=150&trickle_ms=60000 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .expect("sending the request");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(".\n") {
+        let n = client.read(&mut buf).expect("the answer's head and first line");
+        assert!(n > 0, "the front door closed before the first line: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got));
+    let tx1_pid = member(&run.status(), "tx1")["pid"].as_u64().expect("tx1 pid");
+    run.wait_for(
+        "tx1 holding its memory",
+        |s| {
+            s["processes"].as_array().is_some_and(|ps| {
+                ps.iter().any(|p| p["pid"].as_u64() == Some(tx1_pid) && p["rss_bytes"].as_u64() > Some(140 << 20))
+            })
+        },
+        TIMEOUT,
+    );
+    // 40 + 150 + the processes, then the hog grows to ~93%: tx1, the largest, is told to abort.
+    hog.set_mib(85);
+    // The rest of the answer: lines until the cut (a read error or the end of the connection).
+    loop {
+        match client.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(!text.ends_with("0\r\n\r\n"), "the answer ended whole, it was not cut: {text}");
+    eprintln!("the answer was cut after {} of its 600 lines", text.matches(".\n").count());
+    let stats = monitor_tests::wait_until("tx1 to see its client gone", TIMEOUT, || {
+        let s = run.stats(1);
+        (s["abandoned"].as_u64() != Some(0)).then_some(s)
+    });
+    assert_eq!(stats["abandoned"].as_u64(), Some(1), "{stats}");
+    run.wait_for("normal again", |s| state(s) == "normal", TIMEOUT);
     drop(hog);
 }
 
