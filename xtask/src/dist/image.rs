@@ -120,12 +120,20 @@ impl Buildah {
 
 /// The archive [`build`] writes for `spec`, when it is there and newer than the binary (else `None`).
 pub fn built(spec: &Spec<'_>) -> Result<Option<Built>> {
-    let version = version(spec.binary)?;
-    let archive = spec.out_dir.join(format!("{NAME}-{version}.oci.tar"));
+    let named = named(spec)?;
     let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
-    Ok(match (modified(&archive), modified(spec.binary)) {
-        (Some(a), Some(b)) if a >= b => Some(Built { archive, reference: format!("localhost/{NAME}:{version}") }),
+    Ok(match (modified(&named.archive), modified(spec.binary)) {
+        (Some(a), Some(b)) if a >= b => Some(named),
         _ => None,
+    })
+}
+
+/// Where the image of `spec.binary`'s version goes, and its name.
+fn named(spec: &Spec<'_>) -> Result<Built> {
+    let version = version(spec.binary)?;
+    Ok(Built {
+        archive: spec.out_dir.join(format!("{NAME}-{version}.oci.tar")),
+        reference: format!("localhost/{NAME}:{version}"),
     })
 }
 
@@ -136,11 +144,9 @@ pub fn build(spec: &Spec<'_>) -> Result<Built> {
     }
     crate::util::ensure_command("buildah", "buildah", "cargo xtask dist --image")?;
     crate::util::ensure_command("mmdebstrap", "mmdebstrap", "cargo xtask dist --image")?;
-    let version = version(spec.binary)?;
-    let reference = format!("localhost/{NAME}:{version}");
+    let Built { archive, reference } = named(spec)?;
     let base = ensure_base(spec.cache, spec.include)?;
     fs::create_dir_all(spec.out_dir).with_context(|| format!("mkdir {}", spec.out_dir.display()))?;
-    let archive = spec.out_dir.join(format!("{NAME}-{version}.oci.tar"));
     // The release profile keeps debug info (for the benchmarks' profiles): the image's copy goes without, as the
     // package's does.
     let stripped = spec.out_dir.join("monitor.stripped");

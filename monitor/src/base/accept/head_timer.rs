@@ -17,16 +17,18 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::time::Sleep;
 
+/// A connection's one tokio timer: made at the first sleep that is polled, kept for the connection's life.
+type Shared = Arc<Mutex<Option<Pin<Box<Sleep>>>>>;
+
 /// One connection's timer for hyper.
 #[derive(Clone, Default)]
 pub(crate) struct HeadTimer {
-    /// Made at the first sleep that is polled; kept for the connection's life.
-    shared: Arc<Mutex<Option<Pin<Box<Sleep>>>>>,
+    shared: Shared,
 }
 
 /// One of hyper's sleeps: ready at `deadline`, on its connection's timer.
 struct HeadSleep {
-    shared: Arc<Mutex<Option<Pin<Box<Sleep>>>>>,
+    shared: Shared,
     deadline: tokio::time::Instant,
 }
 
