@@ -49,6 +49,19 @@ fn wait_admin(run: &Run, i: usize, want: &[&str]) {
     }
 }
 
+/// Waits until the process `pid` holds more than 140 MiB (its slow request's 150).
+fn wait_holding(run: &Run, pid: u64) {
+    run.wait_for(
+        "tx1 holding its memory",
+        |s| {
+            s["processes"].as_array().is_some_and(|ps| {
+                ps.iter().any(|p| p["pid"].as_u64() == Some(pid) && p["rss_bytes"].as_u64() > Some(140 << 20))
+            })
+        },
+        TIMEOUT,
+    );
+}
+
 /// True when `want` appears in `got` in order (other entries may come between).
 fn in_order(got: &[String], want: &[&str]) -> bool {
     let mut it = got.iter();
@@ -89,15 +102,7 @@ fn shedding_at_85_and_cancelling_at_92() {
         monitor_tests::http::get(addr, "/r4/big?alloc_mib=150&sleep_ms=20000", Duration::from_secs(30))
     });
     let tx1_pid = member(&run.status(), "tx1")["pid"].as_u64().expect("tx1 pid");
-    run.wait_for(
-        "tx1 holding its memory",
-        |s| {
-            s["processes"].as_array().is_some_and(|ps| {
-                ps.iter().any(|p| p["pid"].as_u64() == Some(tx1_pid) && p["rss_bytes"].as_u64() > Some(140 << 20))
-            })
-        },
-        TIMEOUT,
-    );
+    wait_holding(&run, tx1_pid);
     // 40 + 150 + the processes, then the hog grows to ~93%.
     hog.set_mib(85);
     // The abort can be over within one sample (tx1 frees its memory at once): the status may never show it, the
@@ -171,15 +176,7 @@ fn an_answer_under_way_is_cut_when_its_process_aborts() {
     }
     assert!(got.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got));
     let tx1_pid = member(&run.status(), "tx1")["pid"].as_u64().expect("tx1 pid");
-    run.wait_for(
-        "tx1 holding its memory",
-        |s| {
-            s["processes"].as_array().is_some_and(|ps| {
-                ps.iter().any(|p| p["pid"].as_u64() == Some(tx1_pid) && p["rss_bytes"].as_u64() > Some(140 << 20))
-            })
-        },
-        TIMEOUT,
-    );
+    wait_holding(&run, tx1_pid);
     // 40 + 150 + the processes, then the hog grows to ~93%: tx1, the largest, is told to abort.
     hog.set_mib(85);
     // The rest of the answer: lines until the cut (a read error or the end of the connection).
