@@ -184,13 +184,22 @@ mod proof {
     }
 }
 
-/// Counts a request in flight; a request dropped before it answers (the client went away) is abandoned.
-struct InFlight<'a> {
-    state: &'a State,
+/// Counts a request in flight; a request dropped before it answers (the client went away) is abandoned. A
+/// `?trickle_ms` answer carries it on in its body until the last line.
+struct InFlight {
+    state: Arc<State>,
     done: bool,
 }
 
-impl Drop for InFlight<'_> {
+impl InFlight {
+    /// The request was answered in full.
+    fn served(&mut self) {
+        self.state.served.fetch_add(1, Ordering::Relaxed);
+        self.done = true;
+    }
+}
+
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.state.inflight.fetch_sub(1, Ordering::Relaxed);
         if !self.done {
@@ -276,7 +285,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<An
         _ => {}
     }
     state.inflight.fetch_add(1, Ordering::Relaxed);
-    let mut flight = InFlight { state: &state, done: false };
+    let mut flight = InFlight { state: state.clone(), done: false };
     let header = |n: &str| req.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
     let (xff, cache_id) = (header("x-forwarded-for"), header("x-cache-id"));
     let method = req.method().to_string();
@@ -337,22 +346,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<An
     }
     let mut resp = match query_u64(&query, "trickle_ms") {
         Some(ms) => {
-            // The body's own count from here: the request is in flight until its last line.
-            state.inflight.fetch_add(1, Ordering::Relaxed);
-            flight.done = true;
             let lines = u32::try_from(ms / TRICKLE_EVERY.as_millis() as u64).unwrap_or(u32::MAX);
             let tick = Box::pin(tokio::time::sleep(Duration::ZERO));
-            Response::new(Either::Right(Trickle {
-                state: state.clone(),
-                lines,
-                tick,
-                _held: (hold, grown),
-                done: false,
-            }))
+            // The request is in flight until the body's last line.
+            Response::new(Either::Right(Trickle { flight, lines, tick, _held: (hold, grown) }))
         }
         None => {
             drop(hold);
             drop(grown);
+            flight.served();
             text(StatusCode::OK, v)
         }
     };
@@ -364,10 +366,6 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<An
     if let Some(id) = issued.and_then(|id| hyper::header::HeaderValue::from_str(&id).ok()) {
         resp.headers_mut().insert("x-cache-id", id);
     }
-    if !flight.done {
-        state.served.fetch_add(1, Ordering::Relaxed);
-        flight.done = true;
-    }
     Ok(resp)
 }
 
@@ -376,13 +374,12 @@ const TRICKLE_EVERY: Duration = Duration::from_millis(100);
 
 /// `?trickle_ms=N`'s body: a line every [`TRICKLE_EVERY`] for N ms, the first at once, holding what the request
 /// allocated until the last; dropped before it (its client gone, or the front door cutting it) it frees the memory
-/// and counts the request abandoned.
+/// and its [`InFlight`] counts the request abandoned.
 struct Trickle {
-    state: Arc<State>,
+    flight: InFlight,
     lines: u32,
     tick: Pin<Box<tokio::time::Sleep>>,
     _held: (Vec<u8>, Vec<Vec<u8>>),
-    done: bool,
 }
 
 impl Body for Trickle {
@@ -392,9 +389,8 @@ impl Body for Trickle {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         if this.lines == 0 {
-            if !this.done {
-                this.done = true;
-                this.state.served.fetch_add(1, Ordering::Relaxed);
+            if !this.flight.done {
+                this.flight.served();
             }
             return Poll::Ready(None);
         }
@@ -404,15 +400,6 @@ impl Body for Trickle {
         this.lines -= 1;
         this.tick.as_mut().reset(tokio::time::Instant::now() + TRICKLE_EVERY);
         Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b".\n")))))
-    }
-}
-
-impl Drop for Trickle {
-    fn drop(&mut self) {
-        self.state.inflight.fetch_sub(1, Ordering::Relaxed);
-        if !self.done {
-            self.state.abandoned.fetch_add(1, Ordering::Relaxed);
-        }
     }
 }
 

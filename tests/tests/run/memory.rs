@@ -62,6 +62,16 @@ fn wait_holding(run: &Run, pid: u64) {
     );
 }
 
+/// Waits until tx1 saw its client go (the front door cancelled or cut its request), and checks it abandoned exactly
+/// that one request.
+fn abandoned_once(run: &Run) {
+    let stats = monitor_tests::wait_until("tx1 to see its client gone", TIMEOUT, || {
+        let s = run.stats(1);
+        (s["abandoned"].as_u64() != Some(0)).then_some(s)
+    });
+    assert_eq!(stats["abandoned"].as_u64(), Some(1), "{stats}");
+}
+
 /// True when `want` appears in `got` in order (other entries may come between).
 fn in_order(got: &[String], want: &[&str]) -> bool {
     let mut it = got.iter();
@@ -120,11 +130,7 @@ fn shedding_at_85_and_cancelling_at_92() {
     assert!(r.text().starts_with("memory guard:") && r.text().contains("tx1"), "{}", r.text());
     // tx1 saw its client go away and freed the memory: the group goes back to normal and tx1 serves again. The
     // front door's 503 can reach this client before tx1's server has noticed its connection close: waited for.
-    let stats = monitor_tests::wait_until("tx1 to see its client gone", TIMEOUT, || {
-        let s = run.stats(1);
-        (s["abandoned"].as_u64() != Some(0)).then_some(s)
-    });
-    assert_eq!(stats["abandoned"].as_u64(), Some(1), "{stats}");
+    abandoned_once(&run);
     run.wait_for("normal again", |s| state(s) == "normal", TIMEOUT);
     let r = run.get("/r4/x", &[]);
     assert_eq!((r.status, served_by(&r).as_str()), (200, "tx1"), "{}", r.text());
@@ -189,11 +195,7 @@ fn an_answer_under_way_is_cut_when_its_process_aborts() {
     let text = String::from_utf8_lossy(&got);
     assert!(!text.ends_with("0\r\n\r\n"), "the answer ended whole, it was not cut: {text}");
     eprintln!("the answer was cut after {} of its 600 lines", text.matches(".\n").count());
-    let stats = monitor_tests::wait_until("tx1 to see its client gone", TIMEOUT, || {
-        let s = run.stats(1);
-        (s["abandoned"].as_u64() != Some(0)).then_some(s)
-    });
-    assert_eq!(stats["abandoned"].as_u64(), Some(1), "{stats}");
+    abandoned_once(&run);
     run.wait_for("normal again", |s| state(s) == "normal", TIMEOUT);
     drop(hog);
 }
