@@ -255,9 +255,15 @@ impl PathSet {
         RegexSet::new(patterns)?;
         let (mut prefixes, mut contains, mut rest) = (Vec::new(), Vec::new(), Vec::new());
         for p in patterns {
-            match literal(p) {
-                Some((true, text)) => prefixes.push(text),
-                Some((false, text)) => contains.push(text),
+            match literals(p) {
+                Some(texts) => {
+                    for (anchored, text) in texts {
+                        match anchored {
+                            true => prefixes.push(text),
+                            false => contains.push(text),
+                        }
+                    }
+                }
                 None => rest.push(p.as_str()),
             }
         }
@@ -270,6 +276,41 @@ impl PathSet {
             || self.contains.iter().any(|c| path.contains(c.as_str()))
             || self.rest.as_ref().is_some_and(|r| r.is_match(path))
     }
+}
+
+/// The texts ([`literal`]) that the (valid) regex `pattern` is an alternation of: `a|b`, or one group of
+/// alternatives between text, `x(a|b)y` (the default master paths' `(\$|%24)closure`); None for any other.
+fn literals(pattern: &str) -> Option<Vec<(bool, String)>> {
+    // The unescaped operators' byte offsets: `\` escapes the next character, always one byte here (escapes of
+    // anything else are not text, and `literal` refuses them).
+    let (mut open, mut close, mut bars) = (Vec::new(), Vec::new(), Vec::new());
+    let mut bytes = pattern.bytes().enumerate();
+    while let Some((i, b)) = bytes.next() {
+        match b {
+            b'\\' => {
+                bytes.next();
+            }
+            b'(' => open.push(i),
+            b')' => close.push(i),
+            b'|' => bars.push(i),
+            _ => {}
+        }
+    }
+    // The alternatives lie between `from` and `to`, with `head` before and `tail` after each.
+    let (head, tail, from, to) = match (open.as_slice(), close.as_slice()) {
+        ([], []) => ("", "", 0, pattern.len()),
+        (&[o], &[c]) if o < c && !pattern[o + 1..].starts_with('?') && bars.iter().all(|&b| o < b && b < c) => {
+            (&pattern[..o], &pattern[c + 1..], o + 1, c)
+        }
+        _ => return None,
+    };
+    let mut start = from;
+    let mut out = Vec::with_capacity(bars.len() + 1);
+    for &end in bars.iter().chain(std::iter::once(&to)) {
+        out.push(literal(&format!("{head}{}{tail}", &pattern[start..end]))?);
+        start = end + 1;
+    }
+    Some(out)
 }
 
 /// `Some((anchored, text))` when the (valid) regex `pattern` matches exactly `text`, at the start of the path
@@ -340,7 +381,6 @@ mod tests {
             ("(?i)^/info", None),
             ("^/a\\d", None),
             ("\\<word", None),
-            ("a|b", None),
         ];
         for (pattern, want) in cases {
             let got = literal(pattern);
@@ -348,11 +388,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn alternations_of_text_are_matched_as_text() {
+        let t = |v: &[(bool, &str)]| Some(v.iter().map(|(a, s)| (*a, s.to_string())).collect::<Vec<_>>());
+        let cases: &[(&str, Option<Vec<(bool, String)>>)] = &[
+            (r"(\$|%24)closure", t(&[(false, "$closure"), (false, "%24closure")])),
+            ("^/a|/b", t(&[(true, "/a"), (false, "/b")])),
+            ("^/(info|about)/", t(&[(true, "/info/"), (true, "/about/")])),
+            ("^/x", t(&[(true, "/x")])),
+            (r"\(a|b\)", t(&[(false, "(a"), (false, "b)")])),
+            ("(a|b)+", None),
+            ("(a|b)$", None),
+            ("(?i)a|b", None),
+            ("(?:a|b)", None),
+            ("(a|b)(c|d)", None),
+            ("a|(b|c)", None),
+            ("x(^a|b)", None),
+        ];
+        for (pattern, want) in cases {
+            assert_eq!(&literals(pattern), want, "{pattern:?}");
+        }
+    }
+
     proptest::proptest! {
         /// Whatever the patterns, the set matches exactly the paths the regex crate matches.
         #[test]
         fn path_sets_match_as_the_regex_crate_does(
-            patterns in proptest::collection::vec("\\^?([a-c/.$%|*?]|\\\\[.$/dw<]){0,5}", 0..4),
+            patterns in proptest::collection::vec("\\^?([a-c/.$%|*?()]|\\\\[.$/dw<()]){0,6}", 0..4),
             path in "[a-c/.$%]{0,8}",
         ) {
             let Ok(want) = RegexSet::new(&patterns) else { return Ok(()) };
