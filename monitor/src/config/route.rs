@@ -390,8 +390,9 @@ mod tests {
 
     #[test]
     fn alternations_of_text_are_matched_as_text() {
-        let t = |v: &[(bool, &str)]| Some(v.iter().map(|(a, s)| (*a, s.to_string())).collect::<Vec<_>>());
-        let cases: &[(&str, Option<Vec<(bool, String)>>)] = &[
+        type Texts = Option<Vec<(bool, String)>>;
+        let t = |v: &[(bool, &str)]| -> Texts { Some(v.iter().map(|(a, s)| (*a, s.to_string())).collect()) };
+        let cases: &[(&str, Texts)] = &[
             (r"(\$|%24)closure", t(&[(false, "$closure"), (false, "%24closure")])),
             ("^/a|/b", t(&[(true, "/a"), (false, "/b")])),
             ("^/(info|about)/", t(&[(true, "/info/"), (true, "/about/")])),
