@@ -1,5 +1,6 @@
 //! The response body the proxy sends: an upstream body streamed frame by frame (never buffered), which keeps its
-//! process's outstanding count up until it ends, is cut when the memory guard aborts that process or when the
+//! process's outstanding count up until it ends, is cut when the memory guard aborts that process (the abort closes
+//! the upstream connection, which wakes the body; the moved generation tells it from a clean end) or when the
 //! process sends nothing of it for the upstream timeout (as nginx's `proxy_read_timeout`), and hands its
 //! upstream connection back to the pool once it ended cleanly; or a short body of the proxy's own.
 
@@ -41,6 +42,11 @@ impl Outstanding {
     fn addr(&self) -> std::net::SocketAddr {
         self.local.proxy.backends[self.index].addr
     }
+
+    /// How many times the process was told to abort so far.
+    fn generation(&self) -> u64 {
+        self.local.proxy.backends[self.index].generation()
+    }
 }
 
 impl Drop for Outstanding {
@@ -49,7 +55,7 @@ impl Drop for Outstanding {
     }
 }
 
-/// Resolves when the process is told to abort (the abort generation moves); never if the sender is gone.
+/// Resolves when the process is told to abort (its thread's abort channel moves); never if the sender is gone.
 pub async fn aborted(mut rx: watch::Receiver<u64>) {
     if rx.changed().await.is_err() {
         std::future::pending::<()>().await;
@@ -66,8 +72,6 @@ pub(crate) struct Cut;
 #[error("response cut: its process sent nothing for {} s", .0.as_secs())]
 pub struct Stalled(pub Duration);
 
-type AbortFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-
 /// The connection a response came on, returned to its pool when the body ended cleanly.
 pub struct Lease {
     pub pool: Arc<Upstream>,
@@ -79,12 +83,11 @@ pub struct Lease {
 /// An upstream response body on its way to the client.
 pub struct Streamed {
     inner: Incoming,
-    /// The process's abort generation as of the request. Only watched (a boxed `changed()` future, so a waker is
-    /// registered) once the upstream body makes the client wait; a body that is ready at once costs no allocation.
-    abort_rx: watch::Receiver<u64>,
-    abort: Option<AbortFuture>,
-    /// How long the upstream body may send nothing; the timer is made, like `abort`, only once the body makes the
-    /// client wait, and moved on only when a frame came since it was last polled.
+    /// The process's abort generation as of the request: when it moved, the body is cut. A closed connection ends
+    /// `inner` as a clean end would, so it is checked before each frame is taken.
+    generation: u64,
+    /// How long the upstream body may send nothing; the timer is made only once the body makes the client wait, and
+    /// moved on only when a frame came since it was last polled.
     stall_after: Duration,
     stall: Option<Pin<Box<Sleep>>>,
     progressed: bool,
@@ -97,15 +100,14 @@ impl Streamed {
     /// `stall_after`: the longest the process may leave the body without a frame before it is cut.
     pub fn new(
         inner: Incoming,
-        abort_rx: watch::Receiver<u64>,
+        generation: u64,
         lease: Lease,
         outstanding: Outstanding,
         stall_after: Duration,
     ) -> Streamed {
         Streamed {
             inner,
-            abort_rx,
-            abort: None,
+            generation,
             stall_after,
             stall: None,
             progressed: false,
@@ -128,11 +130,9 @@ impl Streamed {
         t.as_mut().poll(cx).is_ready()
     }
 
-    fn cut(&mut self) -> bool {
-        match &mut self.abort {
-            Some(_) => false,
-            None => self.abort_rx.has_changed().unwrap_or(false),
-        }
+    /// True once the process was told to abort since the request started.
+    fn cut(&self) -> bool {
+        self._outstanding.generation() != self.generation
     }
 }
 
@@ -165,12 +165,6 @@ fn poll_streamed(s: &mut Streamed, cx: &mut Context<'_>) -> Poll<Option<Result<F
         s.lease = None;
         return Poll::Ready(Some(Err(Box::new(Cut))));
     }
-    if let Some(f) = &mut s.abort {
-        if f.as_mut().poll(cx).is_ready() {
-            s.lease = None;
-            return Poll::Ready(Some(Err(Box::new(Cut))));
-        }
-    }
     match Pin::new(&mut s.inner).poll_frame(cx) {
         Poll::Ready(None) => {
             s.ended = true;
@@ -185,14 +179,6 @@ fn poll_streamed(s: &mut Streamed, cx: &mut Context<'_>) -> Poll<Option<Result<F
             Poll::Ready(Some(Err(e.into())))
         }
         Poll::Pending => {
-            if s.abort.is_none() {
-                let mut f: AbortFuture = Box::pin(aborted(s.abort_rx.clone()));
-                if f.as_mut().poll(cx).is_ready() {
-                    s.lease = None;
-                    return Poll::Ready(Some(Err(Box::new(Cut))));
-                }
-                s.abort = Some(f);
-            }
             if s.stalled(cx) {
                 tracing::warn!(upstream = %s._outstanding.addr(), "response body stalled for {} s: cut", s.stall_after.as_secs());
                 s.lease = None;

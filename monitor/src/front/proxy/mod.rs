@@ -31,7 +31,7 @@ use crate::base::token::{HostOwner, HostTokens};
 use crate::config::route::{self, Live, Route, Rule, Unavailable};
 use crate::config::ProxyConfig;
 use crate::front::launcher::Member;
-use body::{aborted, Lease, Outstanding, ProxyBody, Streamed};
+use body::{Lease, Outstanding, ProxyBody, Streamed};
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
@@ -69,8 +69,11 @@ pub struct Backend {
     outstanding: Box<[Slot]>,
     /// [`shed::encode`]d action.
     pub action: AtomicU8,
-    /// One abort channel per front-door thread ([`Backend::abort`] moves them all): every in-flight request watches
-    /// its own thread's, so subscribing and waiting never touch state that another thread writes.
+    /// How many times the process was told to abort: a request notes it when it starts, and finds it moved when the
+    /// abort closed its upstream connection.
+    generation: AtomicU64,
+    /// One abort channel per front-door thread ([`Backend::abort`] moves them all): each upstream connection watches
+    /// its own thread's, once for its whole life, and closes when told ([`upstream`]), so no request waits on it.
     aborts: Mutex<Vec<watch::Sender<u64>>>,
     addr: SocketAddr,
     /// `Host` for requests that came without one.
@@ -93,11 +96,19 @@ impl Backend {
         &self.outstanding[slot % self.outstanding.len()].0
     }
 
-    /// Tells every in-flight request to this process that it must abort.
+    /// Tells every in-flight request to this process that it must abort: the generation moves, then every upstream
+    /// connection to it closes, which ends each request's exchange or response body; the request, finding the
+    /// generation moved since it started, answers 503 (or cuts its response) rather than 502.
     pub fn abort(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         for tx in self.aborts.lock().unwrap_or_else(PoisonError::into_inner).iter() {
             tx.send_modify(|g| *g += 1);
         }
+    }
+
+    /// How many times the process was told to abort so far.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// A new abort channel for one front-door thread.
@@ -136,7 +147,8 @@ enum Attempt {
         tx: SendRequest<ReqBody>,
         deadline: upstream::Deadline,
         outstanding: Outstanding,
-        abort_rx: watch::Receiver<u64>,
+        /// The process's abort generation when the request started.
+        generation: u64,
     },
     /// No response byte: connecting, writing or reading the head failed.
     Failed(String),
@@ -157,6 +169,8 @@ enum ExchangeError {
     ClientBody(String),
     /// The request's deadline passed first.
     TimedOut,
+    /// The process was told to abort while a connection was made or found.
+    Aborted,
 }
 
 /// One front-door thread's own part of the proxy ([`Proxy::local`]). A request clones this thread's `Arc<Local>`,
@@ -272,6 +286,7 @@ impl Proxy {
                 Ok(Arc::new(Backend {
                     outstanding: (0..threads).map(|_| Slot::default()).collect(),
                     action: AtomicU8::new(0),
+                    generation: AtomicU64::new(0),
                     aborts: Mutex::new(Vec::new()),
                     addr,
                     host,
@@ -603,7 +618,7 @@ impl Proxy {
                 tracing::warn!(name = %name, "upstream switched protocols unasked");
                 status(StatusCode::BAD_GATEWAY, format!("bad gateway: process {name} switched protocols unasked\n"))
             }
-            Attempt::Answered { resp, tx, deadline, outstanding, abort_rx } => {
+            Attempt::Answered { resp, tx, deadline, outstanding, generation } => {
                 let (mut parts, inner) = resp.into_parts();
                 if headers::strip_hop_by_hop(&mut parts.headers).other_coding {
                     // Its connection is dropped with `tx`, not pooled.
@@ -619,7 +634,7 @@ impl Proxy {
                 let lease = Lease { pool: local.pool.clone(), index, tx, deadline };
                 Response::from_parts(
                     parts,
-                    ProxyBody::Upstream(Streamed::new(inner, abort_rx, lease, outstanding, self.upstream_timeout)),
+                    ProxyBody::Upstream(Streamed::new(inner, generation, lease, outstanding, self.upstream_timeout)),
                 )
             }
             Attempt::Aborted => self.aborted(name),
@@ -658,7 +673,8 @@ impl Proxy {
     }
 
     /// One try at process `index` with the request in `req` (taken once sent), counted as outstanding on it, until a
-    /// response head, an error, the deadline, or the memory guard's abort of that process.
+    /// response head, an error, the deadline, or the memory guard's abort of that process (which closes the
+    /// connection: the exchange fails, and the moved generation says why).
     async fn attempt(
         &self,
         local: &Arc<Local>,
@@ -667,15 +683,14 @@ impl Proxy {
         deadline: tokio::time::Instant,
     ) -> Attempt {
         let outstanding = Outstanding::new(local.clone(), index);
-        let abort_rx = local.aborts[index].subscribe();
-        tokio::select! {
-            r = self.exchange(&local.pool, index, req, deadline) => match r {
-                Ok((resp, tx, deadline)) => Attempt::Answered { resp, tx, deadline, outstanding, abort_rx },
-                Err(ExchangeError::Upstream(msg)) => Attempt::Failed(msg),
-                Err(ExchangeError::ClientBody(msg)) => Attempt::ClientBody(msg),
-                Err(ExchangeError::TimedOut) => Attempt::TimedOut,
-            },
-            _ = aborted(abort_rx.clone()) => Attempt::Aborted,
+        let generation = self.backends[index].generation();
+        match self.exchange(local, index, req, generation, deadline).await {
+            Ok((resp, tx, deadline)) => Attempt::Answered { resp, tx, deadline, outstanding, generation },
+            Err(_) if self.backends[index].generation() != generation => Attempt::Aborted,
+            Err(ExchangeError::Upstream(msg)) => Attempt::Failed(msg),
+            Err(ExchangeError::ClientBody(msg)) => Attempt::ClientBody(msg),
+            Err(ExchangeError::TimedOut) => Attempt::TimedOut,
+            Err(ExchangeError::Aborted) => Attempt::Aborted,
         }
     }
 
@@ -684,16 +699,22 @@ impl Proxy {
     /// the response.
     async fn exchange(
         &self,
-        pool: &Upstream,
+        local: &Local,
         index: usize,
         req: &mut Option<Request<ReqBody>>,
+        generation: u64,
         deadline: tokio::time::Instant,
     ) -> Result<(Response<Incoming>, SendRequest<ReqBody>, upstream::Deadline), ExchangeError> {
-        let mut c = match pool.checkout(index, self.backends[index].addr, deadline).await {
+        let backend = &self.backends[index];
+        let mut c = match local.pool.checkout(index, backend.addr, &local.aborts[index], deadline).await {
             Ok(c) => c,
             Err(upstream::ConnectError::Deadline { .. }) => return Err(ExchangeError::TimedOut),
             Err(e) => return Err(ExchangeError::Upstream(e.to_string())),
         };
+        // An abort while connecting closed no connection of this request's: it is not sent.
+        if backend.generation() != generation {
+            return Err(ExchangeError::Aborted);
+        }
         let Some(req) = req.take() else {
             return Err(ExchangeError::Upstream("the request was sent already".into()));
         };

@@ -3,17 +3,23 @@
 //! and its response stay on one thread. A connection idle for `idle_timeout` (below the backends' own) is never
 //! reused; a sender goes back to the pool only after its response body ended cleanly.
 //!
+//! Each connection's task also watches its thread's abort channel of its process ([`super::Backend::abort`]), once
+//! for the connection's life, and closes the connection when the memory guard tells the process to abort: that ends
+//! the exchange or the response body of the request on it.
+//!
 //! Each connection keeps one timer for the deadline of the request it carries ([`Deadline`]): a checkout moves it on
 //! to the new request's deadline. Moving a timer that has not fired to a later time is one atomic store in tokio,
 //! where a timer made and dropped per request takes the timer driver's lock twice.
 
 use super::ReqBody;
+use crate::base::on_wake::OnWake;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use tokio::time::Sleep;
 
 /// A connection's timer, set to the deadline of the request it carries.
@@ -68,11 +74,12 @@ impl Upstream {
     }
 
     /// A ready sender to process `index` at `addr`, its timer set to `deadline`: the most recently used idle one, or
-    /// a new connection; none after `deadline`.
+    /// a new connection (closed when `abort` moves); none after `deadline`.
     pub async fn checkout(
         &self,
         index: usize,
         addr: SocketAddr,
+        abort: &watch::Sender<u64>,
         deadline: tokio::time::Instant,
     ) -> Result<Checkout, ConnectError> {
         while let Some(mut idle) = self.pop(index) {
@@ -90,7 +97,7 @@ impl Upstream {
             return Ok(Checkout { tx: idle.tx, deadline: idle.deadline, reused: true });
         }
         // Boxed: connecting is rare, and the future of every request's exchange would otherwise carry its size.
-        let tx = match Box::pin(tokio::time::timeout_at(deadline, connect(addr))).await {
+        let tx = match Box::pin(tokio::time::timeout_at(deadline, connect(addr, abort.subscribe()))).await {
             Ok(tx) => tx?,
             Err(_) => return Err(ConnectError::Deadline { addr }),
         };
@@ -127,7 +134,8 @@ impl Upstream {
     }
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<ReqBody>, ConnectError> {
+/// A new connection to `addr`, driven by a task of its own until it ends or `abort` moves.
+async fn connect(addr: SocketAddr, abort: watch::Receiver<u64>) -> Result<SendRequest<ReqBody>, ConnectError> {
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(source)) => return Err(ConnectError::Io { addr, source }),
@@ -139,8 +147,16 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<ReqBody>, ConnectError>
         .await
         .map_err(|source| ConnectError::Handshake { addr, source })?;
     tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(%addr, "upstream connection ended: {e}");
+        // The abort is rare: polled only when it wakes the task, not on each of the connection's I/O wake-ups.
+        let aborted = OnWake::new(super::body::aborted(abort));
+        tokio::select! {
+            biased;
+            r = conn => {
+                if let Err(e) = r {
+                    tracing::debug!(%addr, "upstream connection ended: {e}");
+                }
+            }
+            _ = aborted => tracing::debug!(%addr, "upstream connection closed: its process was told to abort"),
         }
     });
     Ok(tx)
