@@ -243,8 +243,8 @@ impl Table {
 struct PathSet {
     /// `^text`: the path starts with it.
     prefixes: Vec<String>,
-    /// `text`: the path contains it.
-    contains: Vec<String>,
+    /// `text`: the path contains it (a searcher made once: `str::contains` makes one per call).
+    contains: Vec<memchr::memmem::Finder<'static>>,
     /// Every other pattern.
     rest: Option<RegexSet>,
 }
@@ -260,7 +260,7 @@ impl PathSet {
                     for (anchored, text) in texts {
                         match anchored {
                             true => prefixes.push(text),
-                            false => contains.push(text),
+                            false => contains.push(memchr::memmem::Finder::new(text.as_bytes()).into_owned()),
                         }
                     }
                 }
@@ -273,7 +273,7 @@ impl PathSet {
 
     fn is_match(&self, path: &str) -> bool {
         self.prefixes.iter().any(|p| path.starts_with(p.as_str()))
-            || self.contains.iter().any(|c| path.contains(c.as_str()))
+            || self.contains.iter().any(|c| c.find(path.as_bytes()).is_some())
             || self.rest.as_ref().is_some_and(|r| r.is_match(path))
     }
 }
