@@ -133,8 +133,9 @@ Goal: throughput >= nginx's at every c, and added p50 over direct <= 25 µs at c
 of the proxy's own processes (user + system, from /proc), and the machine's wake-up interrupts between cores per
 request (`RES` + `CAL` in /proc/interrupts): at c = 1 a request is a chain of four wake-ups, and where the kernel
 wakes a task on the other (halted) core, the request waits for it. The summary gives the means over rounds and the
-median of the per-round monitor / nginx ratios. `BENCH_PROXY_BASELINE=/path/to/monitor` adds an older build to the
-same rounds.
+medians of the per-round monitor / nginx and monitor / bare hop ratios: at c = 1 a round in which the scheduler keeps a
+proxy beside its backend on one core (IPIs/req near 0.5 instead of 2) serves up to twice as many, and moves the means
+by more than the proxies differ. `BENCH_PROXY_BASELINE=/path/to/monitor` adds an older build to the same rounds.
 ",
     },
     Bench {

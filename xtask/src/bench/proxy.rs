@@ -8,8 +8,10 @@
 //! `BENCH_SECONDS` (default 5) sets each wrk run's length. `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second
 //! `monitor run` from that binary (an older build, with its own two backends) to the same interleaved rounds, so a
 //! change is measured against what it replaces in one run. `BENCH_ROUNDS=N` (default 1) repeats the interleaved
-//! rounds; the summary takes the means, and the median of the per-round monitor/nginx throughput ratios (each
-//! round's runs are seconds apart, so a load change between rounds moves the means more than the per-round ratios).
+//! rounds; the summary takes the means, and the medians of the per-round monitor/nginx and monitor/bare hop throughput
+//! ratios (each round's runs are seconds apart, so a load change between rounds moves the means more than the
+//! per-round ratios; so does, at c = 1, where the scheduler happens to place a proxy and its backend: on one core a
+//! request needs no wake-up interrupt between cores, and that round's proxy serves up to twice as many).
 //! Each proxy's CPU time per request (user and system, all its threads; nginx: its workers) is read from
 //! `/proc/<pid>/stat` around each run: on a machine whose two cores are shared by wrk, the proxies and the backends,
 //! that is what throughput is made of, and it moves less with other load than req/s does. The wake-up interrupts
@@ -355,7 +357,7 @@ pub fn run() -> Result<()> {
     let mut summary = Vec::new();
     for c in [1u32, 16, 64] {
         let mut row: Vec<Wrk> = targets.iter().map(|_| Wrk::default()).collect();
-        let mut ratios = Vec::new();
+        let (mut ratios, mut hop_ratios) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             let mut this_round = Vec::new();
             for ((name, port, pids), sum) in targets.iter().zip(row.iter_mut()) {
@@ -390,16 +392,17 @@ pub fn run() -> Result<()> {
                 this_round.push(w.rps);
             }
             ratios.push(this_round[1] / this_round[i_nginx]);
+            hop_ratios.push(this_round[1] / this_round[i_hop]);
         }
-        summary.push((c, row, median(ratios)));
+        summary.push((c, row, median(ratios), median(hop_ratios)));
     }
     println!("\nmeans over {rounds} interleaved round(s):");
-    for (c, row, ratio) in &summary {
+    for (c, row, ratio, hop_ratio) in &summary {
         let (direct, ours, hop, relay, nginx) = (&row[0], &row[1], &row[i_hop], &row[i_relay], &row[i_nginx]);
         let added = |w: &Wrk| w.p50_us - direct.p50_us;
         print!(
             "c={c}: monitor/nginx throughput {:.2} (median of per-round ratios {ratio:.2}; goal >= 1), monitor/bare hop \
-             {:.2}, byte relay/nginx {:.2}; added p50 over direct: monitor {:+.0} µs, bare hop {:+.0} µs, byte relay \
+             {:.2} (median of per-round ratios {hop_ratio:.2}), byte relay/nginx {:.2}; added p50 over direct: monitor {:+.0} µs, bare hop {:+.0} µs, byte relay \
              {:+.0} µs, nginx {:+.0} µs; CPU µs/req (user + sys): monitor {:.0} + {:.0}, bare hop {:.0} + {:.0}, byte \
              relay {:.0} + {:.0}, nginx {:.0} + {:.0}",
             ours.rps / nginx.rps,
