@@ -17,8 +17,8 @@
 //!   process did not issue gets 404 `cache-id-unknown`.
 //! - `?alloc_mib=N` allocates and touches N MiB, held until the answer is sent; `?sleep_ms=N` waits N ms first;
 //!   `?hold_while=PATH` then waits while the file PATH exists (a plain path, no escapes); `?body_kib=N` pads the
-//!   answer to N KiB; `?trickle_ms=N` answers at once with a body of one line every 100 ms for N ms instead, the
-//!   memory held until its last line.
+//!   answer to N KiB; `?trickle_ms=N` answers at once with a body of one line every 100 ms (`?line_ms=M`: every M
+//!   ms) for N ms instead, the memory held until its last line.
 //! - `?grow_mib=N` grows inside the request, as a runaway request would: it allocates and touches 4 MiB chunks up
 //!   to N MiB, at `grow_mib_s` MiB/s (0 or absent: as fast as it can), yielding between chunks so that a client
 //!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer.
@@ -346,10 +346,12 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<An
     }
     let mut resp = match query_u64(&query, "trickle_ms") {
         Some(ms) => {
-            let lines = u32::try_from(ms / TRICKLE_EVERY.as_millis() as u64).unwrap_or(u32::MAX);
+            let every =
+                query_u64(&query, "line_ms").map_or(TRICKLE_EVERY, Duration::from_millis).max(Duration::from_millis(1));
+            let lines = u32::try_from(ms / every.as_millis() as u64).unwrap_or(u32::MAX);
             let tick = Box::pin(tokio::time::sleep(Duration::ZERO));
             // The request is in flight until the body's last line.
-            Response::new(Either::Right(Trickle { flight, lines, tick, _held: (hold, grown) }))
+            Response::new(Either::Right(Trickle { flight, lines, every, tick, _held: (hold, grown) }))
         }
         None => {
             drop(hold);
@@ -369,15 +371,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<An
     Ok(resp)
 }
 
-/// How often `?trickle_ms`'s body sends a line.
+/// How often `?trickle_ms`'s body sends a line, unless `?line_ms` says.
 const TRICKLE_EVERY: Duration = Duration::from_millis(100);
 
-/// `?trickle_ms=N`'s body: a line every [`TRICKLE_EVERY`] for N ms, the first at once, holding what the request
+/// `?trickle_ms=N`'s body: a line every `every` for N ms, the first at once, holding what the request
 /// allocated until the last; dropped before it (its client gone, or the front door cutting it) it frees the memory
 /// and its [`InFlight`] counts the request abandoned.
 struct Trickle {
     flight: InFlight,
     lines: u32,
+    every: Duration,
     tick: Pin<Box<tokio::time::Sleep>>,
     _held: (Vec<u8>, Vec<Vec<u8>>),
 }
@@ -398,7 +401,7 @@ impl Body for Trickle {
             return Poll::Pending;
         }
         this.lines -= 1;
-        this.tick.as_mut().reset(tokio::time::Instant::now() + TRICKLE_EVERY);
+        this.tick.as_mut().reset(tokio::time::Instant::now() + this.every);
         Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b".\n")))))
     }
 }

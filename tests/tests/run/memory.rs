@@ -12,9 +12,9 @@ use monitor_tests::require_group;
 use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
 use monitor_tests::Hog;
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
 
@@ -165,14 +165,39 @@ fn an_answer_under_way_is_cut_when_its_process_aborts() {
     if !require_group("an_answer_under_way_is_cut_when_its_process_aborts") {
         return;
     }
-    let run = Run::start("memory-cut", &spec(false));
+    // A line every 100 ms: the cut is seen when the next line comes.
+    let (lines, _) = cut_under_way("memory-cut", 100);
+    eprintln!("the answer was cut after {lines} of its 600 lines");
+}
+
+/// The same while the answer waits on its process (a line every 5 minutes): the abort closes the upstream connection,
+/// which wakes the answer at once, well before its next line or the upstream timeout (60 s) would.
+#[test]
+fn a_waiting_answer_is_cut_at_once_when_its_process_aborts() {
+    if !require_group("a_waiting_answer_is_cut_at_once_when_its_process_aborts") {
+        return;
+    }
+    let (lines, after) = cut_under_way("memory-cut-waiting", 300_000);
+    assert_eq!(lines, 1, "only the first line comes before the cut");
+    assert!(after < Duration::from_secs(45), "the waiting answer was cut {after:?} after the growth began");
+    eprintln!("the waiting answer was cut {after:?} after the growth began");
+}
+
+/// Runs a request whose answer sends a line every `line_ms` (600 lines, holding 150 MiB), grows the group past
+/// `abort_at` once the first line came, and reads until the cut: the lines the client got, and how long after the
+/// growth began the cut came.
+fn cut_under_way(name: &str, line_ms: u64) -> (usize, Duration) {
+    let run = Run::start(name, &spec(false));
     let mut hog = Hog::spawn(HOG, run.cg.path(), 40, false);
-    // tx1 allocates 150 MiB and answers at once, with a line every 100 ms for up to a minute, holding the memory.
+    // tx1 allocates 150 MiB and answers at once, holding the memory until its last line.
     let mut client = TcpStream::connect(run.proxy).expect("connecting to the front door");
-    client.set_read_timeout(Some(monitor_tests::pace::scaled(TIMEOUT))).expect("read timeout");
-    client
-        .write_all(b"GET /r4/big?alloc_mib=150&trickle_ms=60000 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .expect("sending the request");
+    // Longer than the upstream timeout: the read that ends must be the cut, not the client's patience.
+    client.set_read_timeout(Some(Duration::from_secs(120))).expect("read timeout");
+    let request = format!(
+        "GET /r4/big?alloc_mib=150&trickle_ms={}&line_ms={line_ms} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        600 * line_ms
+    );
+    client.write_all(request.as_bytes()).expect("sending the request");
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&got).contains(".\n") {
@@ -184,20 +209,26 @@ fn an_answer_under_way_is_cut_when_its_process_aborts() {
     let tx1_pid = member(&run.status(), "tx1")["pid"].as_u64().expect("tx1 pid");
     wait_holding(&run, tx1_pid);
     // 40 + 150 + the processes, then the hog grows to ~93%: tx1, the largest, is told to abort.
+    let grown = Instant::now();
     hog.set_mib(85);
-    // The rest of the answer: lines until the cut (a read error or the end of the connection).
+    // The rest of the answer: lines until the cut (the end of the connection, or a reset).
     loop {
         match client.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                panic!("no cut within the client's read timeout: {}", String::from_utf8_lossy(&got))
+            }
+            Err(_) => break,
             Ok(n) => got.extend_from_slice(&buf[..n]),
         }
     }
+    let after = grown.elapsed();
     let text = String::from_utf8_lossy(&got);
     assert!(!text.ends_with("0\r\n\r\n"), "the answer ended whole, it was not cut: {text}");
-    eprintln!("the answer was cut after {} of its 600 lines", text.matches(".\n").count());
     abandoned_once(&run);
     run.wait_for("normal again", |s| state(s) == "normal", TIMEOUT);
     drop(hog);
+    (text.matches(".\n").count(), after)
 }
 
 #[test]
