@@ -50,7 +50,7 @@ pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
     let page = root().join("docs/benchmarks.md");
     let saved = crate::util::target_dir().join("bench-all/run.json");
     if rewrite {
-        let run = if saved.exists() {
+        let mut run = if saved.exists() {
             let text = std::fs::read_to_string(&saved).with_context(|| format!("reading {}", saved.display()))?;
             Run::from_json(&serde_json::from_str(&text)?, benches)?
         } else {
@@ -58,6 +58,7 @@ pub fn run(quick: bool, skip: &[String], rewrite: bool) -> Result<()> {
             let text = std::fs::read_to_string(&page).with_context(|| format!("reading {}", page.display()))?;
             super::all_page::read(&text, benches)?
         };
+        run.head.options = compact_trail(&run.head.options);
         return write_page(&page, benches, &run);
     }
     for s in skip {
@@ -121,14 +122,7 @@ pub fn run_only(quick: bool, only: &[String]) -> Result<()> {
             };
         }
     }
-    // The page adds ". Finished after …": each part starts with its own full stop instead of ending with one, and
-    // the build comes quoted already.
-    run.head.options.push_str(&format!(
-        ". {} run again on {}, build {}",
-        only.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", "),
-        again.started,
-        again.build
-    ));
+    run.head.options = rerun_trail(&run.head.options, only, &again.started, &again.build);
     if let Some(dir) = saved.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -374,6 +368,35 @@ impl Head {
     }
 }
 
+/// `options` with the benchmarks in `only` said to have run again on `started` with `build` (quoted already). The
+/// page adds ". Finished after …": each note starts with its own full stop instead of ending with one.
+fn rerun_trail(options: &str, only: &[String], started: &str, build: &str) -> String {
+    let names = only.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", ");
+    compact_trail(&format!("{options}. {names} run again on {started}, build {build}"))
+}
+
+/// `options` with each benchmark named in one "run again" note only, its last.
+fn compact_trail(options: &str) -> String {
+    let mut parts = options.split(". ");
+    let head = parts.next().unwrap_or_default();
+    let parts: Vec<&str> = parts.collect();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut kept: Vec<String> = Vec::new();
+    for part in parts.iter().rev() {
+        match part.split_once(" run again on ") {
+            Some((names, when)) => {
+                let fresh: Vec<&str> = names.split(", ").filter(|n| !seen.contains(n)).collect();
+                seen.extend(names.split(", "));
+                if !fresh.is_empty() {
+                    kept.push(format!("{} run again on {when}", fresh.join(", ")));
+                }
+            }
+            None => kept.push(part.to_string()),
+        }
+    }
+    kept.iter().rev().fold(head.to_string(), |out, part| format!("{out}. {part}"))
+}
+
 fn write_page(page: &std::path::Path, benches: &[Bench], run: &Run) -> Result<()> {
     let text = super::all_page::page(benches, run);
     std::fs::write(page, text).with_context(|| format!("writing {}", page.display()))
@@ -416,6 +439,24 @@ pub(super) mod tests {
             status: status.map(|(s, tail)| (s.to_string(), tail.to_string())),
             output: output.into(),
         }
+    }
+
+    #[test]
+    fn a_benchmark_run_again_is_named_once_with_its_last_run() {
+        let options = "`cargo xtask bench all --quick`: fewer rounds (each says). `reaction` run again on \
+                       2026-12-03 08:18 UTC, build `385d7ac`. `agent-cpu`, `proxy`, `web` run again on 2026-12-04 \
+                       13:45 UTC, build `385099f`. `proxy` run again on 2026-12-04 16:26 UTC, build `e48a0b7`";
+        let only = ["proxy".to_string(), "reaction".to_string()];
+        assert_eq!(
+            rerun_trail(options, &only, "2026-12-05 05:11 UTC", "`2844a30`"),
+            "`cargo xtask bench all --quick`: fewer rounds (each says). `agent-cpu`, `web` run again on 2026-12-04 \
+             13:45 UTC, build `385099f`. `proxy`, `reaction` run again on 2026-12-05 05:11 UTC, build `2844a30`"
+        );
+        // A first run again: the options as they were, and the note.
+        assert_eq!(
+            rerun_trail("`cargo xtask bench all`: each benchmark as its command below says", &only[..1], "D", "`B`"),
+            "`cargo xtask bench all`: each benchmark as its command below says. `proxy` run again on D, build `B`"
+        );
     }
 
     #[test]
