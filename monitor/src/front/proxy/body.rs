@@ -14,7 +14,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Sleep;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -52,13 +51,6 @@ impl Outstanding {
 impl Drop for Outstanding {
     fn drop(&mut self) {
         self.counter().fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// Resolves when the process is told to abort (its thread's abort channel moves); never if the sender is gone.
-pub async fn aborted(mut rx: watch::Receiver<u64>) {
-    if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
     }
 }
 

@@ -134,6 +134,13 @@ impl Upstream {
     }
 }
 
+/// Resolves when the process is told to abort (its thread's abort channel moves); never if the sender is gone.
+async fn aborted(mut rx: watch::Receiver<u64>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// A new connection to `addr`, driven by a task of its own until it ends or `abort` moves.
 async fn connect(addr: SocketAddr, abort: watch::Receiver<u64>) -> Result<SendRequest<ReqBody>, ConnectError> {
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
@@ -148,7 +155,7 @@ async fn connect(addr: SocketAddr, abort: watch::Receiver<u64>) -> Result<SendRe
         .map_err(|source| ConnectError::Handshake { addr, source })?;
     tokio::spawn(async move {
         // The abort is rare: polled only when it wakes the task, not on each of the connection's I/O wake-ups.
-        let aborted = OnWake::new(super::body::aborted(abort));
+        let aborted = OnWake::new(aborted(abort));
         tokio::select! {
             biased;
             r = conn => {
