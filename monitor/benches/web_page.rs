@@ -144,6 +144,7 @@ impl Feed {
             brake: None,
             next_sample_ms: 100,
             kill: None,
+            victim_requests: None,
             abort_signalled: None,
             thresholds: std::sync::Arc::new(self.thresholds.clone()),
             interval_ms: 100,

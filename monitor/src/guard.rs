@@ -203,6 +203,9 @@ pub(crate) struct LaunchedProc {
     pub protect: bool,
 }
 
+/// Under `monitor run`: the requests the front door has in flight on a process, by its pid.
+pub(crate) type InFlightOf = std::sync::Arc<dyn Fn(u32) -> Vec<crate::decision::snapshot::InFlight> + Send + Sync>;
+
 /// The launched processes, read by the sampler when the group nears its lines (under `monitor run`; the agent
 /// infers roles from the process tree instead).
 pub(crate) type Roster = std::sync::Arc<dyn Fn() -> Vec<LaunchedProc> + Send + Sync>;

@@ -7,7 +7,7 @@ use crate::base::pacing::{Pacer, Pacing};
 use crate::config::live::Live;
 use crate::config::Signal;
 use crate::decision::policy::{decide, Decision, PolicyState, ProcId, State, Thresholds};
-use crate::decision::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot};
+use crate::decision::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot, VictimRequests};
 use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeSource, WakeupStatus};
 use crate::guard::brake::Steering;
 use crate::guard::{KillBook, KillRecord, Roster};
@@ -65,6 +65,10 @@ pub struct Sampler {
     hysteresis: f64,
     /// Under `monitor run`: the launched processes (names, roles, `protect`); else roles are inferred.
     roster: Option<Roster>,
+    /// Under `monitor run`: the front door's requests in flight on a process, read when the guard acts on it.
+    in_flight: Option<crate::guard::InFlightOf>,
+    /// The abort victim's requests in flight when it was chosen, published while the abort of it lasts.
+    victim_requests: Option<Arc<VictimRequests>>,
     /// The last resort's kills, shared with the launcher, the front door and `/metrics`.
     kills: Arc<KillBook>,
     /// Where the kill's and the abort signal's reaction times are recorded.
@@ -218,6 +222,8 @@ impl Sampler {
             lines: [policy.refuse_at, policy.abort_at, policy.kill_at],
             hysteresis: policy.hysteresis,
             roster: None,
+            in_flight: None,
+            victim_requests: None,
             kills: Arc::new(KillBook::default()),
             reactions: None,
             abort: AbortSignal::default(),
@@ -244,6 +250,29 @@ impl Sampler {
     /// Under `monitor run`: the launched processes, whose names, roles and `protect` the last resort follows.
     pub(crate) fn set_roster(&mut self, roster: Roster) {
         self.roster = Some(roster);
+    }
+
+    /// Under `monitor run`: where the victim's requests in flight are read when the guard acts on it.
+    pub(crate) fn set_in_flight(&mut self, in_flight: crate::guard::InFlightOf) {
+        self.in_flight = Some(in_flight);
+    }
+
+    /// Process `pid`'s requests in flight now (None unless under `monitor run`).
+    fn requests_of(&self, pid: u32) -> Option<VictimRequests> {
+        let read = self.in_flight.as_ref()?;
+        Some(VictimRequests::new(pid, crate::base::units::unix_ms(), read(pid)))
+    }
+
+    /// The abort victim's requests in flight, read once when it is chosen (before the abort is told: from then on
+    /// they end) and kept while the abort of it lasts.
+    fn victim_requests(&mut self, d: &Decision) -> Option<Arc<VictimRequests>> {
+        let victim = d.victim.filter(|_| d.state == State::Aborting);
+        match (victim, &self.victim_requests) {
+            (None, _) => self.victim_requests = None,
+            (Some(v), Some(held)) if held.pid == v.pid => {}
+            (Some(v), _) => self.victim_requests = self.requests_of(v.pid).map(Arc::new),
+        }
+        self.victim_requests.clone()
     }
 
     /// Where the kill's reaction time is recorded (`monitor_reaction_seconds{action="kill"}`).
@@ -278,6 +307,8 @@ impl Sampler {
         if let Some(name) = name {
             rec.name = name;
         }
+        // Read before the kill: once it is sent, the front door ends them.
+        rec.requests = self.requests_of(rec.pid);
         // In the book before the signal: the front door and the launcher may see the process die before this
         // thread runs again.
         self.kills.record(rec.clone());
@@ -712,9 +743,10 @@ pub fn spawn(
                     state = s;
                     sampler.decided(&decision);
                     sampler.name_victim(&decision, &mut snap);
+                    let victim_requests = sampler.victim_requests(&decision);
                     let abort_signalled = sampler.signal_abort(&decision, &snap, &wake);
                     let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
-                    log_decision(&decision, &snap, &wake);
+                    log_decision(&decision, &snap, &wake, victim_requests.as_deref());
                     if decision.kills_halted != was_halted {
                         log_halt(decision.kills_halted, &decision);
                     }
@@ -735,6 +767,7 @@ pub fn spawn(
                         next_sample_ms: paced.as_millis() as u64,
                         kill,
                         abort_signalled,
+                        victim_requests,
                         thresholds: thresholds.clone(),
                         interval_ms: interval.as_millis() as u64,
                     }));
@@ -784,7 +817,8 @@ pub fn first(
     sampler.name_victim(&decision, &mut snap);
     let wake = Wake::timer();
     let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
-    log_decision(&decision, &snap, &wake);
+    let victim_requests = sampler.victim_requests(&decision);
+    log_decision(&decision, &snap, &wake, victim_requests.as_deref());
     let probes = sampler.probe_status().clone();
     let next = sampler.paced(&snap);
     let published = Published {
@@ -798,6 +832,7 @@ pub fn first(
         next_sample_ms: next.as_millis() as u64,
         kill,
         abort_signalled: None,
+        victim_requests,
         thresholds: Arc::new(thresholds.clone()),
         interval_ms,
     };
@@ -881,10 +916,12 @@ fn log_halt(halted: bool, d: &Decision) {
 }
 
 /// Logs a decision once, when it changes, with what woke the sampler for it.
-fn log_decision(d: &Decision, snap: &Snapshot, wake: &Wake) {
+fn log_decision(d: &Decision, snap: &Snapshot, wake: &Wake, requests: Option<&VictimRequests>) {
     if !d.changed {
         return;
     }
+    // Each a quoted string in the line: a path is a client's text.
+    let requests = requests.map(|r| (r.summary(), r.lines().replace('\n', "; ")));
     let victim = d.victim.and_then(|v| snap.processes.iter().find(|p| p.pid == v.pid));
     tracing::warn!(
         state = d.state.as_str(),
@@ -899,6 +936,8 @@ fn log_decision(d: &Decision, snap: &Snapshot, wake: &Wake) {
         unattributed_bytes = snap.group.unattributed_bytes,
         unseen = d.unseen,
         woken_by = wake.source.as_str(),
+        victim_in_flight = requests.as_ref().map(|r| r.0.as_str()),
+        victim_requests = requests.as_ref().map(|r| r.1.as_str()),
         "decision changed"
     );
 }

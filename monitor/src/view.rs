@@ -5,7 +5,7 @@
 use crate::config::live::ConfigStatus;
 use crate::config::Role;
 use crate::decision::policy::{self, Action, ProcId, Thresholds};
-use crate::decision::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole};
+use crate::decision::snapshot::{infer_roles, CgroupVersion, LimitSource, ProcessRole, VictimRequests};
 use crate::feed::{BrakeStatus, LauncherInfo, ProbeStatus, Published, WakeupOff};
 use crate::guard::KillRecord;
 use serde::{Deserialize, Serialize};
@@ -58,6 +58,9 @@ pub struct KillView {
     /// When the SIGKILL was sent, `CLOCK_MONOTONIC` nanoseconds of this host.
     #[serde(default)]
     pub sent_mono_ns: Option<u64>,
+    /// Under `monitor run`: its requests in flight just before the kill.
+    #[serde(default)]
+    pub requests: Option<VictimRequests>,
 }
 
 impl From<&KillRecord> for KillView {
@@ -76,6 +79,7 @@ impl From<&KillRecord> for KillView {
             enforced: r.enforced,
             error: r.error.clone(),
             sent_mono_ns: r.sent_mono_ns,
+            requests: r.requests.clone(),
         }
     }
 }
@@ -179,6 +183,9 @@ pub struct PolicyView {
     /// could not be sampled; the last resort holds off (`group.unattributed_bytes`, `group.processes_unsampled`).
     #[serde(default)]
     pub unseen: bool,
+    /// Under `monitor run`, while aborting: the victim's requests in flight when it was chosen.
+    #[serde(default)]
+    pub victim_requests: Option<VictimRequests>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -270,6 +277,7 @@ pub(crate) fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             kill_after_ms: t.kill_after_ms,
             kills_halted: d.kills_halted,
             unseen: d.unseen,
+            victim_requests: p.victim_requests.as_deref().cloned(),
         },
         processes: s
             .processes

@@ -105,6 +105,18 @@ fn kernel(h: &mut String, g: &GroupNow) {
             g.processes_unsampled
         );
     }
+    if let Some(v) = &g.victim_requests {
+        let _ = write!(
+            h,
+            "<div id=\"victim-requests\"><p>Told to abort: pid {}, with {} when it was chosen</p><ul>",
+            v.pid,
+            escape(&v.summary)
+        );
+        for l in &v.lines {
+            let _ = write!(h, "<li>{}</li>", escape(l));
+        }
+        h.push_str("</ul></div>");
+    }
     let wake = if g.wakeups.is_empty() { "timer only".to_string() } else { escape(&g.wakeups.join(", ")) };
     let _ = write!(h, "<p id=\"kernel\">OOM kills <b>{oom}</b> · wake-ups <b id=\"wakeups\">{wake}</b>");
     for off in &g.wakeups_off {

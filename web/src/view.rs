@@ -93,6 +93,19 @@ pub struct GroupNow {
     /// be sampled, and the last resort holds off.
     #[serde(default)]
     pub unseen: bool,
+    /// Under `monitor run`, while aborting: the victim's requests in flight when it was chosen.
+    #[serde(default)]
+    pub victim_requests: Option<VictimRequestsNow>,
+}
+
+/// The abort victim's requests in flight when it was chosen (paths are clients' text: escaped where drawn).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VictimRequestsNow {
+    pub pid: u32,
+    /// In words: how many, and the oldest.
+    pub summary: String,
+    /// One line per request, the oldest first (at most 16), and one for those left out.
+    pub lines: Vec<String>,
 }
 
 /// The memory brake: `memory.high` set at a fraction of the limit.

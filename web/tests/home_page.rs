@@ -16,6 +16,8 @@ struct Fake {
     kills: Vec<u64>,
     /// Listed processes that could not be sampled (their memory is the group's beyond the sampled: 100 MiB each).
     unsampled: usize,
+    /// While aborting: the victim's requests in flight, as the agent lists them.
+    victim: Option<web::view::VictimRequestsNow>,
 }
 
 impl Source for Fake {
@@ -78,6 +80,7 @@ impl Source for Fake {
                 processes_unsampled: self.unsampled,
                 unattributed_bytes: (self.unsampled as u64 * 100) << 20,
                 unseen: self.unsampled > 0,
+                victim_requests: self.victim.clone(),
             },
             processes: self
                 .names
@@ -132,7 +135,7 @@ fn app(names: &[&str]) -> axum::Router {
 
 fn app_with(names: &[&str], oom_kills: Option<u64>, brake: Option<BrakeNow>) -> axum::Router {
     let names = names.iter().map(|s| s.to_string()).collect();
-    web::router(Arc::new(Fake { names, oom_kills, brake, held: None, kills: Vec::new(), unsampled: 0 }))
+    web::router(Arc::new(Fake { names, oom_kills, brake, held: None, kills: Vec::new(), unsampled: 0, victim: None }))
 }
 
 /// The memory chart's SVG.
@@ -221,8 +224,15 @@ async fn memory_beyond_the_sampled_processes_is_shown() {
     assert!(html.contains("beyond the sampled processes <b id=\"unattributed\">0.0 MiB</b>"), "{html}");
     assert!(!html.contains("id=\"unsampled\"") && !html.contains("id=\"unseen\""));
     // Three listed processes could not be sampled and hold the memory over the line: said in red, and a banner.
-    let fake =
-        Fake { names: vec!["a".into()], oom_kills: Some(0), brake: None, held: None, kills: Vec::new(), unsampled: 3 };
+    let fake = Fake {
+        names: vec!["a".into()],
+        oom_kills: Some(0),
+        brake: None,
+        held: None,
+        kills: Vec::new(),
+        unsampled: 3,
+        victim: None,
+    };
     let (_, html) = get(web::router(Arc::new(fake)), "/").await;
     assert!(
         html.contains(
@@ -235,10 +245,42 @@ async fn memory_beyond_the_sampled_processes_is_shown() {
 }
 
 #[tokio::test]
+async fn the_victims_requests_are_listed_escaped() {
+    let victim = web::view::VictimRequestsNow {
+        pid: 4242,
+        summary: "2 requests in flight, the oldest GET /<heavy> for 3.0 s".into(),
+        lines: vec!["GET /<heavy> 3.0 s (in 0 B, out 0 B)".into(), "GET /light 0.1 s (in 0 B, out 0 B)".into()],
+    };
+    let fake = Fake {
+        names: vec!["a".into()],
+        oom_kills: None,
+        brake: None,
+        held: None,
+        kills: Vec::new(),
+        unsampled: 0,
+        victim: Some(victim),
+    };
+    let (_, html) = get(web::router(Arc::new(fake)), "/").await;
+    let at = html.find("id=\"victim-requests\"").expect("the victim's requests");
+    assert!(at < html.find("<nav>").unwrap_or(0), "before the charts");
+    assert!(html.contains("pid 4242, with 2 requests in flight, the oldest GET /&lt;heavy&gt; for 3.0 s"), "{html}");
+    assert!(html.contains("<li>GET /&lt;heavy&gt; 3.0 s (in 0 B, out 0 B)</li><li>GET /light"), "{html}");
+    let (_, html) = get(app(&["a"]), "/").await;
+    assert!(!html.contains("victim-requests"), "none while no abort");
+}
+
+#[tokio::test]
 async fn the_page_opens_on_the_smallest_range_that_holds_the_data_and_refreshes_in_place() {
     let opened = |held: Option<u64>| async move {
-        let fake =
-            Fake { names: vec!["a".into()], oom_kills: None, brake: None, held, kills: Vec::new(), unsampled: 0 };
+        let fake = Fake {
+            names: vec!["a".into()],
+            oom_kills: None,
+            brake: None,
+            held,
+            kills: Vec::new(),
+            unsampled: 0,
+            victim: None,
+        };
         let (_, html) = get(web::router(Arc::new(fake)), "/").await;
         Range::ALL.into_iter().find(|r| html.contains(&format!("<a class=\"on\" href=\"/?range={}\">", r.as_str())))
     };
@@ -259,6 +301,7 @@ async fn a_kill_of_the_guard_is_marked_on_the_memory_chart_only() {
         held: None,
         kills: vec![90],
         unsampled: 0,
+        victim: None,
     };
     let (status, html) = get(web::router(Arc::new(fake)), "/?range=5m").await;
     assert_eq!(status, StatusCode::OK);
@@ -312,8 +355,15 @@ async fn an_empty_group_still_renders() {
 async fn dump() {
     let brake = BrakeNow { at: 0.96, high_bytes: Some(503_316_480), error: None };
     let names = ["master", "tx1", "tx2", "tx<3>"].map(String::from).to_vec();
-    let fake =
-        Fake { names, oom_kills: Some(1), brake: Some(brake), held: None, kills: vec![600, 620, 1500], unsampled: 0 };
+    let fake = Fake {
+        names,
+        oom_kills: Some(1),
+        brake: Some(brake),
+        held: None,
+        kills: vec![600, 620, 1500],
+        unsampled: 0,
+        victim: None,
+    };
     let (_, html) = get(web::router(Arc::new(fake)), "/?range=1h").await;
     std::fs::write("/tmp/home.html", html).expect("write");
 }

@@ -56,6 +56,12 @@ impl FrontDoor {
         })
     }
 
+    /// The requests the front door has in flight on a process, by its pid: what the guard names when it acts.
+    pub(crate) fn in_flight(&self) -> crate::guard::InFlightOf {
+        let proxy = self.proxy.clone();
+        Arc::new(move |pid: u32| proxy.in_flight(pid))
+    }
+
     /// The URL of a launched process's own admin endpoint, found by its pid (None when no process has one).
     pub(crate) fn admin_url(&self) -> Option<AdminUrl> {
         if self.admins.is_empty() {

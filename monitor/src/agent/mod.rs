@@ -238,6 +238,7 @@ impl Parts<'_> {
         let mut services = Services::new();
         if let Some(d) = &door {
             sampler.set_roster(d.roster(cfg));
+            sampler.set_in_flight(d.in_flight());
             services.add("shedding", tokio::spawn(proxy::shed::follow(d.proxy.clone(), shared.latest.clone())));
         }
         let net = cluster.map(|m| Net::start(m, cfg, &shared, door.as_ref(), &mut services)).transpose()?;

@@ -458,6 +458,7 @@ mod tests {
             enforced,
             error: None,
             sent_mono_ns: None,
+            requests: None,
         };
         v.kills = vec![kill(100, 0, true), kill(123, 10_000, true)];
         let text = render(&v);

@@ -119,6 +119,8 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "proxy.header_read_timeout_s" => Restart proxy.header_read_timeout_s;
         "proxy.body_buffer_bytes" => Restart proxy.body_buffer_bytes;
         "proxy.body_buffer_total_bytes" => Restart proxy.body_buffer_total_bytes;
+        "proxy.track_requests" => Restart proxy.track_requests;
+        "proxy.track_query" => Restart proxy.track_query;
         "process" => Restart processes;
         "alerts.command" => Live alerts.command;
         "alerts.command_timeout_s" => Live alerts.command_timeout_s;

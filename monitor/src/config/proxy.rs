@@ -60,6 +60,11 @@ pub struct ProxyConfig {
     /// The most request-body bytes held at once across all connections: a body read while they are taken is
     /// streamed from there on, held no further. Default 8388608 (8 MiB).
     pub body_buffer_total_bytes: usize,
+    /// The front door keeps each request in flight (method, path, cache id, start, bytes), so that the guard names
+    /// the victim's work when it aborts or kills a process. Default true.
+    pub track_requests: bool,
+    /// The tracked path keeps its query (which may hold what a log should not). Default false.
+    pub track_query: bool,
 }
 
 impl Default for ProxyConfig {
@@ -85,6 +90,8 @@ impl Default for ProxyConfig {
             header_read_timeout_s: 30,
             body_buffer_bytes: 64 * 1024,
             body_buffer_total_bytes: 8 << 20,
+            track_requests: true,
+            track_query: false,
         }
     }
 }

@@ -177,6 +177,89 @@ impl ProcSample {
     }
 }
 
+/// One request the front door had in flight on a process when the guard acted on it (`monitor run` only): what the
+/// decision log, the abort and kill alerts, the status and the home page name as the victim's work. Nothing of its
+/// body is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlight {
+    pub method: String,
+    /// The path, without the query unless `[proxy] in_flight_query` is set; at most [`InFlight::PATH_MAX`] bytes.
+    pub path: String,
+    /// The request's cache id (`[proxy] cache_id_header`), as the process got it.
+    pub cache_id: Option<String>,
+    /// Since the request went to the process, in milliseconds.
+    pub age_ms: u64,
+    /// The request body's length as its head declares it (`Content-Length`; 0 for a chunked body).
+    pub bytes_in: u64,
+    /// The response body's bytes passed to the client so far.
+    pub bytes_out: u64,
+}
+
+impl InFlight {
+    /// The longest path kept: a client's path is its own to choose, the log and the alerts are not.
+    pub const PATH_MAX: usize = 256;
+    /// The most requests kept per action, the oldest first: the rest are only counted.
+    pub const LIST_MAX: usize = 16;
+
+    /// `GET /heavy 1.2 s (in 0 B, out 10240 B, cache w1.abc)`: one request in a line.
+    pub fn line(&self) -> String {
+        let cache = self.cache_id.as_deref().map(|c| format!(", cache {c}")).unwrap_or_default();
+        format!(
+            "{} {} {:.1} s (in {} B, out {} B{cache})",
+            self.method,
+            self.path,
+            self.age_ms as f64 / 1000.0,
+            self.bytes_in,
+            self.bytes_out
+        )
+    }
+}
+
+/// A process's requests in flight when the guard acted on it: at most [`InFlight::LIST_MAX`], the oldest first,
+/// and how many there were in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VictimRequests {
+    pub pid: u32,
+    /// When they were read, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    pub total: usize,
+    pub requests: Vec<InFlight>,
+}
+
+impl VictimRequests {
+    /// `requests`, sorted oldest first and cut to [`InFlight::LIST_MAX`].
+    pub fn new(pid: u32, unix_ms: u64, mut requests: Vec<InFlight>) -> VictimRequests {
+        let total = requests.len();
+        requests.sort_by_key(|r| std::cmp::Reverse(r.age_ms));
+        requests.truncate(InFlight::LIST_MAX);
+        VictimRequests { pid, unix_ms, total, requests }
+    }
+
+    /// One line per request, and one for those left out: what an alert's annotation and the log carry.
+    pub fn lines(&self) -> String {
+        let mut out: Vec<String> = self.requests.iter().map(InFlight::line).collect();
+        if self.total > self.requests.len() {
+            out.push(format!("and {} more", self.total - self.requests.len()));
+        }
+        out.join("\n")
+    }
+
+    /// In words: `2 requests in flight, the oldest GET /heavy for 1.2 s`, or `no request in flight`.
+    pub fn summary(&self) -> String {
+        match self.requests.first() {
+            None => "no request in flight".into(),
+            Some(r) => format!(
+                "{} request{} in flight, the oldest {} {} for {:.1} s",
+                self.total,
+                if self.total == 1 { "" } else { "s" },
+                r.method,
+                r.path,
+                r.age_ms as f64 / 1000.0
+            ),
+        }
+    }
+}
+
 /// One sample of the whole group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Snapshot {

@@ -145,6 +145,9 @@ pub struct Published {
     /// The process the sampler sent `[actions] abort_signal` to on this sample (the actions task does not send it
     /// again).
     pub abort_signalled: Option<crate::decision::policy::ProcId>,
+    /// Under `monitor run`: the abort victim's requests in flight when it was chosen, on every sample while the
+    /// abort of it lasts.
+    pub victim_requests: Option<Arc<crate::decision::snapshot::VictimRequests>>,
     /// The policy's lines this sample was decided with: what the status, the page and `/metrics` show beside it,
     /// so a reload between two samples never pairs a decision with lines it was not taken against.
     pub thresholds: Arc<Thresholds>,
@@ -280,6 +283,7 @@ impl Published {
             next_sample_ms: 100,
             kill: None,
             abort_signalled: None,
+            victim_requests: None,
             thresholds: Arc::new(Thresholds::default()),
             interval_ms: 100,
         }

@@ -107,6 +107,11 @@ impl Source for History {
                 processes_unsampled: s.group.processes_unsampled(),
                 unattributed_bytes: s.group.unattributed_bytes,
                 unseen: d.unseen,
+                victim_requests: p.victim_requests.as_deref().map(|r| web::view::VictimRequestsNow {
+                    pid: r.pid,
+                    summary: r.summary(),
+                    lines: r.lines().lines().map(str::to_string).collect(),
+                }),
             },
             processes,
             series,

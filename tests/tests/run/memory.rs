@@ -187,7 +187,12 @@ fn a_waiting_answer_is_cut_at_once_when_its_process_aborts() {
 /// `abort_at` once the first line came, and reads until the cut: the lines the client got, and how long after the
 /// growth began the cut came.
 fn cut_under_way(name: &str, line_ms: u64) -> (usize, Duration) {
-    let run = Run::start(name, &spec(false));
+    let dir = monitor_tests::temp_dir(name);
+    let (hook, alerts) = (dir.join("hook.py"), dir.join("alerts.jsonl"));
+    std::fs::write(&hook, monitor_tests::hooks::ALERT_TO_FILE).unwrap_or_else(|e| panic!("{}: {e}", hook.display()));
+    let mut spec = spec(false);
+    spec.extra = monitor_tests::run::python_hook(&hook, &alerts);
+    let run = Run::start(name, &spec);
     let mut hog = Hog::spawn(HOG, run.cg.path(), 40, false);
     // tx1 allocates 150 MiB and answers at once, holding the memory until its last line.
     let mut client = TcpStream::connect(run.proxy).expect("connecting to the front door");
@@ -198,6 +203,7 @@ fn cut_under_way(name: &str, line_ms: u64) -> (usize, Duration) {
         600 * line_ms
     );
     client.write_all(request.as_bytes()).expect("sending the request");
+    let sent = Instant::now();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&got).contains(".\n") {
@@ -225,10 +231,34 @@ fn cut_under_way(name: &str, line_ms: u64) -> (usize, Duration) {
     let after = grown.elapsed();
     let text = String::from_utf8_lossy(&got);
     assert!(!text.ends_with("0\r\n\r\n"), "the answer ended whole, it was not cut: {text}");
+    names_the_request(&run, &alerts, sent.elapsed());
     abandoned_once(&run);
     run.wait_for("normal again", |s| state(s) == "normal", TIMEOUT);
     drop(hog);
     (text.matches(".\n").count(), after)
+}
+
+/// The abort's decision log line and its alert name the victim's request in flight, its path without the query
+/// and its age (at least the time it waited for the growth, at most the time since it was sent).
+fn names_the_request(run: &Run, alerts: &std::path::Path, since_sent: Duration) {
+    let line = monitor_tests::wait_until("the abort in the decision log", Duration::from_secs(10), || {
+        run.stderr().lines().find(|l| l.contains("decision changed") && l.contains("aborting")).map(str::to_string)
+    });
+    assert!(line.contains("victim_requests=\"GET /r4/big "), "the decision log names no request: {line}");
+    assert!(!line.contains("alloc_mib"), "the query is kept out unless configured: {line}");
+    let alert = monitor_tests::wait_until("the abort alert", Duration::from_secs(10), || {
+        monitor_tests::json_lines(alerts).into_iter().find(|a| a["labels"]["alertname"] == "MonitorGroupAborting")
+    });
+    let listed = alert["annotations"]["victim_requests"].as_str().unwrap_or_default().to_string();
+    let age: f64 = listed
+        .strip_prefix("GET /r4/big ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("the abort alert names no request: {alert}"));
+    assert!(age > 0.0 && age <= since_sent.as_secs_f64() + 0.1, "age {age} s, sent {since_sent:?} before: {listed}");
+    let summary = alert["annotations"]["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("1 request in flight, the oldest GET /r4/big for"), "{summary}");
+    eprintln!("the abort alert named: {listed}");
 }
 
 #[test]

@@ -46,10 +46,11 @@ pub fn killed(r: &KillRecord) -> Condition {
         crate::base::units::size(r.anon_bytes),
         r.ratio * 100.0
     );
+    let work = r.requests.as_ref().map(|q| format!("; {}", q.summary())).unwrap_or_default();
     let summary = match (&r.error, r.enforced) {
-        (_, false) => format!("shadow mode, not enforced: the guard would have killed {what}: {}", r.reason),
-        (Some(e), true) => format!("the guard's kill of {what} was not sent ({e}): {}", r.reason),
-        (None, true) => format!("the guard killed {what}: {}", r.reason),
+        (_, false) => format!("shadow mode, not enforced: the guard would have killed {what}: {}{work}", r.reason),
+        (Some(e), true) => format!("the guard's kill of {what} was not sent ({e}): {}{work}", r.reason),
+        (None, true) => format!("the guard killed {what}: {}{work}", r.reason),
     };
     let mut c = Condition::new(names::PROCESS_KILLED)
         .label("process", r.name.clone())
@@ -66,6 +67,9 @@ pub fn killed(r: &KillRecord) -> Condition {
         .annotate("summary", summary);
     if let Some(e) = &r.error {
         c = c.annotate("error", e.clone());
+    }
+    if let Some(q) = &r.requests {
+        c = c.annotate("requests", q.lines()).annotate("requests_total", q.total.to_string());
     }
     c
 }
@@ -113,6 +117,31 @@ mod tests {
 
     fn ann<'a>(c: &'a Condition, k: &str) -> Option<&'a str> {
         c.annotations.get(k).map(String::as_str)
+    }
+
+    /// A kill under `monitor run` names the requests the process had in flight, the oldest first.
+    #[test]
+    fn a_kill_names_the_requests_in_flight() {
+        use crate::decision::snapshot::{InFlight, VictimRequests};
+        let req = |path: &str, age_ms| InFlight {
+            method: "POST".into(),
+            path: path.into(),
+            cache_id: None,
+            age_ms,
+            bytes_in: 2048,
+            bytes_out: 0,
+        };
+        let mut r = record(11, true);
+        r.requests = Some(VictimRequests::new(11, 1, vec![req("/light", 5), req("/heavy", 4200)]));
+        let c = killed(&r);
+        let summary = ann(&c, "summary").unwrap_or_default();
+        assert!(summary.ends_with("; 2 requests in flight, the oldest POST /heavy for 4.2 s"), "{summary}");
+        assert_eq!(
+            ann(&c, "requests"),
+            Some("POST /heavy 4.2 s (in 2048 B, out 0 B)\nPOST /light 0.0 s (in 2048 B, out 0 B)")
+        );
+        assert_eq!(ann(&c, "requests_total"), Some("2"));
+        assert_eq!(ann(&killed(&record(11, true)), "requests"), None, "none outside monitor run");
     }
 
     #[test]

@@ -60,12 +60,16 @@ pub(crate) fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
                 .annotate(
                     "summary",
                     format!(
-                        "group memory at {:.1}%: {} (pid {}) aborts its in-flight work",
+                        "group memory at {:.1}%: {} (pid {}) aborts its in-flight work{}",
                         d.ratio * 100.0,
                         v.name,
-                        v.pid
+                        v.pid,
+                        victim_work(p, v.pid).map(|r| format!(": {}", r.summary())).unwrap_or_default()
                     ),
                 );
+            if let Some(r) = victim_work(p, v.pid) {
+                c = c.annotate("victim_requests", r.lines()).annotate("victim_requests_total", r.total.to_string());
+            }
         }
         out.push(usage(c));
     }
@@ -87,6 +91,11 @@ pub(crate) fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
         );
     }
     out
+}
+
+/// Under `monitor run`: the abort victim `pid`'s requests in flight when it was chosen.
+fn victim_work(p: &Published, pid: u32) -> Option<&crate::decision::snapshot::VictimRequests> {
+    p.victim_requests.as_deref().filter(|r| r.pid == pid)
 }
 
 /// The host's name (`/proc/sys/kernel/hostname`), `localhost` when it cannot be read.
@@ -274,6 +283,37 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The abort alert names the victim's requests in flight when it was chosen, and only the victim's.
+    #[test]
+    fn the_abort_alert_names_the_victims_requests() {
+        use crate::decision::policy::ProcId;
+        use crate::decision::snapshot::{InFlight, ProcSample, VictimRequests};
+        use std::sync::Arc;
+        let mut p = Published::test(State::Aborting);
+        p.snapshot.processes = vec![ProcSample::test(7)].into();
+        p.decision.victim = Some(ProcId { pid: 7, start_ticks: 70 });
+        let heavy = InFlight {
+            method: "GET".into(),
+            path: "/heavy".into(),
+            cache_id: Some("w1.x".into()),
+            age_ms: 1500,
+            bytes_in: 0,
+            bytes_out: 100,
+        };
+        p.victim_requests = Some(Arc::new(VictimRequests::new(7, 1, vec![heavy])));
+        let aborting = |p: &Published| {
+            conditions(p, false).into_iter().find(|c| c.name == names::GROUP_ABORTING).expect("the abort alert")
+        };
+        let c = aborting(&p);
+        let ann = |k: &str| c.annotations.get(k).cloned().unwrap_or_default();
+        assert!(
+            ann("summary").ends_with("aborts its in-flight work: 1 request in flight, the oldest GET /heavy for 1.5 s")
+        );
+        assert_eq!(ann("victim_requests"), "GET /heavy 1.5 s (in 0 B, out 100 B, cache w1.x)");
+        p.victim_requests = Some(Arc::new(VictimRequests::new(8, 1, Vec::new())));
+        assert!(!aborting(&p).annotations.contains_key("victim_requests"), "another process's requests are not its");
+    }
 
     #[tokio::test]
     async fn a_reload_tells_only_the_sinks_it_added_what_fires() {

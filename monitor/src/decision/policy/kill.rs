@@ -220,6 +220,8 @@ pub struct KillRecord {
     pub error: Option<String>,
     /// When the SIGKILL was sent, `CLOCK_MONOTONIC` nanoseconds (what a benchmark times it against).
     pub sent_mono_ns: Option<u64>,
+    /// Under `monitor run`: its requests in flight just before the kill.
+    pub requests: Option<crate::decision::snapshot::VictimRequests>,
 }
 
 #[cfg(test)]
@@ -241,6 +243,7 @@ impl KillRecord {
             enforced,
             error: None,
             sent_mono_ns: None,
+            requests: None,
         }
     }
 }
@@ -264,6 +267,7 @@ impl KillRecord {
             enforced: !shadow,
             error: None,
             sent_mono_ns: None,
+            requests: None,
         })
     }
 

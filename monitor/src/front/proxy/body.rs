@@ -23,13 +23,23 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct Outstanding {
     local: Arc<Local>,
     index: usize,
+    /// Its key on the thread's board of the process's requests in flight, when tracked ([`super::flights`]).
+    flight: Option<usize>,
 }
 
 impl Outstanding {
-    pub fn new(local: Arc<Local>, index: usize) -> Outstanding {
-        let counted = Outstanding { local, index };
+    pub(crate) fn new(local: Arc<Local>, index: usize, flight: Option<super::flights::Flight>) -> Outstanding {
+        let flight = flight.map(|f| local.proxy.backends[index].board(local.slot).enter(f));
+        let counted = Outstanding { local, index, flight };
         counted.counter().fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         counted
+    }
+
+    /// `n` more response bytes went to the client.
+    fn sent(&self, n: usize) {
+        if let Some(key) = self.flight {
+            self.local.proxy.backends[self.index].board(self.local.slot).sent(key, n as u64);
+        }
     }
 
     /// This thread's counter of the process's requests in flight.
@@ -51,7 +61,15 @@ impl Outstanding {
 impl Drop for Outstanding {
     fn drop(&mut self) {
         self.counter().fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if let Some(key) = self.flight {
+            self.local.proxy.backends[self.index].board(self.local.slot).leave(key);
+        }
     }
+}
+
+/// A request's body length as its head declares it (`Content-Length`), 0 when it declares none.
+pub(crate) fn declared_length(headers: &hyper::HeaderMap) -> u64 {
+    headers.get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// The memory guard cut a response that had started.
@@ -164,6 +182,9 @@ fn poll_streamed(s: &mut Streamed, cx: &mut Context<'_>) -> Poll<Option<Result<F
         }
         Poll::Ready(Some(Ok(f))) => {
             s.progressed = true;
+            if let Some(d) = f.data_ref() {
+                s._outstanding.sent(d.len());
+            }
             Poll::Ready(Some(Ok(f)))
         }
         Poll::Ready(Some(Err(e))) => {

@@ -20,6 +20,7 @@
 
 pub mod body;
 pub mod channel;
+pub(crate) mod flights;
 pub mod headers;
 pub mod peer;
 pub mod request_body;
@@ -67,6 +68,8 @@ pub struct Backend {
     /// them): a thread only ever writes its own, on a cache line of its own, so counting a request never waits for
     /// the line another core just wrote.
     outstanding: Box<[Slot]>,
+    /// Its requests in flight, one board per front-door thread, as [`Backend::outstanding`] ([`flights`]).
+    flights: Box<[flights::Board]>,
     /// [`shed::encode`]d action.
     pub action: AtomicU8,
     /// How many times the process was told to abort: a request notes it when it starts, and finds it moved when the
@@ -104,6 +107,21 @@ impl Backend {
         for tx in self.aborts.lock().unwrap_or_else(PoisonError::into_inner).iter() {
             tx.send_modify(|g| *g += 1);
         }
+    }
+
+    /// Its requests in flight now, as every front-door thread holds them (the path with its query when `query`).
+    pub(crate) fn in_flight(&self, query: bool) -> Vec<crate::decision::snapshot::InFlight> {
+        let now = std::time::Instant::now();
+        let mut out = Vec::new();
+        for b in self.flights.iter() {
+            b.read(now, query, &mut out);
+        }
+        out
+    }
+
+    /// This thread's board of the process's requests in flight.
+    fn board(&self, slot: usize) -> &flights::Board {
+        &self.flights[slot % self.flights.len()]
     }
 
     /// How many times the process was told to abort so far.
@@ -225,6 +243,10 @@ pub struct Proxy {
     started: std::time::Instant,
     /// Under `[cluster]`: where requests with a cache id are routed across nodes ([`peer`]).
     cluster: std::sync::OnceLock<Arc<crate::cluster::door::Door>>,
+    /// `[proxy] track_requests`: each request in flight is kept on its process's board ([`flights`]).
+    track: bool,
+    /// `[proxy] track_query`.
+    track_query: bool,
 }
 
 static X_ROUTE_FALLBACK: HeaderName = HeaderName::from_static("x-route-fallback");
@@ -285,6 +307,7 @@ impl Proxy {
                 let host = HeaderValue::from_str(&addr.to_string()).map_err(|e| ProxyError::Header(e.to_string()))?;
                 Ok(Arc::new(Backend {
                     outstanding: (0..threads).map(|_| Slot::default()).collect(),
+                    flights: (0..threads).map(|_| flights::Board::default()).collect(),
                     action: AtomicU8::new(0),
                     generation: AtomicU64::new(0),
                     aborts: Mutex::new(Vec::new()),
@@ -323,7 +346,21 @@ impl Proxy {
             cluster: std::sync::OnceLock::new(),
             kills,
             channel: channel::Channel::new(admin_paths),
+            track: cfg.track_requests,
+            track_query: cfg.track_query,
         })
+    }
+
+    /// The requests in flight on the process with pid `pid` now (none when it is not one of the front door's, or
+    /// `[proxy] track_requests` is off): what the guard names as its work when it acts on it.
+    pub fn in_flight(&self, pid: u32) -> Vec<crate::decision::snapshot::InFlight> {
+        if pid == 0 || !self.track {
+            return Vec::new();
+        }
+        match self.members.iter().position(|m| m.pid() == pid) {
+            Some(i) => self.backends[i].in_flight(self.track_query),
+            None => Vec::new(),
+        }
     }
 
     /// What one front-door thread keeps for itself: a new, empty set of upstream pools, and its own copy of the
@@ -682,7 +719,18 @@ impl Proxy {
         req: &mut Option<Request<ReqBody>>,
         deadline: tokio::time::Instant,
     ) -> Attempt {
-        let outstanding = Outstanding::new(local.clone(), index);
+        let flight = match (self.track, req.as_ref()) {
+            (true, Some(r)) => Some(flights::Flight {
+                method: r.method().clone(),
+                uri: r.uri().clone(),
+                cache_id: r.headers().get(&self.cache_header).cloned(),
+                started: std::time::Instant::now(),
+                bytes_in: body::declared_length(r.headers()),
+                bytes_out: 0,
+            }),
+            _ => None,
+        };
+        let outstanding = Outstanding::new(local.clone(), index, flight);
         let generation = self.backends[index].generation();
         match self.exchange(local, index, req, generation, deadline).await {
             Ok((resp, tx, deadline)) => Attempt::Answered { resp, tx, deadline, outstanding, generation },

@@ -1,0 +1,138 @@
+//! The requests in flight on each process, as the front door sees them: what the guard names as the victim's work
+//! when it aborts or kills a process (the decision log, the alerts, the status, the home page).
+//!
+//! Each front-door thread writes only its own board of each process (an uncontended lock around a slab, on a cache
+//! line of its own): a request enters when it goes to the process, adds the response bytes as they pass, and
+//! leaves when its response ends. The sampler's thread reads every board of the victim when it acts, a few times
+//! a day at most. Nothing of a body is kept; the path is cut to [`InFlight::PATH_MAX`] when read.
+
+use crate::decision::snapshot::InFlight;
+use hyper::header::HeaderValue;
+use hyper::{Method, Uri};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+/// One request on its way, as its thread holds it.
+pub(crate) struct Flight {
+    pub method: Method,
+    /// Shares the request's bytes (no copy).
+    pub uri: Uri,
+    pub cache_id: Option<HeaderValue>,
+    pub started: Instant,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl Flight {
+    /// As the guard reports it at `now`: the path (with its query when `query`) cut to [`InFlight::PATH_MAX`] bytes
+    /// at a character's edge (a URI's bytes are ASCII, so every edge is one).
+    fn report(&self, now: Instant, query: bool) -> InFlight {
+        let full = match (query, self.uri.path_and_query()) {
+            (true, Some(pq)) => pq.as_str(),
+            _ => self.uri.path(),
+        };
+        let mut end = full.len().min(InFlight::PATH_MAX);
+        while !full.is_char_boundary(end) {
+            end -= 1;
+        }
+        InFlight {
+            method: self.method.as_str().chars().take(32).collect(),
+            path: full[..end].to_string(),
+            cache_id: self.cache_id.as_ref().and_then(|v| v.to_str().ok()).map(|c| c.chars().take(128).collect()),
+            age_ms: now.saturating_duration_since(self.started).as_millis() as u64,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+        }
+    }
+}
+
+/// One thread's requests in flight on one process, alone on its cache line.
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct Board(Mutex<slab::Slab<Flight>>);
+
+impl Board {
+    fn lock(&self) -> MutexGuard<'_, slab::Slab<Flight>> {
+        // Nothing under the lock can panic halfway through a change: a poisoned board is still whole.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Enters a request; its key leaves it.
+    pub fn enter(&self, f: Flight) -> usize {
+        self.lock().insert(f)
+    }
+
+    pub fn leave(&self, key: usize) {
+        self.lock().try_remove(key);
+    }
+
+    /// `n` more response bytes passed to the client.
+    pub fn sent(&self, key: usize, n: u64) {
+        if let Some(f) = self.lock().get_mut(key) {
+            f.bytes_out = f.bytes_out.saturating_add(n);
+        }
+    }
+
+    /// Appends the requests on this board to `out`, as of `now`.
+    pub fn read(&self, now: Instant, query: bool, out: &mut Vec<InFlight>) {
+        out.extend(self.lock().iter().map(|(_, f)| f.report(now, query)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn flight(uri: &str, started: Instant) -> Flight {
+        Flight {
+            method: Method::GET,
+            uri: uri.parse().expect("a test URI"),
+            cache_id: Some(HeaderValue::from_static("w1.abc")),
+            started,
+            bytes_in: 3,
+            bytes_out: 0,
+        }
+    }
+
+    #[test]
+    fn a_request_is_listed_from_its_start_to_its_end_with_its_bytes() {
+        let b = Board::default();
+        let t0 = Instant::now();
+        let k = b.enter(flight("/heavy?secret=1", t0));
+        b.sent(k, 10);
+        b.sent(k, 5);
+        let mut out = Vec::new();
+        b.read(t0 + Duration::from_millis(1200), false, &mut out);
+        assert_eq!(
+            out,
+            vec![InFlight {
+                method: "GET".into(),
+                path: "/heavy".into(),
+                cache_id: Some("w1.abc".into()),
+                age_ms: 1200,
+                bytes_in: 3,
+                bytes_out: 15,
+            }]
+        );
+        out.clear();
+        b.read(t0, true, &mut out);
+        assert_eq!(out[0].path, "/heavy?secret=1", "the query only when configured");
+        b.leave(k);
+        b.leave(k);
+        b.sent(k, 1);
+        out.clear();
+        b.read(t0, false, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_long_path_is_cut() {
+        let b = Board::default();
+        let long = format!("/{}", "a".repeat(5000));
+        b.enter(flight(&long, Instant::now()));
+        let mut out = Vec::new();
+        b.read(Instant::now(), true, &mut out);
+        assert_eq!(out[0].path.len(), InFlight::PATH_MAX);
+    }
+}
