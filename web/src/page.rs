@@ -68,6 +68,7 @@ pub fn render(d: &Dashboard) -> String {
     }
     h.push_str("</nav>");
     status_strip(&mut h, d);
+    routes(&mut h, &d.routes);
     crate::fleet::table(&mut h, &d.peers);
     for (id, title, draw) in CHARTS {
         let _ = write!(h, "<h2>{title}</h2><div class=\"chart\" id=\"chart-{id}\">");
@@ -140,6 +141,32 @@ fn kernel(h: &mut String, g: &GroupNow) {
         };
     }
     h.push_str("</p>");
+}
+
+/// The requests that grew memory: each route key's count, how many were measured alone, the 99th percentile of the
+/// growth (marked when only shared measures exist) and how many were in flight at an abort or kill; the most
+/// first. Left out when nothing was measured.
+fn routes(h: &mut String, routes: &[crate::view::RouteGrowth]) {
+    if routes.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Requests that grew memory</h2><table id=\"routes\"><tr><th>route</th><th>requests</th>\
+         <th>measured alone</th><th>p99 growth</th><th>at an abort or kill</th></tr>",
+    );
+    for r in routes {
+        let shared = if r.p99_exact { "" } else { " (shared)" };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}{shared}</td><td>{}</td></tr>",
+            escape(&r.route),
+            r.count,
+            r.exact,
+            mib(r.p99_bytes),
+            r.at_abort
+        );
+    }
+    h.push_str("</table>");
 }
 
 fn status_strip(h: &mut String, d: &Dashboard) {

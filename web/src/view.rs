@@ -356,6 +356,24 @@ pub struct Dashboard {
     /// day's end) instead of the time before now.
     #[serde(default)]
     pub clock: bool,
+    /// Under `monitor run`: the route keys whose requests grew their process's memory, the most first.
+    #[serde(default)]
+    pub routes: Vec<RouteGrowth>,
+}
+
+/// One route key's memory per request since start (see the agent's `feed::growth`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouteGrowth {
+    /// The method and the path with its ids folded (a client's text: escaped where drawn).
+    pub route: String,
+    pub count: u64,
+    /// Requests measured alone on their process.
+    pub exact: u64,
+    /// The 99th percentile of the growth, in bytes: of the exact measures when there are any, else of the shared.
+    pub p99_bytes: u64,
+    pub p99_exact: bool,
+    /// Requests in flight when their process was told to abort or was killed.
+    pub at_abort: u64,
 }
 
 /// What the home page reads: the agent implements it over its history and latest sample.

@@ -59,6 +59,7 @@ impl Source for Fake {
             })
             .collect();
         Dashboard {
+            routes: Vec::new(),
             now_ms,
             range,
             group: GroupNow {

@@ -240,6 +240,8 @@ impl Parts<'_> {
             sampler.set_roster(d.roster(cfg));
             sampler.set_in_flight(d.in_flight());
             services.add("shedding", tokio::spawn(proxy::shed::follow(d.proxy.clone(), shared.latest.clone())));
+            let samples = feed.subscribe("memory per request");
+            services.add("memory per request", tokio::spawn(proxy::growth::follow(d.proxy.clone(), samples)));
         }
         let net = cluster.map(|m| Net::start(m, cfg, &shared, door.as_ref(), &mut services)).transpose()?;
         // Every reader of the feed subscribes before the first process starts: a decision taken while they start

@@ -35,6 +35,11 @@ impl Door {
     pub fn forwarded_total(&self) -> u64 {
         self.counts.forwarded.load(Ordering::Relaxed)
     }
+
+    /// The memory its requests grew their processes by, per route key.
+    pub fn growth(&self) -> &super::growth::RouteGrowth {
+        &self.counts.growth
+    }
 }
 
 /// The front door's counts since start, written by the proxy's threads.
@@ -42,6 +47,8 @@ impl Door {
 pub struct DoorCounts {
     pub shed: AtomicU64,
     pub forwarded: AtomicU64,
+    /// Memory per request, per route key (`[proxy] track_requests`).
+    pub growth: super::growth::RouteGrowth,
 }
 
 /// Where a process is in its life.

@@ -6,6 +6,7 @@
 //! the consumers both import it, and it imports none of them.
 
 mod door;
+pub mod growth;
 
 pub use door::{Door, DoorCounts, LauncherInfo, Phase};
 

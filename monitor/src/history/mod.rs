@@ -239,6 +239,11 @@ impl History {
         self.inputs.door.as_ref().map(|d| d.shed_total())
     }
 
+    /// The front door's memory per request, per route key since start (None without a front door).
+    pub fn growth(&self) -> Option<std::collections::BTreeMap<String, crate::feed::growth::KeyStats>> {
+        self.inputs.door.as_ref().map(|d| d.growth().totals())
+    }
+
     /// The agent's reaction times, when it keeps them.
     pub fn reactions(&self) -> Option<&crate::base::reaction::Reactions> {
         self.inputs.reactions.as_deref()

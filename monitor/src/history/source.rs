@@ -118,8 +118,29 @@ impl Source for History {
             notes,
             peers: self.inputs.peers.as_ref().map(|f| f()).unwrap_or_default(),
             clock: false,
+            routes: route_growth(self.growth().unwrap_or_default()),
         }
     }
+}
+
+/// The route keys for the page, the largest p99 growth first (then the most requests).
+fn route_growth(totals: std::collections::BTreeMap<String, crate::feed::growth::KeyStats>) -> Vec<web::RouteGrowth> {
+    let mut rows: Vec<web::RouteGrowth> = totals
+        .into_iter()
+        .map(|(route, k)| {
+            let (p99_bytes, p99_exact) = k.p99();
+            web::RouteGrowth {
+                route,
+                count: k.count,
+                exact: k.exact.count(),
+                p99_bytes,
+                p99_exact,
+                at_abort: k.at_abort,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.p99_bytes.cmp(&a.p99_bytes).then(b.count.cmp(&a.count)));
+    rows
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ mod container;
 mod counts;
 mod drain;
 mod drain_load;
+mod growth;
 mod health;
 mod memory;
 mod own_group;

@@ -258,6 +258,11 @@ fn names_the_request(run: &Run, alerts: &std::path::Path, since_sent: Duration) 
     assert!(age > 0.0 && age <= since_sent.as_secs_f64() + 0.1, "age {age} s, sent {since_sent:?} before: {listed}");
     let summary = alert["annotations"]["summary"].as_str().unwrap_or_default();
     assert!(summary.contains("1 request in flight, the oldest GET /r4/big for"), "{summary}");
+    // Its memory per request counts it as in flight at an abort, once the listing after its end has come.
+    monitor_tests::wait_until("the request counted at the abort", Duration::from_secs(10), || {
+        let m = monitor_tests::http::get(run.web, "/metrics", TIMEOUT).ok()?.text();
+        m.contains("monitor_request_at_abort_total{route=\"GET /r4/big\"} 1\n").then_some(())
+    });
     eprintln!("the abort alert named: {listed}");
 }
 

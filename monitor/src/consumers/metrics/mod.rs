@@ -84,6 +84,7 @@ impl Collector for Record {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            growth: h.growth(),
         };
         for m in &launched {
             if let Some(r) = extra.restarts.iter_mut().find(|(n, _)| n == &m.name) {

@@ -36,6 +36,8 @@ pub struct Extra {
     pub kills: Option<KillCounts>,
     /// The time of the scrape, for the sample's age (0: left out).
     pub now_unix_ms: u64,
+    /// Under `monitor run`: the memory per request, per route key since start (none: the families are left out).
+    pub growth: Option<std::collections::BTreeMap<String, crate::feed::growth::KeyStats>>,
 }
 
 /// No labels: a family of one series.
@@ -177,7 +179,56 @@ pub(crate) fn encode(e: &mut DescriptorEncoder, p: &Published, names: &[(String,
     counter(e, "monitor_shed_requests_total", "Requests the front door refused with 503.", extra.shed_total)?;
     processes(e, p, names)?;
     restarts(e, names, &extra.restarts)?;
+    if let Some(g) = &extra.growth {
+        request_growth(e, g)?;
+    }
     launcher_states(e, &extra.states)
+}
+
+/// The `le` bounds of `monitor_request_memory_growth_bytes`: 64 KiB to 1 GiB, by fours.
+const GROWTH_BOUNDS: [u64; 8] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30];
+
+/// `monitor_request_memory_growth_bytes{route, measure}` (a histogram per route key, its requests measured alone or
+/// shared) and `monitor_request_at_abort_total{route}`; at most 65 route keys (`other` holds the rest).
+fn request_growth(
+    e: &mut DescriptorEncoder,
+    routes: &std::collections::BTreeMap<String, crate::feed::growth::KeyStats>,
+) -> Result {
+    use crate::feed::growth::{lower_bound, Hist};
+    let mut family = e.encode_descriptor(
+        "monitor_request_memory_growth_bytes",
+        "How much each request's process grew its anonymous memory while the request was in flight (from the \
+         samples), by route key; measure: exact (alone on its process) or shared (the whole growth to each).",
+        None,
+        MetricType::Histogram,
+    )?;
+    // Each fine bucket starts at or above one bound or below the first: bounds by fours fall on its edges.
+    let cut = |h: &Hist| {
+        let mut out = [(0.0, 0u64); GROWTH_BOUNDS.len()];
+        for (o, bound) in out.iter_mut().zip(GROWTH_BOUNDS) {
+            o.0 = bound as f64;
+        }
+        for (&b, &n) in &h.buckets {
+            if let Some(i) = GROWTH_BOUNDS.iter().position(|&bound| lower_bound(b) < bound) {
+                out[i].1 += n;
+            }
+        }
+        out
+    };
+    for (route, k) in routes {
+        for (measure, h) in [("exact", &k.exact), ("shared", &k.shared)] {
+            if h.count() > 0 {
+                let labels = [("route", route.as_str()), ("measure", measure)];
+                histogram(&mut family, &labels, &cut(h), h.sum as f64, h.count())?;
+            }
+        }
+    }
+    counters(
+        e,
+        "monitor_request_at_abort_total",
+        "Requests in flight when their process was told to abort or was killed, by route key.",
+        routes.iter().map(|(route, k)| ([("route", route.as_str())], k.at_abort)),
+    )
 }
 
 /// The label set of a process: its series name and role.
@@ -441,6 +492,35 @@ mod tests {
             assert!(!text.contains(absent), "{absent} in:\n{text}");
         }
         assert_eq!(lines_of(&text, "monitor_sample_interval_seconds"), ["monitor_sample_interval_seconds 0.1"]);
+    }
+
+    /// Each route key's growth is a histogram per measure (exact, shared), with the requests at an abort counted.
+    #[test]
+    fn memory_per_request_is_a_histogram_per_route() {
+        let g = crate::feed::growth::RouteGrowth::default();
+        g.record("GET /heavy", 48 << 20, true, false);
+        g.record("GET /heavy", 50 << 20, true, true);
+        g.record("GET /heavy", 20 << 20, false, false);
+        g.record("GET /light", 0, true, false);
+        let extra = Extra { growth: Some(g.totals()), ..Extra::default() };
+        let text = render(&Published::test(State::Normal), &[], &extra);
+        assert!(text.contains("# TYPE monitor_request_memory_growth_bytes histogram\n"), "{text}");
+        let exact =
+            lines_of(&text, "monitor_request_memory_growth_bytes_bucket{route=\"GET /heavy\",measure=\"exact\"");
+        assert_eq!(exact.len(), GROWTH_BOUNDS.len() + 1, "{text}");
+        assert!(exact[4].ends_with("le=\"1.6777216e+07\"} 0"), "{exact:?}");
+        assert!(exact[5].ends_with("le=\"6.7108864e+07\"} 2"), "{exact:?}");
+        assert!(exact[8].ends_with("le=\"+Inf\"} 2"), "{exact:?}");
+        let sum = "monitor_request_memory_growth_bytes_sum{route=\"GET /heavy\",measure=\"exact\"} 102760448.0\n";
+        assert!(text.contains(sum), "{text}");
+        assert!(text.contains("monitor_request_memory_growth_bytes_count{route=\"GET /heavy\",measure=\"shared\"} 1\n"));
+        let light =
+            lines_of(&text, "monitor_request_memory_growth_bytes_bucket{route=\"GET /light\",measure=\"exact\"");
+        assert!(light[0].ends_with("le=\"65536\"} 1"), "{light:?}");
+        assert!(text.contains("monitor_request_at_abort_total{route=\"GET /heavy\"} 1\n"), "{text}");
+        assert!(text.contains("monitor_request_at_abort_total{route=\"GET /light\"} 0\n"));
+        let none = render(&Published::test(State::Normal), &[], &Extra::default());
+        assert!(!none.contains("monitor_request_"), "left out without a front door");
     }
 
     #[test]

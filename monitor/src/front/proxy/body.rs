@@ -62,7 +62,8 @@ impl Drop for Outstanding {
     fn drop(&mut self) {
         self.counter().fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         if let Some(key) = self.flight {
-            self.local.proxy.backends[self.index].board(self.local.slot).leave(key);
+            let (proxy, backend) = (&self.local.proxy, &self.local.proxy.backends[self.index]);
+            backend.board(self.local.slot).leave(key, proxy.epoch(), backend.generation());
         }
     }
 }

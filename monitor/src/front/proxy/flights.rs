@@ -21,7 +21,26 @@ pub(crate) struct Flight {
     pub started: Instant,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// The processes' listing the front door knew of when it started ([`super::growth`]).
+    pub epoch: u64,
+    /// Its process's abort generation when it started.
+    pub generation: u64,
 }
+
+/// A request that ended, waiting for the listing after it to say how much its process grew ([`super::growth`]).
+pub(crate) struct Done {
+    pub method: Method,
+    pub uri: Uri,
+    /// The listings it spans: the last before its start and the last before its end.
+    pub first: u64,
+    pub last: u64,
+    /// Its process was told to abort (or was killed) while it was in flight.
+    pub at_abort: bool,
+}
+
+/// The most ended requests a board holds between two listings: past it, more are dropped (and counted), so a flood
+/// of requests between two listings cannot grow the front door.
+const DONE_MAX: usize = 1 << 16;
 
 impl Flight {
     /// As the guard reports it at `now`: the path (with its query when `query`) cut to [`InFlight::PATH_MAX`] bytes
@@ -46,36 +65,61 @@ impl Flight {
     }
 }
 
-/// One thread's requests in flight on one process, alone on its cache line.
+/// One thread's requests in flight on one process, and those ended since the last listing, alone on its cache line.
 #[repr(align(128))]
 #[derive(Default)]
-pub(crate) struct Board(Mutex<slab::Slab<Flight>>);
+pub(crate) struct Board(Mutex<Held>);
+
+#[derive(Default)]
+pub(crate) struct Held {
+    flights: slab::Slab<Flight>,
+    done: Vec<Done>,
+    /// Ended requests not kept: the board held [`DONE_MAX`].
+    dropped: u64,
+}
 
 impl Board {
-    fn lock(&self) -> MutexGuard<'_, slab::Slab<Flight>> {
+    fn lock(&self) -> MutexGuard<'_, Held> {
         // Nothing under the lock can panic halfway through a change: a poisoned board is still whole.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Enters a request; its key leaves it.
     pub fn enter(&self, f: Flight) -> usize {
-        self.lock().insert(f)
+        self.lock().flights.insert(f)
     }
 
-    pub fn leave(&self, key: usize) {
-        self.lock().try_remove(key);
+    /// The request `key` ended at listing `epoch`, its process's abort generation then `generation`.
+    pub fn leave(&self, key: usize, epoch: u64, generation: u64) {
+        let mut h = self.lock();
+        let Some(f) = h.flights.try_remove(key) else { return };
+        if h.done.len() >= DONE_MAX {
+            h.dropped += 1;
+            return;
+        }
+        let at_abort = f.generation != generation;
+        h.done.push(Done { method: f.method, uri: f.uri, first: f.epoch, last: epoch, at_abort });
     }
 
     /// `n` more response bytes passed to the client.
     pub fn sent(&self, key: usize, n: u64) {
-        if let Some(f) = self.lock().get_mut(key) {
+        if let Some(f) = self.lock().flights.get_mut(key) {
             f.bytes_out = f.bytes_out.saturating_add(n);
         }
     }
 
     /// Appends the requests on this board to `out`, as of `now`.
     pub fn read(&self, now: Instant, query: bool, out: &mut Vec<InFlight>) {
-        out.extend(self.lock().iter().map(|(_, f)| f.report(now, query)));
+        out.extend(self.lock().flights.iter().map(|(_, f)| f.report(now, query)));
+    }
+
+    /// Moves the ended requests into `done`, notes the first listing of each one still in flight in `flying`, and
+    /// returns how many ended requests were dropped since the last call.
+    pub fn collect(&self, done: &mut Vec<Done>, flying: &mut Vec<u64>) -> u64 {
+        let mut h = self.lock();
+        done.append(&mut h.done);
+        flying.extend(h.flights.iter().map(|(_, f)| f.epoch));
+        std::mem::take(&mut h.dropped)
     }
 }
 
@@ -92,6 +136,8 @@ mod tests {
             started,
             bytes_in: 3,
             bytes_out: 0,
+            epoch: 7,
+            generation: 0,
         }
     }
 
@@ -118,12 +164,21 @@ mod tests {
         out.clear();
         b.read(t0, true, &mut out);
         assert_eq!(out[0].path, "/heavy?secret=1", "the query only when configured");
-        b.leave(k);
-        b.leave(k);
+        let (mut done, mut flying) = (Vec::new(), Vec::new());
+        b.collect(&mut done, &mut flying);
+        assert_eq!((done.len(), flying), (0, vec![7]));
+        b.leave(k, 9, 1);
+        b.leave(k, 9, 1);
         b.sent(k, 1);
         out.clear();
         b.read(t0, false, &mut out);
         assert!(out.is_empty());
+        let mut flying = Vec::new();
+        assert_eq!(b.collect(&mut done, &mut flying), 0);
+        assert!(flying.is_empty());
+        assert_eq!(done.len(), 1, "left once");
+        assert_eq!((done[0].first, done[0].last, done[0].at_abort), (7, 9, true));
+        assert_eq!(done[0].uri.path(), "/heavy");
     }
 
     #[test]

@@ -21,6 +21,7 @@
 pub mod body;
 pub mod channel;
 pub(crate) mod flights;
+pub mod growth;
 pub mod headers;
 pub mod peer;
 pub mod request_body;
@@ -247,6 +248,8 @@ pub struct Proxy {
     track: bool,
     /// `[proxy] track_query`.
     track_query: bool,
+    /// The processes' listings seen so far ([`growth`]): a request notes it when it starts and when it ends.
+    epoch: AtomicU64,
 }
 
 static X_ROUTE_FALLBACK: HeaderName = HeaderName::from_static("x-route-fallback");
@@ -348,7 +351,13 @@ impl Proxy {
             channel: channel::Channel::new(admin_paths),
             track: cfg.track_requests,
             track_query: cfg.track_query,
+            epoch: AtomicU64::new(0),
         })
+    }
+
+    /// The processes' listings seen so far ([`growth`]).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
     }
 
     /// The requests in flight on the process with pid `pid` now (none when it is not one of the front door's, or
@@ -727,6 +736,8 @@ impl Proxy {
                 started: std::time::Instant::now(),
                 bytes_in: body::declared_length(r.headers()),
                 bytes_out: 0,
+                epoch: self.epoch(),
+                generation: self.backends[index].generation(),
             }),
             _ => None,
         };
