@@ -88,6 +88,8 @@ enum Write {
     Events(Vec<ClusterEvent>),
     /// A kill of the guard's last resort, as its sample carried it.
     Kill(KillEvent),
+    /// The memory per request of the minute starting at the given Unix second.
+    Routes(u64, store::RouteRows),
 }
 
 /// The cluster's nodes as the home page lists them.
@@ -360,6 +362,7 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
                     }
                     let (sec, min) = agg.push(&h.input(&p));
                     if let Some((m, labels)) = h.keep(sec, min) {
+                        send_routes(&h, &tx, m.t);
                         let _ = tx.send(Write::Minute(m, labels));
                     }
                 }
@@ -373,7 +376,17 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
     send_events(&mut cursor, &mut view);
     let (sec, min) = agg.flush();
     if let Some((m, labels)) = h.keep(sec, min) {
+        send_routes(&h, &tx, m.t);
         let _ = tx.send(Write::Minute(m, labels));
+    }
+}
+
+/// Hands the memory per request measured since the last minute to the database thread, as minute `t`'s.
+fn send_routes(h: &History, tx: &std::sync::mpsc::Sender<Write>, t: u64) {
+    let Some(door) = &h.inputs.door else { return };
+    let routes = door.growth().take();
+    if !routes.is_empty() {
+        let _ = tx.send(Write::Routes(t, routes));
     }
 }
 

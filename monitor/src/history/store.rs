@@ -5,6 +5,7 @@
 use super::events::{ClusterEvent, KillEvent};
 use super::ring::{Labels, Minute, ProcMinute};
 use super::HistoryError;
+use crate::feed::growth::{Hist, KeyStats};
 use rusqlite::{params, Connection, OpenFlags};
 use std::path::Path;
 use std::time::Duration;
@@ -29,7 +30,13 @@ CREATE TABLE IF NOT EXISTS guard_kill (
     reason TEXT NOT NULL, rss_bytes INTEGER NOT NULL, anon_bytes INTEGER NOT NULL, ratio REAL NOT NULL,
     round INTEGER NOT NULL, enforced INTEGER NOT NULL, error TEXT,
     UNIQUE (at_ms, pid));
+CREATE TABLE IF NOT EXISTS route_minute (
+    t INTEGER NOT NULL, route TEXT NOT NULL, requests INTEGER NOT NULL, exact TEXT NOT NULL, shared TEXT NOT NULL,
+    at_abort INTEGER NOT NULL, PRIMARY KEY (t, route)) WITHOUT ROWID;
 ";
+
+/// Memory per request by route key.
+pub type RouteRows = std::collections::BTreeMap<String, KeyStats>;
 
 /// An open stats database.
 pub struct Store {
@@ -175,6 +182,78 @@ impl Store {
         Ok(n)
     }
 
+    /// Writes one minute's memory per request (`t`: the minute, Unix seconds), adding to what it already holds.
+    pub(crate) fn insert_routes(&mut self, t: u64, routes: &RouteRows) -> Result<(), HistoryError> {
+        let tx = self.conn.transaction().map_err(db)?;
+        {
+            let mut read = tx
+                .prepare_cached(
+                    "SELECT requests, exact, shared, at_abort FROM route_minute WHERE t = ?1 AND route = ?2",
+                )
+                .map_err(db)?;
+            let mut write =
+                tx.prepare_cached("INSERT OR REPLACE INTO route_minute VALUES (?1, ?2, ?3, ?4, ?5, ?6)").map_err(db)?;
+            let t = t.min(i64::MAX as u64) as i64;
+            for (route, k) in routes {
+                let mut k = k.clone();
+                let held = read
+                    .query_row(params![t, route], |r| {
+                        Ok(KeyStats {
+                            count: r.get::<_, i64>(0)?.max(0) as u64,
+                            exact: Hist::decode(&r.get::<_, String>(1)?),
+                            shared: Hist::decode(&r.get::<_, String>(2)?),
+                            at_abort: r.get::<_, i64>(3)?.max(0) as u64,
+                        })
+                    })
+                    .ok();
+                if let Some(h) = held {
+                    k.merge(&h);
+                }
+                write
+                    .execute(params![
+                        t,
+                        route,
+                        k.count.min(i64::MAX as u64) as i64,
+                        k.exact.encode(),
+                        k.shared.encode(),
+                        k.at_abort.min(i64::MAX as u64) as i64
+                    ])
+                    .map_err(db)?;
+            }
+        }
+        tx.commit().map_err(db)
+    }
+
+    /// The memory per request of the minutes in `[from, to)` (Unix seconds), summed per route key; none in a
+    /// database written before it was kept.
+    pub fn routes(&self, from: u64, to: u64) -> Result<RouteRows, HistoryError> {
+        if !self.has_table("route_minute")? {
+            return Ok(RouteRows::new());
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT route, requests, exact, shared, at_abort FROM route_minute WHERE t >= ?1 AND t < ?2")
+            .map_err(db)?;
+        let (from, to) = (from.min(i64::MAX as u64) as i64, to.min(i64::MAX as u64) as i64);
+        let rows = st
+            .query_map([from, to], |r| {
+                let k = KeyStats {
+                    count: r.get::<_, i64>(1)?.max(0) as u64,
+                    exact: Hist::decode(&r.get::<_, String>(2)?),
+                    shared: Hist::decode(&r.get::<_, String>(3)?),
+                    at_abort: r.get::<_, i64>(4)?.max(0) as u64,
+                };
+                Ok((r.get::<_, String>(0)?, k))
+            })
+            .map_err(db)?;
+        let mut out = RouteRows::new();
+        for row in rows {
+            let (route, k) = row.map_err(db)?;
+            out.entry(route).or_default().merge(&k);
+        }
+        Ok(out)
+    }
+
     /// The guard's kills in `[from, to)` (Unix seconds), oldest first; none in a database written before kills
     /// were kept.
     pub fn kills(&self, from: u64, to: u64) -> Result<Vec<KillEvent>, HistoryError> {
@@ -247,6 +326,7 @@ impl Store {
         tx.execute("DELETE FROM process_minute WHERE t < ?1", [cut]).map_err(db)?;
         tx.execute("DELETE FROM cluster_event WHERE at_ms < ?1", [cut.saturating_mul(1000)]).map_err(db)?;
         tx.execute("DELETE FROM guard_kill WHERE at_ms < ?1", [cut.saturating_mul(1000)]).map_err(db)?;
+        tx.execute("DELETE FROM route_minute WHERE t < ?1", [cut]).map_err(db)?;
         tx.commit().map_err(db)?;
         Ok(n)
     }

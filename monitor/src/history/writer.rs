@@ -53,6 +53,8 @@ pub(super) struct Writer {
     pending_events: VecDeque<ClusterEvent>,
     /// Kills not written yet, oldest first.
     pending_kills: VecDeque<KillEvent>,
+    /// Minutes of memory per request not written yet, oldest first.
+    pending_routes: VecDeque<(u64, super::store::RouteRows)>,
     /// The latest labels (they only grow, so they name every pending minute's processes).
     labels: Labels,
     /// How often a database that cannot be opened or written is tried again ([`REOPEN_EVERY`]).
@@ -71,6 +73,7 @@ impl Writer {
             pending: VecDeque::new(),
             pending_events: VecDeque::new(),
             pending_kills: VecDeque::new(),
+            pending_routes: VecDeque::new(),
             labels: Labels::default(),
             retry: REOPEN_EVERY,
         }
@@ -79,7 +82,10 @@ impl Writer {
     pub(super) fn run(mut self, rows: mpsc::Receiver<Write>) {
         let mut last_retain = std::time::Instant::now();
         loop {
-            let idle = self.pending.is_empty() && self.pending_events.is_empty() && self.pending_kills.is_empty();
+            let idle = self.pending.is_empty()
+                && self.pending_events.is_empty()
+                && self.pending_kills.is_empty()
+                && self.pending_routes.is_empty();
             let row = if idle && self.store.is_some() {
                 rows.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
             } else {
@@ -101,6 +107,13 @@ impl Writer {
                         }
                         self.pending_events.push_back(e);
                     }
+                    false
+                }
+                Ok(Write::Routes(t, routes)) => {
+                    if self.pending_routes.len() >= PENDING_KEPT {
+                        self.pending_routes.pop_front();
+                    }
+                    self.pending_routes.push_back((t, routes));
                     false
                 }
                 Ok(Write::Kill(k)) => {
@@ -174,6 +187,13 @@ impl Writer {
                 return;
             }
             self.pending_kills.clear();
+        }
+        while let Some((t, routes)) = self.pending_routes.front() {
+            if let Err(e) = store.insert_routes(*t, routes) {
+                failed(&self.h, &e, format!("history is not persisted: writing the memory per request: {e}"));
+                return;
+            }
+            self.pending_routes.pop_front();
         }
         if failing {
             tracing::info!("stats database writable again: history is persisted");

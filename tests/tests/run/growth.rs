@@ -32,8 +32,16 @@ fn the_heavy_route_ranks_first_with_the_memory_it_grew() {
     if !require_group("the_heavy_route_ranks_first_with_the_memory_it_grew") {
         return;
     }
-    let spec = Spec { workers: 2, limit_mib: 512, proxy: "master_serves_tx = false".into(), ..Spec::default() };
-    let run = Run::start("growth", &spec);
+    let dir = monitor_tests::TempDir::new("growth");
+    let db = dir.0.join("stats.db");
+    let spec = Spec {
+        workers: 2,
+        limit_mib: 512,
+        proxy: "master_serves_tx = false".into(),
+        extra: monitor_tests::config::Config::new().stats(&db),
+        ..Spec::default()
+    };
+    let mut run = Run::start("growth", &spec);
     // Past the sampler's listing period (a second): no two requests on a process share a listing's span.
     let gap = monitor_tests::pace::scaled(Duration::from_millis(1100));
     for i in 0..ROUNDS {
@@ -66,4 +74,14 @@ fn the_heavy_route_ranks_first_with_the_memory_it_grew() {
     // None under 16 MiB: the buckets' edges fall where the fine histogram's do.
     let le = "monitor_request_memory_growth_bytes_bucket{route=\"GET /r4/heavy/:id\",measure=\"exact\",le=\"1.6777216e+07\"} 0";
     assert!(metrics.contains(le), "{le} not in /metrics");
+    // Kept per minute in the stats database (the last minute at the stop): the day's report ranks them the same.
+    assert!(run.terminate(TIMEOUT).success(), "{}", run.stderr());
+    let out = monitor_tests::run_monitor(&["report", "--db", &db.display().to_string(), "--json"], TIMEOUT);
+    assert!(out.status.success(), "report failed: {}", out.stderr);
+    let r: serde_json::Value = serde_json::from_str(&out.stdout).expect("report JSON");
+    let routes = &r["routes"];
+    assert_eq!(routes[0]["route"], "GET /r4/heavy/:id", "{r}");
+    assert_eq!((routes[0]["requests"].as_u64(), routes[1]["requests"].as_u64()), (Some(6), Some(6)), "{r}");
+    let p99 = routes[0]["p99_growth_bytes"].as_f64().unwrap_or(0.0) / (1u64 << 20) as f64;
+    assert!((p99 / HEAVY_MIB - 1.0).abs() <= 0.10, "the report's heavy p99 {p99} MiB: {r}");
 }

@@ -66,6 +66,44 @@ pub struct DayReport {
     /// database from before they were kept).
     #[serde(default)]
     pub kills: Vec<KillEvent>,
+    /// Under `monitor run`: the requests that grew memory that day, per route key, the largest p99 growth first
+    /// (empty in a report of a database from before they were kept).
+    #[serde(default)]
+    pub routes: Vec<RouteDay>,
+}
+
+/// One route key's memory per request over the day.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouteDay {
+    pub route: String,
+    pub requests: u64,
+    /// Measured alone on their process.
+    pub exact: u64,
+    /// The 99th percentile of the growth: of the exact measures when there are any, else of the shared.
+    pub p99_growth_bytes: u64,
+    pub p99_exact: bool,
+    /// In flight when their process was told to abort or was killed.
+    pub at_abort: u64,
+}
+
+/// The day's route keys, the largest p99 growth first (then the most requests).
+fn route_days(rows: crate::history::store::RouteRows) -> Vec<RouteDay> {
+    let mut out: Vec<RouteDay> = rows
+        .into_iter()
+        .map(|(route, k)| {
+            let (p99_growth_bytes, p99_exact) = k.p99();
+            RouteDay {
+                route,
+                requests: k.count,
+                exact: k.exact.count(),
+                p99_growth_bytes,
+                p99_exact,
+                at_abort: k.at_abort,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.p99_growth_bytes.cmp(&a.p99_growth_bytes).then(b.requests.cmp(&a.requests)));
+    out
 }
 
 /// The date (`YYYY-MM-DD`, UTC) of the day that starts `day × 86,400` seconds after the Unix epoch.
@@ -151,6 +189,7 @@ pub(crate) fn summarize(date: &str, minutes: &[Minute], labels: &Labels) -> DayR
         processes,
         cluster_events: Vec::new(),
         kills: Vec::new(),
+        routes: Vec::new(),
     }
 }
 
@@ -173,8 +212,9 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
     let minutes = store.minutes(day_start, day_start + 86_400, &mut labels).map_err(not_a_database)?;
     let events = store.events(day_start, day_start + 86_400).map_err(not_a_database)?;
     let kills = store.kills(day_start, day_start + 86_400).map_err(not_a_database)?;
+    let routes = route_days(store.routes(day_start, day_start + 86_400).map_err(not_a_database)?);
     let date = civil_from_days(day_start / 86_400);
-    let report = DayReport { cluster_events: events, kills, ..summarize(&date, &minutes, &labels) };
+    let report = DayReport { cluster_events: events, kills, routes, ..summarize(&date, &minutes, &labels) };
     Ok((report, minutes, labels))
 }
 
@@ -220,9 +260,26 @@ pub fn text(r: &DayReport) -> String {
             p.restarts
         );
     }
+    routes_text(&mut o, &r.routes);
     kills_text(&mut o, &r.kills);
     cluster_text(&mut o, &r.cluster_events);
     o
+}
+
+/// The "requests that grew memory" section; nothing when none were measured.
+fn routes_text(o: &mut String, routes: &[RouteDay]) {
+    if routes.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\nrequests that grew memory (growth of their process's anon while in flight):");
+    let _ = writeln!(o, "{:<40} {:>10} {:>10} {:>14} {:>9}", "ROUTE", "REQUESTS", "ALONE", "P99 GROWTH", "AT ABORT");
+    for r in routes {
+        let p99 = format!("{}{}", crate::base::units::size(r.p99_growth_bytes), if r.p99_exact { "" } else { "*" });
+        let _ = writeln!(o, "{:<40} {:>10} {:>10} {:>14} {:>9}", r.route, r.requests, r.exact, p99, r.at_abort);
+    }
+    if routes.iter().any(|r| !r.p99_exact) {
+        let _ = writeln!(o, "* of requests that shared their process with others: each is given the whole growth");
+    }
 }
 
 /// The "kills" section: the day's kills of the guard's last resort, each with its time, process and reason;
@@ -376,6 +433,41 @@ mod tests {
         assert_eq!((first["node"].as_str(), first["what"].as_str()), (Some("b"), Some("joined")));
         assert_eq!((first["from"].is_null(), first["to"].as_str()), (true, Some("alive")));
         assert_eq!(json["cluster_events"][3]["from"], "alive");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The day's memory per request: the minutes of the day summed per route key (a minute written twice adds up),
+    /// the largest p99 growth first; minutes of other days left out.
+    #[test]
+    fn the_days_requests_that_grew_memory_are_ranked() {
+        let dir = monitor_tests::temp_dir("report-routes");
+        let path = dir.join("stats.db");
+        let day = parse_date("2024-03-01").expect("a date");
+        let minute = |heavy_mib: u64, shared: bool| {
+            let g = crate::feed::growth::RouteGrowth::default();
+            g.record("GET /heavy/:id", heavy_mib << 20, !shared, heavy_mib > 60);
+            g.record("GET /light", 0, true, false);
+            g.take()
+        };
+        {
+            let mut store = Store::open(&path).expect("open");
+            store.insert_routes(day - 60, &minute(900, false)).expect("the day before");
+            store.insert_routes(day + 60, &minute(48, false)).expect("a minute");
+            store.insert_routes(day + 60, &minute(50, false)).expect("the same minute again");
+            store.insert_routes(day + 120, &minute(64, true)).expect("a shared one");
+        }
+        let (r, _, _) = load(&path, day).expect("load");
+        let heavy = &r.routes[0];
+        assert_eq!((heavy.route.as_str(), heavy.requests, heavy.exact, heavy.at_abort), ("GET /heavy/:id", 3, 2, 1));
+        assert!(heavy.p99_exact && (heavy.p99_growth_bytes as f64 / (50u64 << 20) as f64 - 1.0).abs() < 0.03);
+        assert_eq!(
+            (r.routes[1].route.as_str(), r.routes[1].requests, r.routes[1].p99_growth_bytes),
+            ("GET /light", 3, 0)
+        );
+        let text = text(&r);
+        let section: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("requests that grew memory")).collect();
+        let row: Vec<&str> = section[2].split_whitespace().collect();
+        assert_eq!(row, ["GET", "/heavy/:id", "3", "2", "50.4", "MiB", "1"], "{text}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
