@@ -213,6 +213,8 @@ fn proxy(out: &str) -> Vec<Figure> {
         v.push(fig(format!("monitor / bare hop throughput at {c}"), ratio_after(rest, "monitor/bare hop ")));
         let hop = rest.split_once("monitor/bare hop ").map_or("", |(_, h)| h.split(',').next().unwrap_or(""));
         v.push(fig(format!("median of the rounds' monitor / bare hop at {c}"), ratio_after(hop, "per-round ratios ")));
+        let off = rest.split_once("memory per request on/off throughput ").map_or("", |(_, o)| o);
+        v.push(fig(format!("memory per request on / off at {c}"), ratio_after(off, "per-round ratios ")));
         // `syscalls / context switches per request: monitor 9.10 / 2.05, bare hop 8.02 / 2.01, …` (perf).
         let counts = rest.split_once("syscalls / context switches per request: ").map_or("", |(_, a)| a);
         for (who, name) in [("monitor", "monitor"), ("bare hop", "the bare hop")] {

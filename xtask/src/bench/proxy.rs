@@ -4,7 +4,9 @@
 //! of the library the front door is built on) and behind a byte relay (tests/src/bin/byte-relay.rs: blocking
 //! threads copying bytes, no HTTP: the floor of any proxy on this machine); wrk at c = 1, 16, 64 against the
 //! backend directly, `monitor run`, the bare hop, the relay and nginx, interleaved in one run. Goal: throughput at
-//! least nginx's at every c; added p50 over direct <= 25 µs at c = 1.
+//! least nginx's at every c; added p50 over direct <= 25 µs at c = 1. A second `monitor run` of the same build with
+//! `[proxy] track_requests = false`, on two backends of its own, is in the same rounds: the memory per request and
+//! the victim's requests cost what monitor/that one's throughput is short of 1 (goal: >= 0.98).
 //! `BENCH_SECONDS` (default 5) sets each wrk run's length. `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second
 //! `monitor run` from that binary (an older build, with its own two backends) to the same interleaved rounds, so a
 //! change is measured against what it replaces in one run. `BENCH_ROUNDS=N` (default 1) repeats the interleaved
@@ -269,10 +271,22 @@ pub(super) fn monitor_config(
     )
 }
 
-fn start_monitor(bin: &Path, fixture: &Path, cg: &CgroupV1, dir: &Path, tag: &str, a: u16, b: u16) -> Result<Monitor> {
+/// Starts a `monitor run` of `bin` tagged `tag` over two fixture backends on `a` and `b`, with the `[proxy]` lines
+/// `proxy`.
+#[allow(clippy::too_many_arguments)]
+fn start_monitor(
+    bin: &Path,
+    fixture: &Path,
+    cg: &CgroupV1,
+    dir: &Path,
+    tag: &str,
+    proxy: &str,
+    a: u16,
+    b: u16,
+) -> Result<Monitor> {
     let (front, web) = (free_port(), free_port());
     let (m0, tx1) = (format!("{tag}-m0"), format!("{tag}-tx1"));
-    let config = monitor_config(cg, fixture, (web, front), "", [(&m0, a), (&tx1, b)]);
+    let config = monitor_config(cg, fixture, (web, front), proxy, [(&m0, a), (&tx1, b)]);
     let file = dir.join(format!("{tag}.toml"));
     std::fs::write(&file, config)?;
     let child = ChildGuard::spawn(
@@ -296,11 +310,17 @@ pub fn run() -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let (a, b, ngx) = (free_port(), free_port(), free_port());
     let fixture = bin.join("fixture-backend");
-    let monitor = start_monitor(&bin.join("monitor"), &fixture, &cg, &dir, "run", a, b)?;
+    let monitor = start_monitor(&bin.join("monitor"), &fixture, &cg, &dir, "run", "", a, b)?;
+    // The same build with `[proxy] track_requests = false` (no requests in flight kept, no memory per request), on
+    // two backends of its own: what naming the victim's requests and measuring memory per request cost.
+    let off = {
+        let (c, d) = (free_port(), free_port());
+        start_monitor(&bin.join("monitor"), &fixture, &cg, &dir, "untracked", "track_requests = false\n", c, d)?
+    };
     let baseline = match std::env::var_os("BENCH_PROXY_BASELINE") {
         Some(old) => {
             let (c, d) = (free_port(), free_port());
-            Some(start_monitor(Path::new(&old), &fixture, &cg, &dir, "baseline", c, d)?)
+            Some(start_monitor(Path::new(&old), &fixture, &cg, &dir, "baseline", "", c, d)?)
         }
         None => None,
     };
@@ -326,6 +346,7 @@ pub fn run() -> Result<()> {
     if let Some(old) = &baseline {
         targets.push(("monitor run (baseline build)", old.front, vec![old.child.pid()]));
     }
+    targets.push(("monitor run (track_requests = false)", off.front, vec![off.child.pid()]));
     // The floors, in front of the same two backends: of the library, a bare hyper hop (tests/src/bin/bare-hop.rs);
     // of any proxy, a byte relay (tests/src/bin/byte-relay.rs: blocking threads, no HTTP).
     let mut floors = Vec::new();
@@ -344,6 +365,7 @@ pub fn run() -> Result<()> {
     targets.push(("nginx", ngx, workers));
     let at = |name: &str| targets.iter().position(|t| t.0 == name).unwrap_or(0);
     let (i_hop, i_relay, i_nginx) = (at("bare hyper hop"), at("byte relay"), at("nginx"));
+    let i_off = at("monitor run (track_requests = false)");
     println!("wrk -t1 -cC -d{seconds}s --latency http://127.0.0.1:PORT{PATH}; two fixture-backends (release)");
     println!(
         "CPU: µs of the proxy's own processes per request (user + system); IPIs: wake-up interrupts between cores \
@@ -357,7 +379,7 @@ pub fn run() -> Result<()> {
     let mut summary = Vec::new();
     for c in [1u32, 16, 64] {
         let mut row: Vec<Wrk> = targets.iter().map(|_| Wrk::default()).collect();
-        let (mut ratios, mut hop_ratios) = (Vec::new(), Vec::new());
+        let (mut ratios, mut hop_ratios, mut off_ratios) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let mut this_round = Vec::new();
             for ((name, port, pids), sum) in targets.iter().zip(row.iter_mut()) {
@@ -393,11 +415,12 @@ pub fn run() -> Result<()> {
             }
             ratios.push(this_round[1] / this_round[i_nginx]);
             hop_ratios.push(this_round[1] / this_round[i_hop]);
+            off_ratios.push(this_round[1] / this_round[i_off]);
         }
-        summary.push((c, row, median(ratios), median(hop_ratios)));
+        summary.push((c, row, median(ratios), median(hop_ratios), median(off_ratios)));
     }
     println!("\nmeans over {rounds} interleaved round(s):");
-    for (c, row, ratio, hop_ratio) in &summary {
+    for (c, row, ratio, hop_ratio, off_ratio) in &summary {
         let (direct, ours, hop, relay, nginx) = (&row[0], &row[1], &row[i_hop], &row[i_relay], &row[i_nginx]);
         let added = |w: &Wrk| w.p50_us - direct.p50_us;
         print!(
@@ -432,6 +455,14 @@ pub fn run() -> Result<()> {
                 ours.rps / old.rps
             );
         }
+        let off = &row[i_off];
+        print!(
+            "; memory per request on/off throughput {:.2} (median of per-round ratios {off_ratio:.2}; goal >= 0.98), \
+             CPU off {:.0} + {:.0}",
+            ours.rps / off.rps,
+            off.user_us,
+            off.sys_us
+        );
         print!(
             "; wake-up IPIs per request: monitor {:.2}, bare hop {:.2}, byte relay {:.2}, nginx {:.2}",
             ours.ipis, hop.ipis, relay.ipis, nginx.ipis
