@@ -109,6 +109,7 @@ impl Hist {
 /// One route key's requests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyStats {
+    /// Requests, measured or not (a request whose process was not listed before it began is counted, unmeasured).
     pub count: u64,
     /// Growths of requests that were alone on their process over the samples' span.
     pub exact: Hist,
@@ -167,8 +168,29 @@ impl RouteGrowth {
     pub fn record(&self, key: &str, growth: u64, exact: bool, at_abort: bool) {
         let mut b = self.lock();
         let key = if b.total.contains_key(key) || b.total.len() < MAX_KEYS { key } else { OTHER };
-        b.total.entry(key.to_string()).or_default().add(growth, exact, at_abort);
-        b.recent.entry(key.to_string()).or_default().add(growth, exact, at_abort);
+        // Made only the first time a key comes (each minute for the recent ones), not per request.
+        let b = &mut *b;
+        for map in [&mut b.total, &mut b.recent] {
+            match map.get_mut(key) {
+                Some(k) => k.add(growth, exact, at_abort),
+                None => map.entry(key.to_string()).or_default().add(growth, exact, at_abort),
+            }
+        }
+    }
+
+    /// One request of route `key` whose growth could not be measured (its process was not listed before it began).
+    pub fn record_unmeasured(&self, key: &str, at_abort: bool) {
+        let mut b = self.lock();
+        let key = if b.total.contains_key(key) || b.total.len() < MAX_KEYS { key } else { OTHER };
+        let b = &mut *b;
+        for map in [&mut b.total, &mut b.recent] {
+            let k = match map.get_mut(key) {
+                Some(k) => k,
+                None => map.entry(key.to_string()).or_default(),
+            };
+            k.count += 1;
+            k.at_abort += u64::from(at_abort);
+        }
     }
 
     /// Every key since start.
@@ -184,7 +206,7 @@ impl RouteGrowth {
 
 /// A path segment that names one thing rather than a kind: all digits, or 6 characters or more with a digit, or 16
 /// characters or more (`123`, `a1b2c3`, a UUID; not `r4` or `v2`).
-fn is_id(seg: &str) -> bool {
+pub(crate) fn is_id(seg: &str) -> bool {
     let digits = seg.bytes().filter(u8::is_ascii_digit).count();
     (digits > 0 && (digits == seg.len() || seg.len() >= 6)) || seg.len() >= 16
 }

@@ -259,10 +259,16 @@ fn names_the_request(run: &Run, alerts: &std::path::Path, since_sent: Duration) 
     let summary = alert["annotations"]["summary"].as_str().unwrap_or_default();
     assert!(summary.contains("1 request in flight, the oldest GET /r4/big for"), "{summary}");
     // Its memory per request counts it as in flight at an abort, once the listing after its end has come.
-    monitor_tests::wait_until("the request counted at the abort", Duration::from_secs(10), || {
-        let m = monitor_tests::http::get(run.web, "/metrics", TIMEOUT).ok()?.text();
-        m.contains("monitor_request_at_abort_total{route=\"GET /r4/big\"} 1\n").then_some(())
-    });
+    let deadline = Instant::now() + monitor_tests::pace::scaled(Duration::from_secs(10));
+    loop {
+        let m = monitor_tests::http::get(run.web, "/metrics", TIMEOUT).map(|r| r.text()).unwrap_or_default();
+        if m.contains("monitor_request_at_abort_total{route=\"GET /r4/big\"} 1\n") {
+            break;
+        }
+        let counted: Vec<&str> = m.lines().filter(|l| l.starts_with("monitor_request_")).collect();
+        assert!(Instant::now() < deadline, "the request not counted at the abort within 10 s: {counted:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     eprintln!("the abort alert named: {listed}");
 }
 

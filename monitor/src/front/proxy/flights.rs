@@ -7,6 +7,7 @@
 //! a day at most. Nothing of a body is kept; the path is cut to [`InFlight::PATH_MAX`] when read.
 
 use crate::decision::snapshot::InFlight;
+use crate::feed::growth::{is_id, route_key, MAX_KEYS, OTHER};
 use hyper::header::HeaderValue;
 use hyper::{Method, Uri};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -28,14 +29,53 @@ pub(crate) struct Flight {
 }
 
 /// A request that ended, waiting for the listing after it to say how much its process grew ([`super::growth`]).
+/// Nothing of the request is held: a URI kept would keep the connection's read buffer from being reused.
 pub(crate) struct Done {
-    pub method: Method,
-    pub uri: Uri,
+    /// Its route key, by its index in the board's [`Keys`].
+    pub key: u16,
     /// The listings it spans: the last before its start and the last before its end.
     pub first: u64,
     pub last: u64,
     /// Its process was told to abort (or was killed) while it was in flight.
     pub at_abort: bool,
+}
+
+/// The route keys one board has seen, each made once: a request's key is found by a hash of its method and folded
+/// path, so the request's path pays no allocation. At most [`MAX_KEYS`] of them; the rest are [`OTHER`] (index 0).
+pub(crate) struct Keys {
+    hasher: std::hash::RandomState,
+    index: std::collections::HashMap<u64, u16>,
+    names: Vec<Box<str>>,
+}
+
+impl Default for Keys {
+    fn default() -> Keys {
+        Keys { hasher: Default::default(), index: Default::default(), names: vec![OTHER.into()] }
+    }
+}
+
+impl Keys {
+    /// The index of the route key of `method` and `path` ([`route_key`]).
+    fn of(&mut self, method: &Method, path: &str) -> u16 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = self.hasher.build_hasher();
+        h.write(method.as_str().as_bytes());
+        for seg in path.split('/') {
+            h.write(if is_id(seg) { b":id" } else { seg.as_bytes() });
+            h.write_u8(b'/');
+        }
+        let hash = h.finish();
+        if let Some(&i) = self.index.get(&hash) {
+            return i;
+        }
+        if self.names.len() > MAX_KEYS {
+            return 0;
+        }
+        self.names.push(route_key(method.as_str(), path).into());
+        let i = (self.names.len() - 1) as u16;
+        self.index.insert(hash, i);
+        i
+    }
 }
 
 /// The most ended requests a board holds between two listings: past it, more are dropped (and counted), so a flood
@@ -76,6 +116,7 @@ pub(crate) struct Held {
     done: Vec<Done>,
     /// Ended requests not kept: the board held [`DONE_MAX`].
     dropped: u64,
+    keys: Keys,
 }
 
 impl Board {
@@ -98,7 +139,8 @@ impl Board {
             return;
         }
         let at_abort = f.generation != generation;
-        h.done.push(Done { method: f.method, uri: f.uri, first: f.epoch, last: epoch, at_abort });
+        let key = h.keys.of(&f.method, f.uri.path());
+        h.done.push(Done { key, first: f.epoch, last: epoch, at_abort });
     }
 
     /// `n` more response bytes passed to the client.
@@ -113,11 +155,13 @@ impl Board {
         out.extend(self.lock().flights.iter().map(|(_, f)| f.report(now, query)));
     }
 
-    /// Moves the ended requests into `done`, notes the first listing of each one still in flight in `flying`, and
-    /// returns how many ended requests were dropped since the last call.
-    pub fn collect(&self, done: &mut Vec<Done>, flying: &mut Vec<u64>) -> u64 {
+    /// Moves the ended requests into `done`, the route keys they name into `keys` (from index `keys.len()` on: they
+    /// only grow), notes the first listing of each one still in flight in `flying`, and returns how many ended
+    /// requests were dropped since the last call.
+    pub fn collect(&self, done: &mut Vec<Done>, keys: &mut Vec<Box<str>>, flying: &mut Vec<u64>) -> u64 {
         let mut h = self.lock();
         done.append(&mut h.done);
+        keys.extend(h.keys.names.iter().skip(keys.len()).cloned());
         flying.extend(h.flights.iter().map(|(_, f)| f.epoch));
         std::mem::take(&mut h.dropped)
     }
@@ -164,8 +208,8 @@ mod tests {
         out.clear();
         b.read(t0, true, &mut out);
         assert_eq!(out[0].path, "/heavy?secret=1", "the query only when configured");
-        let (mut done, mut flying) = (Vec::new(), Vec::new());
-        b.collect(&mut done, &mut flying);
+        let (mut done, mut keys, mut flying) = (Vec::new(), Vec::new(), Vec::new());
+        b.collect(&mut done, &mut keys, &mut flying);
         assert_eq!((done.len(), flying), (0, vec![7]));
         b.leave(k, 9, 1);
         b.leave(k, 9, 1);
@@ -174,11 +218,28 @@ mod tests {
         b.read(t0, false, &mut out);
         assert!(out.is_empty());
         let mut flying = Vec::new();
-        assert_eq!(b.collect(&mut done, &mut flying), 0);
+        assert_eq!(b.collect(&mut done, &mut keys, &mut flying), 0);
         assert!(flying.is_empty());
         assert_eq!(done.len(), 1, "left once");
         assert_eq!((done[0].first, done[0].last, done[0].at_abort), (7, 9, true));
-        assert_eq!(done[0].uri.path(), "/heavy");
+        assert_eq!(&*keys[usize::from(done[0].key)], "GET /heavy");
+    }
+
+    /// Paths that fold to one route key share its index; past the cap, new keys are `other`.
+    #[test]
+    fn route_keys_are_found_by_their_folded_path_and_capped() {
+        let mut k = Keys::default();
+        let get = Method::GET;
+        let a = k.of(&get, "/Patient/123");
+        assert_eq!(k.of(&get, "/Patient/456"), a);
+        assert_ne!(k.of(&Method::POST, "/Patient/456"), a);
+        assert_eq!(&*k.names[usize::from(a)], "GET /Patient/:id");
+        for i in 0..MAX_KEYS + 5 {
+            k.of(&get, &format!("/a{}/b{}", "x".repeat(i % 10), "y".repeat(i / 10)));
+        }
+        assert_eq!(k.names.len(), MAX_KEYS + 1, "other and the first {MAX_KEYS}");
+        assert_eq!(k.of(&get, "/yet-another"), 0);
+        assert_eq!(k.of(&get, "/Patient/789"), a, "a key kept stays its own");
     }
 
     #[test]

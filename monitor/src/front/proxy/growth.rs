@@ -6,12 +6,13 @@
 //! the listing after its end has come, its growth is the highest anon its process showed at the listings after its
 //! start, up to that one, less the anon at the listing before its start (none when it fell). It is exact when no
 //! other request on that process touched any of those listings' spans (ended or still in flight), shared
-//! otherwise: the whole growth is then each one's, and counted apart. Nothing is read per request: the cost on the
-//! request's path is two loads and the board's lock ([`super::flights`]); the rest runs here, once per listing.
+//! otherwise: the whole growth is then each one's, and counted apart. Nothing is read per request: on the
+//! request's path are two loads, the board's lock and a hash of its folded path ([`super::flights`]); the rest runs
+//! here, once per listing (`cargo xtask bench proxy-instructions` counts the request's part against
+//! `track_requests = false`).
 
 use super::flights::Done;
 use super::Proxy;
-use crate::feed::growth::route_key;
 use crate::feed::Samples;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -24,12 +25,14 @@ const KEPT: usize = 600;
 #[derive(Default)]
 struct Process {
     pid: u32,
+    /// The route keys of each of its boards (one per front-door thread), by index ([`super::flights::Keys`]).
+    keys: Vec<Vec<Box<str>>>,
     /// Its anon at each listing, oldest first.
     anon: VecDeque<(u64, u64)>,
     /// Ended requests' touches of each listing's span (the span from a listing to the next).
     touched: BTreeMap<u64, u32>,
-    /// Ended requests waiting for the listing after their end.
-    pending: Vec<Done>,
+    /// Ended requests waiting for the listing after their end, with the board they ended on.
+    pending: Vec<(usize, Done)>,
 }
 
 impl Process {
@@ -58,8 +61,11 @@ pub async fn follow(proxy: Arc<Proxy>, mut samples: Samples) {
         for (i, proc) in procs.iter_mut().enumerate() {
             let pid = proxy.members[i].pid();
             if pid != proc.pid {
-                // Restarted (or started): what was kept is of another process.
-                *proc = Process { pid, ..Process::default() };
+                // Restarted (killed, crashed) or started: its ended requests are counted with what was seen of the
+                // process before (a request in flight when it was killed is one the operator asks about), and what
+                // was kept of it goes; the boards' route keys stay, as the boards do.
+                dropped += resolve(&proxy, i, proc, u64::MAX, epoch);
+                *proc = Process { pid, keys: std::mem::take(&mut proc.keys), ..Process::default() };
             }
             let anon = list.binary_search_by_key(&pid, |s| s.pid).ok().map(|at| list[at].anon_bytes);
             match anon {
@@ -75,7 +81,7 @@ pub async fn follow(proxy: Arc<Proxy>, mut samples: Samples) {
         }
         proxy.epoch.store(epoch, Ordering::Relaxed);
         for (i, proc) in procs.iter_mut().enumerate() {
-            dropped += resolve(&proxy, i, proc, epoch);
+            dropped += resolve(&proxy, i, proc, epoch, epoch);
         }
         if dropped > 0 {
             tracing::warn!(dropped, "requests ended faster than the memory per request could keep them: not measured");
@@ -84,21 +90,25 @@ pub async fn follow(proxy: Arc<Proxy>, mut samples: Samples) {
     }
 }
 
-/// Takes in process `i`'s ended requests and resolves those whose next listing (`epoch`) has come; returns the
-/// ended requests its boards dropped.
-fn resolve(proxy: &Proxy, i: usize, proc: &mut Process, epoch: u64) -> u64 {
-    let mut done = Vec::new();
+/// Takes in process `i`'s ended requests and resolves those that ended before listing `until` (the listing after
+/// them has come; `u64::MAX`: every one, as the process is gone), the listing now being `epoch`. One whose listing
+/// before its start is not known (the process was not listed then) is counted, unmeasured. Returns the ended
+/// requests its boards dropped.
+fn resolve(proxy: &Proxy, i: usize, proc: &mut Process, until: u64, epoch: u64) -> u64 {
     let mut flying = Vec::new();
     let mut dropped = 0;
-    for b in proxy.backends[i].flights.iter() {
-        dropped += b.collect(&mut done, &mut flying);
-    }
-    for d in &done {
-        for e in d.first..=d.last {
-            *proc.touched.entry(e).or_default() += 1;
+    let boards = &proxy.backends[i].flights;
+    proc.keys.resize_with(boards.len(), Vec::new);
+    for (at, b) in boards.iter().enumerate() {
+        let mut done = Vec::new();
+        dropped += b.collect(&mut done, &mut proc.keys[at], &mut flying);
+        for d in done {
+            for e in d.first..=d.last {
+                *proc.touched.entry(e).or_default() += 1;
+            }
+            proc.pending.push((at, d));
         }
     }
-    proc.pending.append(&mut done);
     // Requests in flight touch every span from their first listing to the one now.
     let mut in_flight: BTreeMap<u64, u32> = BTreeMap::new();
     for &f in &flying {
@@ -108,20 +118,24 @@ fn resolve(proxy: &Proxy, i: usize, proc: &mut Process, epoch: u64) -> u64 {
     }
     let growth = &proxy.counts.growth;
     let mut kept = Vec::new();
-    for d in std::mem::take(&mut proc.pending) {
-        if d.last >= epoch {
-            kept.push(d);
+    for (at, d) in std::mem::take(&mut proc.pending) {
+        if d.last >= until {
+            kept.push((at, d));
             continue;
         }
-        let Some(base) = proc.anon_at(d.first) else { continue };
+        let key = proc.keys[at].get(usize::from(d.key)).map_or(crate::feed::growth::OTHER, |k| &**k);
+        let Some(base) = proc.anon_at(d.first) else {
+            growth.record_unmeasured(key, d.at_abort);
+            continue;
+        };
         let peak = (d.first + 1..=d.last + 1).filter_map(|e| proc.anon_at(e)).max().unwrap_or(base);
         let touches = |e: u64| proc.touched.get(&e).copied().unwrap_or(0) + in_flight.get(&e).copied().unwrap_or(0);
         let exact = (d.first..=d.last).all(|e| touches(e) == 1);
-        growth.record(&route_key(d.method.as_str(), d.uri.path()), peak.saturating_sub(base), exact, d.at_abort);
+        growth.record(key, peak.saturating_sub(base), exact, d.at_abort);
     }
     proc.pending = kept;
     // What no request still needs: spans before the oldest pending or in-flight request, and past the kept ones.
-    let oldest = proc.pending.iter().map(|d| d.first).chain(flying).min().unwrap_or(epoch);
+    let oldest = proc.pending.iter().map(|(_, d)| d.first).chain(flying).min().unwrap_or(epoch);
     let floor = oldest.min(epoch).max(epoch.saturating_sub(KEPT as u64));
     proc.touched = proc.touched.split_off(&floor);
     dropped
