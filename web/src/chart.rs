@@ -127,15 +127,21 @@ impl Ranged for TimeAxis {
     }
 }
 
-/// The time axis's labelled points, seconds before now: each minute, ten minutes, three hours or day.
+/// The time axis's labelled points, seconds before now: each minute, ten minutes, three hours or day; over a span
+/// of minutes, the first of 1, 2, 5, 10, 15, 30, 60, 120 or 180 minutes that makes at most 8 steps.
 fn ticks(range: Range) -> Vec<f64> {
-    let (n, step) = match range {
+    let (n, step): (i64, f64) = match range {
         Range::FiveMinutes => (5, 60.0),
         Range::Hour => (6, 600.0),
         Range::Day => (8, 10_800.0),
         Range::Week => (7, 86_400.0),
+        Range::Minutes(m) => {
+            let m = i64::from(m);
+            let step = [1, 2, 5, 10, 15, 30, 60, 120, 180].into_iter().find(|s| m / s <= 8).unwrap_or(180);
+            (m / step, step as f64 * 60.0)
+        }
     };
-    (0..=n).map(|i| -(n - i) as f64 * step).collect()
+    (0..=n).map(|i| -((n - i) as f64) * step).collect()
 }
 
 /// The x (seconds before now, negative) of the middle of each bucket.
@@ -323,21 +329,22 @@ fn member_markers(chart: &mut Ctx, d: &Dashboard, y_max: f64) -> Result<Vec<Entr
     Ok(entries)
 }
 
-/// Group memory: per-process RSS stacked, group usage, the limit and the refuse/abort lines (when known), the
-/// brake's `memory.high` when it is set, state spans, restart markers, the guard's kills and the cluster members'
-/// changes of state.
+/// Group memory: per-process anon memory stacked (what the group's usage is made of: resident file pages, shared
+/// between processes, would count many times over), group usage, the limit and the refuse/abort lines (when known),
+/// the brake's `memory.high` when it is set, state spans, restart markers, the guard's kills and the cluster
+/// members' changes of state.
 pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
     let s = &d.series;
     let n = s.len();
-    // Cumulative RSS per process, in MiB; a bucket with no data at all stays NaN (a gap).
+    // Cumulative anon per process, in MiB; a bucket with no data at all stays NaN (a gap).
     let mut cum: Vec<Vec<f64>> = Vec::with_capacity(s.procs.len());
     let mut acc = vec![0.0; n];
     let any: Vec<bool> = (0..n)
-        .map(|i| s.usage_bytes[i].is_finite() || s.procs.iter().any(|p| p_at(&p.rss_bytes, i).is_finite()))
+        .map(|i| s.usage_bytes[i].is_finite() || s.procs.iter().any(|p| p_at(&p.anon_bytes, i).is_finite()))
         .collect();
     for p in &s.procs {
         for (i, a) in acc.iter_mut().enumerate() {
-            let v = p_at(&p.rss_bytes, i);
+            let v = p_at(&p.anon_bytes, i);
             if v.is_finite() {
                 *a += v / MIB;
             }
@@ -584,6 +591,13 @@ mod tests {
             ticks(Range::Hour).iter().map(|&x| ago(x)).collect::<Vec<_>>(),
             ["60 min", "50 min", "40 min", "30 min", "20 min", "10 min", "now"]
         );
+        assert_eq!(
+            ticks(Range::Minutes(12)).iter().map(|&x| ago(x)).collect::<Vec<_>>(),
+            ["12 min", "10 min", "8 min", "6 min", "4 min", "2 min", "now"],
+            "a span the data fills: at most 8 steps of a round length"
+        );
+        assert_eq!(ticks(Range::Minutes(1)).len(), 2);
+        assert_eq!(ticks(Range::Minutes(1440)).len(), 9);
         assert_eq!(short(1_500_000.0), "1.5M");
         assert_eq!(short(0.5), "0.50");
     }

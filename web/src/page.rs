@@ -62,11 +62,14 @@ pub fn render(d: &Dashboard) -> String {
         let _ = write!(h, "<p class=\"note\">{}</p>", escape(n));
     }
     h.push_str("<nav>Range: ");
+    if let Range::Minutes(_) = d.range {
+        let _ = write!(h, "<a class=\"on\" href=\"/\">{}</a>", d.range.name());
+    }
     for r in Range::ALL {
         let on = if r == d.range { " class=\"on\"" } else { "" };
-        let _ = write!(h, "<a{on} href=\"/?range={0}\">{0}</a>", r.as_str());
+        let _ = write!(h, "<a{on} href=\"/?range={0}\">{0}</a>", r.name());
     }
-    h.push_str("</nav>");
+    let _ = write!(h, " · <span id=\"range\">showing {}</span></nav>", d.range.words());
     status_strip(&mut h, d);
     routes(&mut h, &d.routes);
     crate::fleet::table(&mut h, &d.peers);
@@ -171,18 +174,19 @@ fn routes(h: &mut String, routes: &[crate::view::RouteGrowth]) {
 
 fn status_strip(h: &mut String, d: &Dashboard) {
     h.push_str(
-        "<h2>Processes</h2><table id=\"processes\"><tr><th>process</th><th>role</th><th>pid</th><th>state</th>\
-         <th>RSS</th><th>requests</th><th>restarts</th><th>next retry</th></tr>",
+        "<h2>Processes</h2><table id=\"processes\"><tr><th>process</th><th>role</th><th>pid</th>\
+         <th>action / state</th><th>anon</th><th>RSS</th><th>requests</th><th>restarts</th><th>next retry</th></tr>",
     );
     for p in &d.processes {
         let pid = p.pid.map(|p| p.to_string()).unwrap_or_else(|| "–".into());
         let _ = write!(
             h,
             "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{pid}</td><td class=\"l\">{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&p.name),
             escape(&p.role),
             escape(&p.state),
+            mib(p.anon_bytes),
             mib(p.rss_bytes),
             p.requests_total,
             p.restarts,
@@ -190,7 +194,7 @@ fn status_strip(h: &mut String, d: &Dashboard) {
         );
     }
     if d.processes.is_empty() {
-        h.push_str("<tr><td class=\"l\" colspan=\"8\">no processes in the group</td></tr>");
+        h.push_str("<tr><td class=\"l\" colspan=\"9\">no processes in the group</td></tr>");
     }
     h.push_str("</table>");
 }

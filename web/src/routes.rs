@@ -54,6 +54,8 @@ impl Kind {
 
 /// An answer rendered at a revision.
 struct Cached {
+    /// What it was rendered for (a slot of spans holds one span at a time).
+    range: Range,
     revision: u64,
     body: Bytes,
     /// When the render ended.
@@ -79,9 +81,9 @@ struct Dash {
     pool: Pool,
     renders: Arc<Semaphore>,
     queued: AtomicUsize,
-    /// Indexed by `kind * 4 + range`; the lock is held while its render runs, so requests for the same answer
-    /// wait for it instead of rendering again.
-    slots: [Mutex<Option<Cached>>; 8],
+    /// Indexed by `kind * 5 + range` (the presets, then one for any span of minutes); the lock is held while its
+    /// render runs, so requests for the same answer wait for it instead of rendering again.
+    slots: [Mutex<Option<Cached>>; 10],
     wait: Duration,
 }
 
@@ -120,7 +122,8 @@ pub fn router_waiting(source: Arc<dyn Source>, wait: Duration) -> Router {
 fn range(q: &RangeQuery, source: &dyn Source) -> Result<Range, String> {
     match q.range.as_deref() {
         None | Some("") => Ok(source.held_seconds().map_or(Range::default(), Range::fitting)),
-        Some(r) => Range::parse(r).ok_or_else(|| format!("unknown range {r:?}: use 5m, 1h, 24h or 7d\n")),
+        Some(r) => Range::parse(r)
+            .ok_or_else(|| format!("unknown range {r:?}: use 5m, 1h, 24h, 7d or a number of minutes up to 1440m\n")),
     }
 }
 
@@ -133,9 +136,9 @@ fn busy(why: &str) -> Response {
 fn slot_index(kind: Kind, r: Range) -> usize {
     let k = match kind {
         Kind::Page => 0,
-        Kind::Json => 4,
+        Kind::Json => 5,
     };
-    k + Range::ALL.iter().position(|&x| x == r).unwrap_or(0)
+    k + Range::ALL.iter().position(|&x| x == r).unwrap_or(Range::ALL.len())
 }
 
 /// Renders on a render thread, holding `permit` until the render ends (also when its request gave up).
@@ -174,7 +177,7 @@ async fn answer(State(dash): State<Arc<Dash>>, Query(q): Query<RangeQuery>, kind
         let mut slot = dash.slots[slot_index(kind, r)].lock().await;
         // Fresh: of the revision asked for, rendered while this request waited, or as recent as a new render
         // would be (see Cached::serves).
-        if let Some(c) = slot.as_ref().filter(|c| c.serves(wanted, arrived)) {
+        if let Some(c) = slot.as_ref().filter(|c| c.range == r && c.serves(wanted, arrived)) {
             return Ok(c.body.clone());
         }
         let permit = dash.renders.clone().acquire_owned().await.map_err(|e| format!("render permits: {e}"))?;
@@ -182,7 +185,7 @@ async fn answer(State(dash): State<Arc<Dash>>, Query(q): Query<RangeQuery>, kind
         let began = Instant::now();
         let body = render(&dash, kind, r, permit).await?;
         let done = Instant::now();
-        *slot = revision.map(|revision| Cached { revision, body: body.clone(), done, took: done - began });
+        *slot = revision.map(|revision| Cached { range: r, revision, body: body.clone(), done, took: done - began });
         Ok::<Bytes, String>(body)
     });
     match tokio::time::timeout(wait, work).await {

@@ -3,42 +3,64 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The time ranges the home page offers (`?range=5m|1h|24h|7d`).
+/// The time ranges the home page offers (`?range=5m|1h|24h|7d`), and the span the data held fills (`?range=12m`: 1
+/// to 1440 minutes), which the page opens on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum Range {
-    #[serde(rename = "5m")]
     FiveMinutes,
     #[default]
-    #[serde(rename = "1h")]
     Hour,
-    #[serde(rename = "24h")]
     Day,
-    #[serde(rename = "7d")]
     Week,
+    /// This many whole minutes.
+    Minutes(u16),
 }
 
 impl Range {
-    /// Every range, shortest first.
+    /// Every preset range, shortest first.
     pub const ALL: [Range; 4] = [Range::FiveMinutes, Range::Hour, Range::Day, Range::Week];
 
-    /// The query-string name: `5m`, `1h`, `24h`, `7d`.
-    pub fn as_str(self) -> &'static str {
+    /// The query-string name: `5m`, `1h`, `24h`, `7d`, or `<N>m`.
+    pub fn name(self) -> String {
         match self {
-            Range::FiveMinutes => "5m",
-            Range::Hour => "1h",
-            Range::Day => "24h",
-            Range::Week => "7d",
+            Range::FiveMinutes => "5m".into(),
+            Range::Hour => "1h".into(),
+            Range::Day => "24h".into(),
+            Range::Week => "7d".into(),
+            Range::Minutes(m) => format!("{m}m"),
+        }
+    }
+
+    /// In words, for the page's heading: `the last 12 minutes`.
+    pub fn words(self) -> String {
+        match self {
+            Range::FiveMinutes => "the last 5 minutes".into(),
+            Range::Hour => "the last hour".into(),
+            Range::Day => "the last 24 hours".into(),
+            Range::Week => "the last 7 days".into(),
+            Range::Minutes(1) => "the last minute".into(),
+            Range::Minutes(m) if m % 60 == 0 => format!("the last {} hours", m / 60),
+            Range::Minutes(m) => format!("the last {m} minutes"),
         }
     }
 
     /// Parses a query-string name; None for anything else.
     pub fn parse(s: &str) -> Option<Range> {
-        Range::ALL.into_iter().find(|r| r.as_str() == s)
+        if let Some(r) = Range::ALL.into_iter().find(|r| r.name() == s) {
+            return Some(r);
+        }
+        let m: u16 = s.strip_suffix('m')?.parse().ok()?;
+        (1..=1440).contains(&m).then_some(Range::Minutes(m))
     }
 
-    /// The smallest range that holds `held` seconds of data (the week for more).
+    /// What the page opens on when `held` seconds of data are kept: the whole minutes they fill (at least one), so
+    /// that the data spans the charts' width, up to a day; a day when they hold more.
     pub fn fitting(held: u64) -> Range {
-        Range::ALL.into_iter().find(|r| r.seconds() >= held).unwrap_or(Range::Week)
+        if held >= 86_400 {
+            return Range::Day;
+        }
+        Range::Minutes((held / 60).max(1) as u16)
     }
 
     /// The span in seconds.
@@ -48,7 +70,21 @@ impl Range {
             Range::Hour => 3600,
             Range::Day => 86_400,
             Range::Week => 7 * 86_400,
+            Range::Minutes(m) => u64::from(m) * 60,
         }
+    }
+}
+
+impl From<Range> for String {
+    fn from(r: Range) -> String {
+        r.name()
+    }
+}
+
+impl TryFrom<String> for Range {
+    type Error = String;
+    fn try_from(s: String) -> Result<Range, String> {
+        Range::parse(&s).ok_or_else(|| format!("unknown range {s:?}"))
     }
 }
 
@@ -131,6 +167,9 @@ pub struct ProcessStatus {
     /// What it does now: `serve`, `refuse`, `abort`, `down`…
     pub state: String,
     pub rss_bytes: u64,
+    /// Its anonymous memory (`RssAnon`): its part of the group's usage, what the guard measures.
+    #[serde(default)]
+    pub anon_bytes: u64,
     pub requests_total: u64,
     pub restarts: u64,
     /// When the launcher tries again (e.g. `in 4 s`), for a process that is down.
@@ -174,6 +213,10 @@ pub struct ProcSeries {
     pub role: String,
     /// Peak resident bytes in the bucket.
     pub rss_bytes: Vec<f64>,
+    /// Peak anonymous bytes (`RssAnon`) in the bucket: what the memory chart stacks, as the group's usage is made
+    /// of it (resident file pages, shared between processes, are not).
+    #[serde(default)]
+    pub anon_bytes: Vec<f64>,
     pub requests_per_s: Vec<f64>,
     /// Peak requests in flight in the bucket.
     pub inflight: Vec<f64>,

@@ -72,7 +72,7 @@ async fn renders_are_limited_and_a_crowd_past_the_queue_gets_503() {
     // Every range and both kinds at once: 8 different answers, 4 times each, far past the queue.
     let uris: Vec<String> = ["/?range=", "/api/v1/dashboard?range="]
         .iter()
-        .flat_map(|p| Range::ALL.iter().map(move |r| format!("{p}{}", r.as_str())))
+        .flat_map(|p| Range::ALL.iter().map(move |r| format!("{p}{}", r.name())))
         .collect();
     let asks: Vec<_> = (0..4)
         .flat_map(|_| uris.clone())

@@ -40,6 +40,7 @@ impl Source for Fake {
                 name: name.clone(),
                 role: if k == 0 { "master".into() } else { "worker".into() },
                 rss_bytes: wave(k, 50e6),
+                anon_bytes: wave(k, 30e6),
                 requests_per_s: wave(k, 100.0),
                 inflight: wave(k, 4.0),
                 latency_p50_ms: wave(k, 2.0),
@@ -93,6 +94,7 @@ impl Source for Fake {
                     pid: Some(100 + k as u32),
                     state: "serve".into(),
                     rss_bytes: 50 << 20,
+                    anon_bytes: 30 << 20,
                     requests_total: 1234,
                     restarts: k as u64,
                     next_retry: None,
@@ -271,7 +273,7 @@ async fn the_victims_requests_are_listed_escaped() {
 }
 
 #[tokio::test]
-async fn the_page_opens_on_the_smallest_range_that_holds_the_data_and_refreshes_in_place() {
+async fn the_page_opens_on_the_span_the_data_fills_and_refreshes_in_place() {
     let opened = |held: Option<u64>| async move {
         let fake = Fake {
             names: vec!["a".into()],
@@ -283,12 +285,19 @@ async fn the_page_opens_on_the_smallest_range_that_holds_the_data_and_refreshes_
             victim: None,
         };
         let (_, html) = get(web::router(Arc::new(fake)), "/").await;
-        Range::ALL.into_iter().find(|r| html.contains(&format!("<a class=\"on\" href=\"/?range={}\">", r.as_str())))
+        let on = html.split("<a class=\"on\" href=\"").nth(1).and_then(|a| a.split_once("\">")?.1.split('<').next());
+        let showing = html.split("<span id=\"range\">showing ").nth(1).and_then(|s| s.split('<').next());
+        (on.map(String::from), showing.map(String::from))
     };
-    assert_eq!(opened(Some(40)).await, Some(Range::FiveMinutes), "a fresh agent");
-    assert_eq!(opened(Some(2 * 3600)).await, Some(Range::Day));
-    assert_eq!(opened(Some(30 * 86_400)).await, Some(Range::Week));
-    assert_eq!(opened(None).await, Some(Range::Hour), "a source that does not say");
+    let opened_on = |on: &str, words: &str| (Some(on.to_string()), Some(words.to_string()));
+    assert_eq!(opened(Some(40)).await, opened_on("1m", "the last minute"), "a fresh agent");
+    assert_eq!(opened(Some(12 * 60 + 5)).await, opened_on("12m", "the last 12 minutes"), "the data fills the page");
+    assert_eq!(opened(Some(2 * 3600)).await, opened_on("120m", "the last 2 hours"));
+    assert_eq!(opened(Some(30 * 86_400)).await, opened_on("24h", "the last 24 hours"), "a day at most");
+    assert_eq!(opened(None).await, opened_on("1h", "the last hour"), "a source that does not say");
+    assert_eq!(Range::parse("12m"), Some(Range::Minutes(12)));
+    assert_eq!((Range::parse("0m"), Range::parse("1441m"), Range::parse("x")), (None, None, None));
+    assert_eq!(serde_json::to_string(&Range::Minutes(12)).ok().as_deref(), Some("\"12m\""));
     let (_, html) = get(app(&["a"]), "/").await;
     assert!(!html.contains("location.reload") && html.contains("replaceWith"), "refreshed in place");
 }

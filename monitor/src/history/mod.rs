@@ -182,6 +182,7 @@ impl History {
                 pid: x.pid,
                 start_ticks: x.start_ticks,
                 rss: x.rss_bytes,
+                anon: x.anon_bytes,
                 requests_total: x.traffic.requests_total,
                 err5xx_total: x.traffic.responses_by_class[4],
                 inflight: x.traffic.inflight,

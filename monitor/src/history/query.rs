@@ -36,6 +36,7 @@ const OTHERS: u16 = u16::MAX;
 /// One process's series, one value per bucket.
 struct ProcAcc {
     rss: Vec<f64>,
+    anon: Vec<f64>,
     requests: Vec<f64>,
     err: Vec<f64>,
     inflight: Vec<f64>,
@@ -43,19 +44,21 @@ struct ProcAcc {
     p99: Vec<f64>,
 }
 
-/// One point's values for one process: (label, rss, requests, 5xx, inflight, p50 µs, p99 µs).
-type ProcPoint = (u16, u64, u64, u64, u32, u32, u32);
+/// One point's values for one process: (label, rss, requests, 5xx, inflight, p50 µs, p99 µs, anon).
+type ProcPoint = (u16, u64, u64, u64, u32, u32, u32, u64);
 
 impl ProcAcc {
     fn new(n: usize) -> ProcAcc {
         let gap = || vec![f64::NAN; n];
-        ProcAcc { rss: gap(), requests: gap(), err: gap(), inflight: gap(), p50: gap(), p99: gap() }
+        ProcAcc { rss: gap(), anon: gap(), requests: gap(), err: gap(), inflight: gap(), p50: gap(), p99: gap() }
     }
 
-    fn add(&mut self, i: usize, &(_, rss, req, err, inflight, p50, p99): &ProcPoint) {
+    /// Adds a point's values to bucket `i`, its counts times `part` (the share of its time in that bucket).
+    fn add(&mut self, i: usize, &(_, rss, req, err, inflight, p50, p99, anon): &ProcPoint, part: f64) {
         self.rss[i] = self.rss[i].max(rss as f64);
-        add(&mut self.requests[i], req as f64);
-        add(&mut self.err[i], err as f64);
+        self.anon[i] = self.anon[i].max(anon as f64);
+        add(&mut self.requests[i], req as f64 * part);
+        add(&mut self.err[i], err as f64 * part);
         self.inflight[i] = self.inflight[i].max(inflight as f64);
         self.p50[i] = self.p50[i].max(p50 as f64 / 1000.0);
         self.p99[i] = self.p99[i].max(p99 as f64 / 1000.0);
@@ -108,27 +111,44 @@ impl Acc {
         (t >= self.w.start).then(|| ((t - self.w.start) / self.w.step) as usize).filter(|&i| i < self.w.n)
     }
 
-    /// Adds one point to its bucket: the group's values, and each process's, those without a series of their own
-    /// summed into one (memory, requests, errors and in-flight added; latencies the worst). Returns the bucket,
-    /// `None` for a point outside the window.
+    /// Adds one point to the buckets its time covers (a minute over buckets of seconds fills each of them, its
+    /// counts shared out by time): the group's values, and each process's, those without a series of their own
+    /// summed into one (memory, requests, errors and in-flight added; latencies the worst). Returns its first
+    /// bucket, `None` for a point outside the window.
     fn point(
         &mut self,
         (t, dur, usage, limit, state, shed): GroupPoint,
         procs: impl Iterator<Item = ProcPoint>,
     ) -> Option<usize> {
-        let i = self.bucket(t)?;
+        let dur = dur.max(1);
+        // Its seconds inside the window, and the buckets they fall in.
+        let (from, to) = (t.max(self.w.start), (t + dur).min(self.w.start + self.w.n as u64 * self.w.step));
+        if from >= to {
+            return None;
+        }
+        let first = self.bucket(from)?;
+        let last = self.bucket(to - 1).unwrap_or(first);
+        let parts: Vec<(usize, u64)> = (first..=last)
+            .map(|i| {
+                let b0 = self.w.start + i as u64 * self.w.step;
+                (i, (b0 + self.w.step).min(to) - b0.max(from))
+            })
+            .collect();
         let n = self.w.n;
-        self.usage[i] = self.usage[i].max(usage as f64);
-        self.limit[i] = limit as f64;
-        self.state[i] = self.state[i].max(state);
-        add(&mut self.shed[i], shed as f64);
-        self.covered[i] += dur;
+        for &(i, secs) in &parts {
+            self.usage[i] = self.usage[i].max(usage as f64);
+            self.limit[i] = limit as f64;
+            self.state[i] = self.state[i].max(state);
+            add(&mut self.shed[i], shed as f64 * secs as f64 / dur as f64);
+            self.covered[i] += secs;
+        }
         let mut others: Option<ProcPoint> = None;
         for p in procs {
             let label = usize::from(p.0);
             if self.keep.as_ref().is_some_and(|keep| !keep.get(label).copied().unwrap_or(false)) {
-                let o = others.get_or_insert((OTHERS, 0, 0, 0, 0, 0, 0));
+                let o = others.get_or_insert((OTHERS, 0, 0, 0, 0, 0, 0, 0));
                 o.1 += p.1;
+                o.7 += p.7;
                 o.2 += p.2;
                 o.3 += p.3;
                 o.4 = o.4.saturating_add(p.4);
@@ -139,19 +159,25 @@ impl Acc {
             if self.procs.len() <= label {
                 self.procs.resize_with(label + 1, || None);
             }
-            self.procs[label].get_or_insert_with(|| ProcAcc::new(n)).add(i, &p);
+            let acc = self.procs[label].get_or_insert_with(|| ProcAcc::new(n));
+            for &(i, secs) in &parts {
+                acc.add(i, &p, secs as f64 / dur as f64);
+            }
         }
         if let Some(o) = others {
-            self.others.get_or_insert_with(|| ProcAcc::new(n)).add(i, &o);
+            let acc = self.others.get_or_insert_with(|| ProcAcc::new(n));
+            for &(i, secs) in &parts {
+                acc.add(i, &o, secs as f64 / dur as f64);
+            }
         }
-        Some(i)
+        Some(first)
     }
 
     fn second(&mut self, s: &Second) {
         let procs = s
             .procs
             .iter()
-            .map(|p| (p.label, p.rss, p.requests as u64, p.err5xx as u64, p.inflight, p.p50_us, p.p99_us));
+            .map(|p| (p.label, p.rss, p.requests as u64, p.err5xx as u64, p.inflight, p.p50_us, p.p99_us, p.anon));
         if self.point((s.t, 1, s.usage, s.limit, s.state, s.shed as u64), procs).is_some() {
             self.restarts.extend(s.restarted.iter().map(|&l| (s.t, l)));
         }
@@ -159,7 +185,8 @@ impl Acc {
 
     fn minute(&mut self, m: &Minute) {
         let procs = m.procs.iter().map(|p| {
-            (p.label, p.rss_max, u64::from(p.requests), u64::from(p.err5xx), p.inflight_max, p.p50_us, p.p99_us)
+            let (req, err) = (u64::from(p.requests), u64::from(p.err5xx));
+            (p.label, p.rss_max, req, err, p.inflight_max, p.p50_us, p.p99_us, p.anon_max)
         });
         if self.point((m.t, 60, m.usage_max, m.limit, m.state_max, m.shed), procs).is_some() {
             self.restarts.extend(m.procs.iter().filter(|p| p.restarts > 0).map(|p| (m.t, p.label)));
@@ -213,6 +240,7 @@ impl Acc {
                         name: name.to_string(),
                         role: role.to_string(),
                         rss_bytes: p.rss,
+                        anon_bytes: p.anon,
                         requests_per_s: rate(p.requests, &covered),
                         inflight: p.inflight,
                         latency_p50_ms: p.p50,
@@ -269,7 +297,7 @@ pub fn series(
     buckets: usize,
 ) -> Series {
     let now_s = now_ms / 1000;
-    let fine = matches!(range, Range::FiveMinutes | Range::Hour);
+    let fine = range.seconds() <= 3600;
     let mut acc = Acc::new(window(now_s, range, buckets, if fine { 1 } else { 60 }));
     let from = acc.w.start;
     // Each label's peak RSS over the window, indexed by label (None: not in the window).
@@ -414,6 +442,31 @@ mod tests {
         assert!(s.procs[0].requests_per_s.iter().filter(|v| v.is_finite()).all(|&v| v == 2.0));
         assert!(s.usage_bytes[320].is_nan(), "the hole (minutes 600-699) is a gap");
         assert_eq!(s.usage_bytes[100], 7.0);
+    }
+
+    /// Minutes (from the stats database, after a restart) under a window of seconds fill every bucket they cover,
+    /// their counts shared out: the chart is a line, not a dot a minute.
+    #[test]
+    fn minutes_fill_every_second_they_cover_in_the_short_ranges() {
+        let mut labels = Labels::default();
+        let a = labels.intern("tx1", "worker");
+        let now_s = 10 * 60;
+        let mins: VecDeque<Arc<Minute>> = (0..10u64)
+            .map(|i| Minute {
+                t: i * 60,
+                usage_max: 7,
+                limit: 9,
+                procs: vec![ProcMinute { label: a, anon_max: 6, requests: 120, ..ProcMinute::default() }],
+                ..Minute::default()
+            })
+            .map(Arc::new)
+            .collect();
+        let s = series(&VecDeque::new(), &mins, &labels, now_s * 1000, Range::Minutes(10), 720);
+        let filled = s.usage_bytes.iter().filter(|v| v.is_finite()).count();
+        assert!(filled as f64 >= 0.95 * s.len() as f64, "{filled} of {} buckets", s.len());
+        assert!(s.procs[0].anon_bytes.iter().filter(|v| v.is_finite()).all(|&v| v == 6.0));
+        let rates: Vec<f64> = s.procs[0].requests_per_s.iter().copied().filter(|v| v.is_finite()).collect();
+        assert!(rates.iter().all(|&v| (v - 2.0).abs() < 1e-9), "120 a minute is 2/s in every bucket: {rates:?}");
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct ProcSecond {
     pub label: u16,
     /// Peak resident bytes.
     pub rss: u64,
+    /// Peak anonymous bytes (`RssAnon`): what the group's usage is made of.
+    pub anon: u64,
     /// Requests started during the second.
     pub requests: u32,
     /// 5xx responses during the second.
@@ -79,7 +81,7 @@ pub struct Second {
 }
 
 /// One process during one minute (what the store keeps). The agent holds a week of these for every process (10,080
-/// per process), so the counts are as wide as a minute needs and no wider: 40 bytes, where u64 counts took 56
+/// per process), so the counts are as wide as a minute needs and no wider: 48 bytes, where u64 counts took 64
 /// (`cargo xtask bench web` reads the agent's memory with the week loaded). A count past its type's range (over
 /// 4 billion requests, 65,535 restarts in a minute) saturates.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -88,6 +90,7 @@ pub struct ProcMinute {
     pub restarts: u16,
     pub rss_max: u64,
     pub rss_mean: u64,
+    pub anon_max: u64,
     pub requests: u32,
     pub err5xx: u32,
     pub inflight_max: u32,
@@ -131,6 +134,7 @@ pub(crate) struct ProcInput {
     pub pid: u32,
     pub start_ticks: u64,
     pub rss: u64,
+    pub anon: u64,
     pub requests_total: u64,
     pub err5xx_total: u64,
     pub inflight: u64,
@@ -219,6 +223,7 @@ impl Aggregator {
             };
             let ps = &mut cur.procs[idx];
             ps.rss = ps.rss.max(p.rss);
+            ps.anon = ps.anon.max(p.anon);
             ps.requests = ps.requests.saturating_add(sat32(p.requests_total.saturating_sub(req0)));
             ps.err5xx = ps.err5xx.saturating_add(sat32(p.err5xx_total.saturating_sub(err0)));
             ps.inflight = ps.inflight.max(sat32(p.inflight));
@@ -261,6 +266,7 @@ impl Aggregator {
             let (pm, sum, cnt) =
                 procs.entry(p.label).or_insert_with(|| (ProcMinute { label: p.label, ..ProcMinute::default() }, 0, 0));
             pm.rss_max = pm.rss_max.max(p.rss);
+            pm.anon_max = pm.anon_max.max(p.anon);
             *sum += p.rss;
             *cnt += 1;
             pm.requests = pm.requests.saturating_add(p.requests);
@@ -315,7 +321,7 @@ mod tests {
     #[test]
     fn a_process_minute_is_40_bytes() {
         // The agent holds a week of them per process: 64 processes take 26 MB at this size, 36 MB at 56 bytes.
-        assert_eq!(std::mem::size_of::<ProcMinute>(), 40);
+        assert_eq!(std::mem::size_of::<ProcMinute>(), 48);
     }
 
     fn proc(label: u16, pid: u32, rss: u64, req: u64, err: u64) -> ProcInput {
@@ -325,6 +331,7 @@ mod tests {
             pid,
             start_ticks: pid as u64 * 10,
             rss,
+            anon: rss / 2,
             requests_total: req,
             err5xx_total: err,
             inflight: 1,
@@ -348,6 +355,7 @@ mod tests {
         assert_eq!((sec.t, sec.usage, sec.state, sec.refusals), (10, 300, 1, 1));
         // The first sample of a pid counts from zero: 10 + 15.
         assert_eq!((sec.procs[0].rss, sec.procs[0].requests, sec.procs[0].err5xx), (80, 25, 3));
+        assert_eq!(sec.procs[0].anon, 40, "the peak anon");
         assert_eq!(sec.shed, 5);
     }
 
@@ -375,6 +383,7 @@ mod tests {
         let m = &minutes[1];
         assert_eq!((m.t, m.usage_max, m.usage_mean, m.aborting_s, m.refusals), (60, 119, 89, 10, 1));
         assert_eq!((m.procs[0].rss_max, m.procs[0].requests, m.procs[0].restarts), (119, 120, 0));
+        assert_eq!(m.procs[0].anon_max, 59, "the peak anon");
         let (sec, last) = a.flush();
         assert_eq!(sec.map(|s| s.t), Some(129));
         assert_eq!(last.map(|m| m.t), Some(120));

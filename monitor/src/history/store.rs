@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS process_minute (
     t INTEGER NOT NULL, process TEXT NOT NULL, role TEXT NOT NULL, rss_max INTEGER NOT NULL,
     rss_mean INTEGER NOT NULL, requests INTEGER NOT NULL, errors_5xx INTEGER NOT NULL,
     inflight_max INTEGER NOT NULL, p50_us INTEGER NOT NULL, p99_us INTEGER NOT NULL, restarts INTEGER NOT NULL,
-    PRIMARY KEY (t, process)) WITHOUT ROWID;
+    anon_max INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (t, process)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cluster_event (
     at_ms INTEGER NOT NULL, node TEXT NOT NULL, what TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
     UNIQUE (at_ms, node, what));
@@ -62,6 +62,11 @@ impl Store {
         }
         conn.execute_batch("PRAGMA synchronous=NORMAL;").map_err(open)?;
         conn.execute_batch(SCHEMA).map_err(open)?;
+        if !has_column(&conn, "process_minute", "anon_max").map_err(open)? {
+            // A database from before the processes' anon was kept: its minutes read 0.
+            conn.execute_batch("ALTER TABLE process_minute ADD COLUMN anon_max INTEGER NOT NULL DEFAULT 0")
+                .map_err(open)?;
+        }
         let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(open)?;
         if check != "ok" {
             return Err(HistoryError::Corrupt { path: path.to_path_buf(), detail: check });
@@ -100,7 +105,9 @@ impl Store {
         {
             let mut st = tx
                 .prepare_cached(
-                    "INSERT OR REPLACE INTO process_minute VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                    "INSERT OR REPLACE INTO process_minute (t, process, role, rss_max, rss_mean, requests, \
+                     errors_5xx, inflight_max, p50_us, p99_us, restarts, anon_max) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 )
                 .map_err(db)?;
             for p in &m.procs {
@@ -116,7 +123,8 @@ impl Store {
                     p.inflight_max,
                     p.p50_us,
                     p.p99_us,
-                    p.restarts
+                    p.restarts,
+                    p.anon_max.min(i64::MAX as u64) as i64
                 ])
                 .map_err(db)?;
             }
@@ -362,12 +370,14 @@ impl Store {
         for m in rows {
             out.push(m.map_err(db)?);
         }
+        // A database from before the processes' anon was kept (read-only: not altered) reads 0.
+        let anon = if has_column(&self.conn, "process_minute", "anon_max").map_err(db)? { "anon_max" } else { "0" };
         let mut st = self
             .conn
-            .prepare(
+            .prepare(&format!(
                 "SELECT t, process, role, rss_max, rss_mean, requests, errors_5xx, inflight_max, p50_us, p99_us, \
-                 restarts FROM process_minute WHERE t >= ?1 AND t < ?2 ORDER BY t",
-            )
+                 restarts, {anon} FROM process_minute WHERE t >= ?1 AND t < ?2 ORDER BY t"
+            ))
             .map_err(db)?;
         let mut rows = st.query([from, to]).map_err(db)?;
         let mut i = 0;
@@ -385,6 +395,7 @@ impl Store {
                 p50_us: r.get(8).map_err(db)?,
                 p99_us: r.get(9).map_err(db)?,
                 restarts: saturate(r.get::<_, i64>(10).map_err(db)?, u16::MAX),
+                anon_max: r.get::<_, i64>(11).map_err(db)?.max(0) as u64,
             };
             while i < out.len() && out[i].t < t {
                 i += 1;
@@ -395,6 +406,18 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// Whether `table` has the column `column`.
+fn has_column(conn: &Connection, table: &str, column: &str) -> Result<bool, rusqlite::Error> {
+    let mut st = conn.prepare(&format!("PRAGMA table_info({table})"))?;
+    let names = st.query_map([], |r| r.get::<_, String>(1))?;
+    for n in names {
+        if n? == column {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A count from the database in the width the agent holds it: negative as 0, past the type's range as its maximum.
@@ -427,7 +450,14 @@ mod tests {
             refusals: 1,
             procs: vec![
                 ProcMinute { label: a, rss_max: 300, rss_mean: 250, requests: 60, ..ProcMinute::default() },
-                ProcMinute { label: b, rss_max: 200, requests: 120, restarts: 1, ..ProcMinute::default() },
+                ProcMinute {
+                    label: b,
+                    rss_max: 200,
+                    anon_max: 150,
+                    requests: 120,
+                    restarts: 1,
+                    ..ProcMinute::default()
+                },
             ],
             ..Minute::default()
         }
@@ -493,17 +523,28 @@ mod tests {
         {
             let old = Connection::open(&path).expect("create");
             let before = SCHEMA.split("CREATE TABLE IF NOT EXISTS cluster_event").next().unwrap_or_default();
-            old.execute_batch(before).expect("the tables of before");
+            let before = before.replace("anon_max INTEGER NOT NULL DEFAULT 0, ", "");
+            old.execute_batch(&before).expect("the tables of before");
+            old.execute_batch(
+                "INSERT INTO group_minute VALUES (0, 5, 4, 10, 0, 0, 0, 0, 0, 0);
+                 INSERT INTO process_minute VALUES (0, 'tx1', 'worker', 3, 2, 1, 0, 0, 0, 0, 0);",
+            )
+            .expect("a minute of before");
         }
         let mut labels = Labels::default();
-        // `monitor report` reads it as it is: no events, no error.
+        // `monitor report` reads it as it is: no events, no error, no anon.
         let read = Store::open_read_only(&path).expect("read only");
         assert_eq!(read.events(0, u64::MAX / 2).expect("no table, no events"), []);
         assert_eq!(read.kills(0, u64::MAX / 2).expect("no table, no kills"), []);
+        let old = read.minutes(0, 60, &mut labels).expect("an old minute");
+        assert_eq!((old[0].procs[0].rss_max, old[0].procs[0].anon_max), (3, 0));
         drop(read);
         // The agent opens it and adds the table.
         let mut s = Store::open(&path).expect("open an old database");
         s.insert(&minute(60, &mut labels), &labels).expect("minutes as before");
+        let back = s.minutes(0, 120, &mut labels).expect("read");
+        assert_eq!(back[0].procs[0].anon_max, 0, "the old minute");
+        assert_eq!(back[1], minute(60, &mut labels), "the new one, its anon kept");
         assert_eq!(s.insert_events(&[event(61_000, "b", "joined", None, "alive")]).expect("events"), 1);
         assert_eq!(s.events(0, 120).expect("read").len(), 1);
         assert_eq!(s.insert_kills(&[kill(62_000, 11, true)]).expect("kills"), 1);

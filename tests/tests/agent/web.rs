@@ -252,3 +252,114 @@ fn chromium_renders_the_home_page() {
     let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
     assert!(size > 10_000, "screenshot {} is {size} bytes", shot.display());
 }
+
+/// The points of every `<tag … points="x,y …">` in `svg` whose attributes contain each of `with`.
+fn shapes(svg: &str, tag: &str, with: &[&str]) -> Vec<Vec<(i64, i64)>> {
+    svg.split(&format!("<{tag} "))
+        .skip(1)
+        .filter_map(|rest| rest.split_once('>').map(|(attrs, _)| attrs))
+        .filter(|attrs| with.iter().all(|w| attrs.contains(w)))
+        .filter_map(|attrs| attrs.split_once("points=\"").and_then(|(_, p)| p.split_once('"')).map(|(p, _)| p))
+        .map(|p| {
+            p.split_whitespace()
+                .filter_map(|xy| xy.split_once(',').and_then(|(x, y)| Some((x.parse().ok()?, y.parse().ok()?))))
+                .collect()
+        })
+        .collect()
+}
+
+/// The page as a user first meets it, rendered by headless Chromium: an agent whose stats database holds the last
+/// ten minutes (two processes of 40 and 60 MiB anon but 100 MiB resident each, the group's usage their anon) over
+/// a group where a hog holds 100 MiB now. The page opens on the minutes the data fills, so the data spans the
+/// memory chart's width; the chart stacks each process's anon, so the stack's top stays within 5% of the group
+/// usage line (stacked RSS would be twice it, and pass the limit).
+#[test]
+fn chromium_shows_the_data_across_the_width_with_the_stack_on_the_usage_line() {
+    let test = "chromium_shows_the_data_across_the_width_with_the_stack_on_the_usage_line";
+    let bin = ["chromium", "chromium-browser"].into_iter().find(|b| have(b));
+    let Some(bin) = bin else {
+        require(false, test, "chromium not installed (apt-get install chromium)");
+        return;
+    };
+    if !monitor_tests::require_group(test) {
+        return;
+    }
+    const MIB: u64 = 1 << 20;
+    let dir = TempDir::new("chromium-fit");
+    let db = dir.0.join("stats.db");
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    {
+        use monitor::history::ring::{Labels, Minute, ProcMinute};
+        let mut store = monitor::history::store::Store::open(&db).expect("a stats database");
+        let mut labels = Labels::default();
+        let (a, b) = (labels.intern("old-a", "worker"), labels.intern("old-b", "worker"));
+        let proc = |label, anon: u64| ProcMinute { label, rss_max: 100 * MIB, anon_max: anon, ..ProcMinute::default() };
+        for back in 1..=10 {
+            let m = Minute {
+                t: (now_s / 60 - back) * 60,
+                usage_max: 100 * MIB,
+                usage_mean: 100 * MIB,
+                limit: 160 * MIB,
+                procs: vec![proc(a, 40 * MIB), proc(b, 60 * MIB)],
+                ..Minute::default()
+            };
+            store.insert(&m, &labels).expect("a minute");
+        }
+    }
+    let cg = monitor_tests::Group::here("chromium-fit", Some(160 * MIB));
+    let _hog = monitor_tests::Hog::spawn(env!("CARGO_BIN_EXE_alloc-hog"), cg.path(), 100, false);
+    let a = Agent::with_config(&cg.path().display().to_string(), &Config::new().stats(&db).probes(false), &dir.0);
+    std::thread::sleep(Duration::from_millis(2500));
+    let profile = dir.0.join("profile");
+    let chrome = |extra: &str| {
+        Command::new(bin)
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            .args(["--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1100,1900"])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(extra)
+            .arg(format!("{}/", a.url()))
+            .output()
+            .unwrap_or_else(|e| panic!("running {bin}: {e}"))
+    };
+    let dom = String::from_utf8_lossy(&chrome("--dump-dom").stdout).to_string();
+    let heading = dom.split("<span id=\"range\">").nth(1).and_then(|s| s.split('<').next()).unwrap_or_default();
+    assert!(heading == "showing the last 10 minutes" || heading == "showing the last 11 minutes", "{heading:?}");
+    let svg = dom.split("id=\"chart-memory\"").nth(1).and_then(|s| s.split("</svg>").next()).expect("the chart");
+    // The plot's frame: the y axis (one vertical line at its left, down to its foot) and the grid's widest line.
+    let lines = shapes(svg, "polyline", &[]);
+    let y_axis = lines.iter().find(|l| l.len() == 2 && l[0].0 == l[1].0 && l[1].1 - l[0].1 > 100).expect("y axis");
+    let foot = y_axis[1].1.max(y_axis[0].1);
+    let attr = |el: &str, name: &str| -> Option<i64> {
+        el.split(&format!(" {name}=\"")).nth(1)?.split('"').next()?.parse().ok()
+    };
+    let (left, right) = svg
+        .split("<line ")
+        .skip(1)
+        .filter_map(|el| Some((attr(el, "x1")?, attr(el, "x2")?)))
+        .max_by_key(|(x1, x2)| x2 - x1)
+        .expect("the grid");
+    let usage = shapes(svg, "polyline", &["stroke=\"#000000\"", "stroke-width=\"2\""]);
+    let xs: Vec<i64> = usage.iter().flatten().map(|p| p.0).collect();
+    let (from, to) = (xs.iter().min().copied().unwrap_or(0), xs.iter().max().copied().unwrap_or(0));
+    let width = (to - from) as f64 / (right - left) as f64;
+    assert!(width >= 0.9, "the usage line spans {from}..{to} of the plot's {left}..{right}: {width:.2}");
+    // The stack's top at each x: the highest point (least y) of any process's area there.
+    let mut top = std::collections::BTreeMap::new();
+    for p in shapes(svg, "polygon", &[]).iter().flatten() {
+        let y = top.entry(p.0).or_insert(p.1);
+        *y = (*y).min(p.1);
+    }
+    let (mut near, mut all) = (0, 0);
+    for &(x, y) in usage.iter().flatten() {
+        if let Some(&t) = top.get(&x) {
+            all += 1;
+            let ratio = (foot - t) as f64 / (foot - y).max(1) as f64;
+            near += usize::from((0.95..=1.05).contains(&ratio));
+        }
+    }
+    assert!(all > 100 && near as f64 >= 0.95 * all as f64, "the stack's top within 5% of usage at {near} of {all} x");
+    let shot = monitor_tests::workspace_root().join("target/web-home-fit.png");
+    let out = chrome(&format!("--screenshot={}", shot.display()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("opened on {heading:?}; usage over {width:.2} of the width; stack on usage at {near} of {all} x");
+}

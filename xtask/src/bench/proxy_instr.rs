@@ -12,7 +12,8 @@
 //! per request are the dump's total over the requests. For `monitor run` only the front-door thread is counted (the
 //! sampler, API and launcher threads do their own work on their own clocks); for the others every thread.
 //! `BENCH_PROXY_BASELINE=/path/to/monitor` adds a second `monitor run` from that binary (an older build): a change
-//! to the request path is then measured against what it replaces. `BENCH_PROXY_KEEP=1` keeps the dumps (one
+//! to the request path is then measured against what it replaces. The same build with `[proxy] track_requests =
+//! false` is always measured too: what keeping each request in flight costs. `BENCH_PROXY_KEEP=1` keeps the dumps (one
 //! folder per target, printed) for `callgrind_annotate`. Two instances of one build differ by up to 0.3%
 //! (`BENCH_PROXY_BASELINE` naming the same binary shows it), so only a larger difference is the build's. Needs
 //! root (a v1 test cgroup), valgrind, curl and nginx.
@@ -153,13 +154,16 @@ pub fn run() -> Result<()> {
     let mut targets = Vec::new();
 
     // The same names and paths of the same length for both builds, so nothing but the build differs.
-    let mut monitors = vec![("monitor run", "run-new", bin.join("monitor"))];
+    let mut monitors = vec![("monitor run", "run-new", bin.join("monitor"), "threads = 1\n")];
     if let Some(old) = std::env::var_os("BENCH_PROXY_BASELINE") {
-        monitors.push(("monitor run (baseline build)", "run-old", PathBuf::from(old)));
+        monitors.push(("monitor run (baseline build)", "run-old", PathBuf::from(old), "threads = 1\n"));
     }
-    for (name, tag, program) in monitors {
+    // What keeping each request in flight (for the victim's requests and memory per request) costs the request.
+    let off = "threads = 1\ntrack_requests = false\n";
+    monitors.push(("monitor run (track_requests = false)", "run-off", bin.join("monitor"), off));
+    for (name, tag, program, lines) in monitors {
         let (dir, front, web, c, d) = (sub(tag)?, free_port(), free_port(), free_port(), free_port());
-        let config = monitor_config(&cg, &fixture, (web, front), "threads = 1\n", [("m0", c), ("tx1", d)]);
+        let config = monitor_config(&cg, &fixture, (web, front), lines, [("m0", c), ("tx1", d)]);
         std::fs::write(dir.join("monitor.toml"), config)?;
         let child = spawn_in_cgroup(
             callgrind(&dir, &program)
