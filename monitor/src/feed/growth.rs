@@ -204,9 +204,10 @@ impl RouteGrowth {
     }
 }
 
-/// A path segment that names one thing rather than a kind: all digits, or 6 characters or more with a digit, or 16
+/// A path segment that names one thing rather than a kind (the front door's boards fold the same way when they hash
+/// a path: `front::proxy::flights::Keys`): all digits, or 6 characters or more with a digit, or 16
 /// characters or more (`123`, `a1b2c3`, a UUID; not `r4` or `v2`).
-pub(crate) fn is_id(seg: &str) -> bool {
+fn is_id(seg: &str) -> bool {
     let digits = seg.bytes().filter(u8::is_ascii_digit).count();
     (digits > 0 && (digits == seg.len() || seg.len() >= 6)) || seg.len() >= 16
 }

@@ -7,7 +7,7 @@
 //! a day at most. Nothing of a body is kept; the path is cut to [`InFlight::PATH_MAX`] when read.
 
 use crate::decision::snapshot::InFlight;
-use crate::feed::growth::{is_id, route_key, MAX_KEYS, OTHER};
+use crate::feed::growth::{route_key, MAX_KEYS, OTHER};
 use hyper::header::HeaderValue;
 use hyper::{Method, Uri};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -41,31 +41,49 @@ pub(crate) struct Done {
 }
 
 /// The route keys one board has seen, each made once: a request's key is found by a hash of its method and folded
-/// path, so the request's path pays no allocation. At most [`MAX_KEYS`] of them; the rest are [`OTHER`] (index 0).
+/// path, taken in one pass over the path's bytes, so the request pays no allocation and no string search. At most
+/// [`MAX_KEYS`] of them; the rest are [`OTHER`] (index 0). The hash is FNV-1a from a seed of the board's own: a
+/// client that made two paths collide would only count one route's requests under the other's key.
 pub(crate) struct Keys {
-    hasher: std::hash::RandomState,
-    index: std::collections::HashMap<u64, u16>,
+    seed: u64,
+    /// (hash, index), at most [`MAX_KEYS`]: searched in order, the most used first soon enough.
+    index: Vec<(u64, u16)>,
     names: Vec<Box<str>>,
 }
 
 impl Default for Keys {
     fn default() -> Keys {
-        Keys { hasher: Default::default(), index: Default::default(), names: vec![OTHER.into()] }
+        use std::hash::{BuildHasher, Hasher};
+        let seed = std::hash::RandomState::new().build_hasher().finish();
+        Keys { seed, index: Vec::new(), names: vec![OTHER.into()] }
     }
 }
 
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+
+fn fnv(h: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
+}
+
 impl Keys {
+    /// The hash of `method` and `path` with its ids folded, as [`route_key`] folds them ([`is_id`]).
+    fn hash(&self, method: &Method, path: &str) -> u64 {
+        let mut h = fnv(self.seed, method.as_str().as_bytes());
+        for seg in path.as_bytes().split(|&b| b == b'/') {
+            let digits = seg.iter().filter(|b| b.is_ascii_digit()).count();
+            let id = (digits > 0 && (digits == seg.len() || seg.len() >= 6)) || seg.len() >= 16;
+            h = fnv(h, if id { b"/:id" } else { b"/" });
+            if !id {
+                h = fnv(h, seg);
+            }
+        }
+        h
+    }
+
     /// The index of the route key of `method` and `path` ([`route_key`]).
     fn of(&mut self, method: &Method, path: &str) -> u16 {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = self.hasher.build_hasher();
-        h.write(method.as_str().as_bytes());
-        for seg in path.split('/') {
-            h.write(if is_id(seg) { b":id" } else { seg.as_bytes() });
-            h.write_u8(b'/');
-        }
-        let hash = h.finish();
-        if let Some(&i) = self.index.get(&hash) {
+        let hash = self.hash(method, path);
+        if let Some(&(_, i)) = self.index.iter().find(|(h, _)| *h == hash) {
             return i;
         }
         if self.names.len() > MAX_KEYS {
@@ -73,7 +91,7 @@ impl Keys {
         }
         self.names.push(route_key(method.as_str(), path).into());
         let i = (self.names.len() - 1) as u16;
-        self.index.insert(hash, i);
+        self.index.push((hash, i));
         i
     }
 }
@@ -240,6 +258,16 @@ mod tests {
         assert_eq!(k.names.len(), MAX_KEYS + 1, "other and the first {MAX_KEYS}");
         assert_eq!(k.of(&get, "/yet-another"), 0);
         assert_eq!(k.of(&get, "/Patient/789"), a, "a key kept stays its own");
+        // The hash folds as route_key does: two paths share an index exactly when they share a key.
+        let paths =
+            ["/", "/a", "/a/", "/r4", "/r4/x1", "/r4/abc123", "/r4/abc12", "/0f3a9c2e-77b1-4d5e", "/a//b", "/a/b"];
+        let k = Keys::default();
+        for p in paths {
+            for q in paths {
+                let same_key = route_key("GET", p) == route_key("GET", q);
+                assert_eq!(k.hash(&get, p) == k.hash(&get, q), same_key, "{p} {q}");
+            }
+        }
     }
 
     #[test]
