@@ -135,7 +135,10 @@ request (`RES` + `CAL` in /proc/interrupts): at c = 1 a request is a chain of fo
 wakes a task on the other (halted) core, the request waits for it. The summary gives the means over rounds and the
 medians of the per-round monitor / nginx and monitor / bare hop ratios: at c = 1 a round in which the scheduler keeps a
 proxy beside its backend on one core (IPIs/req near 0.5 instead of 2) serves up to twice as many, and moves the means
-by more than the proxies differ. `BENCH_PROXY_BASELINE=/path/to/monitor` adds an older build to the same rounds.
+by more than the proxies differ. The same build with `[proxy] track_requests = false` (no requests in flight kept,
+no memory per request) runs in the same rounds on two backends of its own: `memory per request on/off` is what
+naming the victim's requests and measuring memory per request cost (goal >= 0.98). `BENCH_PROXY_BASELINE=
+/path/to/monitor` adds an older build to the same rounds.
 ",
     },
     Bench {
@@ -149,9 +152,10 @@ by more than the proxies differ. `BENCH_PROXY_BASELINE=/path/to/monitor` adds an
 **User-space instructions per request, counted by valgrind's callgrind** (xtask/src/bench/proxy_instr.rs): the
 proxy figure other load on the machine cannot move. Each proxy runs under callgrind in front of two release
 fixture backends: `monitor run` (its front door on one thread, only that thread counted), the bare hyper hop, the
-byte relay and nginx (one process). curl sends a warm-up, the counters are zeroed, curl sends `BENCH_REQUESTS` GETs
-on one keep-alive connection, and the counters are dumped. Ratios against nginx and the bare hop of the same run;
-two instances of one build differ by up to 0.3%.
+byte relay and nginx (one process), and the same `monitor run` with `[proxy] track_requests = false`: the
+difference is what keeping each request in flight costs the request. curl sends a warm-up, the counters are
+zeroed, curl sends `BENCH_REQUESTS` GETs on one keep-alive connection, and the counters are dumped. Ratios against
+nginx and the bare hop of the same run; two instances of one build differ by up to 0.3%.
 ",
     },
     Bench {

@@ -139,30 +139,33 @@ fn probes() {
 #[test]
 fn proxy() {
     let want = [
-        ("monitor / nginx throughput at c=1", "0.70x"),
+        ("monitor / nginx throughput at c=1", "0.71x"),
         ("median of the rounds' monitor / nginx at c=1", "0.69x"),
-        ("monitor's added p50 over direct at c=1", "+36 µs"),
-        ("nginx's added p50 over direct at c=1", "+1 µs"),
-        ("monitor / bare hop throughput at c=1", "0.93x"),
-        ("median of the rounds' monitor / bare hop at c=1", "0.97x"),
+        ("monitor's added p50 over direct at c=1", "+25 µs"),
+        ("nginx's added p50 over direct at c=1", "-2 µs"),
+        ("monitor / bare hop throughput at c=1", "0.94x"),
+        ("median of the rounds' monitor / bare hop at c=1", "1.01x"),
+        ("memory per request on / off at c=1", "0.98x"),
         ("monitor's syscalls / context switches per request at c=1", "6.02 / 2.01"),
         ("the bare hop's syscalls / context switches per request at c=1", "6.00 / 2.00"),
-        ("monitor / nginx throughput at c=16", "0.99x"),
-        ("median of the rounds' monitor / nginx at c=16", "0.98x"),
-        ("monitor's added p50 over direct at c=16", "+129 µs"),
-        ("nginx's added p50 over direct at c=16", "+128 µs"),
-        ("monitor / bare hop throughput at c=16", "0.95x"),
-        ("median of the rounds' monitor / bare hop at c=16", "1.01x"),
-        ("monitor's syscalls / context switches per request at c=16", "4.52 / 0.39"),
-        ("the bare hop's syscalls / context switches per request at c=16", "4.47 / 0.41"),
-        ("monitor / nginx throughput at c=64", "0.96x"),
-        ("median of the rounds' monitor / nginx at c=64", "0.97x"),
-        ("monitor's added p50 over direct at c=64", "+307 µs"),
-        ("nginx's added p50 over direct at c=64", "+254 µs"),
-        ("monitor / bare hop throughput at c=64", "0.97x"),
-        ("median of the rounds' monitor / bare hop at c=64", "0.97x"),
+        ("monitor / nginx throughput at c=16", "0.96x"),
+        ("median of the rounds' monitor / nginx at c=16", "0.95x"),
+        ("monitor's added p50 over direct at c=16", "+130 µs"),
+        ("nginx's added p50 over direct at c=16", "+126 µs"),
+        ("monitor / bare hop throughput at c=16", "0.94x"),
+        ("median of the rounds' monitor / bare hop at c=16", "0.92x"),
+        ("memory per request on / off at c=16", "0.97x"),
+        ("monitor's syscalls / context switches per request at c=16", "4.54 / 0.37"),
+        ("the bare hop's syscalls / context switches per request at c=16", "4.51 / 0.44"),
+        ("monitor / nginx throughput at c=64", "0.93x"),
+        ("median of the rounds' monitor / nginx at c=64", "0.92x"),
+        ("monitor's added p50 over direct at c=64", "+316 µs"),
+        ("nginx's added p50 over direct at c=64", "+221 µs"),
+        ("monitor / bare hop throughput at c=64", "1.01x"),
+        ("median of the rounds' monitor / bare hop at c=64", "1.00x"),
+        ("memory per request on / off at c=64", "0.99x"),
         ("monitor's syscalls / context switches per request at c=64", "4.18 / 0.23"),
-        ("the bare hop's syscalls / context switches per request at c=64", "4.28 / 0.29"),
+        ("the bare hop's syscalls / context switches per request at c=64", "4.20 / 0.19"),
     ];
     assert_eq!(read("proxy", sample!("proxy")), pairs(&want));
 }
@@ -170,12 +173,13 @@ fn proxy() {
 #[test]
 fn proxy_instructions() {
     let want = [
-        ("monitor run: instructions per request", "32514"),
-        ("bare hyper hop: instructions per request", "23199"),
-        ("byte relay: instructions per request", "447"),
-        ("nginx: instructions per request", "19861"),
-        ("monitor run / nginx", "1.64x"),
-        ("monitor run / bare hyper hop", "1.40x"),
+        ("monitor run: instructions per request", "33576"),
+        ("monitor run (track_requests = false): instructions per request", "32242"),
+        ("bare hyper hop: instructions per request", "23193"),
+        ("byte relay: instructions per request", "372"),
+        ("nginx: instructions per request", "19867"),
+        ("monitor run / nginx", "1.69x"),
+        ("monitor run / bare hyper hop", "1.45x"),
     ];
     assert_eq!(read("proxy-instructions", sample!("proxy-instructions")), pairs(&want));
 }
