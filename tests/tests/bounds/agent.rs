@@ -57,8 +57,8 @@ for i in range(1, 1441):
     c.execute('INSERT OR REPLACE INTO group_minute VALUES (?,?,?,?,0,0,0,0,0,0)', (t, 900 << 20, 800 << 20, 2 << 30))
     for p in range({n}):
         name, role = ('m0', 'master') if p == 0 else ('tx%d' % p, 'worker')
-        c.execute('INSERT OR REPLACE INTO process_minute VALUES (?,?,?,?,?,?,0,?,900,9000,0)',
-                  (t, name, role, (50 + p + i % 7) << 20, (48 + p) << 20, 600 + i % 50, 3))
+        c.execute('INSERT OR REPLACE INTO process_minute VALUES (?,?,?,?,?,?,0,?,900,9000,0,?)',
+                  (t, name, role, (50 + p + i % 7) << 20, (48 + p) << 20, 600 + i % 50, 3, (30 + p) << 20))
 c.commit()
 "#,
         db = db.display().to_string(),
