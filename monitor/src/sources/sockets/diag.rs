@@ -46,7 +46,7 @@ pub fn parse(buf: &[u8], out: &mut Vec<(u64, SocketAddr)>) -> Result<bool, Strin
             NLMSG_DONE => return Ok(true),
             NLMSG_ERROR => {
                 let code = word(at + NLMSG_HDR).map(|c| c as i32).unwrap_or(0);
-                return Err(format!("sock_diag: {}", io::Error::from_raw_os_error(-code)));
+                return Err(format!("sock_diag: {}", io::Error::from_raw_os_error(code.wrapping_neg())));
             }
             SOCK_DIAG_BY_FAMILY => {
                 let m = buf.get(at + NLMSG_HDR..at + NLMSG_HDR + DIAG_MSG).ok_or("short inet_diag_msg")?;
@@ -127,6 +127,20 @@ mod tests {
         assert!(mine.contains(&addr), "{mine:?} in {all:?}");
         if let Some(l6) = l6 {
             assert!(mine.contains(&l6.local_addr().expect("addr")), "{mine:?}");
+        }
+    }
+
+    /// An error message's code is the kernel's negated errno; any 32 bits are an error, never a panic (the fuzzer
+    /// found `i32::MIN`, whose negation overflows).
+    #[test]
+    fn an_error_message_with_any_code_is_an_error() {
+        for code in [-13i32, 0, i32::MIN, i32::MAX] {
+            let mut msg = vec![0u8; NLMSG_HDR + 4];
+            let len = msg.len() as u32;
+            msg[..4].copy_from_slice(&len.to_ne_bytes());
+            msg[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
+            msg[NLMSG_HDR..].copy_from_slice(&code.to_ne_bytes());
+            assert!(parse(&msg, &mut Vec::new()).is_err(), "code {code}");
         }
     }
 
