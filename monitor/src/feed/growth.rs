@@ -166,30 +166,29 @@ impl RouteGrowth {
 
     /// One request of route `key` grew its process by `growth` bytes.
     pub fn record(&self, key: &str, growth: u64, exact: bool, at_abort: bool) {
-        let mut b = self.lock();
-        let key = if b.total.contains_key(key) || b.total.len() < MAX_KEYS { key } else { OTHER };
-        // Made only the first time a key comes (each minute for the recent ones), not per request.
-        let b = &mut *b;
-        for map in [&mut b.total, &mut b.recent] {
-            match map.get_mut(key) {
-                Some(k) => k.add(growth, exact, at_abort),
-                None => map.entry(key.to_string()).or_default().add(growth, exact, at_abort),
-            }
-        }
+        self.each(key, |k| k.add(growth, exact, at_abort));
     }
 
     /// One request of route `key` whose growth could not be measured (its process was not listed before it began).
     pub fn record_unmeasured(&self, key: &str, at_abort: bool) {
+        self.each(key, |k| {
+            k.count += 1;
+            k.at_abort += u64::from(at_abort);
+        });
+    }
+
+    /// Applies `f` to `key`'s stats since start and since the last [`RouteGrowth::take`] (`key` is [`OTHER`] once
+    /// [`MAX_KEYS`] others are kept). A key's name is made only the first time it comes (each minute for the recent
+    /// ones), not per request.
+    fn each(&self, key: &str, f: impl Fn(&mut KeyStats)) {
         let mut b = self.lock();
         let key = if b.total.contains_key(key) || b.total.len() < MAX_KEYS { key } else { OTHER };
         let b = &mut *b;
         for map in [&mut b.total, &mut b.recent] {
-            let k = match map.get_mut(key) {
-                Some(k) => k,
-                None => map.entry(key.to_string()).or_default(),
-            };
-            k.count += 1;
-            k.at_abort += u64::from(at_abort);
+            match map.get_mut(key) {
+                Some(k) => f(k),
+                None => f(map.entry(key.to_string()).or_default()),
+            }
         }
     }
 

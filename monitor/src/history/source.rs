@@ -126,23 +126,18 @@ impl Source for History {
 }
 
 /// The route keys for the page, the largest p99 growth first (then the most requests).
-fn route_growth(totals: std::collections::BTreeMap<String, crate::feed::growth::KeyStats>) -> Vec<web::RouteGrowth> {
-    let mut rows: Vec<web::RouteGrowth> = totals
+fn route_growth(totals: super::store::RouteRows) -> Vec<web::RouteGrowth> {
+    super::store::ranked(totals)
         .into_iter()
-        .map(|(route, k)| {
-            let (p99_bytes, p99_exact) = k.p99();
-            web::RouteGrowth {
-                route,
-                count: k.count,
-                exact: k.exact.count(),
-                p99_bytes,
-                p99_exact,
-                at_abort: k.at_abort,
-            }
+        .map(|(route, k, (p99_bytes, p99_exact))| web::RouteGrowth {
+            route,
+            count: k.count,
+            exact: k.exact.count(),
+            p99_bytes,
+            p99_exact,
+            at_abort: k.at_abort,
         })
-        .collect();
-    rows.sort_by(|a, b| b.p99_bytes.cmp(&a.p99_bytes).then(b.count.cmp(&a.count)));
-    rows
+        .collect()
 }
 
 #[cfg(test)]

@@ -38,6 +38,20 @@ CREATE TABLE IF NOT EXISTS route_minute (
 /// Memory per request by route key.
 pub type RouteRows = std::collections::BTreeMap<String, KeyStats>;
 
+/// The route keys as the home page and `monitor report` list them: each with its p99 growth and whether that is of
+/// exact measures ([`KeyStats::p99`]), the largest first (then the most requests).
+pub fn ranked(rows: RouteRows) -> Vec<(String, KeyStats, (u64, bool))> {
+    let mut out: Vec<_> = rows
+        .into_iter()
+        .map(|(route, k)| {
+            let p99 = k.p99();
+            (route, k, p99)
+        })
+        .collect();
+    out.sort_by(|(_, ka, (pa, _)), (_, kb, (pb, _))| pb.cmp(pa).then(kb.count.cmp(&ka.count)));
+    out
+}
+
 /// An open stats database.
 pub struct Store {
     conn: Connection,

@@ -88,22 +88,17 @@ pub struct RouteDay {
 
 /// The day's route keys, the largest p99 growth first (then the most requests).
 fn route_days(rows: crate::history::store::RouteRows) -> Vec<RouteDay> {
-    let mut out: Vec<RouteDay> = rows
+    crate::history::store::ranked(rows)
         .into_iter()
-        .map(|(route, k)| {
-            let (p99_growth_bytes, p99_exact) = k.p99();
-            RouteDay {
-                route,
-                requests: k.count,
-                exact: k.exact.count(),
-                p99_growth_bytes,
-                p99_exact,
-                at_abort: k.at_abort,
-            }
+        .map(|(route, k, (p99_growth_bytes, p99_exact))| RouteDay {
+            route,
+            requests: k.count,
+            exact: k.exact.count(),
+            p99_growth_bytes,
+            p99_exact,
+            at_abort: k.at_abort,
         })
-        .collect();
-    out.sort_by(|a, b| b.p99_growth_bytes.cmp(&a.p99_growth_bytes).then(b.requests.cmp(&a.requests)));
-    out
+        .collect()
 }
 
 /// The date (`YYYY-MM-DD`, UTC) of the day that starts `day × 86,400` seconds after the Unix epoch.
