@@ -203,11 +203,11 @@ impl RouteGrowth {
     }
 }
 
-/// A path segment that names one thing rather than a kind (the front door's boards fold the same way when they hash
-/// a path: `front::proxy::flights::Keys`): all digits, or 6 characters or more with a digit, or 16
-/// characters or more (`123`, `a1b2c3`, a UUID; not `r4` or `v2`).
-fn is_id(seg: &str) -> bool {
-    let digits = seg.bytes().filter(u8::is_ascii_digit).count();
+/// A path segment that names one thing rather than a kind: all digits, or 6 characters or more with a digit, or 16
+/// characters or more (`123`, `a1b2c3`, a UUID; not `r4` or `v2`). The front door's boards fold with it too when they
+/// hash a path (`front::proxy::flights::Keys`).
+pub(crate) fn is_id(seg: &[u8]) -> bool {
+    let digits = seg.iter().filter(|b| b.is_ascii_digit()).count();
     (digits > 0 && (digits == seg.len() || seg.len() >= 6)) || seg.len() >= 16
 }
 
@@ -221,7 +221,7 @@ pub fn route_key(method: &str, path: &str) -> String {
         if i > 0 {
             key.push('/');
         }
-        if is_id(seg) {
+        if is_id(seg.as_bytes()) {
             key.push_str(":id");
         } else {
             key.push_str(seg);

@@ -7,7 +7,7 @@
 //! a day at most. Nothing of a body is kept; the path is cut to [`InFlight::PATH_MAX`] when read.
 
 use crate::decision::snapshot::InFlight;
-use crate::feed::growth::{route_key, MAX_KEYS, OTHER};
+use crate::feed::growth::{is_id, route_key, MAX_KEYS, OTHER};
 use hyper::header::HeaderValue;
 use hyper::{Method, Uri};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -70,8 +70,7 @@ impl Keys {
     fn hash(&self, method: &Method, path: &str) -> u64 {
         let mut h = fnv(self.seed, method.as_str().as_bytes());
         for seg in path.as_bytes().split(|&b| b == b'/') {
-            let digits = seg.iter().filter(|b| b.is_ascii_digit()).count();
-            let id = (digits > 0 && (digits == seg.len() || seg.len() >= 6)) || seg.len() >= 16;
+            let id = is_id(seg);
             h = fnv(h, if id { b"/:id" } else { b"/" });
             if !id {
                 h = fnv(h, seg);
