@@ -20,6 +20,9 @@ use std::sync::{Mutex, PoisonError};
 /// Kills kept for the launcher and the front door to recognise (older ones only count).
 const RECENT: usize = 32;
 
+/// The window in which kills of one name are counted as a repeat ([`KillBook::again`]): a minute.
+pub const AGAIN_MS: u64 = 60_000;
+
 /// `CLOCK_MONOTONIC` now, in nanoseconds.
 pub(crate) fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -150,6 +153,14 @@ impl KillBook {
             b.recent.pop_front();
         }
         b.recent.push_back(rec);
+    }
+
+    /// How many kills of a process named `name` the guard sent within [`AGAIN_MS`] before `unix_ms`: a name killed
+    /// again and again is a restart loop of the guard's making (a launcher or an allocator that respawns it).
+    pub fn again(&self, name: &str, unix_ms: u64) -> u32 {
+        let b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = unix_ms.saturating_sub(AGAIN_MS);
+        b.recent.iter().filter(|r| r.done() && r.name == name && r.unix_ms >= since).count() as u32
     }
 
     /// A kill about to be sent did not go out: the record says why, and it counts as failed, not done.

@@ -309,6 +309,7 @@ impl Sampler {
         }
         // Read before the kill: once it is sent, the front door ends them.
         rec.requests = self.requests_of(rec.pid);
+        rec.again = self.kills.again(&rec.name, rec.unix_ms);
         // In the book before the signal: the front door and the launcher may see the process die before this
         // thread runs again.
         self.kills.record(rec.clone());
@@ -342,8 +343,10 @@ impl Sampler {
                     why = rec.why,
                     round = rec.round,
                     woken_by = wake.source.as_str(),
-                    "killed: {}",
-                    rec.reason
+                    killed_again = rec.again,
+                    "killed: {}{}",
+                    rec.reason,
+                    rec.again_words()
                 );
             }
             Err(e) => {
@@ -706,6 +709,7 @@ pub fn spawn(
         let mut interval = Duration::from_millis(applied.policy.interval_ms);
         let mut next = Instant::now() + interval;
         let mut failing = false;
+        let mut obeying = Obedience::default();
         // systemd's watchdog is fed from this loop: a sampler that hangs stops feeding it.
         let mut watchdog = crate::base::notify::Watchdog::from_env();
         while !stop.load(Ordering::Relaxed) {
@@ -747,6 +751,7 @@ pub fn spawn(
                     let abort_signalled = sampler.signal_abort(&decision, &snap, &wake);
                     let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
                     log_decision(&decision, &snap, &wake, victim_requests.as_deref());
+                    obeying.log(&decision, &snap, &thresholds);
                     if decision.kills_halted != was_halted {
                         log_halt(decision.kills_halted, &decision);
                     }
@@ -912,6 +917,37 @@ fn log_halt(halted: bool, d: &Decision) {
             ratio = format!("{:.3}", d.ratio),
             "the last resort may kill again: the group fell below abort_at"
         );
+    }
+}
+
+/// What the log last said of the abort victim's obeying: it is said when it turns (still growing, stopped
+/// growing), once the victim's first growth window is over.
+#[derive(Default)]
+struct Obedience {
+    said: Option<(ProcId, bool)>,
+}
+
+impl Obedience {
+    fn log(&mut self, d: &Decision, snap: &Snapshot, t: &crate::decision::policy::Thresholds) {
+        let (Some(victim), Some(g)) = (d.victim, d.victim_growth) else {
+            self.said = None;
+            return;
+        };
+        if g.over_ms < crate::decision::policy::kill::growth_window_ms(t.kill_after_ms) {
+            return;
+        }
+        let tol = crate::decision::policy::kill::tolerance(snap.group.limit_bytes);
+        let growing = g.growing(tol);
+        if self.said == Some((victim, growing)) {
+            return;
+        }
+        self.said = Some((victim, growing));
+        let name = snap.processes.iter().find(|p| p.pid == victim.pid).map(|p| p.name.as_str());
+        if growing {
+            tracing::warn!(victim_pid = victim.pid, victim_name = name, "abort victim {}", g.describe(tol));
+        } else {
+            tracing::info!(victim_pid = victim.pid, victim_name = name, "abort victim obeyed: {}", g.describe(tol));
+        }
     }
 }
 

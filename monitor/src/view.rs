@@ -186,6 +186,25 @@ pub struct PolicyView {
     /// Under `monitor run`, while aborting: the victim's requests in flight when it was chosen.
     #[serde(default)]
     pub victim_requests: Option<VictimRequests>,
+    /// While aborting: how the victim's anon moved over the last growth window, the evidence of its obeying. Only a
+    /// victim still growing `kill_after_ms` after it was told is killed below the kill line.
+    #[serde(default)]
+    pub victim_growth: Option<GrowthView>,
+    /// The last resort's line now: `kill_at`, or lower just after a kill while the group refills fast.
+    #[serde(default)]
+    pub kill_line: f64,
+}
+
+/// The abort victim's growth, as the status shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GrowthView {
+    /// Its anon now less its anon `over_ms` ago.
+    pub bytes: i64,
+    pub over_ms: u64,
+    /// Risen by more than the tolerance (0.5% of the limit, at least 1 MiB).
+    pub growing: bool,
+    /// In words: `still growing (…)`, `stopped growing (…): its memory not yet given back`, `gave back …`.
+    pub evidence: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -278,6 +297,11 @@ pub(crate) fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             kills_halted: d.kills_halted,
             unseen: d.unseen,
             victim_requests: p.victim_requests.as_deref().cloned(),
+            victim_growth: d.victim_growth.map(|g| {
+                let tol = crate::decision::policy::kill::tolerance(s.group.limit_bytes);
+                GrowthView { bytes: g.bytes, over_ms: g.over_ms, growing: g.growing(tol), evidence: g.describe(tol) }
+            }),
+            kill_line: d.kill_line,
         },
         processes: s
             .processes

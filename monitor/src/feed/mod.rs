@@ -275,6 +275,8 @@ impl Published {
                 kill: None,
                 kills_halted: false,
                 unseen: false,
+                victim_growth: None,
+                kill_line: 0.97,
             },
             probes: ProbeStatus { enabled: false, reason: None, hooks: None, close: None },
             error: None,

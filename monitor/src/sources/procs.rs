@@ -9,6 +9,12 @@
 //! Open files are kept for as many processes as the file-descriptor limit allows with room to spare for the rest
 //! of the agent; the processes past that (or met when fds run out) are read by open-read-close at each sample, their
 //! start time checked each time, so that no listed process is left out for want of a descriptor.
+//! Memory is read where it lives: a process whose main thread exited (`pthread_exit` in `main`, or a zombie leader
+//! with live threads) has no memory on its leader, whose `statm` reads a size of 0 (a process with memory always has
+//! some size), and is read from one of its live threads (`/proc/<pid>/task/<tid>/statm`: the threads share one
+//! address space), kept open as the leader's would be. Its pid, start time and name stay the leader's. A listed
+//! process none of whose threads has memory is left out of the sample: counted as listed but not sampled, never as
+//! a process of 0 bytes.
 
 use crate::base::kernfile::pread_record;
 use crate::decision::snapshot::{ProcSample, Traffic};
@@ -131,6 +137,8 @@ pub(crate) fn with_descendants(proc_root: &Path, pid: u32) -> std::collections::
 struct Entry {
     /// `statm` kept open; None: opened, read and closed at each sample.
     statm: Option<File>,
+    /// The thread whose `statm` is read: the process's pid, or another of its threads when the leader has no memory.
+    tid: u32,
     stat: StatInfo,
     /// When `stat.comm` was read.
     named: Instant,
@@ -296,7 +304,7 @@ impl ProcTable {
                 "more processes than file descriptors to keep: the others are read by open-read-close"
             );
         }
-        Ok(Entry { statm, stat, named: Instant::now(), size: 0, named_size: 0 })
+        Ok(Entry { statm, tid: pid, stat, named: Instant::now(), size: 0, named_size: 0 })
     }
 
     fn forget(&mut self, e: &Entry) {
@@ -305,8 +313,8 @@ impl ProcTable {
         }
     }
 
-    /// Reads `statm` of an entry: through its open file, or (none kept) opened anew with its start time checked:
-    /// a pid that now names another process gets that process's name and start time.
+    /// Reads the process's `statm` (see [`ProcTable::read_statm`]), from another of its threads when the one read
+    /// has no memory or has exited (see [`ProcTable::from_thread`]); RSS and anon in bytes.
     fn read_entry(
         buf: &mut Vec<u8>,
         e: &mut Entry,
@@ -314,14 +322,38 @@ impl ProcTable {
         proc_root: &Path,
         pid: u32,
     ) -> Result<(u64, u64), ReadError> {
+        let statm = match Self::read_statm(buf, e, proc_root, pid) {
+            Ok(statm) if statm.size > 0 => statm,
+            Ok(_) => Self::from_thread(buf, e, proc_root, pid)?,
+            Err(ReadError::Gone) if e.tid != pid => Self::from_thread(buf, e, proc_root, pid)?,
+            Err(err) => return Err(err),
+        };
+        e.size = statm.size;
+        Ok((statm.resident.saturating_mul(page), statm.anon_pages().saturating_mul(page)))
+    }
+
+    /// The `statm` of a task directory of `pid`: the process's own (`<pid>/statm`) or a thread's
+    /// (`<pid>/task/<tid>/statm`).
+    fn statm_path(proc_root: &Path, pid: u32, tid: u32) -> PathBuf {
+        let dir = proc_root.join(pid.to_string());
+        if tid == pid {
+            dir.join("statm")
+        } else {
+            dir.join("task").join(tid.to_string()).join("statm")
+        }
+    }
+
+    /// Reads `statm` of an entry's thread: through its open file, or (none kept) opened anew with the process's start
+    /// time checked: a pid that now names another process gets that process's name and start time.
+    fn read_statm(buf: &mut Vec<u8>, e: &mut Entry, proc_root: &Path, pid: u32) -> Result<Statm, ReadError> {
         match &e.statm {
             Some(f) => pread_record(f, buf).map_err(classify)?,
             None => {
-                let dir = proc_root.join(pid.to_string());
-                let f = File::open(dir.join("statm")).map_err(classify)?;
+                let f = File::open(Self::statm_path(proc_root, pid, e.tid)).map_err(classify)?;
                 pread_record(&f, buf).map_err(classify)?;
                 drop(f);
-                let text = crate::base::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
+                let text = crate::base::kernfile::read_lossy(proc_root.join(pid.to_string()).join("stat"))
+                    .map_err(classify)?;
                 let stat = parse_stat(&text).map_err(ReadError::Other)?;
                 if stat.start_ticks != e.stat.start_ticks || stat.comm != e.stat.comm {
                     e.stat = stat;
@@ -332,14 +364,58 @@ impl ProcTable {
         if buf.is_empty() {
             return Err(ReadError::Gone);
         }
-        let statm = parse_statm(&String::from_utf8_lossy(buf)).map_err(ReadError::Other)?;
-        e.size = statm.size;
-        Ok((statm.resident.saturating_mul(page), statm.anon_pages().saturating_mul(page)))
+        parse_statm(&String::from_utf8_lossy(buf)).map_err(ReadError::Other)
+    }
+
+    /// The process's `statm` read from another of its threads (`<pid>/task/<tid>/statm`), when the entry's thread has
+    /// no memory (a leader that exited alone) or has exited: the first other thread whose `statm` has a size, which
+    /// becomes the entry's thread, its file kept open in place of the last one when the entry keeps one. The process
+    /// is [`ReadError::Gone`] when no thread has memory, or when its pid now names another process (its start time
+    /// is read after the thread's file is opened, as in [`ProcTable::open`]).
+    fn from_thread(buf: &mut Vec<u8>, e: &mut Entry, proc_root: &Path, pid: u32) -> Result<Statm, ReadError> {
+        let dir = proc_root.join(pid.to_string());
+        let tasks = std::fs::read_dir(dir.join("task")).map_err(classify)?;
+        for task in tasks {
+            let task = task.map_err(classify)?;
+            let Some(tid) = task.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            if tid == e.tid {
+                continue;
+            }
+            let f = match File::open(Self::statm_path(proc_root, pid, tid)) {
+                Ok(f) => f,
+                Err(err) => match classify(err) {
+                    ReadError::Gone => continue,
+                    other => return Err(other),
+                },
+            };
+            match pread_record(&f, buf) {
+                Ok(()) if !buf.is_empty() => {}
+                Ok(()) => continue,
+                Err(err) => match classify(err) {
+                    ReadError::Gone => continue,
+                    other => return Err(other),
+                },
+            }
+            let statm = parse_statm(&String::from_utf8_lossy(buf)).map_err(ReadError::Other)?;
+            if statm.size == 0 {
+                continue;
+            }
+            let text = crate::base::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
+            if parse_stat(&text).map_err(ReadError::Other)?.start_ticks != e.stat.start_ticks {
+                return Err(ReadError::Gone);
+            }
+            e.tid = tid;
+            if e.statm.is_some() {
+                e.statm = Some(f);
+            }
+            return Ok(statm);
+        }
+        Err(ReadError::Gone)
     }
 
     /// Samples `pids` (sorted) into `out`. Entries of processes no longer listed are closed; processes that exit
-    /// during the sample are left out without an error. Other read errors are logged once per process and the
-    /// process is left out of this sample.
+    /// during the sample, and those none of whose threads has memory, are left out without an error. Other read
+    /// errors are logged once per process and the process is left out of this sample.
     pub fn sample(&mut self, pids: &[u32], out: &mut Vec<ProcSample>) {
         out.clear();
         let before = self.entries.len();
@@ -469,6 +545,119 @@ mod tests {
         assert!(s.start_ticks > 0 && s.ppid > 0, "{s:?}");
     }
 
+    /// A `/proc` tree captured from two `thread-holder` processes (tests/src/bin/thread-holder.rs): 15053, whose
+    /// main thread exited while thread 15055 holds 64 MiB, and 15059, exited whole and not yet reaped (no thread).
+    fn holders() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/proc/thread-holder")
+    }
+
+    /// `file` of the captured holders' tree.
+    fn holder_file(file: &str) -> String {
+        let path = holders().join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    #[test]
+    fn a_leader_that_exited_alone_has_no_memory_and_its_thread_has_it_all() {
+        let leader = parse_statm(&holder_file("15053/statm")).expect("leader statm");
+        assert_eq!(leader, Statm { size: 0, resident: 0, shared: 0 });
+        assert_eq!(parse_statm(&holder_file("15053/task/15053/statm")), Ok(leader));
+        assert_eq!(parse_status_rss_anon(&holder_file("15053/status")), Ok(0), "no RssAnon line on the leader");
+        let thread = parse_statm(&holder_file("15053/task/15055/statm")).expect("thread statm");
+        assert_eq!(thread, Statm { size: 34042, resident: 16901, shared: 480 });
+        // The thread's statm is the whole process's: its anon is its status's RssAnon (64 MiB and the program).
+        assert_eq!(parse_status_rss_anon(&holder_file("15053/task/15055/status")), Ok(65684 * 1024));
+        assert_eq!(thread.anon_pages() * 4096, 65684 * 1024);
+        let (leader, thread) =
+            (parse_stat(&holder_file("15053/stat")), parse_stat(&holder_file("15053/task/15055/stat")));
+        let (leader, thread) = (leader.expect("leader stat"), thread.expect("thread stat"));
+        assert_eq!((leader.comm.as_str(), thread.comm.as_str()), ("thread-holder", "holder"));
+        assert_eq!(parse_statm(&holder_file("15059/statm")), Ok(Statm { size: 0, resident: 0, shared: 0 }));
+    }
+
+    /// Copies the tree at `from` into `to`.
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+        let dir = std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+        for e in dir.flatten() {
+            let (src, dst) = (e.path(), to.join(e.file_name()));
+            if src.is_dir() {
+                copy_tree(&src, &dst);
+            } else {
+                std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_process_whose_leader_exited_is_read_from_a_live_thread() {
+        let thread = parse_statm(&holder_file("15053/task/15055/statm")).expect("thread statm");
+        for budget in [usize::MAX, 0] {
+            let mut t = ProcTable::with_root(&holders());
+            t.set_keep_budget(budget);
+            let mut out = Vec::new();
+            for _ in 0..2 {
+                t.sample(&[15053, 15059], &mut out);
+                assert_eq!(out.len(), 1, "the exited 15059 is left out, unsampled: {out:?}");
+                let p = &out[0];
+                assert_eq!((p.pid, p.name.as_str(), p.start_ticks), (15053, "thread-holder", 39190), "the leader's");
+                assert_eq!(p.anon_bytes, thread.anon_pages() * t.page_size, "budget {budget}");
+                assert_eq!(p.rss_bytes, thread.resident * t.page_size);
+                assert!(p.anon_bytes >= 64 << 20, "{p:?}");
+                assert_eq!(
+                    (t.len(), t.kept_open()),
+                    (1, budget.min(1)),
+                    "the thread's file kept in the leader's place"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn when_the_thread_read_exits_another_is_read_and_with_none_left_the_process_is_left_out() {
+        let thread = parse_statm(&holder_file("15053/task/15055/statm")).expect("thread statm");
+        for budget in [usize::MAX, 0] {
+            let root = monitor_tests::temp_dir("procs-threads");
+            copy_tree(&holders(), &root);
+            let task = root.join("15053/task");
+            let mut t = ProcTable::with_root(&root);
+            t.set_keep_budget(budget);
+            let mut out = Vec::new();
+            t.sample(&[15053], &mut out);
+            assert_eq!(out.iter().map(|p| p.anon_bytes).collect::<Vec<_>>(), [thread.anon_pages() * t.page_size]);
+            // Thread 15055 exits (its open file reads nothing, its directory goes); 15056 holds the memory now.
+            copy_tree(&task.join("15055"), &task.join("15056"));
+            std::fs::write(task.join("15056/statm"), "34042 20000 480 77 0 17024 0\n").expect("statm");
+            std::fs::write(task.join("15055/statm"), "").expect("statm");
+            if budget == 0 {
+                std::fs::remove_dir_all(task.join("15055")).expect("rm");
+            }
+            t.sample(&[15053], &mut out);
+            assert_eq!(out.len(), 1, "budget {budget}: {out:?}");
+            assert_eq!((out[0].pid, out[0].anon_bytes), (15053, (20000 - 480) * t.page_size), "budget {budget}");
+            // Every thread has let go of the memory: listed, not sampled, not a process of 0 bytes.
+            std::fs::write(task.join("15056/statm"), "0 0 0 0 0 0 0\n").expect("statm");
+            t.sample(&[15053], &mut out);
+            assert!(out.is_empty(), "budget {budget}: {out:?}");
+            assert_eq!(t.len(), 0);
+            // A pid whose files now belong to another process (another start time) is not read through a thread.
+            std::fs::write(task.join("15056/statm"), "34042 20000 480 77 0 17024 0\n").expect("statm");
+            t.sample(&[15053], &mut out);
+            assert_eq!(out.len(), 1, "budget {budget}: {out:?}");
+            let stat = std::fs::read_to_string(root.join("15053/stat")).expect("stat");
+            std::fs::write(root.join("15053/stat"), stat.replace(" 39190 ", " 39999 ")).expect("stat");
+            std::fs::write(task.join("15056/statm"), "").expect("statm");
+            copy_tree(&task.join("15056"), &task.join("15057"));
+            std::fs::write(task.join("15057/statm"), "34042 20000 480 77 0 17024 0\n").expect("statm");
+            t.sample(&[15053], &mut out);
+            // Kept open: the entry is dropped (the next listing opens the newcomer). Opened anew each sample: the
+            // newcomer's start time comes with its memory.
+            let starts: Vec<u64> = out.iter().map(|p| p.start_ticks).collect();
+            assert_eq!(starts, if budget == 0 { vec![39999] } else { vec![] }, "budget {budget}: {out:?}");
+            let _ = std::fs::remove_dir_all(&root);
+        }
+    }
+
     #[test]
     fn stat_with_parens_and_spaces_in_name() {
         let t = "42 (a) b (c) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 1000 10 1 1 1 1 1 1 0 0 0 0";
@@ -518,7 +707,7 @@ mod tests {
     fn a_name_is_read_again_after_most_of_a_second_when_the_size_moved_and_after_ten_when_it_did_not() {
         let t0 = Instant::now();
         let stat = parse_stat("7 (sh) S 1 7 7 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 42 0 0").expect("stat");
-        let mut e = Entry { statm: None, stat, named: t0, size: 730, named_size: 730 };
+        let mut e = Entry { statm: None, tid: 7, stat, named: t0, size: 730, named_size: 730 };
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         assert!(!e.name_due(at(500)) && !e.name_due(at(5_000)), "an unchanged size waits for NAME_ANYWAY");
         assert!(e.name_due(at(10_000)));

@@ -47,6 +47,7 @@ pub fn killed(r: &KillRecord) -> Condition {
         r.ratio * 100.0
     );
     let work = r.requests.as_ref().map(|q| format!("; {}", q.summary())).unwrap_or_default();
+    let work = format!("{work}{}", r.again_words());
     let summary = match (&r.error, r.enforced) {
         (_, false) => format!("shadow mode, not enforced: the guard would have killed {what}: {}{work}", r.reason),
         (Some(e), true) => format!("the guard's kill of {what} was not sent ({e}): {}{work}", r.reason),
@@ -63,6 +64,7 @@ pub fn killed(r: &KillRecord) -> Condition {
         .annotate("why", r.why)
         .annotate("reason", r.reason.clone())
         .annotate("round", r.round.to_string())
+        .annotate("killed_before_in_last_minute", r.again.to_string())
         .annotate("enforced", r.enforced.to_string())
         .annotate("summary", summary);
     if let Some(e) = &r.error {

@@ -3,11 +3,20 @@
 //! kernel's OOM killer acts on the whole group (systemd's `OOMPolicy=stop` stops the unit, `memory.oom.group=1`
 //! kills the container). Pure: the sampler carries the order out ([`crate::guard`]).
 //!
-//! - ratio >= `kill_at`: kill now.
-//! - aborting `kill_after_ms` after the abort while the victim's anon has not fallen below what it was then: kill,
-//!   wherever the ratio is (a grower held at the brake's `memory.high` never reaches `kill_at`).
-//! - At most one kill per `kill_repeat_ms`. After [`MAX_KILLS`] kills without the ratio falling below `abort_at`
-//!   (memory held by tmpfs, shared memory or the kernel, which no kill frees) the step halts until it does.
+//! - ratio >= the kill line: kill now. The line is `kill_at`; for [`RESPAWN_MS`] after a kill it moves down by what
+//!   the group grows while a killed process dies (the measured growth rate times the measured time from a kill to
+//!   its memory leaving the group), never below `abort_at`: an allocator that respawns what was killed is met
+//!   before it reaches the limit ([`kill_line`]).
+//! - aborting `kill_after_ms` after the abort while the victim is *still growing*: its anon rose by more than
+//!   [`tolerance`] over the last growth window ([`growth_window_ms`]), measured on the samples after it was told.
+//!   Killed wherever the ratio is (a grower held at the brake's `memory.high` may never reach `kill_at`). A victim
+//!   that stopped growing has obeyed, even while its runtime has not given the memory back (V8 frees at its next
+//!   garbage collection, a JVM keeps its committed heap, Python its arenas): that one is recycled gracefully, never
+//!   killed below the kill line.
+//! - The next kill follows as soon as the last one is done: its target has left the group and the group's usage
+//!   has fallen by at least half of what the target held (its memory uncharged). While it is not done, the next
+//!   waits `kill_repeat_ms`. After [`MAX_KILLS`] kills without the ratio falling below `abort_at` (memory held by
+//!   tmpfs, shared memory or the kernel, which no kill frees) the step halts until it does.
 //! - The target is the abort's victim when it may be killed, else the largest by anon that may be. Never the agent;
 //!   a protected process (a master, `[[process]] protect`) only when no other process's death would bring the group
 //!   back under `abort_at` ([`target`]).
@@ -20,14 +29,33 @@ use serde::Serialize;
 /// Kills without the ratio falling below `abort_at` after which the step halts.
 pub(crate) const MAX_KILLS: u32 = 3;
 
+/// How long after a kill the kill line stays moved down by the group's growth rate: a respawned process and its
+/// siblings refill the group within this.
+pub const RESPAWN_MS: u64 = 5_000;
+
+/// The time from a kill to its target's memory leaving the group, until one has been measured (ms).
+pub const DIE_MS_GUESS: u64 = 30;
+
+/// The growth window for `kill_after_ms`: half of it, at least 100 ms. A victim is still growing when its anon
+/// rose by more than [`tolerance`] from the start of the previous window to now (over one to two windows).
+pub fn growth_window_ms(kill_after_ms: u64) -> u64 {
+    (kill_after_ms / 2).max(100)
+}
+
+/// Rises of a victim's anon up to this many bytes are allocator noise, not growth: 0.5% of the limit (2.6 MiB of
+/// 512 MiB), at least 1 MiB (1% of a limit under 100 MiB).
+pub fn tolerance(limit: u64) -> u64 {
+    (limit / 200).max((1u64 << 20).min(limit / 100))
+}
+
 /// Why the agent kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum KillWhy {
-    /// The ratio reached `kill_at`.
+    /// The ratio reached the kill line (`kill_at`, or lower while an allocator respawns: [`kill_line`]).
     OverKillAt,
-    /// The victim was told to abort this long ago and its anon has not fallen.
-    AbortNotObeyed { after_ms: u64 },
+    /// The victim was told to abort this long ago and is still growing: `grew_bytes` over the last `over_ms`.
+    AbortNotObeyed { after_ms: u64, grew_bytes: u64, over_ms: u64 },
 }
 
 impl KillWhy {
@@ -43,30 +71,42 @@ impl KillWhy {
     pub fn describe(self, kill_at: f64) -> String {
         match self {
             KillWhy::OverKillAt => format!("the group reached kill_at ({:.0}% of its limit)", kill_at * 100.0),
-            KillWhy::AbortNotObeyed { after_ms } => {
-                format!("the abort was not obeyed: its memory had not fallen {after_ms} ms after it was sent")
-            }
+            KillWhy::AbortNotObeyed { after_ms, grew_bytes, over_ms } => format!(
+                "the abort was not obeyed: it was still growing ({:.1} MiB in the last {over_ms} ms) {after_ms} ms \
+                 after it was sent",
+                grew_bytes as f64 / (1u64 << 20) as f64
+            ),
         }
     }
 }
 
 /// One kill the policy orders.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct KillOrder {
     pub target: ProcId,
     pub why: KillWhy,
     /// 1 for the first kill since the ratio was last below `abort_at`, up to [`MAX_KILLS`].
     pub round: u32,
+    /// The kill line the ratio was held against (`kill_at`, or lower while an allocator respawns).
+    pub line: f64,
 }
 
 /// What the kill step remembers between samples.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct KillState {
     /// The process told to abort, while aborting: a repeat that names the same process again does not restart its
     /// wait.
     pub told: Option<Told>,
     /// When the last kill was ordered (monotonic ms).
     pub last_ms: Option<u64>,
+    /// The last kill, until it is done (its target gone and its memory uncharged).
+    pub dying: Option<Dying>,
+    /// The last measured time from a kill to its being done (ms).
+    pub die_ms: Option<u64>,
+    /// The group's usage at the previous sample (monotonic ms, bytes), and its growth rate (bytes per ms, smoothed
+    /// over about 100 ms; falls count as 0).
+    pub usage_at: Option<(u64, u64)>,
+    pub rate: f64,
     /// Kills ordered (outside shadow mode) since the ratio was last below `abort_at`.
     pub unrelieved: u32,
     /// The step has halted: [`MAX_KILLS`] kills freed nothing.
@@ -76,14 +116,93 @@ pub struct KillState {
     pub shadowed: Option<ProcId>,
 }
 
+/// A kill sent and not yet done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dying {
+    pub target: ProcId,
+    pub ms: u64,
+    /// The group's usage when it was ordered, the lowest since, and what the target held.
+    pub usage: u64,
+    pub low: u64,
+    pub held: u64,
+}
+
+impl Dying {
+    /// Done: the target has left the group and the usage has fallen by at least half of what it held.
+    fn done(&self, snap: &Snapshot) -> bool {
+        find(snap, self.target).is_none() && self.low.saturating_add(self.held / 2) <= self.usage
+    }
+}
+
 /// The process told to abort, as the kill step follows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Told {
     pub id: ProcId,
     /// When it was first told (monotonic ms).
     pub since_ms: u64,
-    /// Its anon then (to see whether it obeyed).
+    /// Its anon then.
     pub anon: u64,
+    /// (monotonic ms, anon) at the start of the current growth window and of the one before.
+    pub mark: (u64, u64),
+    pub prev: (u64, u64),
+}
+
+impl Told {
+    fn new(id: ProcId, now: u64, anon: u64) -> Told {
+        Told { id, since_ms: now, anon, mark: (now, anon), prev: (now, anon) }
+    }
+
+    /// Rolls the growth windows with the victim's anon sampled at `now`.
+    fn observe(&mut self, now: u64, anon: u64, window_ms: u64) {
+        if now.saturating_sub(self.mark.0) >= window_ms {
+            self.prev = self.mark;
+            self.mark = (now, anon);
+        }
+    }
+
+    /// Its growth from the start of the previous window to `anon` at `now`.
+    pub fn growth(&self, now: u64, anon: u64) -> Growth {
+        Growth { bytes: anon as i64 - self.prev.1 as i64, over_ms: now.saturating_sub(self.prev.0) }
+    }
+}
+
+/// How the abort's victim has moved since it was told: the evidence of its obeying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Growth {
+    /// Its anon now less its anon `over_ms` ago (negative: it gave memory back).
+    pub bytes: i64,
+    pub over_ms: u64,
+}
+
+impl Growth {
+    /// Still growing: risen by more than `tolerance` bytes.
+    pub fn growing(&self, tolerance: u64) -> bool {
+        self.bytes > tolerance as i64
+    }
+
+    /// In words: `still growing (+12.0 MiB in 1000 ms)`, `stopped growing (+0.3 MiB in 1000 ms): its memory not yet
+    /// given back`, `gave back 40.0 MiB in 1000 ms`.
+    pub fn describe(&self, tolerance: u64) -> String {
+        let mib = self.bytes as f64 / (1u64 << 20) as f64;
+        if self.growing(tolerance) {
+            format!("still growing (+{mib:.1} MiB in {} ms)", self.over_ms)
+        } else if self.bytes >= -(tolerance as i64) {
+            format!("stopped growing ({mib:+.1} MiB in {} ms): its memory not yet given back", self.over_ms)
+        } else {
+            format!("gave back {:.1} MiB in {} ms", -mib, self.over_ms)
+        }
+    }
+}
+
+/// The kill line now: `kill_at`, or, for [`RESPAWN_MS`] after a kill that was sent, lower by what the group grows
+/// (at its measured rate) in the time a killed process takes to leave it; never below `abort_at`.
+pub fn kill_line(st: &KillState, now: u64, limit: u64, t: &super::Thresholds) -> f64 {
+    let recent = st.last_ms.is_some_and(|l| now.saturating_sub(l) <= RESPAWN_MS) && !t.shadow;
+    if !recent || limit == 0 {
+        return t.kill_at;
+    }
+    let die = st.die_ms.unwrap_or(DIE_MS_GUESS) as f64;
+    (t.kill_at - st.rate * die / limit as f64).max(t.abort_at)
 }
 
 /// The process the kill step would target now (`snap.protected` lists the masters and `[[process]] protect`; never
@@ -145,10 +264,37 @@ pub struct Step<'a> {
     pub new_victim: bool,
 }
 
-/// The kill step: the state to keep and the order, if any.
-pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, Option<KillOrder>) {
-    let (now, ratio) = (s.snap.mono_ms, s.snap.group.ratio());
+/// What the kill step says besides its order: the victim's growth since it was told, and the kill line.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Seen {
+    pub victim_growth: Option<Growth>,
+    pub line: f64,
+}
+
+/// Follows the group's growth rate and the last kill's progress with this sample.
+fn observe(next: &mut KillState, snap: &Snapshot) {
+    let (now, usage) = (snap.mono_ms, snap.group.usage_bytes);
+    if let Some((ms, was)) = next.usage_at.filter(|&(ms, _)| now > ms) {
+        let dt = (now - ms) as f64;
+        let rate = usage.saturating_sub(was) as f64 / dt;
+        let alpha = (dt / 100.0).min(1.0);
+        next.rate += alpha * (rate - next.rate);
+    }
+    next.usage_at = Some((now, usage));
+    if let Some(d) = next.dying.as_mut() {
+        d.low = d.low.min(usage);
+    }
+    if let Some(d) = next.dying.filter(|d| d.done(snap)) {
+        next.die_ms = Some(now.saturating_sub(d.ms));
+        next.dying = None;
+    }
+}
+
+/// The kill step: the state to keep, the order if any, and what it saw.
+pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, Option<KillOrder>, Seen) {
+    let (now, ratio, limit) = (s.snap.mono_ms, s.snap.group.ratio(), s.snap.group.limit_bytes);
     let mut next = *prev;
+    observe(&mut next, s.snap);
     if ratio < t.abort_at {
         next.unrelieved = 0;
         next.halted = false;
@@ -159,40 +305,54 @@ pub fn decide(prev: &KillState, s: &Step, t: &super::Thresholds) -> (KillState, 
         next.shadowed = None;
     } else if s.new_victim && next.told.map(|t| t.id) != s.victim {
         let anon = victim_now.map_or(0, |p| p.anon_bytes);
-        next.told = s.victim.map(|id| Told { id, since_ms: now, anon });
+        next.told = s.victim.map(|id| Told::new(id, now, anon));
     }
+    let window = growth_window_ms(t.kill_after_ms);
+    let growth = match (next.told.as_mut(), victim_now) {
+        (Some(told), Some(v)) if Some(told.id) == s.victim => {
+            told.observe(now, v.anon_bytes, window);
+            Some(told.growth(now, v.anon_bytes))
+        }
+        _ => None,
+    };
+    let line = kill_line(&next, now, limit, t);
+    let seen = Seen { victim_growth: growth, line };
     if !t.kill || !s.aborting || next.halted {
-        return (next, None);
+        return (next, None, seen);
     }
-    if next.last_ms.is_some_and(|last| now.saturating_sub(last) < t.kill_repeat_ms) {
-        return (next, None);
+    if next.dying.is_some() && next.last_ms.is_some_and(|last| now.saturating_sub(last) < t.kill_repeat_ms) {
+        return (next, None, seen);
     }
-    let not_obeyed = next.told.and_then(|told| {
+    let tol = tolerance(limit);
+    let not_obeyed = next.told.zip(growth).and_then(|(told, g)| {
         let waited = now.saturating_sub(told.since_ms);
-        let held = victim_now.is_some_and(|v| v.anon_bytes >= told.anon && v.anon_bytes > 0);
-        (waited >= t.kill_after_ms && held).then_some(waited)
+        (waited >= t.kill_after_ms && g.growing(tol)).then_some((waited, g))
     });
     let why = match not_obeyed {
-        _ if ratio >= t.kill_at => KillWhy::OverKillAt,
-        Some(after_ms) => KillWhy::AbortNotObeyed { after_ms },
-        None => return (next, None),
+        _ if ratio >= line => KillWhy::OverKillAt,
+        Some((after_ms, g)) => {
+            KillWhy::AbortNotObeyed { after_ms, grew_bytes: g.bytes.unsigned_abs(), over_ms: g.over_ms }
+        }
+        None => return (next, None, seen),
     };
-    let Some(p) = target(s.snap, s.victim, over(s.snap, t.abort_at)) else { return (next, None) };
-    let chosen = id(p);
+    let Some(p) = target(s.snap, s.victim, over(s.snap, t.abort_at)) else { return (next, None, seen) };
+    let (chosen, held) = (id(p), p.anon_bytes);
     if t.shadow && next.shadowed == Some(chosen) {
-        return (next, None);
+        return (next, None, seen);
     }
     if next.unrelieved >= MAX_KILLS {
         next.halted = true;
-        return (next, None);
+        return (next, None, seen);
     }
     next.last_ms = Some(now);
     if t.shadow {
         next.shadowed = Some(chosen);
     } else {
         next.unrelieved += 1;
+        let usage = s.snap.group.usage_bytes;
+        next.dying = Some(Dying { target: chosen, ms: now, usage, low: usage, held });
     }
-    (next, Some(KillOrder { target: chosen, why, round: next.unrelieved.max(1) }))
+    (next, Some(KillOrder { target: chosen, why, round: next.unrelieved.max(1), line }), seen)
 }
 
 /// One kill, sent or (in shadow mode) only decided.
@@ -222,6 +382,9 @@ pub struct KillRecord {
     pub sent_mono_ns: Option<u64>,
     /// Under `monitor run`: its requests in flight just before the kill.
     pub requests: Option<crate::decision::snapshot::VictimRequests>,
+    /// Kills of a process of the same name sent in the minute before this one ([`crate::guard::AGAIN_MS`]): more
+    /// than 0 is a restart loop of the guard's making.
+    pub again: u32,
 }
 
 #[cfg(test)]
@@ -244,6 +407,7 @@ impl KillRecord {
             error: None,
             sent_mono_ns: None,
             requests: None,
+            again: 0,
         }
     }
 }
@@ -268,7 +432,21 @@ impl KillRecord {
             error: None,
             sent_mono_ns: None,
             requests: None,
+            again: 0,
         })
+    }
+
+    /// `; a process of this name was killed N times before in the last minute: …` when it was, for the log and the
+    /// alert.
+    pub fn again_words(&self) -> String {
+        match self.again {
+            0 => String::new(),
+            n => format!(
+                "; a process of this name was killed {n} time{} before in the last minute: a restart loop of the \
+                 guard's making (something starts it again as fast as it is killed)",
+                if n == 1 { "" } else { "s" }
+            ),
+        }
     }
 
     /// Sent and not failed: the process is gone by the guard's hand.
@@ -331,36 +509,69 @@ mod tests {
         assert_eq!(kills(&ds), [None, Some((11, "over_kill_at"))]);
     }
 
+    /// The three processes with 11 grown by `by` (bytes).
+    fn grown(by: u64) -> Vec<ProcSample> {
+        vec![proc(10, 100), proc(11, 300 + by), proc(12, 200)]
+    }
+
     #[test]
-    fn an_abort_not_obeyed_is_a_kill_after_kill_after_ms_wherever_the_ratio_is() {
+    fn a_victim_still_growing_kill_after_ms_after_the_abort_is_killed_wherever_the_ratio_is() {
         let t = Thresholds::default();
-        let grown = || vec![proc(10, 100), proc(11, 320), proc(12, 200)];
         let ds = run(
             &t,
             &[
                 (930, 0, three()),
-                (935, 1000, grown()),
-                (925, 1999, grown()),
-                // Held at the brake below kill_at, in the hysteresis band: still killed once the wait is over.
-                (910, 2000, grown()),
+                (935, 1000, grown(20)),
+                (925, 1999, grown(40)),
+                // Held at the brake below kill_at, in the hysteresis band, still growing: killed once the wait is
+                // over.
+                (910, 2000, grown(60)),
             ],
         );
         assert_eq!(kills(&ds), [None, None, None, Some((11, "abort_not_obeyed"))]);
-        assert_eq!(ds[3].kill.map(|k| k.why), Some(KillWhy::AbortNotObeyed { after_ms: 2000 }));
+        let why = KillWhy::AbortNotObeyed { after_ms: 2000, grew_bytes: 40, over_ms: 1000 };
+        assert_eq!(ds[3].kill.map(|k| k.why), Some(why));
+        assert!(why.describe(0.97).contains("still growing"), "{}", why.describe(0.97));
+        assert_eq!(ds[3].victim_growth, Some(Growth { bytes: 40, over_ms: 1000 }));
         // A victim that freed some memory obeyed: no kill.
         let freed = vec![proc(10, 100), proc(11, 250), proc(12, 200)];
-        let ds = run(&t, &[(930, 0, three()), (930, 2500, freed)]);
-        assert_eq!(kills(&ds), [None, None]);
+        let ds = run(&t, &[(930, 0, three()), (930, 1000, freed.clone()), (930, 2500, freed)]);
+        assert_eq!(kills(&ds), [None, None, None]);
         // Refusing again: no kill.
-        let ds = run(&t, &[(930, 0, three()), (880, 2500, three())]);
+        let ds = run(&t, &[(930, 0, three()), (880, 2500, grown(100))]);
         assert_eq!(kills(&ds), [None, None]);
+    }
+
+    #[test]
+    fn a_victim_that_stopped_growing_obeyed_though_its_memory_stays_and_is_not_killed_below_kill_at() {
+        let t = Thresholds::default();
+        // Told at 0, it grew on for a moment (the abort was on its way), then stopped: its runtime keeps what it
+        // grew (a garbage collector that has not run, a JVM's committed heap). Ten seconds over abort_at: no kill.
+        let mut steps = vec![(930, 0, three()), (935, 50, grown(30))];
+        steps.extend((1..=100).map(|i| (935, i * 100, grown(30 + i % 3))));
+        let ds = run(&t, &steps);
+        assert!(kills(&ds).iter().all(Option::is_none), "{:?}", kills(&ds));
+        let last = ds.last().and_then(|d| d.victim_growth).expect("the victim's growth");
+        assert!(!last.growing(tolerance(1000)), "{last:?}");
+        assert!(last.describe(tolerance(1000)).starts_with("stopped growing"), "{}", last.describe(10));
+        // kill_at stays the line for everyone.
+        steps.push((970, 10_100, grown(32)));
+        let ds = run(&t, &steps);
+        assert_eq!(ds.last().and_then(|d| d.kill).map(|k| (k.target.pid, k.why.as_str())), Some((11, "over_kill_at")));
+        // One that starts growing again, long after it was told, is killed then.
+        let mut steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..=30).map(|i| (935, i * 100, grown(30))).collect();
+        steps.extend((31..=60).map(|i| (940, i * 100, grown(30 + (i - 30) * 2))));
+        let ds = run(&t, &steps);
+        let at = ds.iter().position(|d| d.kill.is_some()).expect("a kill");
+        assert_eq!(kills(&ds)[at], Some((11, "abort_not_obeyed")));
+        assert!((35..=52).contains(&at), "killed at step {at}: once its rise passed the tolerance within a window");
     }
 
     #[test]
     fn a_repeat_naming_the_same_victim_does_not_restart_its_wait() {
         // kill_after_ms above abort_repeat_ms: the repeat names 11 again at 600 and 1200, yet the wait runs from 0.
         let t = Thresholds { abort_repeat_ms: 600, kill_after_ms: 1000, ..Thresholds::default() };
-        let steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..5).map(|i| (950, i * 300, three())).collect();
+        let steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..5).map(|i| (950, i * 300, grown(i * 30))).collect();
         let ds = run(&t, &steps);
         assert_eq!(kills(&ds), [None, None, None, None, Some((11, "abort_not_obeyed"))]);
     }
@@ -368,20 +579,75 @@ mod tests {
     #[test]
     fn after_a_kill_the_next_largest_is_told_at_once_and_killed_after_its_own_wait() {
         let t = Thresholds::default();
-        let without_11 = || vec![proc(10, 100), proc(12, 200)];
+        let without_11 = |by: u64| vec![proc(10, 100), proc(12, 200 + by)];
         let ds = run(
             &t,
             &[
                 (950, 0, three()),
-                (950, 2000, three()),      // 11 killed: abort not obeyed
-                (950, 2100, without_11()), // 11 gone, still over: 12 told at once
-                (950, 3900, without_11()), // 12's wait is not over
-                (950, 4100, without_11()), // now it is
+                (950, 1000, grown(30)),
+                (950, 2000, grown(60)),     // 11 killed: still growing
+                (950, 2100, without_11(0)), // 11 gone, still over: 12 told at once
+                (950, 3100, without_11(30)),
+                (950, 3900, without_11(50)), // 12's wait is not over
+                (950, 4100, without_11(70)), // now it is
             ],
         );
-        assert_eq!(kills(&ds)[1], Some((11, "abort_not_obeyed")));
-        assert_eq!((ds[2].victim.map(|v| v.pid), ds[2].abort_round), (Some(12), 2));
-        assert_eq!(kills(&ds)[3..], [None, Some((12, "abort_not_obeyed"))]);
+        assert_eq!(kills(&ds)[2], Some((11, "abort_not_obeyed")));
+        assert_eq!((ds[3].victim.map(|v| v.pid), ds[3].abort_round), (Some(12), 2));
+        assert_eq!(kills(&ds)[4..], [None, None, Some((12, "abort_not_obeyed"))]);
+    }
+
+    #[test]
+    fn the_next_kill_follows_as_soon_as_the_last_is_done_not_a_fixed_time_later() {
+        let t = Thresholds::default();
+        let after = |b: u64| vec![proc(10, 100), proc(12, 200 + b)];
+        let ds = run(
+            &t,
+            &[
+                (980, 0, three()),     // 11 killed over kill_at
+                (975, 10, three()),    // still listed: dying
+                (975, 20, after(0)),   // gone, but its memory not yet uncharged: not done
+                (700, 30, after(0)),   // done: 30 ms
+                (985, 60, after(285)), // 12 (respawned, or its sibling) refilled the group: killed at once
+            ],
+        );
+        assert_eq!(kills(&ds), [Some((11, "over_kill_at")), None, None, None, Some((12, "over_kill_at"))]);
+        // Not done (gone but the usage has not fallen): the next waits kill_repeat_ms.
+        let ds = run(&t, &[(980, 0, three()), (985, 30, after(0)), (985, 999, after(0)), (985, 1000, after(0))]);
+        assert_eq!(kills(&ds), [Some((11, "over_kill_at")), None, None, Some((12, "over_kill_at"))]);
+    }
+
+    #[test]
+    fn just_after_a_kill_the_line_moves_down_by_what_the_group_grows_while_a_victim_dies() {
+        let t = Thresholds::default();
+        let after = |b: u64| vec![proc(10, 100), proc(12, 200 + b)];
+        // Without a kill the line is kill_at, whatever the rate.
+        let ds = run(&t, &[(500, 0, three()), (930, 10, three()), (960, 20, three())]);
+        assert_eq!((kills(&ds)[2], ds[2].kill_line), (None, 0.97));
+        // After a kill (done in 40 ms) the group refills at about 2 to 3 bytes/ms, so 40 ms of dying are about 100
+        // of 1000: the line falls to abort_at, and a refill to 94% is met there.
+        let ds = run(
+            &t,
+            &[
+                (980, 0, three()),
+                (600, 40, after(0)),
+                (660, 60, after(60)),
+                (720, 80, after(120)),
+                (780, 100, after(180)),
+                (840, 120, after(240)),
+                (900, 140, after(300)),
+                (940, 160, after(340)),
+            ],
+        );
+        assert_eq!(kills(&ds)[..7], [Some((11, "over_kill_at")), None, None, None, None, None, None]);
+        assert!((ds[7].kill_line - 0.92).abs() < 1e-9, "{}", ds[7].kill_line);
+        assert_eq!(kills(&ds)[7], Some((12, "over_kill_at")));
+        assert!(ds[7].kill.is_some_and(|k| k.line < 0.97));
+        // RESPAWN_MS later the line is kill_at again.
+        let st = KillState { last_ms: Some(0), rate: 3.0, ..KillState::default() };
+        assert_eq!(kill_line(&st, RESPAWN_MS + 1, 1000, &t), 0.97);
+        assert!(kill_line(&st, RESPAWN_MS, 1000, &t) < 0.97);
+        assert_eq!(kill_line(&st, 10, 1000, &Thresholds { shadow: true, ..t.clone() }), 0.97);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 pub mod kill;
 
 use crate::decision::snapshot::{ProcSample, Snapshot};
-pub use kill::{KillOrder, KillState, KillWhy};
+pub use kill::{Growth, KillOrder, KillState, KillWhy};
 use serde::Serialize;
 
 /// The thresholds and switches of the policy (`[policy]` in the config).
@@ -136,6 +136,11 @@ pub struct Decision {
     /// could not be sampled ([`kill::unseen`]). The abort went to the largest process the sampler sees; the last
     /// resort holds off rather than kill processes whose death would not relieve the group.
     pub unseen: bool,
+    /// While aborting: the victim's growth since it was told, the evidence of its obeying ([`kill`]).
+    pub victim_growth: Option<Growth>,
+    /// The last resort's line now: `kill_at`, or lower just after a kill while the group refills fast
+    /// ([`kill::kill_line`]).
+    pub kill_line: f64,
 }
 
 impl Decision {
@@ -213,7 +218,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
     }
 
     let step = kill::Step { snap, aborting: state == State::Aborting, victim: next.victim, new_victim };
-    let (kill_state, kill) = kill::decide(&prev.kill, &step, t);
+    let (kill_state, kill, seen) = kill::decide(&prev.kill, &step, t);
     let unseen = state == State::Aborting && kill::unseen(snap, kill::over(snap, t.abort_at));
     next.kill = kill_state;
     let changed = next.state != prev.state || next.victim != prev.victim;
@@ -228,6 +233,8 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         kill,
         kills_halted: next.kill.halted,
         unseen,
+        victim_growth: seen.victim_growth,
+        kill_line: seen.line,
     };
     (next, decision)
 }
@@ -272,6 +279,7 @@ pub(super) mod tests {
         ProcSample {
             pid,
             name: format!("p{pid}"),
+            comm: format!("p{pid}"),
             start_ticks: 1000 + pid as u64,
             ppid: 1,
             rss_bytes: rss,
@@ -469,6 +477,8 @@ pub(super) mod tests {
             kill: None,
             kills_halted: false,
             unseen: false,
+            victim_growth: None,
+            kill_line: 0.97,
         };
         let mut c = Decisions::default();
         for x in [
