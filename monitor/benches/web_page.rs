@@ -88,6 +88,7 @@ impl Feed {
                 ProcSample {
                     pid,
                     name: self.names[k].clone(),
+                    comm: self.names[k].clone(),
                     start_ticks: 1_000 + restarts * 2_160_000,
                     ppid: if k == 0 { 1 } else { 10_000 },
                     rss_bytes: rss,

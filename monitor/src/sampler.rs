@@ -65,6 +65,8 @@ pub struct Sampler {
     hysteresis: f64,
     /// Under `monitor run`: the launched processes (names, roles, `protect`); else roles are inferred.
     roster: Option<Roster>,
+    /// Under `monitor run`: the configured name each launched process carries in the samples.
+    names: crate::sources::launched::Names,
     /// Under `monitor run`: the front door's requests in flight on a process, read when the guard acts on it.
     in_flight: Option<crate::guard::InFlightOf>,
     /// The abort victim's requests in flight when it was chosen, published while the abort of it lasts.
@@ -222,6 +224,7 @@ impl Sampler {
             lines: [policy.refuse_at, policy.abort_at, policy.kill_at],
             hysteresis: policy.hysteresis,
             roster: None,
+            names: Default::default(),
             in_flight: None,
             victim_requests: None,
             kills: Arc::new(KillBook::default()),
@@ -247,7 +250,8 @@ impl Sampler {
         self.kills.clone()
     }
 
-    /// Under `monitor run`: the launched processes, whose names, roles and `protect` the last resort follows.
+    /// Under `monitor run`: the launched processes, whose names the samples carry and whose roles and `protect` the
+    /// last resort follows.
     pub(crate) fn set_roster(&mut self, roster: Roster) {
         self.roster = Some(roster);
     }
@@ -540,13 +544,19 @@ impl Sampler {
         snap
     }
 
-    /// When `d` is a change that names a process, reads that process's name afresh into `snap`, so that the log,
-    /// alerts and actions name the program it runs now (names are otherwise read again once a second).
+    /// When `d` is a change that names a process, reads that process's comm afresh into `snap`, so that the log,
+    /// alerts and actions name the program it runs now (comms are otherwise read again once a second); a configured
+    /// name stays.
     pub(crate) fn name_victim(&mut self, d: &Decision, snap: &mut Snapshot) {
         let Some(v) = d.victim.filter(|_| d.changed) else { return };
         let Some(i) = snap.processes.iter().position(|p| p.pid == v.pid) else { return };
-        let Some(name) = self.procs.fresh_name(v.pid).filter(|n| *n != snap.processes[i].name) else { return };
-        Arc::make_mut(&mut snap.processes)[i].name = name;
+        let Some(comm) = self.procs.fresh_name(v.pid).filter(|n| *n != snap.processes[i].comm) else { return };
+        let configured = self.names.configured(v);
+        let p = &mut Arc::make_mut(&mut snap.processes)[i];
+        if !configured {
+            p.name.clone_from(&comm);
+        }
+        p.comm = comm;
         // The samples until the next read carry the new name too.
         self.samples = Arc::clone(&snap.processes);
     }
@@ -603,6 +613,9 @@ impl Sampler {
             self.reader.pids(&mut self.pids)?;
             let mut samples = Vec::with_capacity(self.pids.len());
             self.procs.sample(&self.pids, &mut samples);
+            if let Some(roster) = &self.roster {
+                self.names.apply(&roster(), &mut samples);
+            }
             if timed {
                 // Taken before the read: every request a process had received by then is in the counts.
                 self.counted_unix_ms = crate::base::units::unix_ms();
@@ -966,6 +979,7 @@ fn log_decision(d: &Decision, snap: &Snapshot, wake: &Wake, requests: Option<&Vi
         limit_bytes = snap.group.limit_bytes,
         victim_pid = victim.map(|v| v.pid),
         victim_name = victim.map(|v| v.name.as_str()),
+        victim_comm = victim.map(|v| v.comm.as_str()),
         victim_rss_bytes = victim.map(|v| v.rss_bytes),
         shadow = d.shadow,
         unsampled = snap.group.processes_unsampled(),
@@ -1151,6 +1165,7 @@ mod tests {
         ProcSample {
             pid,
             name: "p".into(),
+            comm: "p".into(),
             start_ticks,
             ppid: 1,
             rss_bytes: 0,

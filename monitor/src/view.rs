@@ -313,7 +313,7 @@ pub(crate) fn status_view(p: &Published, t: &Thresholds) -> StatusView {
                 ProcessView {
                     pid: proc.pid,
                     name: proc.name.clone(),
-                    comm: proc.name.clone(),
+                    comm: proc.comm.clone(),
                     role,
                     ppid: proc.ppid,
                     rss_bytes: proc.rss_bytes,

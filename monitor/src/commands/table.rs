@@ -432,6 +432,7 @@ mod tests {
         p.snapshot.processes = vec![crate::decision::snapshot::ProcSample {
             pid: 123,
             name: "node".into(),
+            comm: "node".into(),
             start_ticks: 1,
             ppid: 1,
             rss_bytes: 1,

@@ -2,8 +2,8 @@
 //! can tell each process of the group when its action changes, instead of (or besides) the process polling
 //! `GET /api/v1/decision?pid=N`. A process that starts refusing gets `refuse_signal`, the one told to abort gets
 //! `abort_signal`, and one that may serve again gets `serve_signal` (each optional); and every change is POSTed
-//! as JSON to `post_url` when set (`{"pid", "name", "action", "state", "ratio", "cgroup"}`), for a master that
-//! relays it. Each process can also get its own changes POSTed to its admin endpoint: under `monitor run` at
+//! as JSON to `post_url` when set (`{"pid", "name", "comm", "action", "state", "ratio", "cgroup"}`: `name` is a
+//! launched process's configured name under `monitor run`, else its `comm`), for a master that relays it. Each process can also get its own changes POSTed to its admin endpoint: under `monitor run` at
 //! `http://127.0.0.1:<its port><admin_path>` (`[[process]] admin_path`, else `[actions] admin_path`); for the agent
 //! at `[actions] admin_path` on the lowest TCP port the process listens on.
 //!
@@ -63,7 +63,10 @@ impl Signals {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub to: ProcId,
+    /// The process's name ([`crate::decision::snapshot::ProcSample::name`]: under `monitor run` its configured name).
     pub name: String,
+    /// Its `/proc/<pid>/comm`.
+    pub comm: String,
     pub action: Action,
     pub signal: Option<i32>,
 }
@@ -92,7 +95,13 @@ impl Plan {
             let now = d.decided_for(id);
             let before = self.last.get(&id).copied().unwrap_or(Action::Serve);
             if now != before {
-                out.push(Change { to: id, name: proc.name.clone(), action: now, signal: signals.for_action(now) });
+                out.push(Change {
+                    to: id,
+                    name: proc.name.clone(),
+                    comm: proc.comm.clone(),
+                    action: now,
+                    signal: signals.for_action(now),
+                });
             }
             if now != Action::Serve {
                 told.insert(id, now);
@@ -108,6 +117,7 @@ pub(crate) fn post_body(c: &Change, p: &Published) -> String {
     serde_json::json!({
         "pid": c.to.pid,
         "name": c.name,
+        "comm": c.comm,
         "action": c.action.as_str(),
         "state": p.decision.state.as_str(),
         "ratio": p.decision.ratio,

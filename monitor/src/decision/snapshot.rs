@@ -147,8 +147,11 @@ pub struct Traffic {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProcSample {
     pub pid: u32,
-    /// `/proc/<pid>/comm`.
+    /// What every consumer names the process by: under `monitor run` the configured `[[process]] name` of a process
+    /// the launcher started (set by the sampler, for the process's life), else its `comm`.
     pub name: String,
+    /// `/proc/<pid>/comm`: the program's own name, kept beside a configured `name`.
+    pub comm: String,
     /// Start time in clock ticks since boot (`/proc/<pid>/stat` field 22): with the pid, identifies the process.
     pub start_ticks: u64,
     /// Parent pid (from `/proc/<pid>/stat`): tells a master from its workers.
@@ -168,6 +171,7 @@ impl ProcSample {
         ProcSample {
             pid,
             name: format!("p{pid}"),
+            comm: format!("p{pid}"),
             start_ticks: u64::from(pid) * 10,
             ppid: 1,
             rss_bytes: 1,
@@ -340,6 +344,7 @@ mod tests {
         ProcSample {
             pid,
             name: format!("p{pid}"),
+            comm: format!("p{pid}"),
             start_ticks: 1,
             ppid: 1,
             rss_bytes: anon,

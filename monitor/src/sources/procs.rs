@@ -447,6 +447,7 @@ impl ProcTable {
                     out.push(ProcSample {
                         pid,
                         name: entry.stat.comm.clone(),
+                        comm: entry.stat.comm.clone(),
                         start_ticks: entry.stat.start_ticks,
                         ppid: entry.stat.ppid,
                         rss_bytes: rss,

@@ -191,6 +191,7 @@ mod tests {
         ProcSample {
             pid,
             name: name.into(),
+            comm: name.into(),
             start_ticks: u64::from(pid) * 10,
             ppid: 1,
             rss_bytes: mib << 20,

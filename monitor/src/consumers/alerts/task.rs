@@ -56,6 +56,7 @@ pub(crate) fn conditions(p: &Published, probes_wanted: bool) -> Vec<Condition> {
             c = c
                 .annotate("victim_pid", v.pid.to_string())
                 .annotate("victim_name", v.name.clone())
+                .annotate("victim_comm", v.comm.clone())
                 .annotate("victim_rss_bytes", v.rss_bytes.to_string())
                 .annotate(
                     "summary",

@@ -211,6 +211,7 @@ mod tests {
         let proc = |pid: u32, ppid: u32| ProcSample {
             pid,
             name: format!("p{pid}"),
+            comm: format!("p{pid}"),
             start_ticks: u64::from(pid),
             ppid,
             rss_bytes: 1,
@@ -284,6 +285,7 @@ mod tests {
         let proc = |pid: u32, name: &str| ProcSample {
             pid,
             name: name.into(),
+            comm: name.into(),
             start_ticks: u64::from(pid),
             ppid: 1,
             rss_bytes: 1,

@@ -433,6 +433,7 @@ mod tests {
         std::sync::Arc::make_mut(&mut p.snapshot.processes).push(ProcSample {
             pid: 7,
             name: "node".into(),
+            comm: "node".into(),
             start_ticks: 1,
             ppid: 1,
             rss_bytes: 4096,

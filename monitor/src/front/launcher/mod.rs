@@ -111,8 +111,9 @@ impl Launcher {
         let mp = &procs[master];
         let mut child = spawn::spawn(mp, &opts).map_err(|e| spawn_err(mp, e))?;
         let pid = child.id().unwrap_or(0);
-        opts.tracer.trace(pid).await;
+        // Its pid is the member's before the sample the tracer asks for: that sample names it as configured.
         launcher.members[master].set(Phase::Starting, pid, None);
+        opts.tracer.trace(pid).await;
         tracing::info!(name = %mp.name, pid, "started the master; waiting for its health path");
         let deadline = Instant::now() + Duration::from_secs(mp.start_timeout_s);
         tokio::pin!(cancel);
@@ -151,8 +152,8 @@ impl Launcher {
         launcher.supervise(master, mp.clone(), child, true, opts.clone());
         for (i, p) in procs.iter().enumerate().filter(|(i, _)| *i != master) {
             let child = spawn::spawn(p, &opts).map_err(|e| spawn_err(p, e))?;
-            opts.tracer.trace(child.id().unwrap_or(0)).await;
             launcher.members[i].set(Phase::Starting, child.id().unwrap_or(0), None);
+            opts.tracer.trace(child.id().unwrap_or(0)).await;
             tracing::info!(name = %p.name, pid = child.id().unwrap_or(0), "started");
             launcher.supervise(i, p.clone(), child, false, opts.clone());
         }
@@ -326,8 +327,8 @@ async fn restart_loop(
         m.count_restart();
         match spawn::spawn(p, opts) {
             Ok(child) => {
-                opts.tracer.trace(child.id().unwrap_or(0)).await;
                 m.set(Phase::Starting, child.id().unwrap_or(0), None);
+                opts.tracer.trace(child.id().unwrap_or(0)).await;
                 return Some(child);
             }
             Err(e) => {
