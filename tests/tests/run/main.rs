@@ -1,6 +1,7 @@
 //! `monitor run` (launcher, front door and agent in one process) over the fixture backend in a memory cgroup (v1 or
 //! v2): readiness and health checks, restarts, start-up, memory-driven shedding, kernel counts, its own group, as a
-//! container's PID 1, its web API, its config reloads, the proof on its action POSTs, and how it stops and drains.
+//! container's PID 1, its web API, the configured names it gives its processes, its config reloads, the proof on its
+//! action POSTs, and how it stops and drains.
 
 mod container;
 mod counts;
@@ -9,6 +10,7 @@ mod drain_load;
 mod growth;
 mod health;
 mod memory;
+mod names;
 mod own_group;
 mod proof;
 mod readiness;

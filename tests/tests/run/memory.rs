@@ -5,8 +5,8 @@
 //! answer under way cut, abandons it and frees the memory, and the group goes back to normal. Each process is told
 //! of its own action changes on its admin endpoint (`[[process]] admin_path`), with the agent's proof it checks,
 //! which no client of the front door can reach, whatever shape its path takes (403, and the process hears nothing);
-//! nor `[actions] post_url`'s path when it points at a process of the group. In shadow mode nothing is enforced and
-//! nobody is told.
+//! nor `[actions] post_url`'s path when it points at a process of the group. The POSTs and the decision log name the
+//! victim by its configured name. In shadow mode nothing is enforced and nobody is told.
 
 use monitor_tests::require_group;
 use monitor_tests::run::{member, served_by, Run, Spec, TIMEOUT};
@@ -149,6 +149,18 @@ fn shedding_at_85_and_cancelling_at_92() {
     for told in [&m0, &tx1] {
         assert!(told.windows(2).all(|w| w[0] != w[1]), "a POST without a change: {told:?}");
     }
+    // The abort POST and the decision log name tx1 as configured, not by its command name.
+    let log = run.stats(1)["admin_log"].as_array().cloned().unwrap_or_default();
+    let abort = log
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e["body"].as_str()?).ok())
+        .find(|b| b["action"] == "abort")
+        .unwrap_or_else(|| panic!("no abort POST in tx1's log: {log:?}"));
+    assert_eq!((abort["name"].as_str(), abort["pid"].as_u64()), (Some("tx1"), Some(tx1_pid)), "{abort}");
+    assert!(abort["comm"].as_str().is_some_and(|c| !c.is_empty() && c != "tx1"), "{abort}");
+    let err = run.stderr();
+    let line = err.lines().find(|l| l.contains("decision changed") && l.contains("aborting"));
+    assert!(line.is_some_and(|l| l.contains("victim_name=\"tx1\"") || l.contains("victim_name=tx1")), "{err}");
     // Every one of them proved it came from the agent: each process checked, and refused none.
     for i in 0..2 {
         let s = run.stats(i);
