@@ -614,7 +614,9 @@ impl Sampler {
             let mut samples = Vec::with_capacity(self.pids.len());
             self.procs.sample(&self.pids, &mut samples);
             if let Some(roster) = &self.roster {
-                self.names.apply(&roster(), &mut samples);
+                let launched = roster();
+                let name_of = |pid| launched.iter().find(|l| l.pid == pid).map(|l| l.name.as_str());
+                self.names.apply(name_of, &mut samples);
             }
             if timed {
                 // Taken before the read: every request a process had received by then is in the counts.

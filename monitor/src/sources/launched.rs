@@ -6,7 +6,6 @@
 
 use crate::decision::policy::ProcId;
 use crate::decision::snapshot::ProcSample;
-use crate::guard::LaunchedProc;
 use std::collections::HashMap;
 
 /// The configured name of each launched process seen so far, by its pid and start time: a process keeps its name
@@ -18,19 +17,17 @@ pub(crate) struct Names {
 }
 
 impl Names {
-    /// Names each process of `samples` (one listing of the group) that the launcher started (`launched`: the pids
-    /// it holds now) or that was named so before; forgets the processes the listing no longer holds.
-    pub(crate) fn apply(&mut self, launched: &[LaunchedProc], samples: &mut [ProcSample]) {
-        if launched.is_empty() && self.given.is_empty() {
-            return;
-        }
-        let mut seen = HashMap::with_capacity(self.given.len().max(launched.len()));
+    /// Names each process of `samples` (one listing of the group) that the launcher started (`launched`: the
+    /// configured name of a pid it holds now) or that was named so before; forgets the processes the listing no
+    /// longer holds.
+    pub(crate) fn apply<'a>(&mut self, launched: impl Fn(u32) -> Option<&'a str>, samples: &mut [ProcSample]) {
+        let mut seen = HashMap::with_capacity(self.given.len());
         for p in samples.iter_mut() {
             let id = ProcId { pid: p.pid, start_ticks: p.start_ticks };
             let name = match self.given.remove(&id) {
                 Some(name) => name,
-                None => match launched.iter().find(|l| l.pid == p.pid) {
-                    Some(l) => l.name.clone(),
+                None => match launched(p.pid) {
+                    Some(name) => name.to_string(),
                     None => continue,
                 },
             };
@@ -51,10 +48,10 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::snapshot::ProcessRole;
 
-    fn launched(pid: u32, name: &str) -> LaunchedProc {
-        LaunchedProc { pid, name: name.into(), role: ProcessRole::Worker, protect: false }
+    /// The launcher's pids and names, as `apply` asks them.
+    fn roster<'a>(held: &'a [(u32, &'a str)]) -> impl Fn(u32) -> Option<&'a str> {
+        move |pid| held.iter().find(|(p, _)| *p == pid).map(|(_, n)| *n)
     }
 
     fn sample(pid: u32, start_ticks: u64, comm: &str) -> ProcSample {
@@ -70,23 +67,23 @@ mod tests {
         let mut n = Names::default();
         // tx1 (pid 10) forked a worker of its own (pid 11): only the pid the launcher started is tx1.
         let mut s = vec![sample(10, 100, "node"), sample(11, 110, "node"), sample(12, 120, "node")];
-        n.apply(&[launched(10, "tx1"), launched(12, "tx2")], &mut s);
+        n.apply(roster(&[(10, "tx1"), (12, "tx2")]), &mut s);
         assert_eq!(names(&s), [("tx1", "node"), ("node", "node"), ("tx2", "node")]);
         assert!(n.configured(ProcId { pid: 10, start_ticks: 100 }));
         assert!(!n.configured(ProcId { pid: 11, start_ticks: 110 }));
         // tx2 was killed: the launcher holds no pid for it while it exits, and it is still tx2 while it is listed.
         let mut s = vec![sample(10, 100, "node"), sample(12, 120, "node")];
-        n.apply(&[launched(10, "tx1")], &mut s);
+        n.apply(roster(&[(10, "tx1")]), &mut s);
         assert_eq!(names(&s), [("tx1", "node"), ("tx2", "node")]);
         // Gone, then its pid reused by another program: that one is not tx2.
         let mut s = vec![sample(10, 100, "node")];
-        n.apply(&[launched(10, "tx1")], &mut s);
+        n.apply(roster(&[(10, "tx1")]), &mut s);
         let mut s = vec![sample(10, 100, "node"), sample(12, 900, "bash")];
-        n.apply(&[launched(10, "tx1")], &mut s);
+        n.apply(roster(&[(10, "tx1")]), &mut s);
         assert_eq!(names(&s), [("tx1", "node"), ("bash", "bash")]);
         // The restarted tx2 is tx2 from the first listing the launcher holds its pid in.
         let mut s = vec![sample(10, 100, "node"), sample(12, 900, "bash"), sample(13, 950, "fixture-backend")];
-        n.apply(&[launched(10, "tx1"), launched(13, "tx2")], &mut s);
+        n.apply(roster(&[(10, "tx1"), (13, "tx2")]), &mut s);
         assert_eq!(names(&s), [("tx1", "node"), ("bash", "bash"), ("tx2", "fixture-backend")]);
     }
 
@@ -94,7 +91,7 @@ mod tests {
     fn without_a_launcher_every_process_keeps_its_comm() {
         let mut n = Names::default();
         let mut s = vec![sample(10, 100, "node"), sample(11, 110, "nginx")];
-        n.apply(&[], &mut s);
+        n.apply(roster(&[]), &mut s);
         assert_eq!(names(&s), [("node", "node"), ("nginx", "nginx")]);
         assert!(!n.configured(ProcId { pid: 10, start_ticks: 100 }));
     }
