@@ -211,6 +211,17 @@ pub struct Spec {
     pub env: Vec<(String, String)>,
     /// A command that runs `monitor run` (see [`Launched::start_wrapped`]), e.g. `unshare` making a container.
     pub wrapper: Vec<String>,
+    /// Every process's command instead of the fixture backend's, `{name}` and `{port}` replaced in each word (e.g. a
+    /// Node server: [`node_worker`]).
+    pub command: Vec<String>,
+    /// The test runs on the host only: its group is not listed for the VM's run on v2 ([`Group::here_unlisted`]).
+    pub host_only: bool,
+}
+
+/// The Node worker of tests/fixtures/node/worker.js, as a [`Spec::command`].
+pub fn node_worker() -> Vec<String> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/node/worker.js");
+    vec!["node".into(), script.display().to_string(), "--name={name}".into(), "--port={port}".into()]
 }
 
 impl Default for Spec {
@@ -230,6 +241,8 @@ impl Default for Spec {
             master_port: None,
             env: Vec::new(),
             wrapper: Vec::new(),
+            command: Vec::new(),
+            host_only: false,
         }
     }
 }
@@ -265,6 +278,10 @@ fn fleet_config(spec: &Spec, cg: &Group, ports: &[u16]) -> Config {
         let (name, role) = if i == 0 { ("m0".to_string(), "master") } else { (format!("tx{i}"), "worker") };
         let mut p = Process::fixture_on(&name, role, port);
         p.command.extend(spec.fixture_args.iter().cloned());
+        if !spec.command.is_empty() {
+            let word = |w: &String| w.replace("{name}", &name).replace("{port}", &port.to_string());
+            p.command = spec.command.iter().map(word).collect();
+        }
         if let (0, Some(c)) = (i, &spec.master_command) {
             p.command.clone_from(c);
         }
@@ -286,7 +303,11 @@ fn quick_samples(config: Config) -> Config {
 impl Run {
     /// Writes the config and starts `monitor run` without waiting for it.
     pub fn launch(name: &str, spec: &Spec) -> Run {
-        let cg = Group::here(name, Some(spec.limit_mib * MIB));
+        let cg = if spec.host_only {
+            Group::here_unlisted(name, Some(spec.limit_mib * MIB))
+        } else {
+            Group::here(name, Some(spec.limit_mib * MIB))
+        };
         let ports: Vec<u16> = (0..=spec.workers)
             .map(|i| if i == 0 { spec.master_port.unwrap_or_else(free_port) } else { free_port() })
             .collect();

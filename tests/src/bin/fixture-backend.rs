@@ -24,7 +24,8 @@
 //!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer.
 //! - `?grow_sync_mib=N` grows the same way without ever yielding, as a handler stuck in a native allocation loop (or
 //!   a Node worker whose event loop never turns) would: a cancelled request cannot stop it, only the process's end;
-//!   with `&spin_ms=M` it then holds what it grew for M ms, still without yielding.
+//!   with `&spin_ms=M` it then holds what it grew for M ms, still without yielding, and with `&creep_mib_s=R` it
+//!   goes on growing by 1 MiB chunks at R MiB/s meanwhile (a handler that never stops, growing slowly).
 //! - `?drop_on=NAME`: the process named NAME closes the connection without answering (counted as `dropped` in
 //!   `/stats`); the others answer as usual.
 //! - `GET /hang-health?ms=N`: for the next N ms `/health` hangs until the N ms are over, then answers 503.
@@ -305,10 +306,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<An
     let grown = match (query_u64(&query, "grow_mib"), query_u64(&query, "grow_sync_mib")) {
         (Some(mib), _) => grow(mib, query_u64(&query, "grow_mib_s").unwrap_or(0)).await,
         (None, Some(mib)) => {
-            let grown = grow_sync(mib);
+            let mut grown = grow_sync(mib);
             if let Some(ms) = query_u64(&query, "spin_ms") {
                 // Blocks this thread of the runtime, as a handler stuck in native code would.
-                std::thread::sleep(Duration::from_millis(ms));
+                creep(Duration::from_millis(ms), query_u64(&query, "creep_mib_s").unwrap_or(0), &mut grown);
             }
             grown
         }
@@ -545,6 +546,20 @@ async fn grow(mib: u64, rate_mib_s: u64) -> Vec<Vec<u8>> {
 /// Grows to `mib` MiB in touched 4 MiB chunks as fast as it can, never yielding: nothing outside can stop it.
 fn grow_sync(mib: u64) -> Vec<Vec<u8>> {
     (0..mib.div_ceil(4)).map(|_| touched(4 * MIB)).collect()
+}
+
+/// Blocks for `spin`, growing `held` by touched 1 MiB chunks at `rate_mib_s` MiB/s meanwhile (0: not at all).
+fn creep(spin: Duration, rate_mib_s: u64, held: &mut Vec<Vec<u8>>) {
+    let start = std::time::Instant::now();
+    if rate_mib_s == 0 {
+        std::thread::sleep(spin);
+        return;
+    }
+    let every = Duration::from_secs(1) / u32::try_from(rate_mib_s).unwrap_or(u32::MAX);
+    while start.elapsed() < spin {
+        std::thread::sleep(every.min(spin.saturating_sub(start.elapsed())));
+        held.push(touched(MIB));
+    }
 }
 
 /// `bytes` of memory with every page written once: resident and private, at the speed of the page faults (a

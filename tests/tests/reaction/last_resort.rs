@@ -95,12 +95,13 @@ fn a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason() {
     let r = run.direct(1, "/hang-health?ms=15000");
     assert_eq!(r.status, 200, "{}", r.text());
 
-    // tx1 grows to ~94.5% without yielding and holds it: over abort_at, under kill_at, never obeying.
+    // tx1 grows to ~94.5% without yielding, then goes on growing at 4 MiB/s: over abort_at, under kill_at for
+    // longer than kill_after_ms, never obeying (still growing when its wait is over).
     let usage = run.status()["group"]["usage_bytes"].as_u64().unwrap_or(0);
     let mib = ((0.945 * (512 << 20) as f64 - usage as f64) / (1 << 20) as f64) as u64;
     let (proxy, id) = (run.proxy, tx1.clone());
     let grow = std::thread::spawn(move || {
-        let path = format!("/r4/x?grow_sync_mib={mib}&spin_ms=20000");
+        let path = format!("/r4/x?grow_sync_mib={mib}&spin_ms=20000&creep_mib_s=4");
         monitor_tests::http::request(proxy, "GET", &path, &[("X-Cache-Id", &id)], TIMEOUT)
     });
     run.wait_for("aborting", |s| s["policy"]["state"] == "aborting", TIMEOUT);
@@ -115,7 +116,7 @@ fn a_request_in_flight_at_the_kill_gets_the_guards_503_with_the_reason() {
     let took = t0.elapsed();
     assert_eq!(r.status, 503, "the request in flight at the kill: {} {}\n{}", r.status, r.text(), run.stderr());
     assert!(r.text().starts_with("memory guard:") && r.text().contains("was killed"), "{}", r.text());
-    assert!(r.text().contains("abort was not obeyed"), "the reason: {}", r.text());
+    assert!(r.text().contains("abort was not obeyed: it was still growing"), "the reason: {}", r.text());
     assert!(r.header("retry-after").is_some(), "Retry-After on the guard's 503");
     assert_eq!(run.cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", run.stderr());
     let status = run.wait_for("tx1 killed and started again", |s| member(s, "tx1")["restarts"] == 1, TIMEOUT);

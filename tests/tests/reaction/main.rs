@@ -6,6 +6,7 @@
 mod agent;
 mod kill;
 mod last_resort;
+mod obeyed;
 mod run;
 
 /// Held by each test for its whole run.
