@@ -1,6 +1,7 @@
 //! Where the binaries the tests run are: `monitor` (`$MONITOR_BIN`, else the workspace's debug build) and this
-//! crate's fixtures (`alloc-hog`, `fixture-backend`, `grower`), which cargo builds beside the test executables'
-//! folder (`target/<profile>/` for `target/<profile>/deps/<test>`) and the test VM puts beside `vm-suite`.
+//! crate's fixtures (`alloc-hog`, `fixture-backend`, `grower`, `thread-holder`), which cargo builds beside the test
+//! executables' folder (`target/<profile>/` for `target/<profile>/deps/<test>`) and the test VM puts beside
+//! `vm-suite`.
 
 use std::path::{Path, PathBuf};
 
@@ -63,6 +64,11 @@ pub fn fixture_backend() -> PathBuf {
 /// `grower`: grows at a set speed until signalled.
 pub fn grower() -> PathBuf {
     fixture("grower")
+}
+
+/// `thread-holder`: its main thread exits, another thread holds the memory.
+pub fn thread_holder() -> PathBuf {
+    fixture("thread-holder")
 }
 
 /// The virtual environment `cargo xtask setup --packages` installs kubernetes-validate into (from PyPI; Debian has

@@ -2,9 +2,9 @@
 //! what it measures and decides (`v1`), the signals and POSTs it sends (`actions`), its alerts (`alerts`, `oom_kills`,
 //! and the privileges of an alert command: `alert_caps`), its sampling past the fd limit (`fds`), what it survives
 //! (`failures`), its place in its own group (`own_group`), what it says without root's capabilities (`privileges`), its
-//! web pages and history (`web`), the kernel's request counts it reports (`probes`, `fork`), and its config reloads
-//! (`reload`). Its bounds under load are measured in a binary of their own (tests/tests/bounds), where no other test
-//! loads the machine.
+//! web pages and history (`web`), the kernel's request counts it reports (`probes`, `fork`), its config reloads
+//! (`reload`), and the memory of a process whose main thread exited, read from a live thread (`threads`). Its bounds
+//! under load are measured in a binary of their own (tests/tests/bounds), where no other test loads the machine.
 
 mod actions;
 mod alert_caps;
@@ -21,5 +21,6 @@ mod privileges;
 mod probes;
 mod reload;
 mod systemd;
+mod threads;
 mod v1;
 mod web;
