@@ -1,18 +1,22 @@
 //! The last resort on a real memory group (v1 or v2, as the host offers) (root): a grower that ignores every signal it
 //! can is SIGKILLed by the agent before the kernel's OOM killer acts, its bystanders (a master and its worker) left
-//! alone; memory that no kill frees (a tmpfs file the group wrote) costs at most three kills, then the agent stops
+//! alone; the largest process is the one killed even when its main thread has exited and a thread holds its memory;
+//! memory that no kill frees (a tmpfs file the group wrote) costs at most three kills, then the agent stops
 //! killing; and in shadow mode the kill is decided and logged, never sent.
 
 use monitor_tests::config::Config;
+use monitor_tests::hog::ThreadHolder;
 use monitor_tests::reaction::{alive, Grower, Outcome, Speed};
-use monitor_tests::{require_group, spawn_in_cgroup, Agent, ChildGuard, Group, MIB};
+use monitor_tests::{require_group, spawn_in_cgroup, Agent, ChildGuard, Group, Hog, MIB};
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
 const GROWER: &str = env!("CARGO_BIN_EXE_grower");
+const HOLDER: &str = env!("CARGO_BIN_EXE_thread-holder");
 
 /// An agent on `cg` with the `[policy]` lines `policy` and the abort signal SIGUSR2, its config in `dir`; each alert
 /// it sends is appended as one JSON line to `dir/alerts.jsonl` by a command sink.
@@ -118,6 +122,53 @@ fn stubborn_grower_is_killed_by_the_agent() {
     });
     assert_eq!(lines.len(), 1, "one kill, the grower's: {lines:#?}");
     assert!(family.alive(), "both bystanders live:\n{}", agent.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_process_whose_main_thread_exited_is_killed_as_the_largest() {
+    if !require_group("a_process_whose_main_thread_exited_is_killed_as_the_largest") {
+        return;
+    }
+    let _turn = crate::turn();
+    const LIMIT: u64 = 512 * MIB;
+    let cg = Group::here("kill-thread-holder", Some(LIMIT));
+    let dir = monitor_tests::temp_dir("kill-thread-holder");
+    let agent = agent(&cg, &dir, "");
+    // Nobody obeys the abort signal, nobody dies of it: only the agent's SIGKILL at kill_at ends one of them.
+    let deaf = [libc::SIGUSR2];
+    // 300 MiB held by a thread, the main thread gone: its leader's statm reads zeros.
+    let mut holder = ThreadHolder::spawn(HOLDER, Some(cg.path()), 300, &deaf);
+    let mut hog = Hog::spawn_ignoring(HOG, cg.path(), 130, false, &deaf);
+    let (holder_pid, hog_pid) = (holder.pid(), hog.pid());
+    let seen = agent.wait_for(
+        |s| [holder_pid, hog_pid].iter().all(|&p| monitor_tests::agent::process(s, p).is_some()),
+        Duration::from_secs(10),
+    );
+    let seen = monitor_tests::agent::process(&seen, holder_pid).map(|p| p["anon_bytes"].clone()).unwrap_or_default();
+    let kills = cg.oom_count();
+    // A second hog takes the group to about 500 MiB: past kill_at (97%, 496.6 MiB), short of the limit.
+    let second_mib = (500 * MIB).saturating_sub(counted(&cg)) / MIB;
+    let mut second = Hog::spawn_ignoring(HOG, cg.path(), second_mib, false, &deaf);
+    let lines = monitor_tests::wait_until("the agent's kill line", Duration::from_secs(10), || {
+        Some(kill_lines(&agent)).filter(|l| !l.is_empty())
+    });
+    let field = format!("pid={holder_pid} ");
+    assert!(
+        lines.iter().any(|l| l.contains(&field)),
+        "the holder ({holder_pid}, 300 MiB; the agent saw {seen} bytes of anon) is the one killed, not the hogs \
+         ({hog_pid}, 130 MiB; {}, {second_mib} MiB): {lines:#?}\n{}",
+        second.pid(),
+        agent.stderr()
+    );
+    let death = holder.child.wait_timeout(Duration::from_secs(5));
+    assert_eq!(death.and_then(|d| d.signal()), Some(libc::SIGKILL), "the holder died by SIGKILL: {death:?}");
+    assert!(alive(hog_pid) && alive(second.pid()), "both hogs live:\n{}", agent.stderr());
+    // They still answer, holding what they were asked to.
+    hog.set_mib(130);
+    second.set_mib(second_mib);
+    assert_eq!(kill_lines(&agent).len(), 1, "one kill, the holder's:\n{}", agent.stderr());
+    assert_eq!(cg.oom_count(), kills, "the kernel's OOM killer acted:\n{}", agent.stderr());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -91,7 +91,7 @@ pub fn collect(root: &Path, target: &Path) -> Result<Vec<Binary>> {
 /// workspace's binaries beside the test executables' `deps/` folder.
 pub fn fixtures(bins: &[Binary]) -> Vec<PathBuf> {
     let Some(dir) = bins.first().and_then(|b| b.exe.parent()).and_then(Path::parent) else { return Vec::new() };
-    ["alloc-hog", "grower", "fixture-backend", "bare-hop", "byte-relay"]
+    ["alloc-hog", "grower", "fixture-backend", "bare-hop", "byte-relay", "thread-holder"]
         .iter()
         .map(|f| dir.join(f))
         .filter(|p| p.is_file())
