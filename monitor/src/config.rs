@@ -115,13 +115,15 @@ pub struct PolicyConfig {
     /// At or above this fraction of the limit the agent kills the victim at once. Above abort_at and below 1.
     /// Default 0.97.
     pub kill_at: f64,
-    /// Still aborting this long after the abort was sent while the victim's anon memory has not fallen: the agent
-    /// kills it, wherever the ratio is (a grower held at the brake's `memory.high` is not left hanging), in
-    /// milliseconds. Default 2000.
+    /// Still aborting this long after the abort was sent while the victim is still growing (its anon rose by more
+    /// than 0.5% of the limit, at least 1 MiB, over the last half of this wait): the agent kills it, wherever the
+    /// ratio is, in milliseconds. A victim that stopped growing obeyed, even while its runtime keeps the memory: it
+    /// is not killed below kill_at. Default 2000.
     pub kill_after_ms: u64,
-    /// At most one kill this often, in milliseconds, so the memory a kill frees is seen before the next. After
-    /// three kills that did not bring the ratio below abort_at the agent stops killing and alerts
-    /// (`MonitorKillIneffective`). Default 1000.
+    /// The wait for the next kill while the last is not done (its target still listed, or the usage not yet fallen
+    /// by half of what it held), in milliseconds; once it is done the next may follow at once. After three kills
+    /// that did not bring the ratio below abort_at the agent stops killing and alerts (`MonitorKillIneffective`).
+    /// Default 1000.
     pub kill_repeat_ms: u64,
 }
 
