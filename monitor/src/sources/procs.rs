@@ -332,10 +332,9 @@ impl ProcTable {
         Ok((statm.resident.saturating_mul(page), statm.anon_pages().saturating_mul(page)))
     }
 
-    /// The `statm` of a task directory of `pid`: the process's own (`<pid>/statm`) or a thread's
-    /// (`<pid>/task/<tid>/statm`).
-    fn statm_path(proc_root: &Path, pid: u32, tid: u32) -> PathBuf {
-        let dir = proc_root.join(pid.to_string());
+    /// The `statm` of thread `tid` of the process whose directory is `dir` (`<root>/<pid>`): the process's own
+    /// (`<pid>/statm`) for its pid, else the thread's (`<pid>/task/<tid>/statm`).
+    fn statm_path(dir: &Path, pid: u32, tid: u32) -> PathBuf {
         if tid == pid {
             dir.join("statm")
         } else {
@@ -349,11 +348,11 @@ impl ProcTable {
         match &e.statm {
             Some(f) => pread_record(f, buf).map_err(classify)?,
             None => {
-                let f = File::open(Self::statm_path(proc_root, pid, e.tid)).map_err(classify)?;
+                let dir = proc_root.join(pid.to_string());
+                let f = File::open(Self::statm_path(&dir, pid, e.tid)).map_err(classify)?;
                 pread_record(&f, buf).map_err(classify)?;
                 drop(f);
-                let text = crate::base::kernfile::read_lossy(proc_root.join(pid.to_string()).join("stat"))
-                    .map_err(classify)?;
+                let text = crate::base::kernfile::read_lossy(dir.join("stat")).map_err(classify)?;
                 let stat = parse_stat(&text).map_err(ReadError::Other)?;
                 if stat.start_ticks != e.stat.start_ticks || stat.comm != e.stat.comm {
                     e.stat = stat;
@@ -381,7 +380,7 @@ impl ProcTable {
             if tid == e.tid {
                 continue;
             }
-            let f = match File::open(Self::statm_path(proc_root, pid, tid)) {
+            let f = match File::open(Self::statm_path(&dir, pid, tid)) {
                 Ok(f) => f,
                 Err(err) => match classify(err) {
                     ReadError::Gone => continue,
