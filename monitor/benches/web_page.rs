@@ -145,6 +145,7 @@ impl Feed {
             brake: None,
             next_sample_ms: 100,
             kill: None,
+            recycle: None,
             victim_requests: None,
             abort_signalled: None,
             thresholds: std::sync::Arc::new(self.thresholds.clone()),

@@ -125,6 +125,13 @@ pub struct PolicyConfig {
     /// that did not bring the ratio below abort_at the agent stops killing and alerts (`MonitorKillIneffective`).
     /// Default 1000.
     pub kill_repeat_ms: u64,
+    /// A process told to abort that obeyed (it stopped growing) but still keeps the group at or above refuse_at
+    /// this long after it was told is restarted gracefully, never killed: under `monitor run` its requests in flight
+    /// finish (up to `[proxy] drain_timeout_s`), then SIGTERM and the launcher's restart; under `monitor agent`
+    /// `[actions] recycle_signal` is sent, if set. One at a time. Its runtime may hold what it dropped for long (V8
+    /// until its next garbage collection, about 9 s idle; a JVM its committed heap for good). In seconds; 0: never.
+    /// Default 20.
+    pub recycle_after_s: u64,
 }
 
 /// A kernel wake-up source of the sampler (`[policy] wakeups`).
@@ -170,6 +177,7 @@ impl Default for PolicyConfig {
             kill_at: 0.97,
             kill_after_ms: 2000,
             kill_repeat_ms: 1000,
+            recycle_after_s: 20,
         }
     }
 }
@@ -186,6 +194,7 @@ impl PolicyConfig {
             kill_at: self.kill_at,
             kill_after_ms: self.kill_after_ms,
             kill_repeat_ms: self.kill_repeat_ms,
+            recycle_after_ms: self.recycle_after_s.saturating_mul(1000),
         }
     }
 }
@@ -295,6 +304,11 @@ pub struct ActionsConfig {
     pub abort_signal: Option<Signal>,
     /// Sent when a process may serve again. Default: none.
     pub serve_signal: Option<Signal>,
+    /// `monitor agent`: sent to a process to recycle (`[policy] recycle_after_s`): one that obeyed its abort but keeps
+    /// the group over refuse_at; it should finish its work and restart (or exit, for its supervisor to restart it).
+    /// Never a SIGKILL. Default: none (the group keeps refusing, and the alert says why). `monitor run` recycles its
+    /// processes itself (SIGTERM, then its restart).
+    pub recycle_signal: Option<Signal>,
     /// Every change of a process's action is POSTed here as JSON (`http://host[:port]/path`; `https://` is not
     /// supported yet), with the proof of [`crate::base::proof`] when there is a secret. Default: none.
     pub post_url: Option<HttpUrl>,

@@ -10,7 +10,9 @@
 //! never hit. The agent never kills itself.
 
 pub mod brake;
+pub(crate) mod recycle;
 pub use crate::decision::policy::kill::KillRecord;
+pub use crate::decision::policy::recycle::RecycleRecord;
 use crate::decision::policy::{KillOrder, ProcId};
 use crate::decision::snapshot::{ProcessRole, Snapshot};
 use std::collections::{BTreeMap, VecDeque};
@@ -114,7 +116,8 @@ pub(crate) fn signal_name(n: Option<i32>) -> &'static str {
     n.and_then(crate::config::Signal::from_number).map_or("-", crate::config::Signal::name)
 }
 
-/// Every kill the guard made since the agent started: the recent ones in full, counts by process name.
+/// Every kill (and every recycle) the guard made since the agent started: the recent ones in full, counts by
+/// process name.
 #[derive(Debug, Default)]
 pub struct KillBook {
     inner: Mutex<Book>,
@@ -128,6 +131,10 @@ struct Book {
     /// Kill orders decided in shadow mode, and kills that could not be sent.
     not_enforced: u64,
     failed: u64,
+    /// Recycles, apart from kills: the recent ones and those sent by process name
+    /// (`monitor_guard_recycles_total{process}`).
+    recycles: VecDeque<RecycleRecord>,
+    recycled_by_name: BTreeMap<String, u64>,
 }
 
 /// The kill counts as `/metrics` shows them.
@@ -136,6 +143,8 @@ pub struct KillCounts {
     pub by_name: BTreeMap<String, u64>,
     pub not_enforced: u64,
     pub failed: u64,
+    /// Recycles sent, by process name.
+    pub recycled_by_name: BTreeMap<String, u64>,
 }
 
 impl KillBook {
@@ -153,6 +162,29 @@ impl KillBook {
             b.recent.pop_front();
         }
         b.recent.push_back(rec);
+    }
+
+    /// Notes one recycle, sent, decided only or impossible.
+    pub fn record_recycle(&self, rec: RecycleRecord) {
+        let mut b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if rec.done() {
+            *b.recycled_by_name.entry(rec.name.clone()).or_default() += 1;
+        }
+        if b.recycles.len() == RECENT {
+            b.recycles.pop_front();
+        }
+        b.recycles.push_back(rec);
+    }
+
+    /// The recycle the guard sent to `pid`, if it is among the recent ones (the launcher asks when a process exits).
+    pub fn recycled(&self, pid: u32) -> Option<RecycleRecord> {
+        let b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        b.recycles.iter().rev().find(|r| r.pid == pid && r.done()).cloned()
+    }
+
+    /// The recent recycles, oldest first.
+    pub(crate) fn recent_recycles(&self) -> Vec<RecycleRecord> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).recycles.iter().cloned().collect()
     }
 
     /// How many kills of a process named `name` the guard sent within [`AGAIN_MS`] before `unix_ms`: a name killed
@@ -195,7 +227,12 @@ impl KillBook {
     /// The counts, for `/metrics`.
     pub fn counts(&self) -> KillCounts {
         let b = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        KillCounts { by_name: b.by_name.clone(), not_enforced: b.not_enforced, failed: b.failed }
+        KillCounts {
+            by_name: b.by_name.clone(),
+            not_enforced: b.not_enforced,
+            failed: b.failed,
+            recycled_by_name: b.recycled_by_name.clone(),
+        }
     }
 
     /// The recent kills, oldest first.

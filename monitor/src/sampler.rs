@@ -10,7 +10,7 @@ use crate::decision::policy::{decide, Decision, PolicyState, ProcId, State, Thre
 use crate::decision::snapshot::{GroupSample, LimitSource, ProcSample, Snapshot, VictimRequests};
 use crate::feed::{BrakeStatus, Feed, ProbeStatus, Published, Wake, WakeSource, WakeupStatus};
 use crate::guard::brake::Steering;
-use crate::guard::{KillBook, KillRecord, Roster};
+use crate::guard::{KillBook, KillRecord, RecycleRecord, Roster};
 use crate::sources::cgroup::{CgroupError, Group, GroupReader};
 use crate::sources::probes::{Probes, TraceRequest, Tracer};
 use crate::sources::procs::ProcTable;
@@ -77,6 +77,8 @@ pub struct Sampler {
     reactions: Option<Arc<crate::base::reaction::Reactions>>,
     /// `[actions] abort_signal`, sent from this thread ([`AbortSignal`]).
     abort: AbortSignal,
+    /// The recycles the policy orders, carried out from this thread.
+    recycler: crate::guard::recycle::Recycler,
     /// When the last sample was taken.
     last_sample: Instant,
     /// When the processes were last listed on the clock, not for a process that started ([`Listing`]).
@@ -230,6 +232,7 @@ impl Sampler {
             kills: Arc::new(KillBook::default()),
             reactions: None,
             abort: AbortSignal::default(),
+            recycler: Default::default(),
             last_sample: Instant::now(),
             procs_read: None,
             counted_unix_ms: 0,
@@ -362,8 +365,30 @@ impl Sampler {
         Some(rec)
     }
 
+    /// How long a recycled process's requests in flight are waited for (`[proxy] drain_timeout_s`), as applied.
+    pub(crate) fn set_recycle_drain(&mut self, drain_timeout_s: u64) {
+        self.recycler.drain = Duration::from_secs(drain_timeout_s);
+    }
+
+    /// Carries out (or goes on with) the recycle `d` orders: see [`crate::guard::recycle`].
+    fn recycle(&mut self, d: &Decision, snap: &Snapshot, known: &crate::guard::Known) -> Option<RecycleRecord> {
+        if d.recycle.is_none() && !self.recycler.is_pending() {
+            return None;
+        }
+        let launched_pids: Vec<u32> =
+            self.roster.as_ref().map(|r| r().iter().map(|l| l.pid).collect()).unwrap_or_default();
+        let read = self.in_flight.clone();
+        let in_flight = move |pid: u32| read.as_ref().map_or(0, |read| read(pid).len());
+        let launched = |pid: u32| launched_pids.contains(&pid);
+        let target = d.recycle.map_or(0, |r| r.target.pid);
+        let role = known.of(snap, target).0;
+        let look = crate::guard::recycle::Lookup { launched: &launched, in_flight: &in_flight, role };
+        self.recycler.step(d, snap, &look, &self.kills)
+    }
+
     /// `[actions] abort_signal` as applied (at start and on each reload).
     pub(crate) fn set_abort_signal(&mut self, cfg: &crate::config::ActionsConfig) {
+        self.recycler.signal = cfg.recycle_signal.map(Signal::number);
         self.abort.signal = cfg.abort_signal.map(Signal::number);
     }
 
@@ -748,6 +773,7 @@ pub fn spawn(
                     sampler.set_probes(&cfg.probes);
                 }
                 sampler.set_abort_signal(&cfg.actions);
+                sampler.set_recycle_drain(cfg.proxy.drain_timeout_s);
                 applied = cfg;
             }
             match sampler.sample() {
@@ -765,6 +791,7 @@ pub fn spawn(
                     let victim_requests = sampler.victim_requests(&decision);
                     let abort_signalled = sampler.signal_abort(&decision, &snap, &wake);
                     let kill = sampler.carry_out(&decision, &snap, &known, &wake, thresholds.kill_at);
+                    let recycle = sampler.recycle(&decision, &snap, &known);
                     log_decision(&decision, &snap, &wake, victim_requests.as_deref());
                     obeying.log(&decision, &snap, &thresholds);
                     if decision.kills_halted != was_halted {
@@ -786,6 +813,7 @@ pub fn spawn(
                         brake: sampler.brake_status(),
                         next_sample_ms: paced.as_millis() as u64,
                         kill,
+                        recycle,
                         abort_signalled,
                         victim_requests,
                         thresholds: thresholds.clone(),
@@ -805,6 +833,7 @@ pub fn spawn(
                     p.interval_ms = interval.as_millis() as u64;
                     p.wake = wake;
                     p.kill = None;
+                    p.recycle = None;
                     p.abort_signalled = None;
                     feed.publish(Arc::new(p));
                 }
@@ -851,6 +880,7 @@ pub fn first(
         brake: sampler.brake_status(),
         next_sample_ms: next.as_millis() as u64,
         kill,
+        recycle: None,
         abort_signalled: None,
         victim_requests,
         thresholds: Arc::new(thresholds.clone()),
@@ -874,6 +904,7 @@ pub fn start(group: Group, cfg: &crate::config::Config) -> Result<Started, Cgrou
     let probes = load_probes(&cfg.probes);
     let mut sampler = Sampler::with_policy(group, cfg.policy.limit_bytes, probes, &cfg.policy)?;
     sampler.set_abort_signal(&cfg.actions);
+    sampler.set_recycle_drain(cfg.proxy.drain_timeout_s);
     let (state, first) = first(&mut sampler, &cfg.policy.thresholds(), cfg.policy.interval_ms)?;
     let g = &first.snapshot.group;
     tracing::info!(

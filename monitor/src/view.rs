@@ -30,6 +30,10 @@ pub struct StatusView {
     /// The last resort's recent kills (sent, failed, or decided in shadow mode), oldest first.
     #[serde(default)]
     pub kills: Vec<KillView>,
+    /// The recent recycles (sent, decided in shadow mode, or impossible), oldest first: processes that obeyed their
+    /// abort but kept the group over refuse_at, restarted gracefully.
+    #[serde(default)]
+    pub recycles: Vec<crate::decision::policy::recycle::RecycleRecord>,
 }
 
 /// One kill of the last resort as the status shows it.
@@ -338,6 +342,7 @@ pub(crate) fn status_view(p: &Published, t: &Thresholds) -> StatusView {
         config: None,
         front_door: None,
         kills: Vec::new(),
+        recycles: Vec::new(),
     }
 }
 

@@ -91,6 +91,7 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "policy.kill_at" => Live policy.kill_at;
         "policy.kill_after_ms" => Live policy.kill_after_ms;
         "policy.kill_repeat_ms" => Live policy.kill_repeat_ms;
+        "policy.recycle_after_s" => Live policy.recycle_after_s;
         "web.listen" => Restart web.listen;
         "web.external_url" => Live web.external_url;
         "web.max_connections" => Restart web.max_connections;
@@ -137,6 +138,7 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "actions.refuse_signal" => Live actions.refuse_signal;
         "actions.abort_signal" => Live actions.abort_signal;
         "actions.serve_signal" => Live actions.serve_signal;
+        "actions.recycle_signal" => Live actions.recycle_signal;
         "actions.post_url" => Live actions.post_url;
         "actions.admin_path" => Restart actions.admin_path;
         "actions.secret_file" => Live actions.secret_file;

@@ -143,6 +143,8 @@ pub struct Published {
     pub next_sample_ms: u64,
     /// The last resort's kill carried out (or, in shadow mode, decided) on this sample.
     pub kill: Option<crate::decision::policy::kill::KillRecord>,
+    /// The recycle sent (or decided in shadow mode, or found impossible) on this sample.
+    pub recycle: Option<crate::decision::policy::recycle::RecycleRecord>,
     /// The process the sampler sent `[actions] abort_signal` to on this sample (the actions task does not send it
     /// again).
     pub abort_signalled: Option<crate::decision::policy::ProcId>,
@@ -277,6 +279,7 @@ impl Published {
                 unseen: false,
                 victim_growth: None,
                 kill_line: 0.97,
+                recycle: None,
             },
             probes: ProbeStatus { enabled: false, reason: None, hooks: None, close: None },
             error: None,
@@ -285,6 +288,7 @@ impl Published {
             brake: None,
             next_sample_ms: 100,
             kill: None,
+            recycle: None,
             abort_signalled: None,
             victim_requests: None,
             thresholds: Arc::new(Thresholds::default()),

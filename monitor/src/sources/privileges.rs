@@ -149,7 +149,8 @@ pub fn missing(p: &Privileges, cfg: &Config, tracefs_reachable: bool) -> Vec<Mis
     };
     need(cfg.probes.enabled, "probes", p.probes_lack(tracefs_reachable), PROBES_EFFECT);
     let a = &cfg.actions;
-    let signals = a.refuse_signal.is_some() || a.abort_signal.is_some() || a.serve_signal.is_some();
+    let signals =
+        a.refuse_signal.is_some() || a.abort_signal.is_some() || a.serve_signal.is_some() || a.recycle_signal.is_some();
     need(signals, "signal actions", p.lacks(&[Cap::Kill]), "processes of other users are not signalled (EPERM)");
     need(
         a.admin_path.is_some(),

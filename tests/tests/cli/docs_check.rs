@@ -100,6 +100,8 @@ fn dashboard_and_alerts_name_only_exported_series() {
     have.insert("monitor_cluster_members".to_string());
     // Exported once the guard has killed a process; monitor::consumers::metrics' unit tests check it.
     have.insert("monitor_guard_kills_total".to_string());
+    // Exported once the guard has recycled a process; monitor::consumers::metrics' unit tests check it.
+    have.insert("monitor_guard_recycles_total".to_string());
     for (doc, names) in [("grafana-dashboard.json", &from_dashboard), ("prometheus-alerts.yml", &from_alerts)] {
         let missing: Vec<&String> = names.iter().filter(|n| !have.contains(*n)).collect();
         assert!(

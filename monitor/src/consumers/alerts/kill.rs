@@ -1,11 +1,12 @@
 //! The last resort, alerted: `MonitorProcessKilled` for each kill record a published sample carries (sent, or in
-//! shadow mode only decided), and `MonitorKillIneffective` while the kill step has halted because its kills freed
+//! shadow mode only decided), `MonitorProcessRecycled` for each recycle (sent, decided, or impossible for want of a
+//! `recycle_signal`), and `MonitorKillIneffective` while the kill step has halted because its kills freed
 //! nothing. A kill is an event, not a state: its condition is held for [`HOLD_MS`] after the agent saw it and then
 //! resolved like any other (after `quiet_s`), as the kernel's OOM kills are ([`super::oom`]).
 
 use super::{names, Condition};
 use crate::feed::Published;
-use crate::guard::KillRecord;
+use crate::guard::{KillRecord, RecycleRecord};
 
 /// How long a kill's condition is held after the agent saw it, in milliseconds (1 minute).
 pub(crate) const HOLD_MS: u64 = 60 * 1000;
@@ -16,6 +17,8 @@ pub(crate) struct KillWatch {
     last_seq: Option<u64>,
     /// Kills seen, with when, held until [`HOLD_MS`] after them.
     held: Vec<(KillRecord, u64)>,
+    /// Recycles seen, the same way.
+    recycles: Vec<(RecycleRecord, u64)>,
 }
 
 impl KillWatch {
@@ -29,10 +32,55 @@ impl KillWatch {
                 self.held.retain(|(r, _)| (r.pid, r.start_ticks) != (rec.pid, rec.start_ticks));
                 self.held.push((rec.clone(), now_ms));
             }
+            if let (Some(rec), None) = (&p.recycle, &p.error) {
+                self.recycles.retain(|(r, _)| (r.pid, r.start_ticks) != (rec.pid, rec.start_ticks));
+                self.recycles.push((rec.clone(), now_ms));
+            }
         }
         self.held.retain(|(_, at)| now_ms < at + HOLD_MS);
-        self.held.iter().map(|(r, _)| killed(r)).collect()
+        self.recycles.retain(|(_, at)| now_ms < at + HOLD_MS);
+        let kills = self.held.iter().map(|(r, _)| killed(r));
+        kills.chain(self.recycles.iter().map(|(r, _)| recycled(r))).collect()
     }
+}
+
+/// `MonitorProcessRecycled` for one recycle record: labelled with the process's name, role and pid, annotated with
+/// what it held, why, and the signal (or why none could be sent).
+pub fn recycled(r: &RecycleRecord) -> Condition {
+    let what = format!(
+        "{} (pid {}, {} anon) with the group at {:.1}% of its limit",
+        r.name,
+        r.pid,
+        crate::base::units::size(r.anon_bytes),
+        r.ratio * 100.0
+    );
+    let summary = match (&r.error, r.enforced) {
+        (_, false) => format!("shadow mode, not enforced: the guard would have recycled {what}: {}", r.reason),
+        (Some(e), true) => format!("the guard could not recycle {what}: {e}; {}", r.reason),
+        (None, true) => format!(
+            "the guard recycled {what} (SIG{} after {} ms of its requests in flight): {}",
+            r.signal.as_deref().unwrap_or("-"),
+            r.drained_ms,
+            r.reason
+        ),
+    };
+    let mut c = Condition::new(names::PROCESS_RECYCLED)
+        .label("process", r.name.clone())
+        .label("role", r.role.to_string())
+        .label("pid", r.pid.to_string())
+        .annotate("pid", r.pid.to_string())
+        .annotate("anon_bytes", r.anon_bytes.to_string())
+        .annotate("ratio", format!("{:.3}", r.ratio))
+        .annotate("reason", r.reason.clone())
+        .annotate("enforced", r.enforced.to_string())
+        .annotate("summary", summary);
+    if let Some(s) = &r.signal {
+        c = c.annotate("signal", s.clone());
+    }
+    if let Some(e) = &r.error {
+        c = c.annotate("error", e.clone());
+    }
+    c
 }
 
 /// `MonitorProcessKilled` for one kill record: labelled with the process's name, role and pid (each kill its own

@@ -11,6 +11,8 @@ pub(crate) const GROUP_ABORTING: &str = "MonitorGroupAborting";
 pub(crate) const OOM_KILL: &str = "MonitorOomKill";
 /// The guard's last resort killed a process (or, in shadow mode, would have).
 pub(crate) const PROCESS_KILLED: &str = "MonitorProcessKilled";
+/// A process that obeyed its abort but kept the group over `refuse_at` was recycled gracefully (or could not be).
+pub(crate) const PROCESS_RECYCLED: &str = "MonitorProcessRecycled";
 /// The last resort has halted: its kills did not bring the group below `abort_at`.
 pub(crate) const KILL_INEFFECTIVE: &str = "MonitorKillIneffective";
 /// Under `monitor run`: a process exited and is being restarted.
@@ -30,11 +32,12 @@ pub(crate) const STATS_DATABASE_FAILING: &str = "MonitorStatsDatabaseFailing";
 pub(crate) const CLUSTER_MEMBER_DOWN: &str = "MonitorClusterMemberDown";
 
 /// Every alert the agent raises itself.
-pub const RAISED_BY_AGENT: [&str; 12] = [
+pub const RAISED_BY_AGENT: [&str; 13] = [
     GROUP_REFUSING,
     GROUP_ABORTING,
     OOM_KILL,
     PROCESS_KILLED,
+    PROCESS_RECYCLED,
     KILL_INEFFECTIVE,
     PROCESS_RESTARTING,
     PROCESS_CRASH_LOOP,

@@ -129,6 +129,7 @@ fn full_status(st: &ApiState) -> StatusView {
             proc.kills = counts.by_name.get(&proc.name).copied().unwrap_or(0);
         }
         view.kills = book.recent().iter().map(KillView::from).collect();
+        view.recycles = book.recent_recycles();
     }
     view
 }

@@ -370,6 +370,12 @@ fn guard(e: &mut DescriptorEncoder, halted: bool, kills: Option<&KillCounts>) ->
         let help = "Processes the guard's last resort killed, by name.";
         counters(e, "monitor_guard_kills_total", help, k.by_name.iter().map(|(n, v)| ([("process", n.as_str())], *v)))?;
     }
+    if !k.recycled_by_name.is_empty() {
+        let help = "Processes the guard recycled gracefully (they obeyed their abort but kept the group over \
+                    refuse_at), by name.";
+        let by = k.recycled_by_name.iter().map(|(n, v)| ([("process", n.as_str())], *v));
+        counters(e, "monitor_guard_recycles_total", help, by)?;
+    }
     let help = "Kills the last resort decided in shadow mode and did not send.";
     counter(e, "monitor_guard_kills_not_enforced_total", help, k.not_enforced)?;
     counter(
@@ -623,6 +629,7 @@ mod tests {
             by_name: [("tx\"1".to_string(), 2), ("tx2".to_string(), 1)].into_iter().collect(),
             not_enforced: 3,
             failed: 1,
+            recycled_by_name: [("tx2".to_string(), 1)].into_iter().collect(),
         };
         p.decision.kills_halted = true;
         let text = render(&p, &[], &Extra { kills: Some(kills), ..Extra::default() });
@@ -637,6 +644,12 @@ mod tests {
         );
         assert_eq!(lines_of(&text, "monitor_guard_kills_failed_total "), ["monitor_guard_kills_failed_total 1"]);
         assert_eq!(lines_of(&text, "monitor_guard_kills_halted "), ["monitor_guard_kills_halted 1"]);
+        assert!(text.contains("# TYPE monitor_guard_recycles_total counter\n"), "{text}");
+        assert_eq!(
+            lines_of(&text, "monitor_guard_recycles_total{"),
+            ["monitor_guard_recycles_total{process=\"tx2\"} 1"]
+        );
+        assert!(!render(&p, &[], &empty).contains("monitor_guard_recycles_total"), "no recycle, no series");
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! told to abort cannot obey, the last resort ([`kill`]) orders it killed before the kernel's OOM killer acts.
 
 pub mod kill;
+pub mod recycle;
 
 use crate::decision::snapshot::{ProcSample, Snapshot};
 pub use kill::{Growth, KillOrder, KillState, KillWhy};
+pub use recycle::{RecycleOrder, RecycleState};
 use serde::Serialize;
 
 /// The thresholds and switches of the policy (`[policy]` in the config).
@@ -24,6 +26,9 @@ pub struct Thresholds {
     pub kill_at: f64,
     pub kill_after_ms: u64,
     pub kill_repeat_ms: u64,
+    /// The recycle ([`recycle`]): how long after it was told a victim that obeyed but keeps the group over
+    /// `refuse_at` is restarted gracefully (0: never).
+    pub recycle_after_ms: u64,
 }
 
 impl Default for Thresholds {
@@ -38,6 +43,7 @@ impl Default for Thresholds {
             kill_at: 0.97,
             kill_after_ms: 2000,
             kill_repeat_ms: 1000,
+            recycle_after_ms: 20_000,
         }
     }
 }
@@ -112,6 +118,8 @@ pub struct PolicyState {
     pub abort_round: u32,
     /// The last resort's memory.
     pub kill: KillState,
+    /// The recycle's memory.
+    pub recycle: RecycleState,
 }
 
 /// The policy's output for one sample.
@@ -141,6 +149,8 @@ pub struct Decision {
     /// The last resort's line now: `kill_at`, or lower just after a kill while the group refills fast
     /// ([`kill::kill_line`]).
     pub kill_line: f64,
+    /// A process that obeyed but keeps the group over `refuse_at`, to restart gracefully now ([`recycle`]).
+    pub recycle: Option<RecycleOrder>,
 }
 
 impl Decision {
@@ -221,6 +231,17 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
     let (kill_state, kill, seen) = kill::decide(&prev.kill, &step, t);
     let unseen = state == State::Aborting && kill::unseen(snap, kill::over(snap, t.abort_at));
     next.kill = kill_state;
+    let step = recycle::Step {
+        snap,
+        victim: next.victim,
+        recycle_after_ms: t.recycle_after_ms,
+        kill_after_ms: t.kill_after_ms,
+        refuse_at: t.refuse_at,
+    };
+    // A process the last resort kills now is not also recycled.
+    let (recycle_state, recycle) = recycle::decide(&prev.recycle, &step);
+    let recycle = recycle.filter(|r| kill.is_none_or(|k| k.target != r.target));
+    next.recycle = recycle_state;
     let changed = next.state != prev.state || next.victim != prev.victim;
     let decision = Decision {
         state,
@@ -235,6 +256,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         unseen,
         victim_growth: seen.victim_growth,
         kill_line: seen.line,
+        recycle,
     };
     (next, decision)
 }
@@ -479,6 +501,7 @@ pub(super) mod tests {
             unseen: false,
             victim_growth: None,
             kill_line: 0.97,
+            recycle: None,
         };
         let mut c = Decisions::default();
         for x in [

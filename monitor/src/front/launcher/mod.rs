@@ -205,12 +205,16 @@ async fn supervise(
         }
         let next = SystemTime::now() + backoff;
         let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
-        match opts.kills.killed(pid) {
-            Some(k) => {
+        match (opts.kills.killed(pid), opts.kills.recycled(pid)) {
+            (Some(k), _) => {
                 m.set(Phase::Killed, 0, Some(unix_ms(next)));
                 tracing::warn!(name = %p.name, pid, backoff_s = backoff.as_secs(), "killed by the memory guard ({}); restarting", k.reason);
             }
-            None => {
+            (None, Some(r)) => {
+                m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
+                tracing::warn!(name = %p.name, pid, %status, backoff_s = backoff.as_secs(), "recycled by the memory guard ({}); restarting", r.reason);
+            }
+            (None, None) => {
                 m.set(Phase::BackingOff, 0, Some(unix_ms(next)));
                 tracing::warn!(name = %p.name, pid, %status, backoff_s = backoff.as_secs(), "process exited; restarting");
             }
