@@ -21,7 +21,9 @@
 //!   ms) for N ms instead, the memory held until its last line.
 //! - `?grow_mib=N` grows inside the request, as a runaway request would: it allocates and touches 4 MiB chunks up
 //!   to N MiB, at `grow_mib_s` MiB/s (0 or absent: as fast as it can), yielding between chunks so that a client
-//!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer.
+//!   gone (or the front door cancelling the request) drops it and frees what it grew; held until the answer. With
+//!   `&keep=1` what it grew is kept for good when the request ends or is cancelled (as a JVM keeps its committed
+//!   heap): the process obeys, stops growing, and gives nothing back.
 //! - `?grow_sync_mib=N` grows the same way without ever yielding, as a handler stuck in a native allocation loop (or
 //!   a Node worker whose event loop never turns) would: a cancelled request cannot stop it, only the process's end;
 //!   with `&spin_ms=M` it then holds what it grew for M ms, still without yielding, and with `&creep_mib_s=R` it
@@ -304,7 +306,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<An
         None => Vec::new(),
     };
     let grown = match (query_u64(&query, "grow_mib"), query_u64(&query, "grow_sync_mib")) {
-        (Some(mib), _) => grow(mib, query_u64(&query, "grow_mib_s").unwrap_or(0)).await,
+        (Some(mib), _) => {
+            let keep = query_u64(&query, "keep").is_some_and(|k| k > 0);
+            grow(mib, query_u64(&query, "grow_mib_s").unwrap_or(0), keep).await
+        }
         (None, Some(mib)) => {
             let mut grown = grow_sync(mib);
             if let Some(ms) = query_u64(&query, "spin_ms") {
@@ -525,11 +530,29 @@ async fn serve(args: Args) -> std::io::Result<()> {
     }
 }
 
-/// Grows to `mib` MiB in touched 4 MiB chunks at `rate_mib_s` (0: as fast as it can), yielding after each chunk.
-async fn grow(mib: u64, rate_mib_s: u64) -> Vec<Vec<u8>> {
+/// Memory a `keep=1` growth left behind: never given back.
+static KEPT: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+/// What a growth holds; with `keep`, moved to [`KEPT`] when it is dropped (the request cancelled or answered).
+struct Held {
+    chunks: Vec<Vec<u8>>,
+    keep: bool,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.keep {
+            KEPT.lock().unwrap_or_else(|e| e.into_inner()).append(&mut self.chunks);
+        }
+    }
+}
+
+/// Grows to `mib` MiB in touched 4 MiB chunks at `rate_mib_s` (0: as fast as it can), yielding after each chunk;
+/// with `keep`, what it grew is kept for good once the request ends.
+async fn grow(mib: u64, rate_mib_s: u64, keep: bool) -> Vec<Vec<u8>> {
     const CHUNK_MIB: u64 = 4;
     let chunks = mib.div_ceil(CHUNK_MIB);
-    let mut held = Vec::with_capacity(usize::try_from(chunks).unwrap_or(0));
+    let mut held = Held { chunks: Vec::with_capacity(usize::try_from(chunks).unwrap_or(0)), keep };
     let start = tokio::time::Instant::now();
     for i in 0..chunks {
         if rate_mib_s > 0 {
@@ -538,9 +561,13 @@ async fn grow(mib: u64, rate_mib_s: u64) -> Vec<Vec<u8>> {
         } else {
             tokio::task::yield_now().await;
         }
-        held.push(touched(CHUNK_MIB as usize * MIB));
+        held.chunks.push(touched(CHUNK_MIB as usize * MIB));
     }
-    held
+    if keep {
+        // Dropped here: kept for good.
+        return Vec::new();
+    }
+    std::mem::take(&mut held.chunks)
 }
 
 /// Grows to `mib` MiB in touched 4 MiB chunks as fast as it can, never yielding: nothing outside can stop it.

@@ -7,6 +7,7 @@ mod agent;
 mod kill;
 mod last_resort;
 mod obeyed;
+mod recycle;
 mod run;
 
 /// Held by each test for its whole run.
