@@ -67,9 +67,16 @@ impl KillWhy {
         }
     }
 
-    /// In words, for alerts and the log.
-    pub fn describe(self, kill_at: f64) -> String {
+    /// In words, for alerts and the log; `line` is the kill line the ratio was held against (below `kill_at` just
+    /// after a kill while the group refills fast).
+    pub fn describe(self, kill_at: f64, line: f64) -> String {
         match self {
+            KillWhy::OverKillAt if line < kill_at - 1e-9 => format!(
+                "the group reached the kill line, {:.1}% of its limit just after a kill: kill_at ({:.0}%) lowered by \
+                 what the group grows while a killed process dies, as it refills that fast",
+                line * 100.0,
+                kill_at * 100.0
+            ),
             KillWhy::OverKillAt => format!("the group reached kill_at ({:.0}% of its limit)", kill_at * 100.0),
             KillWhy::AbortNotObeyed { after_ms, grew_bytes, over_ms } => format!(
                 "the abort was not obeyed: it was still growing ({:.1} MiB in the last {over_ms} ms) {after_ms} ms \
@@ -400,7 +407,7 @@ impl KillRecord {
             anon_bytes: 280 << 20,
             ratio: 0.975,
             why: "over_kill_at",
-            reason: KillWhy::OverKillAt.describe(0.97),
+            reason: KillWhy::OverKillAt.describe(0.97, 0.97),
             round: 1,
             unix_ms: 1_000,
             enforced,
@@ -425,7 +432,7 @@ impl KillRecord {
             anon_bytes: p.anon_bytes,
             ratio: snap.group.ratio(),
             why: order.why.as_str(),
-            reason: order.why.describe(kill_at),
+            reason: order.why.describe(kill_at, order.line),
             round: order.round,
             unix_ms: snap.unix_ms,
             enforced: !shadow,
@@ -531,7 +538,7 @@ mod tests {
         assert_eq!(kills(&ds), [None, None, None, Some((11, "abort_not_obeyed"))]);
         let why = KillWhy::AbortNotObeyed { after_ms: 2000, grew_bytes: 40, over_ms: 1000 };
         assert_eq!(ds[3].kill.map(|k| k.why), Some(why));
-        assert!(why.describe(0.97).contains("still growing"), "{}", why.describe(0.97));
+        assert!(why.describe(0.97, 0.97).contains("still growing"), "{}", why.describe(0.97, 0.97));
         assert_eq!(ds[3].victim_growth, Some(Growth { bytes: 40, over_ms: 1000 }));
         // A victim that freed some memory obeyed: no kill.
         let freed = vec![proc(10, 100), proc(11, 250), proc(12, 200)];
@@ -643,6 +650,8 @@ mod tests {
         assert!((ds[7].kill_line - 0.92).abs() < 1e-9, "{}", ds[7].kill_line);
         assert_eq!(kills(&ds)[7], Some((12, "over_kill_at")));
         assert!(ds[7].kill.is_some_and(|k| k.line < 0.97));
+        let why = ds[7].kill.map(|k| k.why.describe(0.97, k.line)).unwrap_or_default();
+        assert!(why.starts_with("the group reached the kill line, 92.0% of its limit just after a kill"), "{why}");
         // RESPAWN_MS later the line is kill_at again.
         let st = KillState { last_ms: Some(0), rate: 3.0, ..KillState::default() };
         assert_eq!(kill_line(&st, RESPAWN_MS + 1, 1000, &t), 0.97);
