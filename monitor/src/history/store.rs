@@ -2,13 +2,15 @@
 //! SQLite (WAL), with retention. Opened by the agent (writes one minute at a time, and the events as they come,
 //! from its own thread) and by `monitor report` (reads a day).
 
-use super::events::{ClusterEvent, KillEvent};
+use super::events::ClusterEvent;
 use super::ring::{Labels, Minute, ProcMinute};
 use super::HistoryError;
 use crate::feed::growth::{Hist, KeyStats};
 use rusqlite::{params, Connection, OpenFlags};
 use std::path::Path;
 use std::time::Duration;
+
+mod guard;
 
 /// The tables. `cluster_event`'s unique key, which starts with the time, is also its index on time; its rowid keeps
 /// the order in which events of the same millisecond were seen.
@@ -171,39 +173,6 @@ impl Store {
             .map_err(db)
     }
 
-    /// Writes the guard's kills, each once (same time and pid). Returns how many were new.
-    pub(crate) fn insert_kills(&mut self, kills: &[KillEvent]) -> Result<usize, HistoryError> {
-        let tx = self.conn.transaction().map_err(db)?;
-        let mut n = 0;
-        {
-            let mut st = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO guard_kill VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-                )
-                .map_err(db)?;
-            for k in kills {
-                n += st
-                    .execute(params![
-                        k.at_unix_ms.min(i64::MAX as u64) as i64,
-                        k.pid,
-                        k.process,
-                        k.role,
-                        k.why,
-                        k.reason,
-                        k.rss_bytes.min(i64::MAX as u64) as i64,
-                        k.anon_bytes.min(i64::MAX as u64) as i64,
-                        k.ratio,
-                        k.round,
-                        k.enforced,
-                        k.error
-                    ])
-                    .map_err(db)?;
-            }
-        }
-        tx.commit().map_err(db)?;
-        Ok(n)
-    }
-
     /// Writes one minute's memory per request (`t`: the minute, Unix seconds), adding to what it already holds.
     pub(crate) fn insert_routes(&mut self, t: u64, routes: &RouteRows) -> Result<(), HistoryError> {
         let tx = self.conn.transaction().map_err(db)?;
@@ -274,41 +243,6 @@ impl Store {
             out.entry(route).or_default().merge(&k);
         }
         Ok(out)
-    }
-
-    /// The guard's kills in `[from, to)` (Unix seconds), oldest first; none in a database written before kills
-    /// were kept.
-    pub fn kills(&self, from: u64, to: u64) -> Result<Vec<KillEvent>, HistoryError> {
-        if !self.has_table("guard_kill")? {
-            return Ok(Vec::new());
-        }
-        let ms = |s: u64| s.saturating_mul(1000).min(i64::MAX as u64) as i64;
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT at_ms, pid, process, role, why, reason, rss_bytes, anon_bytes, ratio, round, enforced, error \
-                 FROM guard_kill WHERE at_ms >= ?1 AND at_ms < ?2 ORDER BY at_ms, rowid",
-            )
-            .map_err(db)?;
-        let rows = st
-            .query_map([ms(from), ms(to)], |r| {
-                Ok(KillEvent {
-                    at_unix_ms: r.get::<_, i64>(0)?.max(0) as u64,
-                    pid: r.get(1)?,
-                    process: r.get(2)?,
-                    role: r.get(3)?,
-                    why: r.get(4)?,
-                    reason: r.get(5)?,
-                    rss_bytes: r.get::<_, i64>(6)?.max(0) as u64,
-                    anon_bytes: r.get::<_, i64>(7)?.max(0) as u64,
-                    ratio: r.get(8)?,
-                    round: r.get(9)?,
-                    enforced: r.get(10)?,
-                    error: r.get(11)?,
-                })
-            })
-            .map_err(db)?;
-        rows.map(|r| r.map_err(db)).collect()
     }
 
     /// The cluster membership events in `[from, to)` (Unix seconds), oldest first; none in a database written
@@ -441,6 +375,7 @@ fn saturate<T: TryFrom<i64> + Into<i64> + Copy>(v: i64, max: T) -> T {
 
 #[cfg(test)]
 mod tests {
+    use super::guard::tests::kill;
     use super::*;
 
     #[test]
@@ -563,43 +498,6 @@ mod tests {
         assert_eq!(s.events(0, 120).expect("read").len(), 1);
         assert_eq!(s.insert_kills(&[kill(62_000, 11, true)]).expect("kills"), 1);
         assert_eq!(s.kills(0, 120).expect("read").len(), 1);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    fn kill(at_unix_ms: u64, pid: u32, enforced: bool) -> KillEvent {
-        KillEvent {
-            at_unix_ms,
-            pid,
-            process: "node".into(),
-            role: "worker".into(),
-            why: "over_kill_at".into(),
-            reason: "the group reached kill_at (97% of its limit)".into(),
-            rss_bytes: 300 << 20,
-            anon_bytes: 280 << 20,
-            ratio: 0.975,
-            round: 1,
-            enforced,
-            error: (!enforced).then(|| "x".to_string()),
-        }
-    }
-
-    #[test]
-    fn kills_are_written_once_read_by_day_and_retained_like_the_minutes() {
-        let dir = monitor_tests::temp_dir("store-kills");
-        let path = dir.join("stats.db");
-        let day = 1_800_000_000 / 86_400 * 86_400;
-        let old = kill(1000, 7, true);
-        let a = kill(day * 1000 + 5_000, 11, true);
-        let b = kill(day * 1000 + 9_000, 12, false);
-        {
-            let mut s = Store::open(&path).expect("open");
-            assert_eq!(s.insert_kills(&[old.clone(), a.clone()]).expect("insert"), 2);
-            assert_eq!(s.insert_kills(&[a.clone(), b.clone()]).expect("insert again"), 1, "each once");
-        }
-        let mut s = Store::open(&path).expect("reopen");
-        assert_eq!(s.kills(day, day + 86_400).expect("read"), [a.clone(), b.clone()]);
-        s.retain(30, day + 86_400).expect("retain");
-        assert_eq!(s.kills(0, u64::MAX / 2).expect("read"), [a, b], "the old kill went");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
