@@ -18,5 +18,5 @@ pub mod view;
 pub use routes::{router, router_waiting, QUEUED, RENDERS, RETRY_AFTER_S, WAIT};
 pub use view::{
     BrakeNow, Dashboard, Figures, Fleet, FleetTotal, GroupNow, KillMarker, Marker, MemberMarker, ProcSeries,
-    ProcessStatus, Range, RouteGrowth, Series, Source,
+    ProcessStatus, Range, RecycleMarker, RouteGrowth, Series, Source,
 };

@@ -197,6 +197,26 @@ pub struct KillMarker {
     pub error: Option<String>,
 }
 
+/// A recycle of the guard at `t_ms`: a graceful restart of a process that obeyed its abort but kept the group over
+/// `refuse_at`, sent, decided (shadow) or found impossible.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecycleMarker {
+    pub t_ms: u64,
+    /// The process recycled, as the guard names it (any bytes: it is escaped where drawn).
+    pub name: String,
+    pub pid: u32,
+    /// Why, in words.
+    pub reason: String,
+    /// The signal sent (`TERM`, or the agent's `recycle_signal`), when one was.
+    #[serde(default)]
+    pub signal: Option<String>,
+    /// False in shadow mode: decided, never sent.
+    pub enforced: bool,
+    /// Why it was not sent, when it was not.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
 /// A cluster member's change of state at `t_ms`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemberMarker {
@@ -242,6 +262,9 @@ pub struct Series {
     /// The guard's kills in the range, oldest first (none from an agent that does not keep them).
     #[serde(default)]
     pub kills: Vec<KillMarker>,
+    /// The guard's recycles in the range, oldest first (none from an agent that does not keep them).
+    #[serde(default)]
+    pub recycles: Vec<RecycleMarker>,
     /// Under `[cluster]`: the members' changes of state in the range, oldest first (the daily report marks them;
     /// the agent's history does not keep them, so the home page has none).
     #[serde(default)]

@@ -123,6 +123,7 @@ impl Source for Fake {
                         error: None,
                     })
                     .collect(),
+                recycles: Vec::new(),
                 members: Vec::new(),
             },
             notes: vec!["history is not persisted: <locked>".into()],

@@ -1,6 +1,6 @@
 //! Events for the stats database: the cluster membership's changes of the members' states (the last hundred the
 //! membership keeps in memory, `/api/v1/cluster`'s `events`), picked out as they come so that each is written once,
-//! and the guard's kills as the published samples carry them.
+//! and the guard's kills and recycles as the published samples carry them.
 
 use crate::cluster::members::Event;
 use crate::cluster::Members;
@@ -60,6 +60,49 @@ impl From<&crate::guard::KillRecord> for KillEvent {
             anon_bytes: r.anon_bytes,
             ratio: r.ratio,
             round: r.round,
+            enforced: r.enforced,
+            error: r.error.clone(),
+        }
+    }
+}
+
+/// A recycle of the guard (a graceful restart of a process that obeyed its abort but kept the group over
+/// `refuse_at`) as the stats database and the daily report keep it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecycleEvent {
+    /// When the recycle was sent (or decided, or found impossible), in ms since the Unix epoch.
+    pub at_unix_ms: u64,
+    pub pid: u32,
+    /// The configured name under `monitor run`, else the command name.
+    pub process: String,
+    pub role: String,
+    /// Why, in words.
+    pub reason: String,
+    pub anon_bytes: u64,
+    /// The group's ratio when it was decided.
+    pub ratio: f64,
+    /// The signal sent (`TERM` under `monitor run`, `[actions] recycle_signal` under `monitor agent`), when one was.
+    pub signal: Option<String>,
+    /// How long its requests in flight were waited for before the signal (under `monitor run`).
+    pub drained_ms: u64,
+    /// False in shadow mode: decided, never sent.
+    pub enforced: bool,
+    /// Why it was not sent, when it was not.
+    pub error: Option<String>,
+}
+
+impl From<&crate::guard::RecycleRecord> for RecycleEvent {
+    fn from(r: &crate::guard::RecycleRecord) -> RecycleEvent {
+        RecycleEvent {
+            at_unix_ms: r.unix_ms,
+            pid: r.pid,
+            process: r.name.clone(),
+            role: r.role.to_string(),
+            reason: r.reason.clone(),
+            anon_bytes: r.anon_bytes,
+            ratio: r.ratio,
+            signal: r.signal.clone(),
+            drained_ms: r.drained_ms,
             enforced: r.enforced,
             error: r.error.clone(),
         }

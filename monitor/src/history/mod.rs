@@ -1,6 +1,6 @@
 //! History: a consumer of the published samples that keeps a per-second ring of the last hour and per-minute rows
 //! of the last week in memory, and writes each minute per process to SQLite (`[stats] path`, WAL, retention). The
-//! guard's kills are kept in memory too, for the home page's markers, and written as they come.
+//! guard's kills and recycles are kept in memory too, for the home page's markers, and written as they come.
 //! Under `[cluster]` it also writes the membership's events (a member joined, suspect, dead, left) as they come.
 //! A database that cannot be opened or written is reported once (log, home page, `monitor_history_persisted 0`)
 //! and the agent runs on: the writer tries again every few seconds, keeping the unwritten minutes (a day at most).
@@ -24,7 +24,7 @@ use crate::config::live::Live;
 use crate::decision::policy::Decisions;
 use crate::feed::LauncherInfo;
 use crate::feed::{Published, Samples};
-use events::{ClusterEvent, ClusterView, KillEvent};
+use events::{ClusterEvent, ClusterView, KillEvent, RecycleEvent};
 use ring::{Aggregator, Input, Labels, Minute, ProcInput, Second};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -49,6 +49,9 @@ const PENDING_EVENTS_KEPT: usize = 1000;
 const PENDING_KILLS_KEPT: usize = 1000;
 /// The guard's kills kept in memory for the home page (those of the last week loaded from the database too).
 pub(crate) const KILLS_KEPT: usize = 1000;
+/// Recycles kept while the database cannot be written, and in memory for the home page (the guard recycles one
+/// process at a time, each after a wait of seconds).
+const RECYCLES_KEPT: usize = 1000;
 
 /// What can go wrong with the stats database.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +91,8 @@ enum Write {
     Events(Vec<ClusterEvent>),
     /// A kill of the guard's last resort, as its sample carried it.
     Kill(KillEvent),
+    /// A recycle of the guard, as its sample carried it.
+    Recycle(RecycleEvent),
     /// The memory per request of the minute starting at the given Unix second.
     Routes(u64, store::RouteRows),
 }
@@ -103,6 +108,8 @@ struct Inner {
     minutes: VecDeque<Arc<Minute>>,
     /// The guard's kills, oldest first, shared with the renders like the rings.
     kills: VecDeque<Arc<KillEvent>>,
+    /// The guard's recycles, oldest first, shared likewise.
+    recycles: VecDeque<Arc<RecycleEvent>>,
     /// Restarts seen per label since the agent started.
     restarts: HashMap<u16, u64>,
     /// Why the history is not persisted, when it is not.
@@ -224,11 +231,12 @@ impl History {
 
     /// Keeps a kill for the home page, the oldest dropped past [`KILLS_KEPT`].
     fn keep_kill(&self, k: KillEvent) {
-        let mut inner = self.lock();
-        inner.kills.push_back(Arc::new(k));
-        while inner.kills.len() > KILLS_KEPT {
-            inner.kills.pop_front();
-        }
+        keep_newest(&mut self.lock().kills, k, KILLS_KEPT);
+    }
+
+    /// Keeps a recycle for the home page, the oldest dropped past [`RECYCLES_KEPT`].
+    fn keep_recycle(&self, r: RecycleEvent) {
+        keep_newest(&mut self.lock().recycles, r, RECYCLES_KEPT);
     }
 
     /// Restarts seen per series name since the agent started.
@@ -287,6 +295,14 @@ impl History {
     /// Why the history is not persisted, if it is not.
     pub fn note(&self) -> Option<String> {
         self.lock().note.clone()
+    }
+}
+
+/// Appends `x`, dropping the oldest past `kept`.
+fn keep_newest<T>(held: &mut VecDeque<Arc<T>>, x: T, kept: usize) {
+    held.push_back(Arc::new(x));
+    while held.len() > kept {
+        held.pop_front();
     }
 }
 
@@ -360,6 +376,10 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
                     if let Some(k) = p.kill.as_ref().map(KillEvent::from) {
                         h.keep_kill(k.clone());
                         let _ = tx.send(Write::Kill(k));
+                    }
+                    if let Some(r) = p.recycle.as_ref().map(RecycleEvent::from) {
+                        h.keep_recycle(r.clone());
+                        let _ = tx.send(Write::Recycle(r));
                     }
                     let (sec, min) = agg.push(&h.input(&p));
                     if let Some((m, labels)) = h.keep(sec, min) {
@@ -523,10 +543,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A kill a published sample carries is written to the database once, however often its sample is read, and
-    /// kept for the home page.
+    /// A kill and a recycle a published sample carries are each written to the database once, however often their
+    /// sample is read, each to its own table, and kept for the home page.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn each_kill_is_written_once() {
+    async fn each_kill_and_recycle_is_written_once() {
         let dir = monitor_tests::temp_dir("history-kills");
         let path = dir.join("stats.db");
         let mut cfg = crate::config::Config::default();
@@ -535,7 +555,7 @@ mod tests {
         let handle = spawn(latest, feed.subscribe("history"), Live::fixed(cfg), Inputs::default());
         let mut p = Published::test(State::Aborting);
         p.snapshot.seq = 1;
-        p.snapshot.unix_ms = now_s() * 1000;
+        p.snapshot.unix_ms = (now_s() - 30) * 1000;
         p.kill = Some(crate::guard::KillRecord {
             pid: 11,
             rss_bytes: 300,
@@ -543,23 +563,52 @@ mod tests {
             unix_ms: p.snapshot.unix_ms,
             ..crate::guard::KillRecord::example(11, "node", true)
         });
-        feed.publish(Arc::new(p));
+        feed.publish(Arc::new(p.clone()));
+        p.kill = None;
+        p.snapshot.seq = 2;
+        p.snapshot.unix_ms += 20_000;
+        p.recycle = Some(crate::guard::RecycleRecord {
+            pid: 12,
+            start_ticks: 5,
+            name: "api".into(),
+            role: crate::decision::snapshot::ProcessRole::Worker,
+            anon_bytes: 200 << 20,
+            ratio: 0.87,
+            reason: "it obeyed the abort 20.0 s ago".into(),
+            signal: Some("TERM".into()),
+            drained_ms: 300,
+            unix_ms: p.snapshot.unix_ms,
+            enforced: true,
+            error: None,
+        });
+        let p = Arc::new(p);
+        feed.publish(p.clone());
+        feed.publish(p);
         drop(feed);
         let h = handle.history.clone();
         handle.close(Duration::from_secs(5)).await;
-        let kills = Store::open_read_only(&path).and_then(|s| s.kills(0, u64::MAX / 2)).expect("kills");
+        let store = Store::open_read_only(&path).expect("the database");
+        let kills = store.kills(0, u64::MAX / 2).expect("kills");
         assert_eq!(kills.iter().map(|k| (k.pid, k.process.as_str())).collect::<Vec<_>>(), [(11, "node")]);
-        let marked = web::Source::dashboard(h.as_ref(), web::Range::FiveMinutes, 300).series.kills;
+        let recycles = store.recycles(0, u64::MAX / 2).expect("recycles");
+        let written: Vec<_> = recycles.iter().map(|r| (r.pid, r.process.as_str(), r.signal.as_deref())).collect();
+        assert_eq!(written, [(12, "api", Some("TERM"))], "once, apart from the kill");
+        let series = web::Source::dashboard(h.as_ref(), web::Range::FiveMinutes, 300).series;
         assert_eq!(
-            marked.iter().map(|k| (k.pid, k.name.as_str(), k.enforced)).collect::<Vec<_>>(),
+            series.kills.iter().map(|k| (k.pid, k.name.as_str(), k.enforced)).collect::<Vec<_>>(),
             [(11, "node", true)]
+        );
+        assert_eq!(
+            series.recycles.iter().map(|r| (r.pid, r.name.as_str(), r.enforced)).collect::<Vec<_>>(),
+            [(12, "api", true)]
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// The kills of the last week in the database are on the home page after a restart; older ones are not.
+    /// The kills and recycles of the last week in the database are on the home page after a restart; older ones are
+    /// not.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_kills_of_the_last_week_are_loaded_from_the_database() {
+    async fn the_kills_and_recycles_of_the_last_week_are_loaded_from_the_database() {
         let dir = monitor_tests::temp_dir("history-kills-load");
         let path = dir.join("stats.db");
         let now = now_s();
@@ -579,6 +628,21 @@ mod tests {
         };
         let kills = [kill(8 * 86_400, 1, true), kill(2 * 86_400, 2, false), kill(120, 3, true)];
         Store::open(&path).and_then(|mut s| s.insert_kills(&kills)).expect("kills written");
+        let recycle = |ago_s: u64, pid: u32| RecycleEvent {
+            at_unix_ms: (now - ago_s) * 1000,
+            pid,
+            process: format!("r<{pid}>"),
+            role: "worker".into(),
+            reason: "it obeyed the abort".into(),
+            anon_bytes: 1,
+            ratio: 0.9,
+            signal: Some("TERM".into()),
+            drained_ms: 0,
+            enforced: true,
+            error: None,
+        };
+        let recycles = [recycle(9 * 86_400, 4), recycle(3 * 86_400, 5), recycle(60, 6)];
+        Store::open(&path).and_then(|mut s| s.insert_recycles(&recycles)).expect("recycles written");
         let mut cfg = crate::config::Config::default();
         cfg.stats.path = Some(path.clone());
         let (feed, latest) = crate::feed::Feed::new(Published::test(State::Normal));
@@ -589,6 +653,12 @@ mod tests {
         };
         assert_eq!(marked(web::Range::Hour), [(3, "w<3>".to_string(), true)]);
         assert_eq!(marked(web::Range::Week), [(2, "w<2>".into(), false), (3, "w<3>".into(), true)]);
+        let recycled = |range| {
+            let s = web::Source::dashboard(handle.history.as_ref(), range, 300).series;
+            s.recycles.iter().map(|r| (r.pid, r.name.clone())).collect::<Vec<_>>()
+        };
+        assert_eq!(recycled(web::Range::Hour), [(6, "r<6>".to_string())]);
+        assert_eq!(recycled(web::Range::Week), [(5, "r<5>".to_string()), (6, "r<6>".to_string())]);
         drop(feed);
         handle.close(Duration::from_secs(5)).await;
         let _ = std::fs::remove_dir_all(&dir);

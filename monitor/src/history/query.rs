@@ -3,11 +3,11 @@
 //! [`MAX_SERIES`] processes in the range, the largest by peak RSS keep their own series and the rest are summed
 //! into one, so the work and memory of a page do not grow with the size of the group.
 
-use super::events::KillEvent;
+use super::events::{KillEvent, RecycleEvent};
 use super::ring::{Labels, Minute, Second};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use web::{KillMarker, Marker, ProcSeries, Range, Series};
+use web::{KillMarker, Marker, ProcSeries, Range, RecycleMarker, Series};
 
 /// The buckets of a range: `n` buckets of `step` seconds from `start` (Unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,6 +231,7 @@ impl Acc {
                 .map(|&(t, l)| Marker { t_ms: t * 1000, name: labels.get(l).0.to_string() })
                 .collect(),
             kills: Vec::new(),
+            recycles: Vec::new(),
             members: Vec::new(),
             procs: procs
                 .into_iter()
@@ -330,18 +331,41 @@ pub fn series(
     acc.finish(labels)
 }
 
-/// The guard's kills (oldest first) in the series' buckets, `[start, start + len * step)`, as the page marks them.
+/// The time the series' buckets cover, `[start, start + len * step)`, in ms.
+fn covered(s: &Series) -> std::ops::Range<u64> {
+    s.start_ms..s.start_ms.saturating_add(s.len() as u64 * s.step_ms)
+}
+
+/// The guard's kills (oldest first) in the series' buckets, as the page marks them.
 pub fn kills(kills: &VecDeque<Arc<KillEvent>>, s: &Series) -> Vec<KillMarker> {
-    let end = s.start_ms.saturating_add(s.len() as u64 * s.step_ms);
+    let within = covered(s);
     kills
         .iter()
-        .filter(|k| (s.start_ms..end).contains(&k.at_unix_ms))
+        .filter(|k| within.contains(&k.at_unix_ms))
         .map(|k| KillMarker {
             t_ms: k.at_unix_ms,
             name: k.process.clone(),
             pid: k.pid,
             enforced: k.enforced,
             error: k.error.clone(),
+        })
+        .collect()
+}
+
+/// The guard's recycles (oldest first) in the series' buckets, as the page marks them.
+pub fn recycles(recycles: &VecDeque<Arc<RecycleEvent>>, s: &Series) -> Vec<RecycleMarker> {
+    let within = covered(s);
+    recycles
+        .iter()
+        .filter(|r| within.contains(&r.at_unix_ms))
+        .map(|r| RecycleMarker {
+            t_ms: r.at_unix_ms,
+            name: r.process.clone(),
+            pid: r.pid,
+            reason: r.reason.clone(),
+            signal: r.signal.clone(),
+            enforced: r.enforced,
+            error: r.error.clone(),
         })
         .collect()
 }
@@ -378,6 +402,33 @@ mod tests {
             [(100_000, 2, false), (399_999, 3, true)]
         );
         assert!(kills(&held, &Series::default()).is_empty(), "no buckets, no kills");
+    }
+
+    #[test]
+    fn recycles_are_marked_within_the_buckets_only_with_their_reason() {
+        let recycle = |at_unix_ms: u64, pid: u32| {
+            Arc::new(RecycleEvent {
+                at_unix_ms,
+                pid,
+                process: "api".into(),
+                role: "worker".into(),
+                reason: format!("reason {pid}"),
+                anon_bytes: 1,
+                ratio: 0.9,
+                signal: (pid != 2).then(|| "TERM".to_string()),
+                drained_ms: 0,
+                enforced: pid != 2,
+                error: None,
+            })
+        };
+        let s = Series { start_ms: 100_000, step_ms: 1000, usage_bytes: vec![f64::NAN; 300], ..Series::default() };
+        let held: VecDeque<_> =
+            [recycle(99_999, 1), recycle(100_000, 2), recycle(399_999, 3), recycle(400_000, 4)].into_iter().collect();
+        let marked = recycles(&held, &s);
+        let got: Vec<_> =
+            marked.iter().map(|r| (r.t_ms, r.pid, r.enforced, r.signal.as_deref(), r.reason.as_str())).collect();
+        assert_eq!(got, [(100_000, 2, false, None, "reason 2"), (399_999, 3, true, Some("TERM"), "reason 3")]);
+        assert!(recycles(&held, &Series::default()).is_empty(), "no buckets, no recycles");
     }
 
     #[test]

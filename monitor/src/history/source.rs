@@ -1,5 +1,6 @@
-//! The home page's data: the latest sample (header, status strip), the history's series and kills, as `web`'s plain
-//! view types. Its revision is the latest sample's: one render answers every request until the next sample.
+//! The home page's data: the latest sample (header, status strip), the history's series, kills and recycles, as
+//! `web`'s plain view types. Its revision is the latest sample's: one render answers every request until the next
+//! sample.
 
 use super::{query, History};
 use crate::base::units::unix_ms as now_ms;
@@ -73,12 +74,14 @@ impl Source for History {
             notes.push(format!("the latest sample failed (values are from the last good one): {e}"));
         }
         // The lock is held only to copy the pointers: the sample consumer, on the async runtime, takes it too.
-        let (seconds, minutes, labels, kills) = {
+        let (seconds, minutes, labels, kills, recycles) = {
             let inner = self.lock();
-            (inner.seconds.clone(), inner.minutes.clone(), inner.labels.clone(), inner.kills.clone())
+            let i = &*inner;
+            (i.seconds.clone(), i.minutes.clone(), i.labels.clone(), i.kills.clone(), i.recycles.clone())
         };
         let mut series = query::series(&seconds, &minutes, &labels, now, range, buckets);
         series.kills = query::kills(&kills, &series);
+        series.recycles = query::recycles(&recycles, &series);
         Dashboard {
             now_ms: now,
             range,

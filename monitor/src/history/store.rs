@@ -13,7 +13,8 @@ use std::time::Duration;
 mod guard;
 
 /// The tables. `cluster_event`'s unique key, which starts with the time, is also its index on time; its rowid keeps
-/// the order in which events of the same millisecond were seen.
+/// the order in which events of the same millisecond were seen; so do `guard_kill`'s and `guard_recycle`'s. A table
+/// added since (every one after `process_minute`) is created when the agent opens a database written before it.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS group_minute (
     t INTEGER PRIMARY KEY, usage_max INTEGER NOT NULL, usage_mean INTEGER NOT NULL, limit_bytes INTEGER NOT NULL,
@@ -31,6 +32,11 @@ CREATE TABLE IF NOT EXISTS guard_kill (
     at_ms INTEGER NOT NULL, pid INTEGER NOT NULL, process TEXT NOT NULL, role TEXT NOT NULL, why TEXT NOT NULL,
     reason TEXT NOT NULL, rss_bytes INTEGER NOT NULL, anon_bytes INTEGER NOT NULL, ratio REAL NOT NULL,
     round INTEGER NOT NULL, enforced INTEGER NOT NULL, error TEXT,
+    UNIQUE (at_ms, pid));
+CREATE TABLE IF NOT EXISTS guard_recycle (
+    at_ms INTEGER NOT NULL, pid INTEGER NOT NULL, process TEXT NOT NULL, role TEXT NOT NULL, reason TEXT NOT NULL,
+    anon_bytes INTEGER NOT NULL, ratio REAL NOT NULL, signal TEXT, drained_ms INTEGER NOT NULL,
+    enforced INTEGER NOT NULL, error TEXT,
     UNIQUE (at_ms, pid));
 CREATE TABLE IF NOT EXISTS route_minute (
     t INTEGER NOT NULL, route TEXT NOT NULL, requests INTEGER NOT NULL, exact TEXT NOT NULL, shared TEXT NOT NULL,
@@ -282,6 +288,7 @@ impl Store {
         tx.execute("DELETE FROM process_minute WHERE t < ?1", [cut]).map_err(db)?;
         tx.execute("DELETE FROM cluster_event WHERE at_ms < ?1", [cut.saturating_mul(1000)]).map_err(db)?;
         tx.execute("DELETE FROM guard_kill WHERE at_ms < ?1", [cut.saturating_mul(1000)]).map_err(db)?;
+        tx.execute("DELETE FROM guard_recycle WHERE at_ms < ?1", [cut.saturating_mul(1000)]).map_err(db)?;
         tx.execute("DELETE FROM route_minute WHERE t < ?1", [cut]).map_err(db)?;
         tx.commit().map_err(db)?;
         Ok(n)

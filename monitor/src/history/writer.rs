@@ -1,12 +1,12 @@
 //! The stats database's writer, on a thread of its own: it opens the database and loads the last week at start,
-//! writes each finished minute, cluster event and kill, deletes rows past the retention, and keeps what it could
-//! not write (for a while) until the database works again.
+//! writes each finished minute, cluster event, kill and recycle, deletes rows past the retention, and keeps what it
+//! could not write (for a while) until the database works again.
 
 use super::*;
 
 /// Opens the database and loads its minutes of the last week that are older than those already in memory (none at
-/// start-up; those of the time it could not be opened when it opens late), and its kills of the last week that are
-/// not in memory.
+/// start-up; those of the time it could not be opened when it opens late), and its kills and recycles of the last
+/// week that are not in memory.
 pub(super) fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> Result<Store, HistoryError> {
     let mut s = Store::open(path)?;
     let now = now_s();
@@ -23,16 +23,23 @@ pub(super) fn open_and_load(path: &std::path::Path, days: u32, h: &History) -> R
         inner.minutes.push_front(Arc::new(m));
     }
     let kills = s.kills(from, now + 60)?;
-    let held: std::collections::HashSet<(u64, u32)> = inner.kills.iter().map(|k| (k.at_unix_ms, k.pid)).collect();
-    for k in kills.into_iter().rev().filter(|k| !held.contains(&(k.at_unix_ms, k.pid))) {
-        if inner.kills.len() >= KILLS_KEPT {
+    load_newest(&mut inner.kills, kills, KILLS_KEPT, |k| (k.at_unix_ms, k.pid));
+    let recycles = s.recycles(from, now + 60)?;
+    load_newest(&mut inner.recycles, recycles, RECYCLES_KEPT, |r| (r.at_unix_ms, r.pid));
+    Ok(s)
+}
+
+/// Adds the rows `loaded` (oldest first) that `held` does not hold (by time and pid), the newest first up to `kept`
+/// in all, and keeps `held` in time order.
+fn load_newest<T>(held: &mut VecDeque<Arc<T>>, loaded: Vec<T>, kept: usize, key: impl Fn(&T) -> (u64, u32)) {
+    let have: std::collections::HashSet<(u64, u32)> = held.iter().map(|x| key(x)).collect();
+    for x in loaded.into_iter().rev().filter(|x| !have.contains(&key(x))) {
+        if held.len() >= kept {
             break;
         }
-        inner.kills.push_front(Arc::new(k));
+        held.push_front(Arc::new(x));
     }
-    let kills = inner.kills.make_contiguous();
-    kills.sort_by_key(|k| k.at_unix_ms);
-    Ok(s)
+    held.make_contiguous().sort_by_key(|x| key(x).0);
 }
 
 /// The database thread: writes each finished minute and each cluster event as it comes; while the database cannot
@@ -53,6 +60,8 @@ pub(super) struct Writer {
     pending_events: VecDeque<ClusterEvent>,
     /// Kills not written yet, oldest first.
     pending_kills: VecDeque<KillEvent>,
+    /// Recycles not written yet, oldest first.
+    pending_recycles: VecDeque<RecycleEvent>,
     /// Minutes of memory per request not written yet, oldest first.
     pending_routes: VecDeque<(u64, super::store::RouteRows)>,
     /// The latest labels (they only grow, so they name every pending minute's processes).
@@ -73,6 +82,7 @@ impl Writer {
             pending: VecDeque::new(),
             pending_events: VecDeque::new(),
             pending_kills: VecDeque::new(),
+            pending_recycles: VecDeque::new(),
             pending_routes: VecDeque::new(),
             labels: Labels::default(),
             retry: REOPEN_EVERY,
@@ -85,6 +95,7 @@ impl Writer {
             let idle = self.pending.is_empty()
                 && self.pending_events.is_empty()
                 && self.pending_kills.is_empty()
+                && self.pending_recycles.is_empty()
                 && self.pending_routes.is_empty();
             let row = if idle && self.store.is_some() {
                 rows.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
@@ -123,6 +134,13 @@ impl Writer {
                     self.pending_kills.push_back(k);
                     false
                 }
+                Ok(Write::Recycle(r)) => {
+                    if self.pending_recycles.len() >= RECYCLES_KEPT {
+                        self.pending_recycles.pop_front();
+                    }
+                    self.pending_recycles.push_back(r);
+                    false
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => false,
                 Err(mpsc::RecvTimeoutError::Disconnected) => true,
             };
@@ -147,7 +165,8 @@ impl Writer {
         self.config.now().stats.retention_days
     }
 
-    /// Opens the database if it is not open, and writes the pending minutes, oldest first, then the pending events.
+    /// Opens the database if it is not open, and writes the pending minutes, oldest first, then the pending events,
+    /// kills, recycles and memory per request.
     fn flush(&mut self) {
         let failing = self.h.note().is_some();
         if self.store.is_none() {
@@ -187,6 +206,13 @@ impl Writer {
                 return;
             }
             self.pending_kills.clear();
+        }
+        if !self.pending_recycles.is_empty() {
+            if let Err(e) = store.insert_recycles(self.pending_recycles.make_contiguous()) {
+                failed(&self.h, &e, format!("history is not persisted: writing the guard's recycles: {e}"));
+                return;
+            }
+            self.pending_recycles.clear();
         }
         while let Some((t, routes)) = self.pending_routes.front() {
             if let Err(e) = store.insert_routes(*t, routes) {
