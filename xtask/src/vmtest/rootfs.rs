@@ -13,9 +13,10 @@ pub const SUITE: &str = "bookworm";
 
 /// What the guests need beyond minbase: systemd as PID 1 (systemd-sysv) with D-Bus, curl for the requests,
 /// python3 to read the API's JSON and the stats database (and the host tests' python servers), bpftool to list BPF
-/// programs, procps for ps; wrk and openssl for the host tests the kernel VM runs again on v2.
-pub const PACKAGES: [&str; 9] =
-    ["systemd", "systemd-sysv", "dbus", "curl", "python3", "bpftool", "procps", "wrk", "openssl"];
+/// programs, procps for ps; wrk and openssl for the host tests the kernel VM runs again on v2; stress-ng (an
+/// allocator that respawns what is killed) for the last resort's test and the reaction bench.
+pub const PACKAGES: [&str; 10] =
+    ["systemd", "systemd-sysv", "dbus", "curl", "python3", "bpftool", "procps", "wrk", "openssl", "stress-ng"];
 
 /// What the systemd VM adds: podman with crun to run the OCI image as a container (netavark, its network backend,
 /// is asked for at start even with `--network host`). A second image, not the kernel VMs': these add about 100 MB
