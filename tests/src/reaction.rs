@@ -15,8 +15,12 @@
 //! stamps, printed as it grows, give when the group crossed `kill_at`; its output closing (after its exit freed its
 //! memory) gives its death. On v2, mode `brake-kill` adds `brake_at = 0.96`, so `memory.high` slows that grower from
 //! 96% until the SIGKILL at 97%, and mode `held` turns the last resort off: the brake alone, watched for [`HOLD`].
+//!
+//! The respawn cell ([`respawn`]) runs `stress-ng`, which starts a new worker for each one killed, without and with
+//! the agent (on v2 with the brake), and counts the kernel's kills and the agent's.
 
 mod grower;
+pub mod respawn;
 mod run;
 mod summary;
 
@@ -178,6 +182,9 @@ pub struct Plan {
     pub runs: usize,
     /// How many `sleep` processes share the group besides the bystanders and the grower (`BENCH_REACTION_CROWD`).
     pub crowd: usize,
+    /// Runs of the respawn cell ([`respawn`]), and how long stress-ng runs in each.
+    pub respawn_runs: usize,
+    pub respawn_s: u64,
     /// The idle stretch of each mode's first run.
     pub idle: Duration,
     /// Where the agent's config and log go.
@@ -190,7 +197,9 @@ pub struct Plan {
 impl Plan {
     /// From `BENCH_REACTION_RUNS` (default 20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION_MODES` and
     /// `BENCH_REACTION_SPEEDS` (comma lists, e.g. `timer,events` and `200,1000,0`; default: all that `h` allows),
-    /// and `BENCH_REACTION_CROWD` (0): sleeping processes added to each run's group.
+    /// and `BENCH_REACTION_CROWD` (0): sleeping processes added to each run's group. The respawn cell is named
+    /// `respawn` in the modes' list; `BENCH_REACTION_RESPAWN_RUNS` (3) runs of it, `BENCH_REACTION_RESPAWN_S` (20)
+    /// seconds of stress-ng each.
     pub fn from_env(h: Hierarchy, work: PathBuf, slow: bool) -> Result<Plan, String> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let number = |k: &str, default: u64| match var(k) {
@@ -203,13 +212,19 @@ impl Plan {
         }
         let idle = Duration::from_secs(number("BENCH_REACTION_IDLE_S", 10)?.max(1));
         let mut modes: Vec<Mode> = Mode::ALL.into_iter().filter(|m| h == Hierarchy::V2 || !m.needs_v2()).collect();
+        let mut respawn = true;
         if let Some(list) = var("BENCH_REACTION_MODES") {
-            let asked = list
-                .split(',')
-                .map(|n| Mode::from_name(n.trim()).ok_or_else(|| format!("BENCH_REACTION_MODES: unknown mode {n:?}")))
+            let names: Vec<&str> = list.split(',').map(str::trim).collect();
+            respawn = names.contains(&"respawn");
+            let asked = names
+                .iter()
+                .filter(|&&n| n != "respawn")
+                .map(|n| Mode::from_name(n).ok_or_else(|| format!("BENCH_REACTION_MODES: unknown mode {n:?}")))
                 .collect::<Result<Vec<_>, _>>()?;
             modes.retain(|m| asked.contains(m));
         }
+        let respawn_runs = if respawn { number("BENCH_REACTION_RESPAWN_RUNS", 3)? as usize } else { 0 };
+        let respawn_s = number("BENCH_REACTION_RESPAWN_S", 20)?.max(1);
         let speeds = match var("BENCH_REACTION_SPEEDS") {
             Some(list) => list
                 .split(',')
@@ -217,7 +232,7 @@ impl Plan {
                 .collect::<Result<Vec<_>, _>>()?,
             None => Speed::ALL.to_vec(),
         };
-        if modes.is_empty() || speeds.is_empty() {
+        if (modes.is_empty() || speeds.is_empty()) && respawn_runs == 0 {
             return Err("no cell left to run (BENCH_REACTION_MODES / BENCH_REACTION_SPEEDS)".into());
         }
         let crowd = number("BENCH_REACTION_CROWD", 0)? as usize;
@@ -229,6 +244,8 @@ impl Plan {
             speeds,
             runs: runs as usize,
             crowd,
+            respawn_runs,
+            respawn_s,
             idle,
             work,
             start_timeout: Duration::from_secs(20 * scale),
@@ -365,9 +382,18 @@ pub fn vm_main(bin_dir: &Path) -> std::process::ExitCode {
         plan.speeds.iter().map(|s| s.label()).collect::<Vec<_>>()
     );
     let cells = run_suite(&plan, &bins, &group);
-    println!("{}", table(&cells));
+    if !cells.is_empty() {
+        println!("{}", table(&cells));
+    }
     for c in &cells {
         println!("{VM_LINE}{}", c.to_json());
+    }
+    let pairs = respawn::run_cell(&plan, &bins, &group);
+    if !pairs.is_empty() {
+        println!("{}", respawn::table(&pairs));
+    }
+    for p in &pairs {
+        println!("{}{}", respawn::VM_LINE, p.to_json());
     }
     let _ = fs::remove_dir_all(&work);
     ExitCode::SUCCESS
