@@ -85,7 +85,8 @@ impl Recycler {
                      until its runtime gives the memory back"
                         .into(),
                 );
-                tracing::warn!(pid = rec.pid, name = %rec.name, "cannot recycle: {}; {}", rec.reason, rec.error.as_deref().unwrap_or(""));
+                let why = rec.error.as_deref().unwrap_or("");
+                tracing::warn!(pid = rec.pid, name = %rec.name, "cannot recycle: {}; {why}", rec.reason);
                 book.record_recycle(rec.clone());
                 return Some(rec);
             }
