@@ -2,7 +2,7 @@
 //! left and a legend on the right naming every series (one per process), so the SVG text names the processes.
 
 use crate::view::{Dashboard, Range, Series};
-use markers::{kill_markers, member_markers, KILL};
+use markers::{kill_markers, member_markers, recycle_markers, with_extra, KILL, RECYCLE};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -272,8 +272,8 @@ fn state_spans(chart: &mut Ctx, d: &Dashboard, y_max: f64) -> DrawResult {
 
 /// Group memory: per-process anon memory stacked (what the group's usage is made of: resident file pages, shared
 /// between processes, would count many times over), group usage, the limit and the refuse/abort lines (when known),
-/// the brake's `memory.high` when it is set, state spans, restart markers, the guard's kills and the cluster
-/// members' changes of state.
+/// the brake's `memory.high` when it is set, state spans, restart markers, the guard's kills and recycles and the
+/// cluster members' changes of state.
 pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
     let s = &d.series;
     let n = s.len();
@@ -297,7 +297,8 @@ pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
     let high = d.group.brake.as_ref().and_then(|b| b.high_bytes).map(|b| b as f64 / MIB);
     let y_max = max_of(cum.iter().chain([&usage, &limit]), high.unwrap_or(1.0)) * 1.05;
     let (refuse_at, abort_at) = (d.group.refuse_at, d.group.abort_at);
-    render("memory", d, y_max, "MiB", |chart, xs| {
+    let mut hovers = Vec::new();
+    let svg = render("memory", d, y_max, "MiB", |chart, xs| {
         state_spans(chart, d, y_max)?;
         let mut entries = Vec::new();
         for k in (0..s.procs.len()).rev() {
@@ -330,6 +331,7 @@ pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
             chart.draw_series(std::iter::once(TriangleMarker::new((x, y_max * 0.97), 5, color(k).filled())))?;
         }
         let killed = kill_markers(chart, d, y_max)?;
+        hovers = recycle_markers(chart, d, y_max)?;
         let members = member_markers(chart, d, y_max)?;
         entries.push(Entry { name: "group usage".into(), color: BLACK });
         entries.push(Entry { name: "limit".into(), color: RGBColor(60, 60, 60) });
@@ -342,9 +344,13 @@ pub fn memory(d: &Dashboard) -> Result<String, ChartError> {
         if killed {
             entries.push(Entry { name: "guard kill".into(), color: KILL });
         }
+        if !hovers.is_empty() {
+            entries.push(Entry { name: "guard recycle".into(), color: RECYCLE });
+        }
         entries.extend(members);
         Ok(entries)
-    })
+    })?;
+    Ok(with_extra(svg, &hovers))
 }
 
 /// An opaque lighter shade (stacked areas must not blend into each other).

@@ -5,7 +5,9 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use std::sync::Arc;
 use tower::ServiceExt;
-use web::{BrakeNow, Dashboard, GroupNow, KillMarker, Marker, ProcSeries, ProcessStatus, Range, Series, Source};
+use web::{
+    BrakeNow, Dashboard, GroupNow, KillMarker, Marker, ProcSeries, ProcessStatus, Range, RecycleMarker, Series, Source,
+};
 
 struct Fake {
     names: Vec<String>,
@@ -14,6 +16,8 @@ struct Fake {
     held: Option<u64>,
     /// Kills at these seconds before now, of the last process.
     kills: Vec<u64>,
+    /// Recycles at these seconds before now, of the second process.
+    recycles: Vec<u64>,
     /// Listed processes that could not be sampled (their memory is the group's beyond the sampled: 100 MiB each).
     unsampled: usize,
     /// While aborting: the victim's requests in flight, as the agent lists them.
@@ -123,7 +127,19 @@ impl Source for Fake {
                         error: None,
                     })
                     .collect(),
-                recycles: Vec::new(),
+                recycles: self
+                    .recycles
+                    .iter()
+                    .map(|ago| RecycleMarker {
+                        t_ms: now_ms - ago * 1000,
+                        name: self.names[1].clone(),
+                        pid: 102,
+                        reason: "it obeyed the abort 20.0 s ago but still holds its memory".into(),
+                        signal: Some("TERM".into()),
+                        enforced: true,
+                        error: None,
+                    })
+                    .collect(),
                 members: Vec::new(),
             },
             notes: vec!["history is not persisted: <locked>".into()],
@@ -139,7 +155,16 @@ fn app(names: &[&str]) -> axum::Router {
 
 fn app_with(names: &[&str], oom_kills: Option<u64>, brake: Option<BrakeNow>) -> axum::Router {
     let names = names.iter().map(|s| s.to_string()).collect();
-    web::router(Arc::new(Fake { names, oom_kills, brake, held: None, kills: Vec::new(), unsampled: 0, victim: None }))
+    web::router(Arc::new(Fake {
+        names,
+        oom_kills,
+        brake,
+        held: None,
+        kills: Vec::new(),
+        recycles: Vec::new(),
+        unsampled: 0,
+        victim: None,
+    }))
 }
 
 /// The memory chart's SVG.
@@ -188,6 +213,7 @@ async fn home_page_names_every_process_in_every_chart() {
         assert_eq!(memory.matches("<polygon").count(), names.len() + 1, "one area per process in {range}");
         assert!(memory.contains("refuse 85%") && memory.contains("abort 92%"));
         assert!(!memory.contains("guard kill"), "no kill, no marker and no legend entry");
+        assert!(!memory.contains("guard recycle") && !memory.contains("<title>"), "no recycle, no marker");
         assert!(html.contains("<td class=\"l\">tx&lt;3&gt;</td>"), "status strip escapes names");
         assert!(html.contains("history is not persisted: &lt;locked&gt;"));
     }
@@ -234,6 +260,7 @@ async fn memory_beyond_the_sampled_processes_is_shown() {
         brake: None,
         held: None,
         kills: Vec::new(),
+        recycles: Vec::new(),
         unsampled: 3,
         victim: None,
     };
@@ -261,6 +288,7 @@ async fn the_victims_requests_are_listed_escaped() {
         brake: None,
         held: None,
         kills: Vec::new(),
+        recycles: Vec::new(),
         unsampled: 0,
         victim: Some(victim),
     };
@@ -282,6 +310,7 @@ async fn the_page_opens_on_the_span_the_data_fills_and_refreshes_in_place() {
             brake: None,
             held,
             kills: Vec::new(),
+            recycles: Vec::new(),
             unsampled: 0,
             victim: None,
         };
@@ -311,6 +340,7 @@ async fn a_kill_of_the_guard_is_marked_on_the_memory_chart_only() {
         brake: None,
         held: None,
         kills: vec![90],
+        recycles: Vec::new(),
         unsampled: 0,
         victim: None,
     };
@@ -321,6 +351,40 @@ async fn a_kill_of_the_guard_is_marked_on_the_memory_chart_only() {
     assert_eq!(memory.iter().filter(|t| *t == "tx&lt;3&gt;").count(), 2, "the legend and the kill's label: {memory:?}");
     let others = html.split("id=\"chart-requests\"").nth(1).expect("the other charts");
     assert!(!others.contains("guard kill"));
+}
+
+#[tokio::test]
+async fn a_recycle_of_the_guard_is_marked_apart_from_its_kills_on_the_memory_chart_only() {
+    let fake = || Fake {
+        names: vec!["a".into(), "tx<1>".into(), "tx2".into()],
+        oom_kills: None,
+        brake: None,
+        held: None,
+        kills: vec![90],
+        recycles: vec![200],
+        unsampled: 0,
+        victim: None,
+    };
+    let (status, html) = get(web::router(Arc::new(fake())), "/?range=5m").await;
+    assert_eq!(status, StatusCode::OK);
+    let memory = memory_chart(&html);
+    let texts = texts(memory);
+    assert!(texts.iter().any(|t| t == "guard recycle") && texts.iter().any(|t| t == "guard kill"), "{texts:?}");
+    assert!(texts.iter().any(|t| t == "tx&lt;1&gt; recycled"), "the recycle's label: {texts:?}");
+    assert!(texts.iter().any(|t| t == "tx2"), "the kill's label, without recycled: {texts:?}");
+    let title = memory.split_once("<title>").and_then(|(_, t)| t.split_once("</title>")).map(|(t, _)| t);
+    assert_eq!(
+        title,
+        Some("tx&lt;1&gt; (pid 102) recycled with SIGTERM: it obeyed the abort 20.0 s ago but still holds its memory"),
+        "its name, recycled, and why"
+    );
+    let others = html.split("id=\"chart-requests\"").nth(1).expect("the other charts");
+    assert!(!others.contains("guard recycle") && !others.contains("<title>"));
+    let (_, json) = get(web::router(Arc::new(fake())), "/api/v1/dashboard?range=5m").await;
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let r = &v["series"]["recycles"][0];
+    assert_eq!((r["name"].as_str(), r["signal"].as_str(), r["pid"].as_u64()), (Some("tx<1>"), Some("TERM"), Some(102)));
+    assert_eq!(v["series"]["kills"][0]["name"], "tx2", "apart from the kills");
 }
 
 #[tokio::test]
@@ -359,7 +423,8 @@ async fn an_empty_group_still_renders() {
     assert!(html.contains("no processes in the group"));
 }
 
-/// Not a test: writes the 1 h page for four processes, one OOM kill, three kills of the guard and the brake set, to
+/// Not a test: writes the 1 h page for four processes, one OOM kill, three kills and a recycle of the guard and the
+/// brake set, to
 /// /tmp/home.html to look at (`cargo test -p web --test home_page dump -- --ignored`).
 #[tokio::test]
 #[ignore = "tool, not a test: writes the page to /tmp/home.html to look at"]
@@ -372,6 +437,7 @@ async fn dump() {
         brake: Some(brake),
         held: None,
         kills: vec![600, 620, 1500],
+        recycles: vec![900],
         unsampled: 0,
         victim: None,
     };
