@@ -12,6 +12,10 @@ use std::time::Duration;
 
 mod guard;
 
+/// Rows of the guard for the tests that write them.
+#[cfg(test)]
+pub(crate) use guard::tests as fixtures;
+
 /// The tables. `cluster_event`'s unique key, which starts with the time, is also its index on time; its rowid keeps
 /// the order in which events of the same millisecond were seen; so do `guard_kill`'s and `guard_recycle`'s. A table
 /// added since (every one after `process_minute`) is created when the agent opens a database written before it.

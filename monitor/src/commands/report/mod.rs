@@ -1,10 +1,10 @@
 //! `monitor report [--date YYYY-MM-DD] [--json] [--png FILE]`: one UTC day from the stats database: peak and mean
-//! memory per process, requests per process and in total, refusals, aborts, restarts, and under `[cluster]` the
-//! membership's events; `--png` draws the day ([`png`]).
+//! memory per process, requests per process and in total, refusals, aborts, restarts, the guard's kills and
+//! recycles, and under `[cluster]` the membership's events; `--png` draws the day ([`png`]).
 
 pub mod png;
 
-use crate::history::events::{ClusterEvent, KillEvent};
+use crate::history::events::{ClusterEvent, KillEvent, RecycleEvent};
 use crate::history::ring::{Labels, Minute};
 use crate::history::store::Store;
 use crate::history::HistoryError;
@@ -66,6 +66,10 @@ pub struct DayReport {
     /// database from before they were kept).
     #[serde(default)]
     pub kills: Vec<KillEvent>,
+    /// The guard's recycles that day (graceful restarts: sent, not sent, or decided in shadow mode), oldest first,
+    /// apart from the kills (empty in a report of a database from before they were kept).
+    #[serde(default)]
+    pub recycles: Vec<RecycleEvent>,
     /// Under `monitor run`: the requests that grew memory that day, per route key, the largest p99 growth first
     /// (empty in a report of a database from before they were kept).
     #[serde(default)]
@@ -184,6 +188,7 @@ pub(crate) fn summarize(date: &str, minutes: &[Minute], labels: &Labels) -> DayR
         processes,
         cluster_events: Vec::new(),
         kills: Vec::new(),
+        recycles: Vec::new(),
         routes: Vec::new(),
     }
 }
@@ -207,9 +212,10 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
     let minutes = store.minutes(day_start, day_start + 86_400, &mut labels).map_err(not_a_database)?;
     let events = store.events(day_start, day_start + 86_400).map_err(not_a_database)?;
     let kills = store.kills(day_start, day_start + 86_400).map_err(not_a_database)?;
+    let recycles = store.recycles(day_start, day_start + 86_400).map_err(not_a_database)?;
     let routes = route_days(store.routes(day_start, day_start + 86_400).map_err(not_a_database)?);
     let date = civil_from_days(day_start / 86_400);
-    let report = DayReport { cluster_events: events, kills, routes, ..summarize(&date, &minutes, &labels) };
+    let report = DayReport { cluster_events: events, kills, recycles, routes, ..summarize(&date, &minutes, &labels) };
     Ok((report, minutes, labels))
 }
 
@@ -257,6 +263,7 @@ pub fn text(r: &DayReport) -> String {
     }
     routes_text(&mut o, &r.routes);
     kills_text(&mut o, &r.kills);
+    recycles_text(&mut o, &r.recycles);
     cluster_text(&mut o, &r.cluster_events);
     o
 }
@@ -307,6 +314,42 @@ fn kills_text(o: &mut String, kills: &[KillEvent]) {
             k.pid,
             crate::base::units::size(k.rss_bytes),
             k.reason
+        );
+    }
+}
+
+/// The "recycles" section: the day's graceful restarts by the guard, each with its time, process, the signal sent
+/// and the reason; nothing when there are none.
+fn recycles_text(o: &mut String, recycles: &[RecycleEvent]) {
+    if recycles.is_empty() {
+        return;
+    }
+    let sent = recycles.iter().filter(|r| r.enforced && r.error.is_none()).count();
+    let shadow = recycles.iter().filter(|r| !r.enforced).count();
+    let failed = recycles.len() - sent - shadow;
+    let _ = writeln!(
+        o,
+        "\nrecycles: {} graceful restarts by the guard ({sent} sent, {shadow} shadow: not enforced, {failed} not sent)",
+        recycles.len()
+    );
+    let _ = writeln!(o, "{:<14} {:<20} {:>8} {:>12} {:<7} REASON", "TIME (UTC)", "PROCESS", "PID", "ANON", "SIGNAL");
+    for r in recycles {
+        let note = match (&r.error, r.enforced) {
+            (_, false) => " (shadow: not enforced)".to_string(),
+            (Some(e), true) => format!(" (not sent: {e})"),
+            (None, true) if r.drained_ms > 0 => format!(" (after {:.1} s of draining)", r.drained_ms as f64 / 1000.0),
+            (None, true) => String::new(),
+        };
+        let process: String = r.process.chars().map(|c| if c.is_control() { '?' } else { c }).take(20).collect();
+        let _ = writeln!(
+            o,
+            "{:<14} {:<20} {:>8} {:>12} {:<7} {}{note}",
+            time_of_day(r.at_unix_ms),
+            process,
+            r.pid,
+            crate::base::units::size(r.anon_bytes),
+            r.signal.as_deref().unwrap_or("-"),
+            r.reason
         );
     }
 }
@@ -517,6 +560,53 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The day's recycles, in a section of their own: counted, listed with their signal and reason, and in the
+    /// JSON apart from the kills.
+    #[test]
+    fn the_days_recycles_are_counted_and_listed_apart_from_the_kills() {
+        use crate::history::store::fixtures::{kill, recycle};
+        let dir = monitor_tests::temp_dir("report-recycles");
+        let path = dir.join("stats.db");
+        let day = parse_date("2024-03-01").expect("a date");
+        let at = |s: u64| (day + s) * 1000 + 250;
+        let recycles = [
+            recycle(at(3_600), 11, true),
+            recycle(at(7_200), 12, false),
+            RecycleEvent { error: Some("no [actions] recycle_signal is set".into()), ..recycle(at(7_300), 13, true) },
+        ];
+        {
+            let mut store = Store::open(&path).expect("open");
+            store.insert_recycles(&[recycle(at(0) - 1_000, 9, true), recycle(at(86_400), 10, true)]).expect("around");
+            store.insert_recycles(&recycles).expect("recycles");
+            store.insert_kills(&[kill(at(3_000), 21, true)]).expect("a kill");
+        }
+        let (r, _, _) = load(&path, day).expect("load");
+        assert_eq!(r.recycles, recycles, "the day's, oldest first");
+        assert_eq!(r.kills.iter().map(|k| k.pid).collect::<Vec<_>>(), [21], "the kills apart");
+        let text = text(&r);
+        let section: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("recycles:")).collect();
+        assert_eq!(
+            section.first(),
+            Some(&"recycles: 3 graceful restarts by the guard (1 sent, 1 shadow: not enforced, 1 not sent)"),
+            "{text}"
+        );
+        let row: Vec<&str> = section.get(2).map(|l| l.split_whitespace().take(6).collect()).unwrap_or_default();
+        assert_eq!(row, ["01:00:00.250", "node", "11", "280.0", "MiB", "TERM"], "{text}");
+        assert!(section.get(2).is_some_and(|l| l.ends_with("holds its memory (after 1.2 s of draining)")), "{text}");
+        assert!(section.get(3).is_some_and(|l| l.ends_with("(shadow: not enforced)")), "{text}");
+        assert!(
+            section.get(4).is_some_and(|l| l.ends_with("(not sent: no [actions] recycle_signal is set)")),
+            "{text}"
+        );
+        let kills_at = text.find("\nkills:").expect("a kills section");
+        assert!(kills_at < text.find("\nrecycles:").unwrap_or(0), "after the kills: {text}");
+        let json = serde_json::to_value(&r).expect("json");
+        assert_eq!(json["recycles"][0]["signal"], "TERM");
+        assert_eq!(json["recycles"][0]["pid"], 11);
+        assert_eq!(json["kills"][0]["pid"], 21);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_single_host_prints_no_cluster_section() {
         let r = summarize("2024-03-01", &[], &Labels::default());
@@ -527,6 +617,7 @@ mod tests {
         let mut old = json;
         old.as_object_mut().map(|o| o.remove("cluster_events"));
         old.as_object_mut().map(|o| o.remove("kills"));
+        old.as_object_mut().map(|o| o.remove("recycles"));
         let back: DayReport = serde_json::from_value(old).expect("an older report");
         assert_eq!(back, r);
     }

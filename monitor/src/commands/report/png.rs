@@ -1,6 +1,6 @@
 //! `monitor report --png FILE`: the day as the home page draws it. The page's charts (`web`'s SVG) over the UTC
-//! day, from the day's minutes with its restarts, kills and cluster members' changes marked, stacked under a title
-//! into one SVG that resvg draws into the PNG.
+//! day, from the day's minutes with its restarts, kills, recycles and cluster members' changes marked, stacked under
+//! a title into one SVG that resvg draws into the PNG.
 //!
 //! Text is set in a TTF read at run time (Debian's fonts-dejavu-core), loaded into resvg's font database as its
 //! `sans-serif`, the family the charts name; with no usable font the charts are drawn without text and the caller
@@ -52,14 +52,15 @@ pub(crate) fn find_font(paths: &[&str]) -> Option<(PathBuf, Arc<fontdb::Database
     })
 }
 
-/// The home page's view of the day starting at `day_start`: its minutes in the day range's buckets, its kills and
-/// cluster events marked, the time axis in UTC time of day. The thresholds are not kept: no refuse/abort lines.
+/// The home page's view of the day starting at `day_start`: its minutes in the day range's buckets, its kills,
+/// recycles and cluster events marked, the time axis in UTC time of day. The thresholds are not kept: no refuse/abort lines.
 pub fn dashboard(r: &DayReport, minutes: &[Minute], labels: &Labels, day_start: u64) -> Dashboard {
     let end_ms = (day_start + 86_400) * 1000;
     let minutes: VecDeque<Arc<Minute>> = minutes.iter().cloned().map(Arc::new).collect();
     // Asked a second before the day's end, the day range's buckets are the day's.
     let mut series = query::series(&VecDeque::new(), &minutes, labels, end_ms - 1000, Range::Day, PLOT_WIDTH);
     series.kills = query::kills(&r.kills.iter().cloned().map(Arc::new).collect(), &series);
+    series.recycles = query::recycles(&r.recycles.iter().cloned().map(Arc::new).collect(), &series);
     series.members = r
         .cluster_events
         .iter()
@@ -266,6 +267,26 @@ mod tests {
         assert!(count(&marked, up) > 200, "the join is marked");
         assert!(count(&marked, down) > 200, "the death is marked");
         assert_eq!((count(&unmarked, up), count(&unmarked, down)), (0, 0));
+    }
+
+    #[test]
+    fn recycles_are_marked_apart_from_kills() {
+        use crate::history::store::fixtures::{kill, recycle};
+        let (minutes, labels, start) = day();
+        let quiet = summarize(&date_of(start), &minutes, &labels);
+        let at = |hour: u64| (start + hour * 3600) * 1000;
+        let recycled = DayReport { recycles: vec![recycle(at(8), 11, true)], ..quiet.clone() };
+        let killed = DayReport { kills: vec![kill(at(16), 12, true)], ..quiet.clone() };
+        let (teal, red) = ((0, 120, 130), (220, 0, 0));
+        let draw = |r: &DayReport| png(r, &minutes, &labels, start, None);
+        let (r, k, none) = (draw(&recycled), draw(&killed), draw(&quiet));
+        // A dashed line up the memory chart, its circle and its legend entry, in a colour of its own.
+        assert!(count(&r, teal) > 150, "the recycle is marked");
+        assert_eq!(count(&r, red), 0, "not as a kill");
+        assert!(count(&k, red) > 150, "the kill is marked");
+        assert_eq!((count(&k, teal), count(&none, teal), count(&none, red)), (0, 0, 0));
+        let svg = svg(&recycled, &dashboard(&recycled, &minutes, &labels, start)).expect("svg");
+        assert!(svg.contains("<title>node (pid 11) recycled with SIGTERM: "), "why, on hover in the SVG");
     }
 
     #[test]
