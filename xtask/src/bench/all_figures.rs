@@ -286,6 +286,10 @@ fn reaction(out: &str) -> Vec<Figure> {
     let out = out.find("\nAll cells").map_or(out, |i| &out[i..]);
     let mut v = Vec::new();
     for t in tables(out) {
+        if t.col("with the agent: kernel OOM kills").is_some() {
+            v.extend(respawn(&t));
+            continue;
+        }
         let signalled = t.col("agent acted first").is_some();
         let held = t.col("held to the window's end").is_some();
         if !signalled && !held && t.col("killed by the agent").is_none() {
@@ -318,6 +322,20 @@ fn reaction(out: &str) -> Vec<Figure> {
                 v.push(fig(what("crossing 97% -> SIGKILL p99"), cell("crossing 97% -> SIGKILL").and_then(p99)));
             }
         }
+    }
+    v
+}
+
+/// The respawn cell's table (stress-ng without and with the agent): per run, the kernel's kills both ways and the
+/// agent's.
+fn respawn(t: &Table) -> Vec<Figure> {
+    let mut v = Vec::new();
+    for r in &t.rows {
+        let cell = |name: &str| t.cell(r, name).map(String::from);
+        let run = format!("respawn, run {} ({})", t.cell(r, "run").unwrap_or("?"), r[0]);
+        v.push(fig(format!("{run}: kernel OOM kills without the agent"), cell("without the agent: kernel OOM kills")));
+        v.push(fig(format!("{run}: kernel OOM kills with the agent"), cell("with the agent: kernel OOM kills")));
+        v.push(fig(format!("{run}: agent kills"), cell("agent kills")));
     }
     v
 }
