@@ -147,8 +147,6 @@ pub struct Told {
     pub id: ProcId,
     /// When it was first told (monotonic ms).
     pub since_ms: u64,
-    /// Its anon then.
-    pub anon: u64,
     /// (monotonic ms, anon) at the start of the current growth window and of the one before.
     pub mark: (u64, u64),
     pub prev: (u64, u64),
@@ -156,7 +154,7 @@ pub struct Told {
 
 impl Told {
     fn new(id: ProcId, now: u64, anon: u64) -> Told {
-        Told { id, since_ms: now, anon, mark: (now, anon), prev: (now, anon) }
+        Told { id, since_ms: now, mark: (now, anon), prev: (now, anon) }
     }
 
     /// Rolls the growth windows with the victim's anon sampled at `now`.
