@@ -165,8 +165,8 @@ impl Floor {
     /// In words, for the bench's lines.
     pub fn describe(&self) -> String {
         format!(
-            "floor: growth {:.0} MB/s (p90 {:.0}) x time to die {:.1} ms (p90 {:.1}) over {} kills: p90 {:.1} MiB \
-             against {:.1} MiB from kill_at, {:.1} MiB from abort_at to the limit",
+            "floor: growth {:.0} MB/s (p90 {:.0}), time to die {:.1} ms (p90 {:.1}) over {} kills: growth x time \
+             to die, kill by kill, p90 {:.1} MiB against {:.1} MiB from kill_at, {:.1} MiB from abort_at to the limit",
             self.rate_p50 / 1e6,
             self.rate_p90 / 1e6,
             self.die_ms_p50,
@@ -481,14 +481,14 @@ pub fn run_cell(plan: &super::Plan, bins: &super::Bins, group: &str) -> Vec<Pair
 pub fn table(pairs: &[Pair]) -> String {
     let mut out = String::from(
         "| group | run | without the agent: kernel OOM kills | with the agent: kernel OOM kills | agent kills | \
-         growth x time to die (p90) | headroom from kill_at / abort_at | stress-ng's parent ran, bystander lives |\n\
+         growth x time to die, p90 of the kills (p90 growth, p90 time to die) | headroom from kill_at / abort_at | stress-ng's parent ran, bystander lives |\n\
          | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
     );
     let mut n = 0;
     for (i, p) in pairs.iter().enumerate() {
         n = if i > 0 && pairs[i - 1].group == p.group { n + 1 } else { 1 };
         let floor = p.with.floor.map_or("n/a".to_string(), |f| {
-            format!("{:.0} MB/s x {:.1} ms = {:.1} MiB", f.rate_p90 / 1e6, f.die_ms_p90, f.bytes / MIB as f64)
+            format!("{:.1} MiB ({:.0} MB/s, {:.1} ms)", f.bytes / MIB as f64, f.rate_p90 / 1e6, f.die_ms_p90)
         });
         let ok = |r: &RespawnRun| if r.parent_ran && r.bystander_alive { "yes" } else { "NO" };
         out.push_str(&format!(

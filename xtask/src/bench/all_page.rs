@@ -235,7 +235,24 @@ pub(super) fn summary_line(line: &str) -> Option<&str> {
         && l.as_bytes()[..4].iter().all(u8::is_ascii_digit)
         && l.as_bytes()[10] == b'T'
         && [" TRACE ", " DEBUG ", " INFO ", " WARN ", " ERROR "].iter().any(|k| l.contains(k));
-    (!l.is_empty() && !harness && !log).then_some(l)
+    (!l.is_empty() && !harness && !log && !kernel_or_record(l)).then_some(l)
+}
+
+/// A line for machines, not the page: a guest kernel's console line (`[vm 6.12] [   75.812237] grower invoked
+/// oom-killer…`, the OOM killer's report of a run that expects it) or a `@@BENCH` record the figures were read from.
+fn kernel_or_record(line: &str) -> bool {
+    let mut l = line;
+    while let Some(rest) = l.strip_prefix('[') {
+        let Some((inside, after)) = rest.split_once(']') else { return false };
+        let stamp = inside.trim_start();
+        if !stamp.is_empty() && stamp.split_once('.').is_some_and(|(s, f)| {
+            !s.is_empty() && !f.is_empty() && s.bytes().chain(f.bytes()).all(|b| b.is_ascii_digit())
+        }) {
+            return true;
+        }
+        l = after.trim_start();
+    }
+    l.starts_with("@@BENCH ")
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ cgroups, load eBPF programs or start nginx); one that cannot run here says why i
 
 `cargo xtask bench all --quick` runs each with fewer rounds and shorter runs, and of the test VM's cgroup v2 cells
 of `reaction` only those at full speed on 6.12 (events, the brake, the brake before the last resort, the brake
-alone: about 15 minutes);
+alone) and five respawn runs (about 25 minutes);
 without `--quick` all of them, on both kernels, each booted under emulation, add most of an hour. Each section's
 command says what it ran with.
 `--skip name,name` leaves benchmarks out; `--only name,name` runs those again and keeps every other section as the
@@ -202,8 +202,9 @@ file of more than 65,535 processes must), named at its line. Linear validation t
             ("BENCH_REACTION_RUNS", "10"),
             ("BENCH_REACTION_VM", "6.12"),
             ("BENCH_REACTION_VM_RUNS", "5"),
-            ("BENCH_REACTION_VM_MODES", "events,brake,brake-kill,held"),
+            ("BENCH_REACTION_VM_MODES", "events,brake,brake-kill,held,respawn"),
             ("BENCH_REACTION_VM_SPEEDS", "0"),
+            ("BENCH_REACTION_VM_RESPAWN_RUNS", "5"),
         ],
         tools: &[],
         v1: true,
@@ -224,6 +225,15 @@ their own. Mode `brake-kill` (v2 only) is the same with `brake_at = 0.96`: `memo
 defaults with `brake_at = 0.96` and the last resort off (`kill = false`), so the agent's abort is ignored and
 nothing but `memory.high` at 96% of the limit slows the grower; the bench watches it for 15 s from its start and
 ends it then if the kernel has not. Runs are interleaved (run 1 of every cell, then run 2, …).
+The respawn cell (tests/src/reaction/respawn.rs) runs `stress-ng --vm 2 --vm-bytes 700M --timeout 20s`, whose
+parent starts a new worker for each one killed, in a new 512 MiB group beside a 40 MiB `alloc-hog`: once without
+an agent, then in another new group under a new release `monitor agent` with the defaults (on v2 with
+`brake_at = 0.96`). It counts the kernel's OOM kills (from the group) and the agent's kills (its `killed:` log
+lines), each also per second, and checks that stress-ng's parent ran to its end and the bystander lives. The floor:
+a thread reads the group's usage every millisecond; for each kill, the group's growth over the 20 ms before it
+times the time from the kill to the usage having fallen by half of what the victim held (as the agent counts a kill
+done); its p90 against the headroom from `kill_at` (and from `abort_at`, the lowest the kill line moves to while
+an allocator respawns) to the limit.
 
 - **agent acted first**: the grower got the signal and the group's own OOM kill count did not move.
 - **kernel OOM kills**: read from the group (v1 `memory.oom_control`, v2 `memory.events`), not from the agent.
@@ -246,14 +256,17 @@ ends it then if the kernel has not. Runs are interleaved (run 1 of every cell, t
 
 Goals: the agent acts first in every run, crossing -> signal p99 <= 20 ms, idle CPU < 0.5% of a core; stubborn and
 brake-kill: the agent's SIGKILL ends the grower and the kernel kills nobody in every run, both bystanders live;
-held: the grower at least 10x slower above 96% than before, both bystanders live. `memory.high` throttles, it does
+held: the grower at least 10x slower above 96% than before, both bystanders live; respawn: no kernel OOM kill
+under the agent (on v1 at most 1 in 20 of the agent-less run's where the floor exceeds the headroom), on v2 with
+the brake none in every run, stress-ng's parent and the bystander alive in every run. `memory.high` throttles, it does
 not stop: with no swap a grower held there keeps gaining, slowly, and with the last resort off the kernel's OOM
 killer ends it at the limit, so held's OOM kills are expected; its throttled time is the time the brake buys the
 agent.
 Knobs: `BENCH_REACTION_RUNS` (20), `BENCH_REACTION_IDLE_S` (10), `BENCH_REACTION_MODES`, `BENCH_REACTION_SPEEDS`,
-`BENCH_REACTION_CROWD` (0: sleeping processes added to each group), `BENCH_REACTION_VM` (`all`, `6.1`, `6.12`,
+`BENCH_REACTION_CROWD` (0: sleeping processes added to each group), `BENCH_REACTION_RESPAWN_RUNS` (3) and
+`BENCH_REACTION_RESPAWN_S` (20) for the respawn cell (`respawn` in the modes' list), `BENCH_REACTION_VM` (`all`, `6.1`, `6.12`,
 `none`), and `BENCH_REACTION_VM_RUNS`, `_VM_IDLE_S`, `_VM_MODES`,
-`_VM_SPEEDS` for the VM's cells apart from the host's.
+`_VM_SPEEDS`, `_VM_RESPAWN_RUNS`, `_VM_RESPAWN_S` for the VM's cells apart from the host's.
 ",
     },
     Bench {

@@ -5,6 +5,20 @@ use crate::bench::all::tests::done;
 use crate::bench::all_text::BENCHES;
 
 #[test]
+fn kernel_console_lines_and_records_are_left_out() {
+    let out = "[reaction 6.12] vm: 6.12.118\n\
+               [reaction 6.12] [   75.812237] grower invoked oom-killer: gfp_mask=0xcc0\n\
+               [   75.816014]  <TASK>\n\
+               [reaction 6.12] @@BENCH reaction {\"acted_first\":5}\n\
+               [reaction 6.12] [run 1.5] stays\n\
+               [1.] stays too\n";
+    assert_eq!(
+        markdown(out),
+        "- [reaction 6.12] vm: 6.12.118\n- [reaction 6.12] [run 1.5] stays\n- [1.] stays too\n"
+    );
+}
+
+#[test]
 fn output_becomes_markdown() {
     let out = "running 1 test\ntest x ... first line\n| a | b |\n| --- | --- |\n| 1 | 2 |\nafter\nok\n\
                2026-12-01T14:25:05.599825Z  WARN monitor::sampler: request counting is off\n\
