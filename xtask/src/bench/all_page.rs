@@ -245,9 +245,11 @@ fn kernel_or_record(line: &str) -> bool {
     while let Some(rest) = l.strip_prefix('[') {
         let Some((inside, after)) = rest.split_once(']') else { return false };
         let stamp = inside.trim_start();
-        if !stamp.is_empty() && stamp.split_once('.').is_some_and(|(s, f)| {
-            !s.is_empty() && !f.is_empty() && s.bytes().chain(f.bytes()).all(|b| b.is_ascii_digit())
-        }) {
+        if !stamp.is_empty()
+            && stamp.split_once('.').is_some_and(|(s, f)| {
+                !s.is_empty() && !f.is_empty() && s.bytes().chain(f.bytes()).all(|b| b.is_ascii_digit())
+            })
+        {
             return true;
         }
         l = after.trim_start();

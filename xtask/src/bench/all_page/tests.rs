@@ -12,10 +12,7 @@ fn kernel_console_lines_and_records_are_left_out() {
                [reaction 6.12] @@BENCH reaction {\"acted_first\":5}\n\
                [reaction 6.12] [run 1.5] stays\n\
                [1.] stays too\n";
-    assert_eq!(
-        markdown(out),
-        "- [reaction 6.12] vm: 6.12.118\n- [reaction 6.12] [run 1.5] stays\n- [1.] stays too\n"
-    );
+    assert_eq!(markdown(out), "- [reaction 6.12] vm: 6.12.118\n- [reaction 6.12] [run 1.5] stays\n- [1.] stays too\n");
 }
 
 #[test]
