@@ -3,6 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use monitor::config::paths::Readings;
 use monitor::config::route::{cache_prefix, Live, Request, Role, Route, Table};
 
 /// The default routing table over a master and two workers, built once (its regexes are the slow part).
@@ -23,7 +24,8 @@ fuzz_target!(|data: &[u8]| {
     let (path, id) = text.split_once('\0').unwrap_or((text, ""));
     let table = table();
     let prefix = (!id.is_empty()).then(|| cache_prefix(id));
-    let req = Request { path, cache_prefix: prefix, signed: false, exempt: path == "/health" };
+    let readings = Readings::of(path);
+    let req = Request { path: &readings, cache_prefix: prefix, signed: false, exempt: path == "/health" };
     for ready in [true, false] {
         let live = |i: usize| Live { ready: ready || i == 0, serving: true, outstanding: i as u32 };
         if let Route::To { index, .. } = table.select(&req, live, data.len() as u64) {

@@ -16,6 +16,7 @@ pub mod client;
 mod cluster;
 mod hooks;
 pub mod live;
+pub mod paths;
 mod position;
 mod proxy;
 mod role;

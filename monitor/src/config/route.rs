@@ -5,14 +5,16 @@
 //! 1. A cache id whose prefix (text before the first `.`) names a process goes to it. Owner down or prefix unknown:
 //!    any tx process, with `X-Route-Fallback: owner-down|unknown-prefix`. A signed (verified) id whose owner is
 //!    down is not re-routed: the caller answers 503.
-//! 2. Master-only paths (`$closure`/`%24closure` anywhere, `^/syndication`, `^/info/`) go to the master.
-//! 3. Paths outside `tx_paths` go to the master.
+//! 2. Master-only paths (`$closure`/`%24closure` anywhere, `^/syndication`, `^/info/`) go to the master: a path
+//!    any of whose readings ([`paths::Readings`]: the ways a server may read it) matches one.
+//! 3. Paths outside `tx_paths` go to the master: a path that some reading takes outside.
 //! 4. The rest: the ready, serving tx process with the fewest outstanding requests; ties rotate.
 //!
 //! The one retry of a request that failed before any response byte ([`Table::retry`]) goes to another process of
 //! the least-outstanding pool when rule 4 chose the first; the rules that name one process keep it.
 
-use regex::RegexSet;
+use super::paths::{self, Readings};
+use regex::{Regex, RegexSet};
 
 /// A process's role in the group: the config's type, named here too for the routing table's users.
 pub use crate::config::Role;
@@ -29,16 +31,24 @@ pub struct Live {
 }
 
 /// The request facts routing looks at.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
-    /// The path as received (percent-encoding kept, so `%24closure` is seen as such).
-    pub path: &'a str,
+    /// The path as received and every way a server may read it (the received one keeps its percent-encoding, so
+    /// `%24closure` is seen as such).
+    pub path: &'a Readings<'a>,
     /// The prefix of the cache id header, if the request has one.
     pub cache_prefix: Option<&'a str>,
     /// The cache id was signed by the front door and verified: never fall back to another process.
     pub signed: bool,
     /// A health path: the policy's refusal does not apply.
     pub exempt: bool,
+}
+
+impl Default for Request<'_> {
+    fn default() -> Self {
+        static ROOT: Readings<'static> = Readings::ROOT;
+        Request { path: &ROOT, cache_prefix: None, signed: false, exempt: false }
+    }
 }
 
 /// Why a fallback was taken (the `X-Route-Fallback` value).
@@ -96,7 +106,7 @@ pub struct Table {
     master: Option<usize>,
     master_paths: PathSet,
     tx_paths: PathSet,
-    /// Admin endpoints: never refused by the memory guard.
+    /// Admin endpoints: never refused by the memory guard. Matched by whole segments.
     admin_paths: PathSet,
     /// The processes least-outstanding picks from: the workers, and the master unless `master_serves_tx = false`.
     tx_pool: Vec<usize>,
@@ -115,23 +125,24 @@ impl Table {
             master: procs.iter().position(|(_, r)| *r == Role::Master),
             master_paths: PathSet::new(master_paths)?,
             tx_paths: PathSet::new(tx_paths)?,
-            admin_paths: PathSet::new(&[])?,
+            admin_paths: PathSet::segments(&[])?,
             tx_pool: (0..procs.len()).filter(|&i| procs[i].1 == Role::Worker || master_serves_tx).collect(),
         })
     }
 
     /// The table with admin endpoints: `patterns` are regexes, `exact` plain paths (each `[[process]]
-    /// admin_path`, matched as a prefix, so with its query too).
+    /// admin_path: the path and what is below it).
     pub(crate) fn with_admin_paths(mut self, patterns: &[String], exact: &[String]) -> Result<Table, TableError> {
         let mut all = patterns.to_vec();
         all.extend(exact.iter().map(|p| format!("^{}", regex::escape(p))));
-        self.admin_paths = PathSet::new(&all)?;
+        self.admin_paths = PathSet::segments(&all)?;
         Ok(self)
     }
 
-    /// True for a path of an admin endpoint ([`with_admin_paths`](Self::with_admin_paths)).
-    pub(crate) fn is_admin(&self, path: &str) -> bool {
-        self.admin_paths.is_match(path)
+    /// True for a path of an admin endpoint ([`with_admin_paths`](Self::with_admin_paths)) however a server reads
+    /// it: every reading matches a pattern, by whole segments (`^/ops` takes `/ops` and `/ops/x`, not `/opsx`).
+    pub(crate) fn is_admin(&self, path: &Readings<'_>) -> bool {
+        path.all(|r| self.admin_paths.is_segments_match(r))
     }
 
     pub fn len(&self) -> usize {
@@ -178,8 +189,8 @@ impl Table {
                 other => other,
             };
         }
-        let master_only = self.master_paths.is_match(req.path);
-        if master_only || !self.tx_paths.is_match(req.path) {
+        let master_only = req.path.any(|p| self.master_paths.is_match(p));
+        if master_only || !req.path.all(|p| self.tx_paths.is_match(p)) {
             let rule = if master_only { Rule::MasterOnly } else { Rule::NotTx };
             let Some(m) = self.master else { return Route::Unavailable(Unavailable::Down) };
             let l = live(m);
@@ -247,6 +258,10 @@ struct PathSet {
     contains: Vec<memchr::memmem::Finder<'static>>,
     /// Every other pattern.
     rest: Option<RegexSet>,
+    /// Matched by whole segments ([`PathSet::segments`]): the unanchored texts (as written and in lower case), and
+    /// every other pattern alone.
+    texts: Vec<(String, String)>,
+    each: Vec<Regex>,
 }
 
 impl PathSet {
@@ -268,13 +283,48 @@ impl PathSet {
             }
         }
         let rest = if rest.is_empty() { None } else { Some(RegexSet::new(rest)?) };
-        Ok(PathSet { prefixes, contains, rest })
+        Ok(PathSet { prefixes, contains, rest, texts: Vec::new(), each: Vec::new() })
+    }
+
+    /// The set for [`PathSet::is_segments_match`].
+    fn segments(patterns: &[String]) -> Result<PathSet, regex::Error> {
+        let mut set = PathSet::new(patterns)?;
+        set.texts = std::mem::take(&mut set.contains)
+            .iter()
+            .map(|f| {
+                let t = String::from_utf8_lossy(f.needle()).into_owned();
+                let lower = t.to_ascii_lowercase();
+                (t, lower)
+            })
+            .collect();
+        if set.rest.take().is_some() {
+            set.each =
+                patterns.iter().filter(|p| literals(p).is_none()).map(|p| Regex::new(p)).collect::<Result<_, _>>()?;
+        }
+        Ok(set)
     }
 
     fn is_match(&self, path: &str) -> bool {
         self.prefixes.iter().any(|p| path.starts_with(p.as_str()))
             || self.contains.iter().any(|c| c.find(path.as_bytes()).is_some())
             || self.rest.as_ref().is_some_and(|r| r.is_match(path))
+    }
+
+    /// True when a pattern matches whole segments of `path` ([`paths::whole_segments`]). A path with no capitals
+    /// (a reading with letters folded) is compared with the texts without case.
+    fn is_segments_match(&self, path: &str) -> bool {
+        let fold = !path.bytes().any(|b| b.is_ascii_uppercase());
+        let starts = |p: &str| match path.as_bytes().get(..p.len()) {
+            Some(head) if fold => head.eq_ignore_ascii_case(p.as_bytes()),
+            Some(head) => head == p.as_bytes(),
+            None => false,
+        };
+        self.prefixes.iter().any(|p| starts(p) && paths::whole_segments(path, 0, p.len()))
+            || self.texts.iter().any(|(t, lower)| {
+                let t = if fold { lower } else { t };
+                path.match_indices(t.as_str()).any(|(i, m)| paths::whole_segments(path, i, i + m.len()))
+            })
+            || self.each.iter().any(|r| r.find_iter(path).any(|m| paths::whole_segments(path, m.start(), m.end())))
     }
 }
 
@@ -364,7 +414,7 @@ mod tests {
     }
 
     fn req<'a>(path: &'a str, cache: Option<&'a str>) -> Request<'a> {
-        Request { path, cache_prefix: cache, ..Request::default() }
+        Request { path: Box::leak(Box::new(Readings::of(path))), cache_prefix: cache, ..Request::default() }
     }
 
     #[test]
@@ -451,7 +501,8 @@ mod tests {
     fn admin_paths_are_the_patterns_and_the_processes_own_paths() {
         let procs = [("m0".to_string(), Role::Master)];
         let t = Table::new(&procs, &[], &["^/".to_string()], true).expect("valid table");
-        assert!(!t.is_admin("/admin/memory"), "no admin path unless configured");
+        let admin = |t: &Table, p: &str| t.is_admin(&Readings::of(p));
+        assert!(!admin(&t, "/admin/memory"), "no admin path unless configured");
         let t = t
             .with_admin_paths(
                 &["^/ops/".to_string(), "reload$".to_string()],
@@ -459,10 +510,10 @@ mod tests {
             )
             .expect("valid patterns");
         for p in ["/ops/x", "/x/reload", "/admin/memory", "/admin/memory/2", "/a.b"] {
-            assert!(t.is_admin(p), "{p}");
+            assert!(admin(&t, p), "{p}");
         }
-        for p in ["/", "/ops", "/reload/x", "/admin/mem", "/aXb", "/r4/admin/memory"] {
-            assert!(!t.is_admin(p), "{p}");
+        for p in ["/", "/ops", "/reload/x", "/admin/mem", "/aXb", "/r4/admin/memory", "/admin/memoryx", "/x/reloadx"] {
+            assert!(!admin(&t, p), "{p}");
         }
     }
 

@@ -211,9 +211,12 @@ pub(crate) fn is_id(seg: &[u8]) -> bool {
     (digits > 0 && (digits == seg.len() || seg.len() >= 6)) || seg.len() >= 16
 }
 
-/// The route key of a request: its method and its path with the ids folded (`GET /Patient/:id`, see [`is_id`]). Cut
-/// to 96 bytes; a path that is not one (`*`) is kept as is.
+/// The route key of a request: its method and its path with the ids folded (`GET /Patient/:id`, see [`is_id`]).
+/// The path is read once the way a servlet container reads it ([`crate::config::paths::canonical`]: `;` parameters
+/// cut, escapes decoded, dot segments resolved), so its re-spellings share a key; a control character that decoding
+/// gave is written back as its escape. Cut to 96 bytes; a path that is not one (`*`) is kept as is.
 pub fn route_key(method: &str, path: &str) -> String {
+    let path = crate::config::paths::canonical(path);
     let mut key = String::with_capacity(method.len() + path.len().min(KEY_MAX) + 1);
     key.push_str(method);
     key.push(' ');
@@ -224,7 +227,16 @@ pub fn route_key(method: &str, path: &str) -> String {
         if is_id(seg.as_bytes()) {
             key.push_str(":id");
         } else {
-            key.push_str(seg);
+            for c in seg.chars() {
+                if c.is_control() {
+                    let mut b = [0; 4];
+                    for byte in c.encode_utf8(&mut b).bytes() {
+                        key.push_str(&format!("%{byte:02X}"));
+                    }
+                } else {
+                    key.push(c);
+                }
+            }
         }
         if key.len() >= KEY_MAX {
             break;
@@ -250,6 +262,18 @@ mod tests {
         assert_eq!(route_key("GET", "/"), "GET /");
         let long = format!("/{}", ["seg"; 100].join("/"));
         assert!(route_key("GET", &long).len() <= KEY_MAX);
+    }
+
+    #[test]
+    fn re_spellings_of_a_path_share_its_key() {
+        let key = route_key("GET", "/r4/Patient/123");
+        for p in
+            ["/r4;x/Patient/123", "/r4/%50atient/123", "/r4/./Patient/123", "/r4/x/../Patient/123", "/r4/Patient;a=b/9"]
+        {
+            assert_eq!(route_key("GET", p), key, "{p}");
+        }
+        assert_eq!(route_key("GET", "/a%0Ab"), "GET /a%0Ab", "no control character in a key");
+        assert_eq!(route_key("OPTIONS", "*"), "OPTIONS *");
     }
 
     #[test]

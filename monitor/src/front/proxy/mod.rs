@@ -30,6 +30,7 @@ pub mod shed;
 pub mod upstream;
 
 use crate::base::token::{HostOwner, HostTokens};
+use crate::config::paths;
 use crate::config::route::{self, Live, Route, Rule, Unavailable};
 use crate::config::ProxyConfig;
 use crate::front::launcher::Member;
@@ -451,14 +452,19 @@ impl Proxy {
         if req.method() == Method::CONNECT {
             return refuse_connect();
         }
-        if self.channel.is_channel(req.uri().path()) {
+        // Every decision about the path is made on every way the process may read it (`paths`); the path itself
+        // goes on as it came. The URI is shared, not copied.
+        let uri = req.uri().clone();
+        let readings = paths::Readings::of(uri.path());
+        if self.channel.is_channel(&readings) {
             // The agent's channel to its processes: no client may speak on it (see `channel`).
             return status(
                 StatusCode::FORBIDDEN,
                 "forbidden: this path is the memory guard's channel to its processes\n".into(),
             );
         }
-        let health = self.health_paths.iter().any(|h| h == req.uri().path());
+        // A health path, or below one, however the process reads it.
+        let health = readings.all_under(&self.health_paths);
         if health && self.draining.load(Ordering::Acquire) {
             return status(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
         }
@@ -471,7 +477,7 @@ impl Proxy {
             None => (req, peer::Here::default()),
         };
         // Health and admin paths are never refused by the memory guard.
-        let exempt = health || local.table.is_admin(req.uri().path());
+        let exempt = health || local.table.is_admin(&readings);
         let mut signed = here.signed;
         let mut cache_owner: Option<String> = None;
         if let Some(v) = req.headers().get(&self.cache_header) {
@@ -499,9 +505,13 @@ impl Proxy {
                 None => cache_owner = Some(route::cache_prefix(id).to_string()),
             }
         }
-        let rq = route::Request { path: req.uri().path(), cache_prefix: cache_owner.as_deref(), signed, exempt };
+        let rq = route::Request { path: &readings, cache_prefix: cache_owner.as_deref(), signed, exempt };
         let rotor = local.rotor.fetch_add(1, Ordering::Relaxed);
-        let (index, rule, fallback) = match local.table.select(&rq, |i| self.live(i), rotor) {
+        let route = local.table.select(&rq, |i| self.live(i), rotor);
+        // Not carried in the future past here.
+        drop(readings);
+        drop(uri);
+        let (index, rule, fallback) = match route {
             Route::To { index, rule, fallback } => (index, rule, fallback),
             Route::Unavailable(Unavailable::Shed) => return self.refused(),
             Route::Unavailable(Unavailable::Down) if signed => {
