@@ -582,7 +582,7 @@ mod tests {
     }
 
     #[test]
-    fn after_a_kill_the_next_largest_is_told_at_once_and_killed_after_its_own_wait() {
+    fn after_a_kill_the_next_largest_is_told_once_it_is_gone_and_killed_after_its_own_wait() {
         let t = Thresholds::default();
         let without_11 = |by: u64| vec![proc(10, 100), proc(12, 200 + by)];
         let ds = run(
@@ -590,16 +590,18 @@ mod tests {
             &[
                 (950, 0, three()),
                 (950, 1000, grown(30)),
-                (950, 2000, grown(60)),     // 11 killed: still growing
-                (950, 2100, without_11(0)), // 11 gone, still over: 12 told at once
-                (950, 3100, without_11(30)),
-                (950, 3900, without_11(50)), // 12's wait is not over
-                (950, 4100, without_11(70)), // now it is
+                (950, 2000, grown(60)),      // 11 killed: still growing
+                (950, 2100, without_11(0)),  // 11 gone, its memory not yet left: 12 is not told
+                (950, 3100, without_11(30)), // kill_repeat_ms later it has not left either: 12 told
+                (950, 4100, without_11(50)),
+                (950, 5000, without_11(70)), // 12's wait is not over
+                (950, 5100, without_11(80)), // now it is
             ],
         );
         assert_eq!(kills(&ds)[2], Some((11, "abort_not_obeyed")));
-        assert_eq!((ds[3].victim.map(|v| v.pid), ds[3].abort_round), (Some(12), 2));
-        assert_eq!(kills(&ds)[4..], [None, None, Some((12, "abort_not_obeyed"))]);
+        assert_eq!((ds[3].victim.map(|v| v.pid), ds[3].abort_round), (Some(11), 1));
+        assert_eq!((ds[4].victim.map(|v| v.pid), ds[4].abort_round), (Some(12), 2));
+        assert_eq!(kills(&ds)[3..], [None, None, None, None, Some((12, "abort_not_obeyed"))]);
     }
 
     #[test]

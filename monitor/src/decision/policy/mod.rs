@@ -116,10 +116,36 @@ pub struct PolicyState {
     pub victim_since_ms: u64,
     /// How many victims have been chosen since entering `aborting` (1 = the first).
     pub abort_round: u32,
+    /// The victim's anon at the last sample it was seen: what may still be leaving the group once it is gone.
+    pub victim_anon: u64,
+    /// The victim gone (it exited, or the last resort killed it) while its memory may still be charged to the group.
+    pub leaving: Option<Leaving>,
     /// The last resort's memory.
     pub kill: KillState,
     /// The recycle's memory.
     pub recycle: RecycleState,
+}
+
+/// The abort's victim, gone from the listing: a process leaves the listing before the kernel has uncharged all of its
+/// memory, so for a moment the group's usage still counts what it held. Choosing the next victim from that usage
+/// would tell an innocent process to abort (the kill step waits for its own kills the same way: `Dying`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leaving {
+    pub victim: ProcId,
+    /// When it was first seen gone (monotonic ms).
+    pub ms: u64,
+    /// The group's usage at the last sample the victim was seen in, the lowest since, and what the victim held.
+    pub usage: u64,
+    pub low: u64,
+    pub held: u64,
+}
+
+impl Leaving {
+    /// Its memory has left: the usage fell by at least half of what it held, or `wait_ms` (the kill step's
+    /// `kill_repeat_ms`) went by without that (memory no process death frees: the next victim is chosen then).
+    pub fn left(&self, now: u64, wait_ms: u64) -> bool {
+        self.low.saturating_add(self.held / 2) <= self.usage || now.saturating_sub(self.ms) >= wait_ms
+    }
 }
 
 /// The policy's output for one sample.
@@ -213,9 +239,20 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         let repeat_due =
             !entering && ratio >= t.abort_at && now.saturating_sub(prev.victim_since_ms) >= t.abort_repeat_ms;
         // The victim gone (it exited, or the last resort killed it) while the group is still over the line: the
-        // new largest is told at once, not after the repeat time.
+        // new largest is told without waiting for the repeat time, once the gone one's memory has left the group
+        // (until then the usage still counts it, and a process told then could be an innocent one: [`Leaving`]).
         let gone = prev.victim.is_some_and(|v| find(snap, v).is_none());
-        if entering || repeat_due || (prev.victim.is_none() || gone) && ratio >= t.abort_at {
+        let usage = snap.group.usage_bytes;
+        next.leaving = match (gone, prev.leaving, prev.victim) {
+            (true, Some(l), Some(v)) if l.victim == v => Some(Leaving { low: l.low.min(usage), ..l }),
+            (true, _, Some(v)) => {
+                let before = prev.kill.usage_at.map_or(usage, |(_, u)| u);
+                Some(Leaving { victim: v, ms: now, usage: before, low: before.min(usage), held: prev.victim_anon })
+            }
+            _ => None,
+        };
+        let waiting = next.leaving.is_some_and(|l| !l.left(now, t.kill_repeat_ms));
+        if entering || !waiting && (repeat_due || (prev.victim.is_none() || gone) && ratio >= t.abort_at) {
             next.victim = big.map(id);
             next.victim_since_ms = now;
             next.abort_round = if entering { 1 } else { prev.abort_round + 1 };
@@ -227,6 +264,7 @@ pub fn decide(prev: &PolicyState, snap: &Snapshot, t: &Thresholds) -> (PolicySta
         }
     }
 
+    next.victim_anon = next.victim.and_then(|v| find(snap, v)).map_or(prev.victim_anon, |p| p.anon_bytes);
     let step = kill::Step { snap, aborting: state == State::Aborting, victim: next.victim, new_victim };
     let (kill_state, kill, seen) = kill::decide(&prev.kill, &step, t);
     let unseen = state == State::Aborting && kill::unseen(snap, kill::over(snap, t.abort_at));
@@ -446,6 +484,32 @@ pub(super) mod tests {
         alone.agent_pid = 11;
         let (_, d) = decide(&PolicyState::default(), &alone, &t);
         assert_eq!((d.victim, d.largest_pid), (None, None));
+    }
+
+    #[test]
+    fn a_gone_victim_s_memory_leaves_before_the_next_is_told() {
+        let t = Thresholds::default();
+        // The largest by RSS, 40 of it anon: what its death frees.
+        let (big, small) = (ProcSample { anon_bytes: 40, ..proc(11, 200) }, proc(12, 150));
+        let (s, d) = decide(&PolicyState::default(), &snap(950, 1000, 0, vec![big.clone(), small.clone()]), &t);
+        assert_eq!(d.victim.map(|v| v.pid), Some(11));
+        // Killed: gone from the listing, what it held still charged. The other is not told to abort.
+        let (s, d) = decide(&s, &snap(950, 1000, 10, vec![small.clone()]), &t);
+        assert_eq!((d.state, d.victim.map(|v| v.pid)), (State::Aborting, Some(11)), "no new victim yet");
+        assert_eq!(d.action_for(id(&small)), Action::Refuse);
+        let (s, d) = decide(&s, &snap(940, 1000, 20, vec![small.clone()]), &t);
+        assert_eq!(d.victim.map(|v| v.pid), Some(11), "10 of its 40 left: not yet");
+        // Half of what it held has left, and the group is still over the line: the largest now is told.
+        let (_, d) = decide(&s, &snap(925, 1000, 30, vec![small.clone()]), &t);
+        assert_eq!((d.state, d.victim.map(|v| v.pid)), (State::Aborting, Some(12)));
+        // Memory that never leaves (no process's death frees it): the next is told kill_repeat_ms after.
+        let (s, _) = decide(&PolicyState::default(), &snap(950, 1000, 0, vec![big, small.clone()]), &t);
+        let (s, d) = decide(&s, &snap(950, 1000, 10, vec![small.clone()]), &t);
+        assert_eq!(d.victim.map(|v| v.pid), Some(11));
+        let (s, d) = decide(&s, &snap(950, 1000, 9 + t.kill_repeat_ms, vec![small.clone()]), &t);
+        assert_eq!(d.victim.map(|v| v.pid), Some(11));
+        let (_, d) = decide(&s, &snap(950, 1000, 10 + t.kill_repeat_ms, vec![small]), &t);
+        assert_eq!(d.victim.map(|v| v.pid), Some(12));
     }
 
     #[test]
