@@ -1,7 +1,7 @@
 //! `monitor run` (launcher, front door and agent in one process) over the fixture backend in a memory cgroup (v1 or
 //! v2): readiness and health checks, restarts, start-up, memory-driven shedding, kernel counts, its own group, as a
 //! container's PID 1, its web API, the configured names it gives its processes, its config reloads, the proof on its
-//! action POSTs, and how it stops and drains.
+//! action POSTs, how it reads request paths as the processes may (over Jetty), and how it stops and drains.
 
 mod container;
 mod counts;
@@ -12,6 +12,7 @@ mod health;
 mod memory;
 mod names;
 mod own_group;
+mod paths;
 mod proof;
 mod readiness;
 mod reload;
