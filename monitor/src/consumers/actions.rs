@@ -22,7 +22,8 @@
 //!
 //! Every POST carries the proof of [`crate::base::proof`] (`X-Monitor-Proof`), made with the group's secret
 //! ([`Signing`]): `monitor run`'s, handed to its processes at start, or the agent's `[actions] secret_file`, read
-//! again on each reload. An agent without one POSTs unsigned, and says so.
+//! again on each reload. An agent without one POSTs unsigned, and says so. The proof is made for the one receiver
+//! the POST goes to: the authority of its URL (`host:port`, the host in lower case), sent as its `Host` as well.
 
 use crate::base::ordered;
 use crate::base::proof::Key;
@@ -253,11 +254,22 @@ impl Posters {
     }
 }
 
-/// POSTs one change, with its proof made now (a change that waited behind a slow receiver is not stale when it
-/// goes).
+/// `url` with its host in lower case: the authority its proof signs and its `Host` header carries, one text, which
+/// the receiver compares with its own.
+fn lower_host(url: HttpUrl) -> HttpUrl {
+    if !url.authority().bytes().any(|b| b.is_ascii_uppercase()) {
+        return url;
+    }
+    let scheme = if url.tls() { "https" } else { "http" };
+    format!("{scheme}://{}{}", url.authority().to_ascii_lowercase(), url.path()).parse().unwrap_or(url)
+}
+
+/// POSTs one change, with its proof made now for its receiver (a change that waited behind a slow receiver is not
+/// stale when it goes).
 async fn deliver(job: Post) {
     let Post { url, body, pid, key, timed } = job;
-    let proof = match key.map(|k| k.sign("POST", url.path(), body.as_bytes())).transpose() {
+    let url = lower_host(url);
+    let proof = match key.map(|k| k.sign("POST", url.authority(), url.path(), body.as_bytes())).transpose() {
         Ok(p) => p,
         Err(e) => {
             // Sent unsigned, it would be refused, or taken by a process that should not take it.
@@ -403,6 +415,67 @@ mod tests {
         assert!(fast[0].1 < sent + Duration::from_millis(250), "the other receiver waited");
     }
 
+    /// Each POST's proof is made for the receiver it goes to, whose `Host` header names the same authority: good
+    /// there, refused by a receiver at any other address.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_post_is_proven_for_its_own_receiver() {
+        use axum::http::HeaderMap;
+        use axum::routing::post;
+        use std::sync::Mutex;
+        type Got = Arc<Mutex<Vec<(Option<String>, Option<String>, String)>>>;
+        let got: Got = Arc::default();
+        let g = got.clone();
+        let app = axum::Router::new().route(
+            "/admin/memory",
+            post(move |headers: HeaderMap, body: String| {
+                let g = g.clone();
+                async move {
+                    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+                    if let Ok(mut v) = g.lock() {
+                        v.push((h("host"), h(crate::base::proof::HEADER), body));
+                    }
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let key = Key::new(&[7; 32]).expect("32 bytes");
+        let body = r#"{"pid":42,"action":"refuse"}"#;
+        let url = format!("http://{addr}/admin/memory").parse().expect("url");
+        deliver(Post { url, body: body.into(), pid: 42, key: Some(key.clone()), timed: None }).await;
+        let got = got.lock().expect("got").clone();
+        assert_eq!(got.len(), 1, "the receiver got no POST");
+        let (host, proof, received) = &got[0];
+        let own = addr.to_string();
+        assert_eq!(host.as_deref(), Some(own.as_str()), "the Host header is not the authority signed");
+        let check = |authority: &str| {
+            crate::base::proof::Verifier::new(key.clone(), authority).verify(
+                proof.as_deref(),
+                "POST",
+                "/admin/memory",
+                received.as_bytes(),
+            )
+        };
+        assert_eq!(check(&own), Ok(()));
+        let sibling = format!("127.0.0.1:{}", addr.port().wrapping_add(1));
+        assert_eq!(check(&sibling), Err(crate::base::proof::ProofError::BadMac), "good at another receiver");
+    }
+
+    #[test]
+    fn the_host_posted_to_is_in_lower_case_and_nothing_else_changes() {
+        let lowered = |u: &str| {
+            let u = lower_host(u.parse().expect("url"));
+            (u.tls(), u.authority().to_string(), u.path().to_string())
+        };
+        assert_eq!(lowered("http://Relay.Example/x?y=Z"), (false, "relay.example:80".into(), "/x?y=Z".into()));
+        assert_eq!(lowered("HTTPS://RELAY:8443/A"), (true, "relay:8443".into(), "/A".into()));
+        assert_eq!(lowered("http://127.0.0.1:9/Admin"), (false, "127.0.0.1:9".into(), "/Admin".into()));
+        let same: HttpUrl = "http://[::1]:9/x".parse().expect("url");
+        assert_eq!(lower_host(same.clone()), same, "a URL in lower case already is posted to as written");
+    }
+
     fn proc(pid: u32) -> ProcSample {
         ProcSample::test(pid)
     }
@@ -481,13 +554,17 @@ mod tests {
         let (file, short) = (dir.join("secret"), dir.join("short"));
         std::fs::write(&file, "a".repeat(32)).expect("write");
         std::fs::write(&short, "s".repeat(31)).expect("write");
+        for f in [&file, &short] {
+            // A secret file that others can read is refused: these are kept secret.
+            std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+        }
         let cfg = |f: Option<&std::path::Path>| ActionsConfig {
             admin_path: Some("/a".into()),
             secret_file: f.map(Into::into),
             ..Default::default()
         };
         // Keys compared by a proof each makes of the same request.
-        let proof = |k: Option<&Key>| k.map(|k| k.sign_at("POST", "/a", b"{}", 1, &[0; 16]));
+        let proof = |k: Option<&Key>| k.map(|k| k.sign_at("POST", "127.0.0.1:1", "/a", b"{}", 1, &[0; 16]));
         let of = |s: &str| Key::new(s.as_bytes()).expect("32 bytes");
         let (a, b) = (of(&"a".repeat(32)), of(&"b".repeat(32)));
         let agent = Signing::FromConfig;

@@ -6,11 +6,14 @@
 //!   (`admin`: the `action` of every `POST /admin/memory` acted on, monitor's per-process action change, in order;
 //!   `relay`: `{pid, action}` of every `POST /admin/relay` acted on, monitor's `[actions] post_url`; `proof`:
 //!   `checked` or `off`; `rejected`: why each refused one was refused; `admin_log`: the last 256 POSTs on either
-//!   path as received, `{target, proof, body, verdict}`, for a test to replay);
+//!   path as received, `{target, host, proof, body, verdict}`, for a test to replay);
 //!   `/crash` exits 3.
 //! - With `MONITOR_ACTION_SECRET` (hex) in its environment, as `monitor run` hands it, the admin paths act only on
-//!   POSTs with a valid `X-Monitor-Proof` (docs/deploy.md): a missing, malformed, altered, stale or replayed one gets
-//!   401 and is only recorded. This check is written from the documented string, apart from monitor's own code.
+//!   POSTs with a valid `X-Monitor-Proof` (docs/deploy.md) for this process's own authority, `127.0.0.1:<port>` (where
+//!   it listens, whatever the request's `Host` says): a missing, malformed, altered, stale or replayed one, or one
+//!   made for another receiver, gets 401 and is only recorded. This check is written from the documented string,
+//!   apart from monitor's own code. `POST /admin/memory` acts only on a body whose `pid` is this process's own;
+//!   another gets 401 (`not my pid`) and is only recorded.
 //! - Any other path answers 200 with a JSON echo (`name`, `pid`, `method`, `path`, `xff`, `cache_id`,
 //!   `body_bytes`) and `X-Served-By: <name>`, after reading the request body.
 //! - `?cache=start` issues a cache id `<name>.<n>` in `X-Cache-Id`; a request carrying `X-Cache-Id` that this
@@ -127,7 +130,8 @@ struct State {
 const ADMIN_LOG: usize = 256;
 
 /// Checks `X-Monitor-Proof` as docs/deploy.md tells a server author to: HMAC-SHA256 over
-/// `<t>\n<n>\n<METHOD>\n<target>\n<body>`, within 30 s either side, each nonce once.
+/// `<t>\n<n>\n<METHOD>\n<authority>\n<target>\n<body>` with its own authority, within 30 s either side, each
+/// nonce once.
 mod proof {
     use hmac::{Hmac, Mac};
     use sha2::Sha256;
@@ -137,6 +141,8 @@ mod proof {
 
     pub struct Proofs {
         key: Vec<u8>,
+        /// This receiver's `host:port` as the agent addresses it: where it listens, not what a request's `Host` says.
+        authority: String,
         /// Each nonce accepted within the window, with its time.
         seen: HashMap<String, u64>,
     }
@@ -149,13 +155,13 @@ mod proof {
     }
 
     impl Proofs {
-        /// The checker of the secret in hex, at least 32 bytes.
-        pub fn from_hex(secret: &str) -> Result<Proofs, String> {
+        /// The checker of the secret in hex, at least 32 bytes, for the receiver at `authority`.
+        pub fn from_hex(secret: &str, authority: String) -> Result<Proofs, String> {
             let key = unhex(secret.trim()).ok_or("MONITOR_ACTION_SECRET is not hex")?;
             if key.len() < 32 {
                 return Err(format!("MONITOR_ACTION_SECRET is {} bytes, under 32", key.len()));
             }
-            Ok(Proofs { key, seen: HashMap::new() })
+            Ok(Proofs { key, authority: authority.to_ascii_lowercase(), seen: HashMap::new() })
         }
 
         /// Ok when `header` proves this request now; else why not.
@@ -166,7 +172,7 @@ mod proof {
                 return Err("malformed".into());
             };
             let mut m = Hmac::<Sha256>::new_from_slice(&self.key).map_err(|e| e.to_string())?;
-            m.update(format!("{t}\n{n}\n{method}\n{target}\n").as_bytes());
+            m.update(format!("{t}\n{n}\n{method}\n{}\n{target}\n", self.authority).as_bytes());
             m.update(body);
             m.verify_slice(&unhex(mac).ok_or("malformed")?).map_err(|_| "bad mac")?;
             let t: u64 = t.parse().map_err(|_| "malformed")?;
@@ -415,9 +421,12 @@ impl Body for Trickle {
 /// One POST of monitor's on an admin path: checked (when there is a secret), logged, and acted on only if good.
 async fn admin(state: &State, req: Request<Incoming>) -> Result<Response<Answer>, BoxError> {
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
-    let proof = req.headers().get("x-monitor-proof").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let header = |n: &str| req.headers().get(n).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    // The Host is only logged: the proof is checked against this process's own authority.
+    let (proof, host) = (header("x-monitor-proof"), header("host"));
     let method = req.method().to_string();
     let body = req.into_body().collect().await?.to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let verdict = match &state.proofs {
         Some(p) => match p.lock() {
             Ok(mut p) => p.check(proof.as_deref(), &method, &target, &body),
@@ -425,12 +434,16 @@ async fn admin(state: &State, req: Request<Incoming>) -> Result<Response<Answer>
         },
         None => Ok(()),
     };
+    // A process's own changes only: another process's, however proven, are not for it to act on.
+    let own = target.starts_with("/admin/relay") || v["pid"].as_u64() == Some(u64::from(std::process::id()));
+    let verdict = verdict.and_then(|()| if own { Ok(()) } else { Err("not my pid".to_string()) });
     if let Ok(mut log) = state.admin_log.lock() {
         if log.len() == ADMIN_LOG {
             log.pop_front();
         }
         log.push_back(serde_json::json!({
             "target": target,
+            "host": host,
             "proof": proof,
             "body": String::from_utf8_lossy(&body),
             "verdict": verdict.as_ref().err().map_or("accepted", String::as_str),
@@ -438,14 +451,13 @@ async fn admin(state: &State, req: Request<Incoming>) -> Result<Response<Answer>
     }
     if let Err(why) = verdict {
         if state.verbose {
-            eprintln!("{}: {target}: proof refused: {why}", state.name);
+            eprintln!("{}: {target}: refused: {why}", state.name);
         }
         if let Ok(mut r) = state.rejected.lock() {
             r.push(why.clone());
         }
-        return Ok(text(StatusCode::UNAUTHORIZED, format!("proof refused: {why}\n")));
+        return Ok(text(StatusCode::UNAUTHORIZED, format!("refused: {why}\n")));
     }
-    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let action = v["action"].as_str().unwrap_or("?").to_string();
     if target.starts_with("/admin/relay") {
         if let Ok(mut r) = state.relay.lock() {
@@ -483,11 +495,13 @@ fn main() -> ExitCode {
 
 async fn serve(args: Args) -> std::io::Result<()> {
     let addr = SocketAddr::from(([127, 0, 0, 1], args.port));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    // Its authority as the agent addresses it: the loopback address and port it listens at.
+    let authority = listener.local_addr()?.to_string();
     let proofs = match std::env::var("MONITOR_ACTION_SECRET") {
-        Ok(hex) => Some(Mutex::new(proof::Proofs::from_hex(&hex).map_err(std::io::Error::other)?)),
+        Ok(hex) => Some(Mutex::new(proof::Proofs::from_hex(&hex, authority).map_err(std::io::Error::other)?)),
         Err(_) => None,
     };
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     let state = Arc::new(State {
         name: args.name,
         issued: Mutex::new(HashSet::new()),

@@ -213,7 +213,7 @@ fn each_listening_process_is_told_on_its_own_port() {
     // The group's secret, in the file the agent reads and, as hex, in the environment of the processes.
     let secret = b"the group's action secret, 32 bytes or more";
     let secret_file = dir.join("action.secret");
-    std::fs::write(&secret_file, [&secret[..], b"\n"].concat()).expect("write the secret");
+    monitor_tests::write_secret(&secret_file, &[&secret[..], b"\n"].concat());
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let fixture = |name: &str, port: u16, cgroup: Option<&Path>, secret: &[u8]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixture-backend"));
@@ -265,13 +265,16 @@ fn each_listening_process_is_told_on_its_own_port() {
     assert_eq!(told(ports[3]), Vec::<String>::new(), "a POST was taken with another secret");
     assert_eq!(stats(ports[3])["rejected"], serde_json::json!(["bad mac", "bad mac"]));
     assert!(!agent.stderr().contains("go unsigned"), "{}", agent.stderr());
-    // post_url's POSTs carry the proof too, each with a nonce of its own, made with the file's secret.
-    let mut verifier =
-        monitor::base::proof::Verifier::new(monitor::base::proof::Key::new(secret).expect("a long secret"));
+    // post_url's POSTs carry the proof too, each with a nonce of its own, made with the file's secret for the
+    // recorder's authority, which their Host header names.
+    let authority = format!("127.0.0.1:{}", posts.port());
+    let key = monitor::base::proof::Key::new(secret).expect("a long secret");
+    let mut verifier = monitor::base::proof::Verifier::new(key, &authority);
     let got = posts.requests();
     assert_eq!(got.len(), 8, "the four processes of the group refused, then served: {got:#?}");
     for r in &got {
         let proof = r.header("x-monitor-proof");
+        assert_eq!(r.header("host"), Some(authority.as_str()), "{r:#?}");
         assert_eq!(verifier.verify(proof, &r.method, &r.path, r.body.as_bytes()), Ok(()), "{r:#?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
