@@ -2,15 +2,18 @@
 //! error naming it). Two formats (`--log-format`):
 //! - `text`: one line per event. Under systemd, when stderr is the journal (`JOURNAL_STREAM` names it), each line
 //!   starts with its syslog priority (`<4>` for a warning) and carries no timestamp or colour of its own: journald
-//!   keeps the priority (`journalctl -p warning` finds it) and stamps the time itself.
+//!   keeps the priority (`journalctl -p warning` finds it) and stamps the time itself. Every field, the message
+//!   among them, has its control characters escaped ([`crate::base::text::controls_only`]): a process name or a
+//!   request path cannot break a line in two or send the terminal an escape sequence.
 //! - `json`: one JSON object per line (`timestamp`, `level`, `target`, `message` and the event's fields), for
 //!   container log collectors.
 
 use std::fmt;
 use std::str::FromStr;
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::filter::{Directive, EnvFilter, LevelFilter};
-use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::format::{DefaultFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -51,10 +54,12 @@ pub fn init(format: LogFormat) -> Result<(), LogError> {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
-        LogFormat::Text if stderr_is_the_journal() => builder.with_ansi(false).event_format(Journal).init(),
+        LogFormat::Text if stderr_is_the_journal() => {
+            builder.with_ansi(false).fmt_fields(Escaped::default()).event_format(Journal).init()
+        }
         LogFormat::Text => {
             use std::io::IsTerminal;
-            builder.with_ansi(std::io::stderr().is_terminal()).init();
+            builder.with_ansi(std::io::stderr().is_terminal()).fmt_fields(Escaped::default()).init();
         }
     }
     Ok(())
@@ -105,6 +110,18 @@ fn priority(level: &Level) -> u8 {
         Level::WARN => 4,
         Level::INFO => 6,
         _ => 7,
+    }
+}
+
+/// The text log's fields as tracing writes them, with their control characters escaped (JSON escapes its own).
+#[derive(Default)]
+struct Escaped(DefaultFields);
+
+impl<'w> FormatFields<'w> for Escaped {
+    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
+        let mut raw = String::new();
+        self.0.format_fields(Writer::new(&mut raw), fields)?;
+        writer.write_str(&crate::base::text::controls_only(&raw))
     }
 }
 
@@ -231,6 +248,27 @@ mod tests {
         for good in ["info", "WARN", "off", "monitor=trace", "info,monitor::front::proxy=debug", " debug "] {
             assert!(parse_filter(good).is_ok(), "{good:?} refused");
         }
+    }
+
+    #[test]
+    fn a_field_or_message_cannot_break_its_line_or_send_an_escape() {
+        let out = Lines::default();
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .fmt_fields(Escaped::default())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let name = "a\nkilled: x";
+            tracing::warn!(name = %name, "killed: {}", "\x1b[2Jb\nkilled: y");
+        });
+        let text = String::from_utf8(out.0.lock().map(|v| v.clone()).unwrap_or_default()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "one event, one line: {text:?}");
+        assert!(!text.contains('\x1b'), "{text:?}");
+        // tracing writes the ESC as `\x1b` itself; the newlines are ours to escape.
+        assert!(lines[0].ends_with("killed: \\x1b[2Jb\\nkilled: y name=a\\nkilled: x"), "{text:?}");
     }
 
     #[test]

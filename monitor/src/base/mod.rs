@@ -1,5 +1,5 @@
 //! What every floor may use: small leaves that know nothing of the group (kernel files, pidfds, tokens, units,
-//! the log, systemd's notify, the actions' proofs, reaction times, ordered queues).
+//! the log, systemd's notify, the actions' proofs, reaction times, ordered queues, outside strings made safe to print).
 
 pub(crate) mod accept;
 pub(crate) mod accounts;
@@ -16,5 +16,6 @@ pub mod proof;
 pub(crate) mod reaction;
 pub(crate) mod reaper;
 pub(crate) mod reply;
+pub(crate) mod text;
 pub mod token;
 pub(crate) mod units;

@@ -1,6 +1,7 @@
 //! `monitor status` as text: the group line and a table of its processes; with `--cluster`, one row per member of
 //! the cluster from each one's own status.
 
+use crate::base::text::{controls_but_newlines, controls_only as esc};
 use crate::base::units::size;
 use crate::config::live::ReloadResult;
 use crate::view::StatusView;
@@ -53,8 +54,14 @@ fn config_lines(s: &mut String, v: &StatusView) {
     }
 }
 
-/// Renders a status document as a text table.
+/// Renders a status document as a text table. The agent's strings are its own (the process names escaped where
+/// they were read), a member's may be anything: each outside string is escaped, and what the table holds besides
+/// its line breaks is, once more, before it is printed.
 pub fn render(v: &StatusView) -> String {
+    controls_but_newlines(&table(v)).into_owned()
+}
+
+fn table(v: &StatusView) -> String {
     let g = &v.group;
     let mut s = String::new();
     let _ = writeln!(
@@ -137,9 +144,9 @@ fn last_kill(v: &StatusView, now_ms: u64) -> Option<String> {
     let ago = ago(now_ms.saturating_sub(k.unix_ms));
     let who = format!("{name} (pid {})", k.pid);
     let mut line = match (&k.error, k.enforced) {
-        (_, false) => format!("shadow: would have killed {who} {ago} (not enforced): {}", k.reason),
-        (Some(e), true) => format!("kill of {who} not sent {ago} ({e}): {}", k.reason),
-        (None, true) => format!("killed {who} {ago}: {}", k.reason),
+        (_, false) => format!("shadow: would have killed {who} {ago} (not enforced): {}", esc(&k.reason)),
+        (Some(e), true) => format!("kill of {who} not sent {ago} ({}): {}", esc(e), esc(&k.reason)),
+        (None, true) => format!("killed {who} {ago}: {}", esc(&k.reason)),
     };
     if v.policy.kills_halted {
         line.push_str("\nkills halted: three kills did not bring the group below abort_at");
@@ -164,7 +171,7 @@ pub fn render_cluster(
     statuses: &[(String, Result<StatusView, String>)],
 ) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "cluster  seen from {}, {} members\n", view.node, view.members.len());
+    let _ = writeln!(s, "cluster  seen from {}, {} members\n", esc(&view.node), view.members.len());
     let _ = writeln!(
         s,
         "{:<16} {:<8} {:>12} {:>12} {:>7}  {:<9} {:>5} {:>9} {:>8}  FRONT",
@@ -200,7 +207,7 @@ pub fn render_cluster(
                     node, state, "-", "-", "-", "-", "-", "-", "-", m.front
                 );
                 if let Some(Err(e)) = other {
-                    notes.push(format!("{}: {e}", m.node));
+                    notes.push(format!("{}: {}", esc(&m.node), esc(e)));
                 }
             }
         }
@@ -211,7 +218,7 @@ pub fn render_cluster(
             let _ = writeln!(s, "{n}");
         }
     }
-    s
+    controls_but_newlines(&s).into_owned()
 }
 
 /// `monitor status --cluster` from a node's `/api/v1/cluster/fleet`: one row per member with the figures it last
@@ -219,7 +226,7 @@ pub fn render_cluster(
 pub fn render_fleet(f: &web::view::Fleet) -> String {
     let mut s = String::new();
     let t = &f.total;
-    let _ = writeln!(s, "cluster  seen from {}, {} members, {} answering\n", f.node, t.nodes, t.answering);
+    let _ = writeln!(s, "cluster  seen from {}, {} members, {} answering\n", esc(&f.node), t.nodes, t.answering);
     let _ = writeln!(
         s,
         "{:<16} {:<8} {:>12} {:>12} {:>7}  {:<9} {:>5} {:>5} {:>9} {:>8} {:>7}  FRONT",
@@ -228,11 +235,11 @@ pub fn render_fleet(f: &web::view::Fleet) -> String {
     let mut notes = Vec::new();
     for p in &f.nodes {
         let node: String = p.node.chars().map(|c| if c.is_control() { '?' } else { c }).take(16).collect();
-        let state = if p.this { format!("{}*", p.state) } else { p.state.clone() };
-        fleet_row(&mut s, &node, &state, p.figures.as_ref(), p.front.as_deref().unwrap_or("-"));
+        let state = if p.this { format!("{}*", esc(&p.state)) } else { esc(&p.state).into_owned() };
+        fleet_row(&mut s, &node, &state, p.figures.as_ref(), &esc(p.front.as_deref().unwrap_or("-")));
         if p.stale() {
             let since = p.no_answer_s.map(|n| format!("no answer since {n:.0} s: ")).unwrap_or_default();
-            notes.push(format!("{}: {since}{}", p.node, p.error.as_deref().unwrap_or("not asked")));
+            notes.push(format!("{}: {since}{}", esc(&p.node), esc(p.error.as_deref().unwrap_or("not asked"))));
         }
     }
     fleet_row(&mut s, "fleet", "", (t.answering > 0).then_some(&t.figures), "");
@@ -242,7 +249,7 @@ pub fn render_fleet(f: &web::view::Fleet) -> String {
             let _ = writeln!(s, "{n}");
         }
     }
-    s
+    controls_but_newlines(&s).into_owned()
 }
 
 /// Whether every live member of `f` has been asked (it has figures, or an error): until then `monitor status
@@ -269,7 +276,7 @@ fn fleet_row(s: &mut String, node: &str, state: &str, f: Option<&web::view::Figu
         size(f.usage_bytes),
         size(f.limit_bytes),
         f.ratio * 100.0,
-        f.policy,
+        esc(&f.policy),
         f.processes,
         opt(f.ready),
         f.requests_total,
@@ -476,6 +483,34 @@ mod tests {
         v.kills[1].error = Some("pid 123 is gone".into());
         let line = last_kill(&v, 10_000 + 3 * 3_600_000).unwrap_or_default();
         assert!(line.starts_with("kill of tx1 (pid 123) not sent 3 h ago (pid 123 is gone)"), "{line}");
+    }
+
+    /// What a status holds that the agent did not write itself (a kill's reason, an error, a member's words) cannot
+    /// add a line to the table or reach the terminal as an escape.
+    #[test]
+    fn outside_strings_in_the_status_are_escaped() {
+        let mut v = crate::view::status_view(&Published::test(State::Aborting), &Thresholds::default());
+        v.kills = vec![crate::view::KillView {
+            pid: 9,
+            name: "x\x1b]0;owned\x07".into(),
+            role: crate::decision::snapshot::ProcessRole::Worker,
+            rss_bytes: 1,
+            anon_bytes: 1,
+            ratio: 0.97,
+            why: "over_kill_at".into(),
+            reason: "grew\nkilled: y \x1b[2J".into(),
+            round: 1,
+            unix_ms: 0,
+            enforced: true,
+            error: None,
+            sent_mono_ns: None,
+            requests: None,
+        }];
+        v.group.error = Some("bad\x1b[31m".into());
+        let text = render(&v);
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("killed: y")), "{text}");
+        assert!(text.contains("grew\\nkilled: y \\e[2J"), "{text}");
     }
 
     #[test]

@@ -94,14 +94,16 @@ pub fn start_ticks(pid: u32) -> Result<u64, String> {
 }
 
 /// Parses `/proc/<pid>/stat`. The command name is in parentheses and may itself contain spaces and `)`, so the
-/// fields are counted from the last `)`.
+/// fields are counted from the last `)`. The name is the process's own choice (`prctl(PR_SET_NAME)`): its control
+/// characters are escaped here ([`crate::base::text::escape_controls`]), so that no log line, table or alert
+/// downstream prints a newline or an escape sequence of its making.
 pub fn parse_stat(text: &str) -> Result<StatInfo, String> {
     let open = text.find('(').ok_or("stat: no '('")?;
     let close = text.rfind(')').ok_or("stat: no ')'")?;
     if close < open {
         return Err("stat: ')' before '('".into());
     }
-    let comm = text[open + 1..close].to_string();
+    let comm = crate::base::text::escape_controls(&text[open + 1..close]).into_owned();
     // After ") ": field 3 (state) is index 0, ppid (4) is 1, starttime (22) is 19.
     let rest: Vec<&str> = text[close + 1..].split_ascii_whitespace().collect();
     let field = |i: usize, name: &str| -> Result<u64, String> {
@@ -468,15 +470,16 @@ impl ProcTable {
         }
     }
 
-    /// Reads `pid`'s name again from `/proc/<pid>/comm` (it changes at `execve`); kept as it was when the file
-    /// cannot be read (the process is exiting: the next sample drops it).
+    /// Reads `pid`'s name again from `/proc/<pid>/comm` (it changes at `execve`), escaped as [`parse_stat`] escapes
+    /// it; kept as it was when the file cannot be read (the process is exiting: the next sample drops it).
     fn rename(&mut self, pid: u32, entry: &mut Entry, now: Instant) {
         let path = self.proc_root.join(pid.to_string()).join("comm");
         if let Ok(f) = File::open(path) {
             if pread_record(&f, &mut self.buf).is_ok() && !self.buf.is_empty() {
                 let name = String::from_utf8_lossy(&self.buf);
                 let name = name.strip_suffix('\n').unwrap_or(&name);
-                if name != entry.stat.comm {
+                let name = crate::base::text::escape_controls(name);
+                if *name != entry.stat.comm {
                     entry.stat.comm = name.to_string();
                 }
             }
@@ -665,6 +668,14 @@ mod tests {
         assert_eq!(s, StatInfo { comm: "a) b (c".into(), ppid: 7, start_ticks: 12345 });
         assert!(parse_stat("42 (x S 1").is_err());
         assert!(parse_stat("42 (x) S").is_err());
+    }
+
+    #[test]
+    fn a_name_with_control_characters_is_read_escaped() {
+        let t =
+            "42 (a\nkilled: x\x1b) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 1000 10 1 1 1 1 1 1 0 0 0 0";
+        let s = parse_stat(t).expect("stat");
+        assert_eq!(s.comm, "a\\nkilled: x\\e");
     }
 
     #[test]

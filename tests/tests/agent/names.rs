@@ -2,7 +2,9 @@
 //! `/api/v1/status` names the program within about a second of the exec (names are read again from
 //! `/proc/<pid>/comm` once a second). And a name no process can hide behind: one named with bytes that are not UTF-8
 //! (any process may name itself so) is sampled like any other, shown lossily, and told to abort when largest; its
-//! memory is not counted as held beyond the sampled processes.
+//! memory is not counted as held beyond the sampled processes. Nor a name that writes the log or the terminal: a
+//! process named with a newline and `killed: …`, or with a terminal's escape sequence, is killed in one log line
+//! and listed by `monitor status` with its name escaped.
 
 use monitor_tests::agent::free_port;
 use monitor_tests::{http, monitor_bin, require_group, spawn_in_cgroup, ChildGuard, Group, TempDir};
@@ -130,4 +132,67 @@ fn a_process_named_with_bytes_that_are_not_utf8_is_seen_and_is_the_one_aborted()
     assert_eq!(group["processes_unsampled"], 0, "{group}");
     assert!(group["unattributed_bytes"].as_u64().is_some_and(|b| b < 64 << 20), "{group}");
     assert_eq!(status["policy"]["unseen"], false, "{status:#}");
+}
+
+/// Names that would forge a log line (`a\nkilled: x`) or drive the terminal (`ESC [2J`, clear the screen) are
+/// escaped where the agent reads them: the two largest are killed, each in one line of the log that holds no raw
+/// control byte and no line of it starts with the forged text; `monitor status` lists the third escaped.
+#[test]
+fn names_with_a_newline_or_an_escape_cannot_forge_a_log_line_or_drive_the_terminal() {
+    let name = "names_with_a_newline_or_an_escape_cannot_forge_a_log_line_or_drive_the_terminal";
+    if !require_group(name) {
+        return;
+    }
+    let cg = Group::here("forged-names", Some(512 << 20));
+    let forger = named_holder(&cg, b"a\nkilled: x", 150);
+    let clearer = named_holder(&cg, b"\x1b[2Jbig", 120);
+    let small = named_holder(&cg, b"\x1b[2J", 1);
+    // About 60% of the limit: the kill line at 20% kills the largest at once, then the next (29% after the first).
+    let dir = TempDir::new("forged-names");
+    let config = monitor_tests::config::Config::new()
+        .lines("policy", "refuse_at = 0.1\nabort_at = 0.15\nkill_at = 0.2")
+        .probes(false)
+        .write(dir.path().join("monitor.toml"));
+    let log = dir.path().join("agent.log");
+    let log_file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let port = free_port();
+    let mut agent = ChildGuard::spawn(
+        Command::new(monitor_bin())
+            .args(["agent", "--config"])
+            .arg(&config)
+            .arg("--cgroup")
+            .arg(cg.path())
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file),
+    );
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let kill_line = |text: &str, pid: u32| {
+        text.lines().find(|l| l.contains("killed: ") && l.contains(&format!("pid={pid} "))).map(str::to_string)
+    };
+    for holder in [&forger, &clearer] {
+        monitor_tests::wait_until("the agent kills the holder", Duration::from_secs(20), || {
+            assert!(agent.wait_timeout(Duration::ZERO).is_none(), "the agent exited:\n{}", read_log());
+            kill_line(&read_log(), holder.pid())
+        });
+    }
+    let text = read_log();
+    let forged = kill_line(&text, forger.pid()).unwrap_or_default();
+    assert!(forged.contains("name=a\\nkilled: x"), "the name escaped in its line: {forged}");
+    assert!(!text.lines().any(|l| l.starts_with("killed: x")), "a forged line:\n{text}");
+    assert!(!text.contains('\x1b'), "a raw escape in the log:\n{text:?}");
+    let cleared = kill_line(&text, clearer.pid()).unwrap_or_default();
+    assert!(cleared.contains("name=\\e[2Jbig"), "the name escaped in its line: {cleared}");
+    // The status table, as a terminal would print it: the small one listed, escaped.
+    let out = Command::new(monitor_bin())
+        .args(["status", "--url", &format!("http://127.0.0.1:{port}")])
+        .output()
+        .unwrap_or_else(|e| panic!("monitor status: {e}"));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "monitor status: {}\n{table}", String::from_utf8_lossy(&out.stderr));
+    assert!(!out.stdout.contains(&0x1b), "a raw escape in the status:\n{table:?}");
+    let row = table.lines().find(|l| l.trim_start().starts_with(&small.pid().to_string()));
+    assert!(row.is_some_and(|r| r.contains("\\e[2J")), "the small one listed, escaped:\n{table}");
+    eprintln!("{name}: {forged}");
 }

@@ -4,6 +4,7 @@
 
 pub mod png;
 
+use crate::base::text::controls_only as esc;
 use crate::history::events::{ClusterEvent, KillEvent, RecycleEvent};
 use crate::history::ring::{Labels, Minute};
 use crate::history::store::Store;
@@ -219,8 +220,14 @@ pub fn load(path: &Path, day_start: u64) -> Result<(DayReport, Vec<Minute>, Labe
     Ok((report, minutes, labels))
 }
 
-/// The report as a text table.
+/// The report as a text table. Its outside strings (process names, route keys, reasons, node names) are escaped
+/// ([`crate::base::text::controls_only`]), and what the text holds besides its line breaks is, once more, before
+/// it is printed: a database written by an older agent may hold names read raw.
 pub fn text(r: &DayReport) -> String {
+    crate::base::text::controls_but_newlines(&report_text(r)).into_owned()
+}
+
+fn report_text(r: &DayReport) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -252,8 +259,8 @@ pub fn text(r: &DayReport) -> String {
         let _ = writeln!(
             o,
             "{:<20} {:<8} {:>12} {:>12} {:>10} {:>8} {:>8}",
-            p.process,
-            p.role,
+            esc(&p.process),
+            esc(&p.role),
             crate::base::units::size(p.peak_rss_bytes),
             crate::base::units::size(p.mean_rss_bytes),
             p.requests,
@@ -277,7 +284,8 @@ fn routes_text(o: &mut String, routes: &[RouteDay]) {
     let _ = writeln!(o, "{:<40} {:>10} {:>10} {:>14} {:>9}", "ROUTE", "REQUESTS", "ALONE", "P99 GROWTH", "AT ABORT");
     for r in routes {
         let p99 = format!("{}{}", crate::base::units::size(r.p99_growth_bytes), if r.p99_exact { "" } else { "*" });
-        let _ = writeln!(o, "{:<40} {:>10} {:>10} {:>14} {:>9}", r.route, r.requests, r.exact, p99, r.at_abort);
+        let route = esc(&r.route);
+        let _ = writeln!(o, "{:<40} {:>10} {:>10} {:>14} {:>9}", route, r.requests, r.exact, p99, r.at_abort);
     }
     if routes.iter().any(|r| !r.p99_exact) {
         let _ = writeln!(o, "* of requests that shared their process with others: each is given the whole growth");
@@ -302,7 +310,7 @@ fn kills_text(o: &mut String, kills: &[KillEvent]) {
     for k in kills {
         let note = match (&k.error, k.enforced) {
             (_, false) => " (shadow: not enforced)".to_string(),
-            (Some(e), true) => format!(" (not sent: {e})"),
+            (Some(e), true) => format!(" (not sent: {})", esc(e)),
             (None, true) => String::new(),
         };
         let process: String = k.process.chars().map(|c| if c.is_control() { '?' } else { c }).take(20).collect();
@@ -313,7 +321,7 @@ fn kills_text(o: &mut String, kills: &[KillEvent]) {
             process,
             k.pid,
             crate::base::units::size(k.rss_bytes),
-            k.reason
+            esc(&k.reason)
         );
     }
 }
@@ -336,7 +344,7 @@ fn recycles_text(o: &mut String, recycles: &[RecycleEvent]) {
     for r in recycles {
         let note = match (&r.error, r.enforced) {
             (_, false) => " (shadow: not enforced)".to_string(),
-            (Some(e), true) => format!(" (not sent: {e})"),
+            (Some(e), true) => format!(" (not sent: {})", esc(e)),
             (None, true) if r.drained_ms > 0 => format!(" (after {:.1} s of draining)", r.drained_ms as f64 / 1000.0),
             (None, true) => String::new(),
         };
@@ -349,7 +357,7 @@ fn recycles_text(o: &mut String, recycles: &[RecycleEvent]) {
             r.pid,
             crate::base::units::size(r.anon_bytes),
             r.signal.as_deref().unwrap_or("-"),
-            r.reason
+            esc(&r.reason)
         );
     }
 }
@@ -387,8 +395,8 @@ fn cluster_text(o: &mut String, events: &[ClusterEvent]) {
         writeln!(o, "\ncluster: {}: {}", crate::base::units::count(events.len() as u64, "event"), counts.join(", "));
     let _ = writeln!(o, "{:<14} {:<20} {:<12} FROM -> TO", "TIME (UTC)", "NODE", "WHAT");
     for e in events {
-        let from = e.from.as_deref().unwrap_or("-");
-        let _ = writeln!(o, "{:<14} {:<20} {:<12} {} -> {}", time_of_day(e.at_unix_ms), e.node, e.what, from, e.to);
+        let (node, from, to) = (esc(&e.node), esc(e.from.as_deref().unwrap_or("-")), esc(&e.to));
+        let _ = writeln!(o, "{:<14} {:<20} {:<12} {} -> {}", time_of_day(e.at_unix_ms), node, e.what, from, to);
     }
 }
 
@@ -507,6 +515,46 @@ mod tests {
         let row: Vec<&str> = section[2].split_whitespace().collect();
         assert_eq!(row, ["GET", "/heavy/:id", "3", "2", "50.4", "MiB", "1"], "{text}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A database holds what processes, clients and members said: none of it adds a line to the report or reaches
+    /// the terminal as an escape.
+    #[test]
+    fn outside_strings_in_the_report_are_escaped() {
+        let mut r = summarize("2024-03-01", &[], &Labels::default());
+        r.kills = vec![KillEvent {
+            at_unix_ms: 1000,
+            pid: 9,
+            process: "a\nkilled: x".into(),
+            role: "worker".into(),
+            why: "over_kill_at".into(),
+            reason: "a\nkilled: x grew \x1b[2J".into(),
+            rss_bytes: 1,
+            anon_bytes: 1,
+            ratio: 0.97,
+            round: 1,
+            enforced: true,
+            error: None,
+        }];
+        r.routes = vec![RouteDay {
+            route: "GET /\x1b]0;t\x07".into(),
+            requests: 1,
+            exact: 1,
+            p99_growth_bytes: 1,
+            p99_exact: true,
+            at_abort: 0,
+        }];
+        r.cluster_events = vec![ClusterEvent {
+            at_unix_ms: 1000,
+            node: "b\nkilled: z".into(),
+            what: "joined".into(),
+            from: None,
+            to: "alive".into(),
+        }];
+        let text = text(&r);
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("killed: ")), "{text}");
+        assert!(text.contains("a\\nkilled: x grew \\e[2J") && text.contains("b\\nkilled: z"), "{text}");
     }
 
     #[test]

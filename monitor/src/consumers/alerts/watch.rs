@@ -97,19 +97,21 @@ pub(crate) fn cluster_conditions(members: &crate::cluster::Members) -> Vec<(Stri
         .iter()
         .filter(|m| !m.this)
         .map(|m| {
+            // The member's name and processes are what its datagrams said: escaped for the alert's text.
+            let esc = |s: &str| crate::base::text::escape_controls(s).into_owned();
+            let (name, processes) = (esc(&m.id.name), m.id.processes.iter().map(|p| esc(p)).collect::<Vec<_>>());
             let down = matches!(m.state, State::Suspect | State::Dead).then(|| {
                 Condition::new(names::CLUSTER_MEMBER_DOWN)
-                    .label("member", m.id.name.clone())
+                    .label("member", name.clone())
                     .annotate("state", m.state.as_str())
                     .annotate("gossip", m.id.gossip.to_string())
-                    .annotate("processes", m.id.processes.join(","))
+                    .annotate("processes", processes.join(","))
                     .annotate(
                         "summary",
                         format!(
-                            "cluster member {} is {}: requests for its caches ({}) cannot be served",
-                            m.id.name,
+                            "cluster member {name} is {}: requests for its caches ({}) cannot be served",
                             m.state.as_str(),
-                            m.id.processes.join(", ")
+                            processes.join(", ")
                         ),
                     )
             });
