@@ -21,6 +21,7 @@ mod position;
 mod proxy;
 mod role;
 pub mod route;
+mod secret;
 mod signal;
 mod url;
 mod validate;
@@ -332,14 +333,10 @@ impl ActionsConfig {
         (self.post_url.is_some() || self.admin_path.is_some()) && self.secret_file.is_none()
     }
 
-    /// The secret of `secret_file`, less a trailing newline (None when unset); an error names the file.
+    /// The secret of `secret_file`, less a trailing newline (None when unset); an error names the file, and one
+    /// that others may read is refused ([`secret::read`]).
     pub fn secret(&self) -> Result<Option<Vec<u8>>, String> {
-        let Some(f) = &self.secret_file else { return Ok(None) };
-        let mut b = std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?;
-        while b.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
-            b.pop();
-        }
-        Ok(Some(b))
+        self.secret_file.as_deref().map(secret::read).transpose()
     }
 }
 
@@ -494,6 +491,7 @@ mod tests {
         let _ = std::fs::create_dir_all(&dir);
         let secret = dir.join("secret");
         let _ = std::fs::write(&secret, "pa:ss\n");
+        let _ = std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600));
         let mut a = AlertsConfig { bearer_token_file: Some(secret.clone()), ..AlertsConfig::default() };
         assert_eq!(a.authorization(), Ok(Some("Bearer pa:ss".to_string())));
         a.bearer_token_file = None;
@@ -503,6 +501,10 @@ mod tests {
         a.basic_auth = Some(BasicAuth { username: "m".into(), password_file: dir.join("missing") });
         assert!(a.authorization().is_err_and(|e| e.contains("missing")));
         assert_eq!(AlertsConfig::default().authorization(), Ok(None));
+        // A token others can read is refused, as every secret file.
+        let _ = std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644));
+        a.basic_auth = Some(BasicAuth { username: "m".into(), password_file: secret.clone() });
+        assert!(a.authorization().is_err_and(|e| e.contains("is mode 0644 (readable by others): run chmod 600")));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -525,6 +527,8 @@ mod tests {
         assert!(e.contains("alertname is the alert's own label"), "{e}");
         let e = err("[web]\nexternal_url = \"mon.example\"\n");
         assert!(e.starts_with("m.toml:2: web.external_url:"), "{e}");
+        let e = err("[alerts]\ncommand = [\"true\"]\ncommand_user = \"no-such-user-for-monitor\"\n");
+        assert_eq!(e, "m.toml:3: alerts.command_user: no user \"no-such-user-for-monitor\" on this host");
         let e = err("[alerts]\nbearer_token_file = \"/etc/hostname\"\nbasic_auth = { username = \"u\", password_file = \"/etc/hostname\" }\n");
         assert!(e.contains("not both"), "{e}");
     }

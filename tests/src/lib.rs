@@ -45,7 +45,7 @@ pub use group::{Group, Hierarchy};
 pub use hog::Hog;
 pub use recorder::Recorder;
 pub use require::{in_ci, is_root, on_path, require, require_group, require_program, require_root, require_v1};
-pub use temp::{temp_dir, TempDir};
+pub use temp::{temp_dir, write_secret, TempDir};
 
 /// One mebibyte.
 pub const MIB: u64 = 1024 * 1024;

@@ -124,6 +124,7 @@ pub fn reload(running: &Config, new: &Config, mode: Mode) -> Reload {
         "proxy.track_query" => Restart proxy.track_query;
         "process" => Restart processes;
         "alerts.command" => Live alerts.command;
+        "alerts.command_user" => Live alerts.command_user;
         "alerts.command_timeout_s" => Live alerts.command_timeout_s;
         "alerts.webhook" => Live alerts.webhook;
         "alerts.alertmanager" => Live alerts.alertmanager;
@@ -226,8 +227,12 @@ mod tests {
 
     #[test]
     fn the_actions_secret_is_live_for_the_agent_and_kept_by_monitor_run() {
-        // A path the validation can read: the test's own source, over 32 bytes.
-        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/src/config/changes.rs");
+        // A secret the validation can read: 32 bytes, mode 0600.
+        let dir = std::env::temp_dir().join(format!("monitor-changes-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("secret");
+        crate::config::secret::write_for_test(&path, &"k".repeat(32));
+        let file = path.to_str().expect("a UTF-8 temp dir");
         let new = cfg(&format!("[actions]\nsecret_file = {file:?}\n"));
         let r = reload(&cfg(""), &new, Mode::Agent);
         assert_eq!((r.live(), r.restart()), (vec!["actions.secret_file"], vec![]));
@@ -235,6 +240,7 @@ mod tests {
         let r = reload(&cfg(""), &new, Mode::Run);
         assert_eq!((r.live(), r.restart()), (vec![], vec!["actions.secret_file"]));
         assert_eq!(r.config.actions.secret_file, None, "the running value is kept");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

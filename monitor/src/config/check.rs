@@ -226,8 +226,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("monitor-check-{}-action-secret", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let (long, short) = (dir.join("long"), dir.join("short"));
-        std::fs::write(&long, format!("{}\n", "k".repeat(32))).expect("write");
-        std::fs::write(&short, format!("{}\n", "k".repeat(31))).expect("write");
+        crate::config::secret::write_for_test(&long, &format!("{}\n", "k".repeat(32)));
+        crate::config::secret::write_for_test(&short, &format!("{}\n", "k".repeat(31)));
         let actions = |file: &std::path::Path| format!("[actions]\nadmin_path = \"/a\"\nsecret_file = {:?}\n", file);
         // Signed: no warning, in either mode.
         let f = File::new("secret-long", &actions(&long));
@@ -238,6 +238,14 @@ mod tests {
         assert!(got[0].starts_with("m.toml:3: actions.secret_file: is 31 bytes, must be at least 32"), "{got:?}");
         let got = problems("secret-missing", &actions(&dir.join("missing")), None);
         assert!(got[0].starts_with("m.toml:3: actions.secret_file:") && got[0].contains("missing"), "{got:?}");
+        // One others can read: named with its mode and the fix.
+        let open = dir.join("open");
+        std::fs::write(&open, format!("{}\n", "k".repeat(32))).expect("write");
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
+        let got = problems("secret-open", &actions(&open), None);
+        let o = open.display();
+        let want = format!("m.toml:3: actions.secret_file: {o} is mode 0644 (readable by others): run chmod 600 {o}");
+        assert_eq!(got, [want]);
         // The agent's POSTs without a secret: accepted, and named.
         let f = File::new("unsigned", "[policy]\nshadow = true\n\n[actions]\npost_url = \"http://127.0.0.1:1/m\"\n");
         let c = check(&f.0, None).expect("unsigned is allowed");

@@ -97,18 +97,12 @@ impl ClusterConfig {
         SocketAddr::new(self.gossip_addr().ip(), proxy_listen.port())
     }
 
-    /// The cluster secret: `secret`, or the contents of `secret_file` less a trailing newline.
+    /// The cluster secret: `secret`, or the contents of `secret_file` less a trailing newline (a file others may
+    /// read is refused: [`super::secret::read`]).
     pub(crate) fn secret_bytes(&self) -> Result<Vec<u8>, String> {
         match (&self.secret, &self.secret_file) {
             (Some(s), None) => Ok(s.as_bytes().to_vec()),
-            (None, Some(f)) => std::fs::read(f)
-                .map(|mut b| {
-                    while b.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
-                        b.pop();
-                    }
-                    b
-                })
-                .map_err(|e| format!("{}: {e}", f.display())),
+            (None, Some(f)) => super::secret::read(f),
             (Some(_), Some(_)) => Err("give secret or secret_file, not both".into()),
             (None, None) => Err("needs secret or secret_file".into()),
         }
@@ -187,9 +181,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("monitor-cluster-secret-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let long = dir.join("long");
-        std::fs::write(&long, "0123456789abcdef0123456789abcdef\n").expect("write");
+        crate::config::secret::write_for_test(&long, "0123456789abcdef0123456789abcdef\n");
         let short = dir.join("short");
-        std::fs::write(&short, "0123456789abcdef0123456789abcde\n").expect("write");
+        crate::config::secret::write_for_test(&short, "0123456789abcdef0123456789abcde\n");
         let base = "[proxy]\nlisten = \"127.0.0.2:8080\"\n[cluster]\nlisten = \"127.0.0.2:7946\"\n";
         let c = ok(&format!("{base}secret_file = {:?}\n", long.display().to_string()));
         assert_eq!(c.secret_bytes(), Ok(b"0123456789abcdef0123456789abcdef".to_vec()));
@@ -197,6 +191,14 @@ mod tests {
         assert!(e.starts_with("m.toml:5: cluster.secret_file: is 31 bytes"), "{e}");
         let e = err(&format!("{base}secret_file = {:?}\n", dir.join("missing").display().to_string()));
         assert!(e.starts_with("m.toml:5: cluster.secret_file:") && e.contains("missing"), "{e}");
+        // One its group can read: refused, with the fix.
+        std::fs::set_permissions(&long, std::os::unix::fs::PermissionsExt::from_mode(0o640)).expect("chmod");
+        let e = err(&format!("{base}secret_file = {:?}\n", long.display().to_string()));
+        let l = long.display();
+        assert_eq!(
+            e,
+            format!("m.toml:5: cluster.secret_file: {l} is mode 0640 (readable by its group): run chmod 600 {l}")
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

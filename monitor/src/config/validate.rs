@@ -283,14 +283,20 @@ fn alerts(a: &AlertsConfig, out: &mut Vec<Problem>) {
     if a.bearer_token_file.is_some() && a.basic_auth.is_some() {
         out.push(problem(&[Key("alerts"), Key("basic_auth")], "give bearer_token_file or basic_auth, not both"));
     }
-    let files = [("ca_file", a.ca_file.as_ref()), ("bearer_token_file", a.bearer_token_file.as_ref())];
-    let password = a.basic_auth.as_ref().map(|b| &b.password_file);
-    for (k, f) in files.into_iter().chain([("basic_auth", password)]) {
-        if let Some(Err(e)) = f.map(std::fs::File::open) {
-            out.push(problem(
-                &[Key("alerts"), Key(k)],
-                format!("{}: {e}", f.map(|p| p.display().to_string()).unwrap_or_default()),
-            ));
+    if let Some(Err(e)) = a.ca_file.as_ref().map(std::fs::File::open) {
+        let f = a.ca_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+        out.push(problem(&[Key("alerts"), Key("ca_file")], format!("{f}: {e}")));
+    }
+    let password = a.basic_auth.as_ref().map(|b| b.password_file.as_path());
+    for (k, f) in [("bearer_token_file", a.bearer_token_file.as_deref()), ("basic_auth", password)] {
+        if let Some(Err(e)) = f.map(super::secret::read) {
+            out.push(problem(&[Key("alerts"), Key(k)], e));
+        }
+    }
+    // The command's user, looked up as a root agent does at start (a user named in the file always: it must exist).
+    if a.command_user.is_some() || (a.command.is_some() && crate::base::nocaps::is_root()) {
+        if let Err(e) = a.command_ids() {
+            out.push(problem(&[Key("alerts"), Key("command_user")], e.to_string()));
         }
     }
     // Prometheus' label names: [a-zA-Z_][a-zA-Z0-9_]*, the __ prefix reserved; alertname is the agent's.

@@ -48,7 +48,7 @@ fn an_https_webhook_behind_a_private_ca_gets_the_alert_with_its_token_and_a_400_
     // The webhook refuses the first POST with 400 and takes the others.
     let hook = Recorder::start_tls(&[400], 200, Path::new(&cert), Path::new(&key));
     let token = dir.join("token");
-    std::fs::write(&token, "s3cret-token\n").unwrap_or_else(|e| panic!("{e}"));
+    monitor_tests::write_secret(&token, b"s3cret-token\n");
     let config = Config::new()
         .set("alerts", "webhook", hook.url("/hook"))
         .set("alerts", "ca_file", ca.as_str())

@@ -153,6 +153,7 @@ const INVALID: &[(&str, &[&str], &[usize])] = &[
     ("group-unknown.toml", &["process[0].group", "no group \"no-such-group-for-monitor\""], &[7]),
     ("user-negative.toml", &["user", "-5 is not an id"], &[6]),
     ("actions-secret-file-missing.toml", &["actions.secret_file", "/nonexistent/monitor-test-action.secret"], &[5]),
+    ("alerts-command-user-unknown.toml", &["alerts.command_user", "no user \"no-such-user-for-monitor\""], &[4]),
 ];
 
 /// Whether an error message names line `n` (`file:3:`, `line 3`, `line: 3`).
@@ -289,4 +290,40 @@ fn version_names_the_commit_and_the_ebpf_object() {
     let v = out.stdout.trim();
     assert!(v.starts_with("monitor ") && v.contains("(revision "), "{v}");
     assert!(v.contains("eBPF object built in") || v.contains("eBPF object not built in: "), "{v}");
+}
+
+#[test]
+fn a_secret_file_others_can_read_stops_the_agent_and_check_config_names_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = monitor_tests::temp_dir("cli-open-secret");
+    // Made as the docs once said, under the usual umask: mode 0644.
+    let secret = dir.join("action.secret");
+    std::fs::write(&secret, format!("{}\n", "ab".repeat(32))).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.join("m.toml");
+    let text = format!(
+        "[policy]\nshadow = true\n\n[actions]\npost_url = \"http://127.0.0.1:1/m\"\nsecret_file = {:?}\n",
+        secret.display().to_string()
+    );
+    std::fs::write(&file, text).unwrap_or_else(|e| panic!("{e}"));
+    let (s, f) = (secret.display(), file.display());
+    let want = format!("{f}:6: actions.secret_file: {s} is mode 0644 (readable by others): run chmod 600 {s}");
+
+    let out = check_config(&file);
+    assert!(!out.status.success(), "accepted: {out:?}");
+    assert!(out.stderr.lines().any(|l| l.ends_with(&want)), "want {want:?} in:\n{}", out.stderr);
+
+    // The agent does not start with it: it exits at once, saying the same, before listening.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let out = run_monitor(&["agent", "--config", &f.to_string(), "--cgroup", "auto", "--listen", &listen], LIMIT);
+    assert!(!out.status.success(), "the agent started: {out:?}");
+    assert!(out.elapsed < QUICK, "the agent took {:?} to refuse", out.elapsed);
+    assert_no_panic(&out.stderr, "agent");
+    assert!(out.stderr.contains(&want), "want {want:?} in:\n{}", out.stderr);
+
+    // The fix it names is the fix.
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap_or_else(|e| panic!("{e}"));
+    let out = check_config(&file);
+    assert!(out.status.success(), "refused after chmod 600: {out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

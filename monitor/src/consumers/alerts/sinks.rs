@@ -4,8 +4,9 @@
 //! sink that is down is reported once, not per notification.
 
 use super::{rfc3339, Notification, Status};
+use crate::base::nocaps::{self, Ids};
 use crate::base::ordered;
-use crate::config::HttpUrl;
+use crate::config::{AlertsConfig, HttpUrl};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -129,19 +130,33 @@ impl SinkHandle {
     }
 }
 
-/// Starts the command sink on `tasks`: one run per notification, sequential (so at most one run per alert at a
-/// time). Its task ends once every handle is dropped and what it holds is done.
-pub fn command(argv: Vec<String>, timeout: Duration, generator_url: String, tasks: &mut JoinSet<()>) -> SinkHandle {
+/// Starts the command sink of `cfg` (its `command`) on `tasks`: one run per notification, sequential (so at most
+/// one run per alert at a time). Under a root agent each run is as `command_user`, looked up once here; when it
+/// cannot be, nothing runs (never as root) and each notification says so. Its task ends once every handle is
+/// dropped and what it holds is done.
+pub fn command(cfg: &AlertsConfig, argv: Vec<String>, generator_url: String, tasks: &mut JoinSet<()>) -> SinkHandle {
     let (handle, queue) = SinkHandle::new("command");
+    let timeout = Duration::from_secs(cfg.command_timeout_s);
+    let user = if nocaps::is_root() { cfg.command_ids().map(Some).map_err(|e| e.to_string()) } else { Ok(None) };
     tasks.spawn(async move {
         while let Some(batch) = queue.next().await {
             for n in batch {
-                run_command(&argv, &n, timeout, &generator_url).await;
+                match &user {
+                    Ok(user) => run_command(&argv, *user, &n, timeout, &generator_url).await,
+                    Err(e) => {
+                        let alert = n.labels.get("alertname").map(String::as_str).unwrap_or("");
+                        tracing::error!(alert, "alert command not run: [alerts] command_user: {e}");
+                    }
+                }
             }
         }
     });
     handle
 }
+
+/// The `PATH` of an alert command: its environment is this and the alert's `MONITOR_*` variables, nothing of the
+/// agent's.
+const COMMAND_PATH: &str = "/usr/bin:/bin";
 
 /// Output kept per stream of an alert command, for the log.
 const OUTPUT_KEPT: usize = 2000;
@@ -168,26 +183,30 @@ fn keep_output(
     (kept, task)
 }
 
-/// Runs the command for one notification. It is done when it exits (a child it leaves running is its own business);
-/// one that runs past `timeout` is killed with every process in its process group (its children, unless they left
-/// it).
-async fn run_command(argv: &[String], n: &Notification, timeout: Duration, generator_url: &str) {
+/// Runs the command for one notification, as `user` when given. It is done when it exits (a child it leaves running
+/// is its own business); one that runs past `timeout` is killed with every process in its process group (its
+/// children, unless they left it).
+async fn run_command(argv: &[String], user: Option<Ids>, n: &Notification, timeout: Duration, generator_url: &str) {
     let Some((prog, args)) = argv.split_first() else { return };
     let alert = n.labels.get("alertname").map(String::as_str).unwrap_or("");
     let body = alert_json(n, generator_url).to_string();
     let mut cmd = tokio::process::Command::new(prog);
+    // Its descriptors: the three pipes (the alert on stdin, the output for the log), and nothing else of the agent's.
     cmd.args(args)
+        .env_clear()
+        .env("PATH", COMMAND_PATH)
         .envs(command_env(n))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // The command gets none of the agent's capabilities (crate::base::nocaps).
-    let last_cap = crate::base::nocaps::last_cap();
-    // SAFETY: the closure runs between fork and exec and only makes the async-signal-safe calls of `drop_all`.
+    // The command gets none of the agent's privileges (crate::base::nocaps).
+    let last_cap = nocaps::last_cap();
+    // SAFETY: the closure runs between fork and exec and only makes the async-signal-safe calls of `drop_all`, with
+    // numbers computed before the fork.
     unsafe {
-        cmd.pre_exec(move || crate::base::nocaps::drop_all(last_cap));
+        cmd.pre_exec(move || nocaps::drop_all(last_cap, user));
     }
     let mut child = match crate::base::reaper::spawn(&mut cmd) {
         Ok(c) => c,

@@ -138,8 +138,7 @@ fn sinks_of(
 ) -> (Vec<SinkHandle>, Vec<SinkHandle>) {
     let mut once: Vec<SinkHandle> = Vec::new();
     if let Some(argv) = &cfg.command {
-        let timeout = Duration::from_secs(cfg.command_timeout_s);
-        once.push(sinks::command(argv.clone(), timeout, generator_url.into(), tasks));
+        once.push(sinks::command(cfg, argv.clone(), generator_url.into(), tasks));
     }
     if let Some(url) = &cfg.webhook {
         let render = sinks::webhook_json;
