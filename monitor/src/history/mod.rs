@@ -120,6 +120,46 @@ struct Inner {
     slots: Slots,
     /// The last sample's series, reused while its processes are the same.
     series: Series,
+    /// When (Unix seconds) the name table was last found full with no index to release: it is looked over again
+    /// a minute later at the soonest, when the oldest minute has gone.
+    full_since: Option<u64>,
+}
+
+impl Inner {
+    /// Releases the names' indexes that nothing refers to any more (no kept second or minute, no process of the last
+    /// sample or of `live`, nothing the aggregator holds open), when `live` brings more new names than the table
+    /// has room for: so that the table stays within [`ring::LABELS_MAX`] and every name kept keeps its index.
+    fn release_labels(&mut self, live: &[(String, String, bool)], agg: &mut Aggregator, now: u64) {
+        let new = live.iter().filter(|(n, _, _)| self.labels.lookup(n).is_none()).count();
+        if new <= self.labels.room() {
+            return;
+        }
+        if self.full_since.is_some_and(|t| now < t + 60) {
+            return;
+        }
+        let mut used = vec![false; ring::LABELS_MAX];
+        let mut mark = |l: u16| {
+            if let Some(u) = used.get_mut(l as usize) {
+                *u = true;
+            }
+        };
+        for m in &self.minutes {
+            m.procs.iter().for_each(|p| mark(p.label));
+        }
+        for s in &self.seconds {
+            s.procs.iter().for_each(|p| mark(p.label));
+            s.restarted.iter().for_each(|&l| mark(l));
+        }
+        self.series.labels.iter().for_each(|&(l, _)| mark(l));
+        live.iter().filter_map(|(n, _, _)| self.labels.lookup(n)).for_each(&mut mark);
+        agg.mark_used(&mut used);
+        let released = self.labels.release(&used);
+        for l in &released {
+            self.restarts.remove(l);
+        }
+        agg.forget(&released);
+        self.full_since = released.is_empty().then_some(now);
+    }
 }
 
 /// The series of the last sample's processes: reused while the processes, their names and parents, and the
@@ -167,14 +207,16 @@ impl History {
         self.lock().note = note;
     }
 
-    /// Reduces one sample to the aggregator's input, interning its names.
-    fn input(&self, p: &Published) -> Input {
+    /// Reduces one sample to the aggregator's input, interning its names (releasing the indexes of names nothing
+    /// refers to any more when the table is full, which `agg` hears of).
+    fn input(&self, p: &Published, agg: &mut Aggregator) -> Input {
         let launched = self.inputs.door.as_ref().map(|d| d.launched()).unwrap_or_default();
         let mut guard = self.lock();
         let inner = &mut *guard;
         let sampled = &p.snapshot.processes;
         if !inner.series.holds(sampled, &launched) {
             let names = named(p, &launched, &mut inner.slots);
+            inner.release_labels(&names, agg, p.snapshot.unix_ms / 1000);
             inner.series.labels =
                 names.into_iter().map(|(name, role, numbered)| (inner.labels.intern(&name, &role), numbered)).collect();
             inner.series.procs = sampled.iter().map(|x| (x.pid, x.start_ticks, x.ppid, x.name.clone())).collect();
@@ -381,7 +423,8 @@ async fn consume(mut samples: Samples, h: Arc<History>, tx: mpsc::Sender<Write>,
                         h.keep_recycle(r.clone());
                         let _ = tx.send(Write::Recycle(r));
                     }
-                    let (sec, min) = agg.push(&h.input(&p));
+                    let input = h.input(&p, &mut agg);
+                    let (sec, min) = agg.push(&input);
                     if let Some((m, labels)) = h.keep(sec, min) {
                         send_routes(&h, &tx, m.t);
                         let _ = tx.send(Write::Minute(m, labels));
@@ -437,6 +480,58 @@ impl HistoryHandle {
 mod tests {
     use super::*;
     use crate::decision::policy::State;
+
+    /// A full name table releases the indexes nothing refers to, and only those: a name in a kept minute or
+    /// second, in the aggregator's open second, of the last sample's processes or of this one keeps its index.
+    #[test]
+    fn a_full_name_table_releases_only_the_names_nothing_refers_to() {
+        let mut inner = Inner::default();
+        for i in 0..ring::OVERFLOW {
+            inner.labels.intern(&format!("p{i}"), "process");
+        }
+        let proc_minute = |label| ring::ProcMinute { label, ..ring::ProcMinute::default() };
+        let proc_second = |label| ring::ProcSecond { label, ..ring::ProcSecond::default() };
+        inner.minutes.push_back(Arc::new(Minute { t: 60, procs: vec![proc_minute(5)], ..Minute::default() }));
+        inner.seconds.push_back(Arc::new(Second { t: 100, procs: vec![proc_second(6)], ..Second::default() }));
+        inner.series.labels = vec![(8, false)];
+        inner.restarts.insert(11, 2);
+        let mut agg = Aggregator::default();
+        let open = ProcInput {
+            label: 7,
+            numbered: false,
+            pid: 70,
+            start_ticks: 1,
+            rss: 1,
+            anon: 1,
+            requests_total: 0,
+            err5xx_total: 0,
+            inflight: 0,
+            p50_us: None,
+            p99_us: None,
+        };
+        let input = Input {
+            unix_ms: 101_000,
+            usage: 1,
+            limit: 2,
+            state: 0,
+            new_victim: false,
+            shed_total: 0,
+            procs: vec![open.clone(), ProcInput { label: 10, pid: 100, ..open }],
+        };
+        agg.push(&input);
+        let live = vec![("p9".to_string(), "process".to_string(), false), ("fresh".into(), "process".into(), false)];
+        inner.release_labels(&live, &mut agg, 101);
+        for i in 5..=9u16 {
+            assert_eq!(inner.labels.lookup(&format!("p{i}")), Some(i), "p{i} is referred to");
+        }
+        assert_eq!(inner.labels.lookup("p4"), None, "p4 is not");
+        let fresh = inner.labels.intern("fresh", "process");
+        assert!(fresh != ring::OVERFLOW && !(5..=9).contains(&fresh), "fresh took {fresh}");
+        assert_eq!(inner.labels.get(fresh).0, "fresh");
+        assert_eq!(inner.labels.lookup("p10"), Some(10), "in the open second");
+        assert!(!inner.restarts.contains_key(&11), "a released name's restarts go with it");
+        assert!(inner.labels.slots() <= ring::LABELS_MAX);
+    }
 
     /// Minutes finished while another process holds the database locked are kept and written, in order, once the
     /// lock is gone; the note says why nothing is written meanwhile and goes away after.

@@ -5,15 +5,32 @@
 use crate::decision::policy::State;
 use std::collections::HashMap;
 
-/// Series names and roles, interned: a point refers to its process by index.
+/// The most series names held at once. A week of minutes of a steady group names a few hundred; a group whose
+/// processes take ever new names (`memfd:` programs, names set by the processes themselves) would otherwise grow
+/// the table, and every minute's copy of it, forever. At the cap, the indexes whose names no kept second or minute
+/// and no live process uses are handed out again ([`Labels::release`]); while none is, new names share
+/// [`OVERFLOW`].
+pub const LABELS_MAX: usize = 4096;
+/// The index of the names that come while the table is full and no index is free: one series, named
+/// [`OVERFLOW_NAME`]. Never another name's index.
+pub const OVERFLOW: u16 = (LABELS_MAX - 1) as u16;
+/// The series name of [`OVERFLOW`] (longer than a command name can be, so no process is named so).
+pub const OVERFLOW_NAME: &str = "(names past the cap)";
+
+/// Series names and roles, interned: a point refers to its process by index. At most [`LABELS_MAX`] indexes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Labels {
+    /// (name, role) by index; a released index keeps its last name until it is handed out again.
     names: Vec<(String, String)>,
+    /// The index of each name held.
     index: HashMap<String, u16>,
+    /// Released indexes, handed out before new ones.
+    free: Vec<u16>,
 }
 
 impl Labels {
-    /// The index of `name`, added with `role` if new (a known name keeps its first role unless it was `process`).
+    /// The index of `name`, added with `role` if new (a known name keeps its first role unless it was `process`):
+    /// a released index if there is one, else a new one below [`OVERFLOW`], else [`OVERFLOW`].
     pub fn intern(&mut self, name: &str, role: &str) -> u16 {
         if let Some(&i) = self.index.get(name) {
             if let Some(entry) = self.names.get_mut(i as usize) {
@@ -23,10 +40,53 @@ impl Labels {
             }
             return i;
         }
-        let i = self.names.len().min(u16::MAX as usize) as u16;
-        self.names.push((name.to_string(), role.to_string()));
+        let entry = (name.to_string(), role.to_string());
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.names[i as usize] = entry;
+                i
+            }
+            None if self.names.len() < OVERFLOW as usize => {
+                self.names.push(entry);
+                (self.names.len() - 1) as u16
+            }
+            None => {
+                if self.names.len() == OVERFLOW as usize {
+                    self.names.push((OVERFLOW_NAME.to_string(), "process".to_string()));
+                }
+                return OVERFLOW;
+            }
+        };
         self.index.insert(name.to_string(), i);
         i
+    }
+
+    /// The index of `name`, if it holds one.
+    pub fn lookup(&self, name: &str) -> Option<u16> {
+        self.index.get(name).copied()
+    }
+
+    /// How many new names would get an index of their own (the rest get [`OVERFLOW`]).
+    pub fn room(&self) -> usize {
+        self.free.len() + (OVERFLOW as usize).saturating_sub(self.names.len())
+    }
+
+    /// Releases every index `used` does not mark (by index; [`OVERFLOW`] aside), for new names to take; returns
+    /// them. The caller marks every index a kept second or minute, a live process or an open row still refers to,
+    /// and forgets what else it keeps by the released ones.
+    pub fn release(&mut self, used: &[bool]) -> Vec<u16> {
+        let mut freed = Vec::new();
+        for i in 0..self.names.len().min(OVERFLOW as usize) {
+            let l = i as u16;
+            if used.get(i).copied().unwrap_or(false) || self.index.get(&self.names[i].0) != Some(&l) {
+                continue;
+            }
+            self.index.remove(&self.names[i].0);
+            freed.push(l);
+        }
+        // Handed out lowest first.
+        self.free.extend(freed.iter().rev());
+        freed
     }
 
     /// (name, role) of an index; ("?", "process") for an unknown one.
@@ -34,12 +94,18 @@ impl Labels {
         self.names.get(i as usize).map(|(n, r)| (n.as_str(), r.as_str())).unwrap_or(("?", "process"))
     }
 
+    /// The names held.
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.index.is_empty()
+    }
+
+    /// The indexes taken, released ones included: at most [`LABELS_MAX`].
+    pub fn slots(&self) -> usize {
+        self.names.len()
     }
 }
 
@@ -303,6 +369,29 @@ impl Aggregator {
         Some(sec)
     }
 
+    /// Marks in `used` (by index) the labels of the second and the minute being filled.
+    pub fn mark_used(&self, used: &mut [bool]) {
+        let mut mark = |l: u16| {
+            if let Some(u) = used.get_mut(l as usize) {
+                *u = true;
+            }
+        };
+        if let Some(c) = &self.cur {
+            c.procs.iter().for_each(|p| mark(p.label));
+            c.restarted.iter().for_each(|&l| mark(l));
+        }
+        if let Some((_, procs, _)) = &self.minute {
+            procs.keys().for_each(|&l| mark(l));
+        }
+    }
+
+    /// Forgets the processes last seen under labels released: a new name under one is no restart.
+    pub fn forget(&mut self, released: &[u16]) {
+        for l in released {
+            self.ids.remove(l);
+        }
+    }
+
     /// Closes the current second and minute (at shutdown), returning what they held.
     pub fn flush(&mut self) -> (Option<Second>, Option<Minute>) {
         let sec = self.take_second();
@@ -397,5 +486,70 @@ mod tests {
         assert_eq!(l.intern("node", "master"), 0);
         assert_eq!(l.get(0), ("node", "master"));
         assert_eq!(l.get(9), ("?", "process"));
+    }
+
+    #[test]
+    fn past_the_cap_a_new_name_gets_the_overflow_never_another_names_index() {
+        let mut l = Labels::default();
+        for i in 0..OVERFLOW {
+            assert_eq!(l.intern(&format!("p{i}"), "process"), i);
+        }
+        assert_eq!(l.room(), 0);
+        assert_eq!(l.intern("late", "worker"), OVERFLOW);
+        assert_eq!(l.intern("later", "worker"), OVERFLOW);
+        assert_eq!(l.get(OVERFLOW), (OVERFLOW_NAME, "process"));
+        assert_eq!(l.intern("p7", "process"), 7, "a name held keeps its index");
+        assert_eq!(l.slots(), LABELS_MAX);
+        // Released: the indexes nothing uses go to the next names, the rest stay their names'.
+        let mut used = vec![true; LABELS_MAX];
+        used[3] = false;
+        used[9] = false;
+        assert_eq!(l.release(&used), vec![3, 9]);
+        assert_eq!(l.intern("new1", "process"), 3);
+        assert_eq!(l.intern("new2", "process"), 9);
+        assert_eq!(l.intern("new3", "process"), OVERFLOW);
+        assert_eq!((l.get(3).0, l.get(9).0, l.get(4).0), ("new1", "new2", "p4"));
+        assert_eq!(l.lookup("p3"), None, "a released name is no longer held");
+        assert_eq!(l.intern("p3", "process"), OVERFLOW, "and comes back as any new name");
+    }
+
+    /// 70,000 names over time, a few hundred alive at once and those of the last few rounds still kept: the
+    /// table stays at its cap, and every name kept maps to an index of its own that names it.
+    #[test]
+    fn seventy_thousand_names_over_time_keep_the_table_at_its_cap_and_each_live_name_its_own_index() {
+        let mut l = Labels::default();
+        let (batch, kept_rounds) = (350usize, 8usize);
+        let mut rounds: std::collections::VecDeque<Vec<String>> = Default::default();
+        let mut n = 0;
+        while n < 70_000 {
+            let names: Vec<String> = (n..n + batch).map(|i| format!("comm{i}")).collect();
+            n += batch;
+            if l.room() < batch {
+                let mut used = vec![false; LABELS_MAX];
+                for name in rounds.iter().flatten() {
+                    if let Some(i) = l.lookup(name) {
+                        used[i as usize] = true;
+                    }
+                }
+                l.release(&used);
+            }
+            let idx: Vec<u16> = names.iter().map(|name| l.intern(name, "process")).collect();
+            for (name, &i) in names.iter().zip(&idx) {
+                assert_ne!(i, OVERFLOW, "{name}: room was released");
+                assert_eq!(l.get(i).0, name, "{name} maps back to itself");
+            }
+            rounds.push_back(names);
+            if rounds.len() > kept_rounds {
+                rounds.pop_front();
+            }
+            assert!(l.slots() <= LABELS_MAX, "{} slots", l.slots());
+            let mut seen = std::collections::HashSet::new();
+            for name in rounds.iter().flatten() {
+                let i = l.lookup(name).unwrap_or_else(|| panic!("{name} kept but not held"));
+                assert!(seen.insert(i), "{name} shares index {i}");
+                assert_eq!(l.get(i).0, name);
+            }
+        }
+        assert!(l.len() <= LABELS_MAX);
     }
 }
