@@ -296,7 +296,9 @@ fn alerts(a: &AlertsConfig, out: &mut Vec<Problem>) {
     // The command's user, looked up as a root agent does at start (a user named in the file always: it must exist).
     if a.command_user.is_some() || (a.command.is_some() && crate::base::nocaps::is_root()) {
         if let Err(e) = a.command_ids() {
-            out.push(problem(&[Key("alerts"), Key("command_user")], e.to_string()));
+            // Unset, its default is what fails: named at `command`, which needs it.
+            let (user, command) = ([Key("alerts"), Key("command_user")], [Key("alerts"), Key("command")]);
+            out.push(problem_with(&user, &command, e.to_string()));
         }
     }
     // Prometheus' label names: [a-zA-Z_][a-zA-Z0-9_]*, the __ prefix reserved; alertname is the agent's.
