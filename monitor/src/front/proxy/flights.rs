@@ -101,7 +101,7 @@ const DONE_MAX: usize = 1 << 16;
 
 impl Flight {
     /// As the guard reports it at `now`: the path (with its query when `query`) cut to [`InFlight::PATH_MAX`] bytes
-    /// at a character's edge (a URI's bytes are ASCII, so every edge is one).
+    /// at a character's edge, its control characters escaped ([`crate::base::text::escape_controls`]).
     fn report(&self, now: Instant, query: bool) -> InFlight {
         let full = match (query, self.uri.path_and_query()) {
             (true, Some(pq)) => pq.as_str(),
@@ -111,10 +111,16 @@ impl Flight {
         while !full.is_char_boundary(end) {
             end -= 1;
         }
+        // A path may hold C1 controls (UTF-8 is let through), a header a tab: escaped, as the guard shows them.
+        let esc = |s: &str| crate::base::text::escape_controls(s).into_owned();
         InFlight {
             method: self.method.as_str().chars().take(32).collect(),
-            path: full[..end].to_string(),
-            cache_id: self.cache_id.as_ref().and_then(|v| v.to_str().ok()).map(|c| c.chars().take(128).collect()),
+            path: esc(&full[..end]),
+            cache_id: self
+                .cache_id
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .map(|c| esc(&c.chars().take(128).collect::<String>())),
             age_ms: now.saturating_duration_since(self.started).as_millis() as u64,
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,
@@ -240,6 +246,17 @@ mod tests {
         assert_eq!(done.len(), 1, "left once");
         assert_eq!((done[0].first, done[0].last, done[0].at_abort), (7, 9, true));
         assert_eq!(&*keys[usize::from(done[0].key)], "GET /heavy");
+    }
+
+    /// A client's path may carry C1 controls (a terminal's CSI, U+009B) and its cache id a tab: the guard shows
+    /// them escaped.
+    #[test]
+    fn a_reported_path_and_cache_id_have_their_controls_escaped() {
+        let t0 = Instant::now();
+        let mut f = flight("/a\u{9b}2J", t0);
+        f.cache_id = Some(HeaderValue::from_static("w1\tx"));
+        let r = f.report(t0, true);
+        assert_eq!((r.path.as_str(), r.cache_id.as_deref()), ("/a\\u{9b}2J", Some("w1\\tx")));
     }
 
     /// Paths that fold to one route key share its index; past the cap, new keys are `other`.
