@@ -46,6 +46,19 @@ impl<'a> Readings<'a> {
     /// Every reading of `path` (a request's path, without its query).
     pub fn of(path: &'a str) -> Readings<'a> {
         let mut r = Readings { raw: path, more: Vec::new() };
+        // Most paths take none of the steps but the last: one pass over the bytes tells.
+        let (mut odd, mut upper, mut prev) = (false, false, 0u8);
+        for &c in path.as_bytes() {
+            odd |= matches!(c, b';' | b'%' | b'\\') || (c == b'/' && prev == b'/');
+            upper |= c.is_ascii_uppercase() || c >= 0x80;
+            prev = c;
+        }
+        if !odd && !has_dot_segment(path) {
+            if upper {
+                r.grow(|s| [Some(s.to_lowercase()), None]);
+            }
+            return r;
+        }
         r.grow(|s| [s.contains(';').then(|| strip_params(s)), None]);
         r.grow(|s| {
             if !s.contains('%') {
@@ -242,7 +255,12 @@ fn merge_slashes(s: &str) -> String {
 }
 
 fn has_dot_segment(s: &str) -> bool {
-    s.starts_with('/') && s.split('/').any(|seg| seg == "." || seg == "..")
+    let b = s.as_bytes();
+    s.starts_with('/')
+        && memchr::memchr_iter(b'.', b).any(|i| {
+            let after = |k: usize| b.get(i + k).is_none_or(|&c| c == b'/');
+            b.get(i.wrapping_sub(1)) == Some(&b'/') && (after(1) || (b.get(i + 1) == Some(&b'.') && after(2)))
+        })
 }
 
 /// `.` and `..` segments of an absolute path resolved (RFC 3986 §5.2.4): `..` above the root stays at the root,
@@ -317,6 +335,25 @@ mod tests {
         assert_eq!(canonical("/r4;x/%50atient/./1"), "/r4/Patient/1");
         assert_eq!(canonical("/a//b"), "/a//b", "runs of / kept");
         assert_eq!(canonical("/A"), "/A", "case kept");
+    }
+
+    #[test]
+    fn dot_segments_are_whole_segments() {
+        for (p, want) in [
+            ("/a/./b", true),
+            ("/a/../b", true),
+            ("/..", true),
+            ("/.", true),
+            ("/a/..", true),
+            ("/a/.b", false),
+            ("/a/b.", false),
+            ("/a/...", false),
+            ("/a/..b/c", false),
+            ("a/../b", false),
+            ("/", false),
+        ] {
+            assert_eq!(has_dot_segment(p), want, "{p}");
+        }
     }
 
     #[test]
