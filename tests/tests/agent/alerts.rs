@@ -18,6 +18,9 @@ const HOG: &str = env!("CARGO_BIN_EXE_alloc-hog");
 
 /// A name no shell could take literally: spaces, a newline, quotes, `$()`, `;`, `|` (13 bytes: fits `comm`).
 const NASTY: &str = "x y\n'\"$(id);|";
+/// [`NASTY`] as the agent reads and passes it on: its newline escaped (a name cannot write a line of its own into a
+/// log or a hook's input), every other character as it is (nothing interprets the quotes, `$(...)`, `;` or `|`).
+const NASTY_SEEN: &str = "x y\\n'\"$(id);|";
 
 /// The hook: appends one JSON line per run with its stdin (the alert) and its MONITOR_* variables.
 const HOOK: &str = r#"
@@ -154,8 +157,8 @@ fn transitions_reach_hook_alertmanager_once_and_a_hung_webhook_delays_nothing() 
         json_lines(&out).into_iter().find(|l| l["alert"]["labels"]["alertname"] == "MonitorGroupAborting")
     });
     assert_eq!(aborting["alert"]["annotations"]["victim_pid"], big.pid().to_string());
-    assert_eq!(aborting["alert"]["annotations"]["victim_name"], NASTY, "name must arrive intact on stdin");
-    assert_eq!(aborting["env"]["MONITOR_ANNOTATION_VICTIM_NAME"], NASTY, "name must arrive intact in the env");
+    assert_eq!(aborting["alert"]["annotations"]["victim_name"], NASTY_SEEN, "name must arrive intact on stdin");
+    assert_eq!(aborting["env"]["MONITOR_ANNOTATION_VICTIM_NAME"], NASTY_SEEN, "name must arrive intact in the env");
 
     // Several seconds of samples in the same state send nothing more.
     std::thread::sleep(Duration::from_secs(2));
