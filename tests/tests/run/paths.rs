@@ -109,6 +109,8 @@ fn no_spelling_of_a_guarded_path_reaches_a_servlet_container() {
         // The group refuses as soon as its two JVMs hold 5% of 1 GiB; nothing is aborted or killed.
         policy: "refuse_at = 0.05\nhysteresis = 0.01\nabort_at = 0.98\nkill_at = 0.99\nkill = false".into(),
         extra: Config::new().set("actions", "post_url", format!("http://127.0.0.1:{m0_port}/admin/relay")),
+        // How a path is read has nothing to do with the memory hierarchy, and the VM's image carries no JVM.
+        host_only: true,
         ..Spec::default()
     };
     let run = Run::start("run-paths", &spec);
