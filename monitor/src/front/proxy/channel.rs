@@ -223,13 +223,18 @@ mod tests {
         }
     }
 
-    /// A re-spelling of `path`: one of the changes a client can make that some server reads as the same path.
+    /// A re-spelling of `path`: one of the changes a client can make that some server reads as the same path. The
+    /// leading `/` stays as it is (a request target starts with it), and nothing is put inside a `%XX` escape: what
+    /// is inserted goes at a segment's boundary, a raw `/`.
     fn respell(path: &str, op: u8, at: usize) -> String {
         let b = path.as_bytes();
         let at = at % (b.len() + 1);
         // The segment boundaries (each `/`), and the letters.
         let slashes: Vec<usize> = (0..b.len()).filter(|&i| b[i] == b'/').collect();
-        let boundary = |k: usize| slashes.get(k % slashes.len().max(1)).copied().unwrap_or(0);
+        if slashes.first() != Some(&0) {
+            return path.to_string();
+        }
+        let boundary = |k: usize| slashes[k % slashes.len()];
         let end_of_segment = |i: usize| (i + 1..b.len()).find(|&j| b[j] == b'/').unwrap_or(b.len());
         match op % 5 {
             // `;x` at the end of a segment.
@@ -237,20 +242,20 @@ mod tests {
                 let e = end_of_segment(boundary(at));
                 format!("{};x{}", &path[..e], &path[e..])
             }
-            // A byte %-escaped.
-            1 if !b.is_empty() => {
-                let i = at % b.len();
+            // A byte %-escaped (not the leading `/`).
+            1 if b.len() > 1 => {
+                let i = 1 + at % (b.len() - 1);
                 format!("{}%{:02X}{}", &path[..i], b[i], &path[i + 1..])
             }
             // `./` after a `/`.
             2 => {
                 let i = boundary(at) + 1;
-                format!("{}./{}", &path[..i.min(b.len())], &path[i.min(b.len())..])
+                format!("{}./{}", &path[..i], &path[i..])
             }
             // `x/../` after a `/`.
             3 => {
                 let i = boundary(at) + 1;
-                format!("{}x/../{}", &path[..i.min(b.len())], &path[i.min(b.len())..])
+                format!("{}x/../{}", &path[..i], &path[i..])
             }
             // A letter's case turned.
             _ => {
