@@ -16,6 +16,6 @@ pub mod proof;
 pub(crate) mod reaction;
 pub(crate) mod reaper;
 pub(crate) mod reply;
-pub(crate) mod text;
+pub mod text;
 pub mod token;
 pub(crate) mod units;
