@@ -202,10 +202,16 @@ pub struct PolicyView {
 /// The abort victim's growth, as the status shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GrowthView {
-    /// Its anon now less its anon `over_ms` ago.
+    /// Its anon now less its anon `over_ms` ago (one and a half to two growth windows).
     pub bytes: i64,
     pub over_ms: u64,
-    /// Risen by more than the tolerance (0.5% of the limit, at least 1 MiB).
+    /// Its anon now less its anon `recent_ms` ago (half a window to one).
+    #[serde(default)]
+    pub recent_bytes: i64,
+    #[serde(default)]
+    pub recent_ms: u64,
+    /// Risen by more than the tolerance (0.5% of the limit, at least 1 MiB) and, lately, by more than a quarter of
+    /// it.
     pub growing: bool,
     /// In words: `still growing (…)`, `stopped growing (…): its memory not yet given back`, `gave back …`.
     pub evidence: String,
@@ -303,7 +309,14 @@ pub(crate) fn status_view(p: &Published, t: &Thresholds) -> StatusView {
             victim_requests: p.victim_requests.as_deref().cloned(),
             victim_growth: d.victim_growth.map(|g| {
                 let tol = crate::decision::policy::kill::tolerance(s.group.limit_bytes);
-                GrowthView { bytes: g.bytes, over_ms: g.over_ms, growing: g.growing(tol), evidence: g.describe(tol) }
+                GrowthView {
+                    bytes: g.bytes,
+                    over_ms: g.over_ms,
+                    recent_bytes: g.recent_bytes,
+                    recent_ms: g.recent_ms,
+                    growing: g.growing(tol),
+                    evidence: g.describe(tol),
+                }
             }),
             kill_line: d.kill_line,
         },

@@ -27,9 +27,6 @@ fn a_worker_that_obeyed_but_keeps_its_memory_is_recycled_by_sigterm_never_killed
         limit_mib: 512,
         proxy: "master_serves_tx = false\ndrain_timeout_s = 5".into(),
         policy: "interval_ms = 100\nrecycle_after_s = 3".into(),
-        // Host only for now: under the VM's emulation the grow loop's chunk in progress lands after the abort, and
-        // the kill step's two-window growth still counts it at kill_after_ms (see the kill step's growth window).
-        host_only: true,
         ..Spec::default()
     };
     let run = Run::start("run-recycle", &spec);

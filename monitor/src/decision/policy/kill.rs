@@ -8,7 +8,9 @@
 //!   its memory leaving the group), never below `abort_at`: an allocator that respawns what was killed is met
 //!   before it reaches the limit ([`kill_line`]).
 //! - aborting `kill_after_ms` after the abort while the victim is *still growing*: its anon rose by more than
-//!   [`tolerance`] over the last growth window ([`growth_window_ms`]), measured on the samples after it was told.
+//!   [`tolerance`] over the last growth window or two ([`growth_window_ms`]), and is rising in the latest half of
+//!   them, measured on the samples after it was told. A last allocation that lands just after the abort
+//!   (already on its way when the abort came) shows in the previous window only: that victim stopped.
 //!   Killed wherever the ratio is (a grower held at the brake's `memory.high` may never reach `kill_at`). A victim
 //!   that stopped growing has obeyed, even while its runtime has not given the memory back (V8 frees at its next
 //!   garbage collection, a JVM keeps its committed heap, Python its arenas): that one is recycled gracefully, never
@@ -37,7 +39,8 @@ pub const RESPAWN_MS: u64 = 5_000;
 pub const DIE_MS_GUESS: u64 = 30;
 
 /// The growth window for `kill_after_ms`: half of it, at least 100 ms. A victim is still growing when its anon
-/// rose by more than [`tolerance`] from the start of the previous window to now (over one to two windows).
+/// rose by more than [`tolerance`] over the last one and a half to two windows, and by more than a quarter of it
+/// over the last half window to one ([`Told::growth`]).
 pub fn growth_window_ms(kill_after_ms: u64) -> u64 {
     (kill_after_ms / 2).max(100)
 }
@@ -147,27 +150,33 @@ pub struct Told {
     pub id: ProcId,
     /// When it was first told (monotonic ms).
     pub since_ms: u64,
-    /// (monotonic ms, anon) at the start of the current growth window and of the one before.
-    pub mark: (u64, u64),
-    pub prev: (u64, u64),
+    /// (monotonic ms, anon) at the start of the last four half windows, oldest first.
+    pub marks: [(u64, u64); 4],
 }
 
 impl Told {
     fn new(id: ProcId, now: u64, anon: u64) -> Told {
-        Told { id, since_ms: now, mark: (now, anon), prev: (now, anon) }
+        Told { id, since_ms: now, marks: [(now, anon); 4] }
     }
 
-    /// Rolls the growth windows with the victim's anon sampled at `now`.
+    /// Rolls the half windows with the victim's anon sampled at `now`.
     fn observe(&mut self, now: u64, anon: u64, window_ms: u64) {
-        if now.saturating_sub(self.mark.0) >= window_ms {
-            self.prev = self.mark;
-            self.mark = (now, anon);
+        if now.saturating_sub(self.marks[3].0) >= window_ms / 2 {
+            self.marks.rotate_left(1);
+            self.marks[3] = (now, anon);
         }
     }
 
-    /// Its growth from the start of the previous window to `anon` at `now`.
+    /// Its growth to `anon` at `now` from the start of the oldest half window (one and a half to two windows), and
+    /// from the start of the one before the current (half a window to one).
     pub fn growth(&self, now: u64, anon: u64) -> Growth {
-        Growth { bytes: anon as i64 - self.prev.1 as i64, over_ms: now.saturating_sub(self.prev.0) }
+        let ([from, ..], recent) = (self.marks, self.marks[2]);
+        Growth {
+            bytes: anon as i64 - from.1 as i64,
+            over_ms: now.saturating_sub(from.0),
+            recent_bytes: anon as i64 - recent.1 as i64,
+            recent_ms: now.saturating_sub(recent.0),
+        }
     }
 }
 
@@ -177,20 +186,30 @@ pub struct Growth {
     /// Its anon now less its anon `over_ms` ago (negative: it gave memory back).
     pub bytes: i64,
     pub over_ms: u64,
+    /// Its anon now less its anon `recent_ms` ago (half a window to one).
+    pub recent_bytes: i64,
+    pub recent_ms: u64,
 }
 
 impl Growth {
-    /// Still growing: risen by more than `tolerance` bytes.
+    /// Still growing: risen by more than `tolerance` bytes over the two windows, and by more than a quarter of it in
+    /// the current one (a rise that stopped in the previous window is the last allocation of a process that obeyed).
     pub fn growing(&self, tolerance: u64) -> bool {
-        self.bytes > tolerance as i64
+        self.bytes > tolerance as i64 && self.recent_bytes > (tolerance / 4) as i64
     }
 
     /// In words: `still growing (+12.0 MiB in 1000 ms)`, `stopped growing (+0.3 MiB in 1000 ms): its memory not yet
     /// given back`, `gave back 40.0 MiB in 1000 ms`.
     pub fn describe(&self, tolerance: u64) -> String {
         let mib = self.bytes as f64 / (1u64 << 20) as f64;
+        let recent = self.recent_bytes as f64 / (1u64 << 20) as f64;
         if self.growing(tolerance) {
             format!("still growing (+{mib:.1} MiB in {} ms)", self.over_ms)
+        } else if self.bytes > tolerance as i64 {
+            format!(
+                "stopped growing (+{mib:.1} MiB in {} ms, {recent:+.1} MiB in the last {} ms): its memory not yet given back",
+                self.over_ms, self.recent_ms
+            )
         } else if self.bytes >= -(tolerance as i64) {
             format!("stopped growing ({mib:+.1} MiB in {} ms): its memory not yet given back", self.over_ms)
         } else {
@@ -534,10 +553,10 @@ mod tests {
             ],
         );
         assert_eq!(kills(&ds), [None, None, None, Some((11, "abort_not_obeyed"))]);
-        let why = KillWhy::AbortNotObeyed { after_ms: 2000, grew_bytes: 40, over_ms: 1000 };
+        let why = KillWhy::AbortNotObeyed { after_ms: 2000, grew_bytes: 60, over_ms: 2000 };
         assert_eq!(ds[3].kill.map(|k| k.why), Some(why));
         assert!(why.describe(0.97, 0.97).contains("still growing"), "{}", why.describe(0.97, 0.97));
-        assert_eq!(ds[3].victim_growth, Some(Growth { bytes: 40, over_ms: 1000 }));
+        assert_eq!(ds[3].victim_growth, Some(Growth { bytes: 60, over_ms: 2000, recent_bytes: 40, recent_ms: 1000 }));
         // A victim that freed some memory obeyed: no kill.
         let freed = vec![proc(10, 100), proc(11, 250), proc(12, 200)];
         let ds = run(&t, &[(930, 0, three()), (930, 1000, freed.clone()), (930, 2500, freed)]);
@@ -570,6 +589,26 @@ mod tests {
         let at = ds.iter().position(|d| d.kill.is_some()).expect("a kill");
         assert_eq!(kills(&ds)[at], Some((11, "abort_not_obeyed")));
         assert!((35..=52).contains(&at), "killed at step {at}: once its rise passed the tolerance within a window");
+    }
+
+    #[test]
+    fn a_last_allocation_landing_after_the_abort_is_not_growth_but_a_slow_creeper_is() {
+        let t = Thresholds::default();
+        // Told at 0; on a slow machine its last chunk (more than the tolerance) lands 600 ms later, then nothing.
+        let mut steps = vec![(930, 0, three()), (930, 50, grown(0)), (935, 600, grown(12))];
+        steps.extend((7..=60).map(|i| (935, i * 100, grown(12))));
+        let ds = run(&t, &steps);
+        assert!(kills(&ds).iter().all(Option::is_none), "{:?}", kills(&ds));
+        let at_wait = ds.iter().zip(&steps).find(|(_, s)| s.1 == 2000).and_then(|(d, _)| d.victim_growth);
+        let g = at_wait.expect("the victim's growth at kill_after_ms");
+        assert!(g.bytes > 10 && !g.growing(tolerance(1000)), "{g:?}");
+        assert!(g.describe(tolerance(1000)).starts_with("stopped growing"), "{}", g.describe(tolerance(1000)));
+        // One that creeps on at 6 a second (the tolerance is 10) is still growing, and killed.
+        let steps: Vec<(u64, u64, Vec<ProcSample>)> = (0..=60).map(|i| (935, i * 100, grown(i * 6 / 10))).collect();
+        let ds = run(&t, &steps);
+        let at = ds.iter().position(|d| d.kill.is_some()).expect("the creeper killed");
+        assert_eq!(kills(&ds)[at], Some((11, "abort_not_obeyed")));
+        assert!((20..=30).contains(&at), "killed at step {at}");
     }
 
     #[test]
