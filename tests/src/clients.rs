@@ -233,3 +233,52 @@ impl KeepAlive {
         }
     }
 }
+
+/// What one ApacheBench run reported.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct AbRun {
+    pub complete: u64,
+    pub failed: u64,
+    /// Answers with a status outside 2xx (ab leaves the line out when there are none).
+    pub non_2xx: u64,
+    /// ab's whole report, for failure messages.
+    pub text: String,
+}
+
+impl AbRun {
+    /// Panics unless all `n` requests completed, none failed and every answer was 2xx.
+    pub fn clean(self, n: u64, what: &str) -> AbRun {
+        assert!(
+            self.complete == n && self.failed == 0 && self.non_2xx == 0,
+            "{what}: {} of {n} complete, {} failed, {} non-2xx:\n{}",
+            self.complete,
+            self.failed,
+            self.non_2xx,
+            self.text
+        );
+        self
+    }
+}
+
+/// Runs ApacheBench (`ab`, HTTP/1.0: a new connection per request, or with `-k` keep-alive) with `args` and reads
+/// its report. A bounded run: every call names `-n`.
+pub fn ab(args: &[&str]) -> AbRun {
+    assert!(args.contains(&"-n"), "ab without -n: {args:?}");
+    let out = match Command::new("ab").args(["-q", "-s", "30", "-r"]).args(args).output() {
+        Ok(o) => o,
+        Err(e) => panic!("ab {args:?}: {e}"),
+    };
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+    };
+    let Some(complete) = field("Complete requests:") else { panic!("ab {args:?}: no report:\n{text}") };
+    AbRun {
+        complete,
+        failed: field("Failed requests:").unwrap_or(u64::MAX),
+        non_2xx: field("Non-2xx responses:").unwrap_or(0),
+        text,
+    }
+}

@@ -36,6 +36,14 @@ impl Door {
         self.counts.forwarded.load(Ordering::Relaxed)
     }
 
+    /// Requests sent to a process a second time, per reason, since start.
+    pub fn retries(&self) -> [(&'static str, u64); 2] {
+        [
+            (Retry::Unsent.as_str(), self.counts.retries[Retry::Unsent as usize].load(Ordering::Relaxed)),
+            (Retry::Failed.as_str(), self.counts.retries[Retry::Failed as usize].load(Ordering::Relaxed)),
+        ]
+    }
+
     /// The memory its requests grew their processes by, per route key.
     pub fn growth(&self) -> &super::growth::RouteGrowth {
         &self.counts.growth
@@ -47,8 +55,28 @@ impl Door {
 pub struct DoorCounts {
     pub shed: AtomicU64,
     pub forwarded: AtomicU64,
+    /// Requests sent a second time, by [`Retry`].
+    pub retries: [AtomicU64; 2],
     /// Memory per request, per route key (`[proxy] track_requests`).
     pub growth: super::growth::RouteGrowth,
+}
+
+/// Why the front door sent a request a second time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// A kept-alive connection closed before the request was written on it: the process never saw it (any method).
+    Unsent = 0,
+    /// The exchange failed before any byte of an answer, on a request that is idempotent and bodiless.
+    Failed = 1,
+}
+
+impl Retry {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Retry::Unsent => "unsent",
+            Retry::Failed => "failed",
+        }
+    }
 }
 
 /// Where a process is in its life.

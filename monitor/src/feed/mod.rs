@@ -8,7 +8,7 @@
 mod door;
 pub mod growth;
 
-pub use door::{Door, DoorCounts, LauncherInfo, Phase};
+pub use door::{Door, DoorCounts, LauncherInfo, Phase, Retry};
 
 use crate::decision::policy::{Decision, Thresholds};
 use crate::decision::snapshot::Snapshot;

@@ -292,6 +292,11 @@ impl History {
         self.inputs.door.as_ref().map(|d| d.shed_total())
     }
 
+    /// The front door's requests sent a second time, per reason (None without a front door).
+    pub fn retries(&self) -> Option<[(&'static str, u64); 2]> {
+        self.inputs.door.as_ref().map(|d| d.retries())
+    }
+
     /// The front door's memory per request, per route key since start (None without a front door).
     pub fn growth(&self) -> Option<std::collections::BTreeMap<String, crate::feed::growth::KeyStats>> {
         self.inputs.door.as_ref().map(|d| d.growth().totals())

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod bodies;
+mod clients;
 mod edge;
 mod retry;
 mod routing;

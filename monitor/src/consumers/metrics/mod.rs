@@ -73,6 +73,7 @@ impl Collector for Record {
         let mut extra = Extra {
             restarts: h.restarts(),
             shed_total: h.shed_total().unwrap_or(0),
+            retries: h.retries(),
             persisted: h.note().is_none(),
             states: launched.iter().map(|m| (m.name.clone(), m.role.to_string(), m.state.to_string())).collect(),
             reactions: h.reactions().map(|r| Kind::ALL.iter().map(|&k| (k, r.counts(k))).collect()).unwrap_or_default(),

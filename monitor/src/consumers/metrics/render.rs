@@ -20,6 +20,8 @@ pub struct Extra {
     /// Restarts per process name.
     pub restarts: Vec<(String, u64)>,
     pub shed_total: u64,
+    /// Under `monitor run`: the front door's requests sent a second time, per reason (none: left out).
+    pub retries: Option<[(&'static str, u64); 2]>,
     /// The history is being written to the database.
     pub persisted: bool,
     /// Under `monitor run`: each process's (name, role, launcher state).
@@ -177,6 +179,15 @@ pub(crate) fn encode(e: &mut DescriptorEncoder, p: &Published, names: &[(String,
     let persisted = u32::from(extra.persisted);
     gauge(e, "monitor_history_persisted", "1 when the history is written to the stats database.", persisted)?;
     counter(e, "monitor_shed_requests_total", "Requests the front door refused with 503.", extra.shed_total)?;
+    if let Some(r) = &extra.retries {
+        counters(
+            e,
+            "monitor_proxy_retries_total",
+            "Requests the front door sent a second time on a new connection, by reason: unsent (the kept-alive \
+             connection closed before the request was written), failed (no answer byte, idempotent and bodiless).",
+            r.iter().map(|&(reason, n)| ([("reason", reason)], n)),
+        )?;
+    }
     processes(e, p, names)?;
     restarts(e, names, &extra.restarts)?;
     if let Some(g) = &extra.growth {

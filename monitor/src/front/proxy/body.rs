@@ -83,12 +83,16 @@ pub(crate) struct Cut;
 #[error("response cut: its process sent nothing for {} s", .0.as_secs())]
 pub struct Stalled(pub Duration);
 
-/// The connection a response came on, returned to its pool when the body ended cleanly.
+/// The connection a response came on, returned to its pool when the body ended cleanly and the process keeps it
+/// open (`reusable`: its answer did not say `Connection: close`, nor came in HTTP/1.0 without keep-alive). A
+/// connection the process is closing, pooled in the moment before hyper sees the close, would fail the next
+/// request on it.
 pub struct Lease {
     pub pool: Arc<Upstream>,
     pub index: usize,
     pub tx: SendRequest<ReqBody>,
     pub deadline: super::upstream::Deadline,
+    pub reusable: bool,
 }
 
 /// An upstream response body on its way to the client.
@@ -150,7 +154,7 @@ impl Streamed {
 impl Drop for Streamed {
     fn drop(&mut self) {
         if let Some(l) = self.lease.take() {
-            if self.ended || self.inner.is_end_stream() {
+            if l.reusable && (self.ended || self.inner.is_end_stream()) {
                 l.pool.checkin(l.index, l.tx, l.deadline);
             }
         }

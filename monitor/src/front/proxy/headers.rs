@@ -17,6 +17,10 @@ pub(crate) struct Stripped {
     /// `Transfer-Encoding` named a coding besides one `chunked`: hyper took off the chunked framing only, and the
     /// body, sent on without the field, would lose the rest (RFC 9112 §6.1: 501 for a request; nginx does so).
     pub other_coding: bool,
+    /// `Connection` listed `close`: the sender closes the connection after this message.
+    pub close: bool,
+    /// `Connection` listed `keep-alive` (what keeps an HTTP/1.0 connection open).
+    pub keep_alive: bool,
 }
 
 /// Removes the hop-by-hop fields of one connection, before the message goes out on another.
@@ -29,6 +33,7 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) -> Stripped {
     }
     let upgrade = h.remove(UPGRADE);
     let other_coding = h.contains_key(TRANSFER_ENCODING) && !only_chunked(h);
+    let (mut close, mut keep_alive) = (false, false);
     if h.contains_key(CONNECTION) {
         let listed: Vec<HeaderName> = h
             .get_all(CONNECTION)
@@ -38,13 +43,15 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) -> Stripped {
             .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
             .collect();
         for n in listed {
+            close |= n.as_str() == "close";
+            keep_alive |= n == KEEP_ALIVE;
             h.remove(n);
         }
     }
     for n in hop {
         h.remove(n);
     }
-    Stripped { upgrade, other_coding }
+    Stripped { upgrade, other_coding, close, keep_alive }
 }
 
 /// True when every `Transfer-Encoding` field together name one coding, `chunked`.
@@ -119,13 +126,17 @@ mod tests {
             ("content-length", "3"),
         ]);
         let stripped = strip_hop_by_hop(&mut h);
-        assert_eq!(stripped, Stripped { upgrade: Some(HeaderValue::from_static("websocket")), other_coding: false });
+        let upgrade = Some(HeaderValue::from_static("websocket"));
+        assert_eq!(stripped, Stripped { upgrade, other_coding: false, close: true, keep_alive: true });
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["content-length", "x-cache-id"]);
         let mut h = map(&[("x-cache-id", "tx1.1")]);
         assert_eq!(strip_hop_by_hop(&mut h), Stripped::default());
         assert_eq!(h.len(), 1);
+        // Any case: the tokens are names.
+        let mut h = map(&[("connection", "Close")]);
+        assert!(strip_hop_by_hop(&mut h).close);
     }
 
     #[test]

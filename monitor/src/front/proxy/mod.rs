@@ -1,8 +1,10 @@
 //! The front door of `monitor run`: a hyper HTTP/1.1 reverse proxy in front of the launched processes. Routes each
 //! request with [`crate::config::route`], sheds and aborts by the policy's Decision ([`shed`]), streams both bodies,
-//! keeps upstream keep-alive pools ([`upstream`]) with an idle timeout below the backends', retries an idempotent
-//! bodiless request once when it fails before any response byte (on another process when least-outstanding chose the
-//! first, [`route::Table::retry`]), and drains on shutdown ([`server`]).
+//! keeps upstream keep-alive pools ([`upstream`]) with an idle timeout below the backends' (every request goes
+//! upstream in HTTP/1.1; a connection the process said it closes is never pooled), sends a request once more on a new
+//! connection when a kept-alive one closed before writing it, retries an idempotent bodiless request once when it
+//! fails before any response byte (on another process when least-outstanding chose the first,
+//! [`route::Table::retry`]), and drains on shutdown ([`server`]).
 //!
 //! At the edges: an absolute-form target is sent on in origin form with the target's host as `Host`; an HTTP/1.1
 //! request without a Host field, or any with two, gets 400; CONNECT gets 405 and a closed connection; a websocket
@@ -33,6 +35,7 @@ use crate::base::token::{HostOwner, HostTokens};
 use crate::config::paths;
 use crate::config::route::{self, Live, Route, Rule, Unavailable};
 use crate::config::ProxyConfig;
+use crate::feed::Retry;
 use crate::front::launcher::Member;
 use body::{Lease, Outstanding, ProxyBody, Streamed};
 use http_body_util::{Either, Empty};
@@ -172,6 +175,8 @@ enum Attempt {
     },
     /// No response byte: connecting, writing or reading the head failed.
     Failed(String),
+    /// The kept-alive connection closed before the request was written on it: the request is back in its slot.
+    Unsent(String),
     TimedOut,
     /// The memory guard told the process to abort.
     Aborted,
@@ -185,6 +190,8 @@ enum Attempt {
 enum ExchangeError {
     /// Connecting, writing or reading the head failed: the process's side.
     Upstream(String),
+    /// The connection closed before the request was written on it; the request is back in its slot.
+    Unsent(String),
     /// The client's body failed on the way: the client's side.
     ClientBody(String),
     /// The request's deadline passed first.
@@ -607,6 +614,10 @@ impl Proxy {
         if own_host {
             parts.headers.insert(HOST, self.backends[to.index].host.clone());
         }
+        // Upstream every request is HTTP/1.1, whatever the client spoke (nginx's `proxy_http_version 1.1`): an
+        // HTTP/1.0 request line asks the process to close the connection after its answer, which would leave the
+        // keep-alive pool nothing to keep, and a connection being closed to race the next request on it.
+        parts.version = Version::HTTP_11;
         if let Some(f) = fallback {
             parts.headers.insert(X_ROUTE_FALLBACK.clone(), f);
         }
@@ -639,19 +650,32 @@ impl Proxy {
         }
     }
 
-    /// Sends the request to its process; a bodiless idempotent request whose attempt failed is sent once more, to
-    /// the next process the route allows, within the same deadline. Returns the process that answered last.
+    /// Sends the request to its process, and at most once more on a fresh connection when the first try gave no
+    /// answer: any request that was never written (its kept-alive connection closed first) to the same process; a
+    /// bodiless idempotent one that failed before any answer byte to the next process the route allows (the same
+    /// one when a rule names it), within the same deadline. Never after the guard aborted or killed the process.
+    /// Returns the process that answered last.
     async fn upstream(&self, local: &Arc<Local>, to: &Target, out: &mut Outbound) -> (usize, Attempt) {
         let deadline = tokio::time::Instant::now() + self.upstream_timeout;
         let mut index = to.index;
+        let mut fresh = false;
         // One await for both tries: the future every request carries (and moves) holds one attempt, not two.
         loop {
             let pid = self.members[index].pid();
-            let outcome = self.attempt(local, index, &mut out.req, deadline).await;
-            let Attempt::Failed(e) = &outcome else { return (index, outcome) };
+            let outcome = self.attempt(local, index, &mut out.req, deadline, fresh).await;
+            let (Attempt::Failed(e) | Attempt::Unsent(e)) = &outcome else { return (index, outcome) };
             if let Some(k) = self.kills.killed(pid) {
                 tracing::debug!(name = %self.members[index].name, pid, "upstream failed after the guard's kill: {e}");
                 return (index, Attempt::Killed(k.reason));
+            }
+            if fresh {
+                return (index, outcome);
+            }
+            fresh = true;
+            if matches!(outcome, Attempt::Unsent(_)) && out.req.is_some() {
+                tracing::debug!(name = %self.members[index].name, "sending again on a new connection: {e}");
+                self.counts.retries[Retry::Unsent as usize].fetch_add(1, Ordering::Relaxed);
+                continue;
             }
             let Some(mut r) = out.retry.take() else { return (index, outcome) };
             let next = local.table.retry(to.rule, to.exempt, |i| self.live(i), to.rotor.wrapping_add(1), index);
@@ -659,6 +683,7 @@ impl Proxy {
             if next != index && out.own_host {
                 r.headers_mut().insert(HOST, self.backends[next].host.clone());
             }
+            self.counts.retries[Retry::Failed as usize].fetch_add(1, Ordering::Relaxed);
             index = next;
             out.req = Some(r);
         }
@@ -676,7 +701,8 @@ impl Proxy {
             }
             Attempt::Answered { resp, tx, deadline, outstanding, generation } => {
                 let (mut parts, inner) = resp.into_parts();
-                if headers::strip_hop_by_hop(&mut parts.headers).other_coding {
+                let stripped = headers::strip_hop_by_hop(&mut parts.headers);
+                if stripped.other_coding {
                     // Its connection is dropped with `tx`, not pooled.
                     tracing::warn!(name = %name, "upstream answered with a transfer coding besides chunked");
                     return status(
@@ -687,7 +713,8 @@ impl Proxy {
                 if let Some(signed) = self.signed_cache_id(&parts.headers) {
                     parts.headers.insert(&self.cache_header, signed);
                 }
-                let lease = Lease { pool: local.pool.clone(), index, tx, deadline };
+                let reusable = !stripped.close && (parts.version != Version::HTTP_10 || stripped.keep_alive);
+                let lease = Lease { pool: local.pool.clone(), index, tx, deadline, reusable };
                 Response::from_parts(
                     parts,
                     ProxyBody::Upstream(Streamed::new(inner, generation, lease, outstanding, self.upstream_timeout)),
@@ -696,7 +723,7 @@ impl Proxy {
             Attempt::Aborted => self.aborted(name),
             Attempt::Killed(reason) => self.killed(name, &reason),
             Attempt::ClientBody(msg) => self.bad_body(&msg),
-            Attempt::Failed(msg) => {
+            Attempt::Failed(msg) | Attempt::Unsent(msg) => {
                 tracing::warn!(name = %name, "upstream request failed: {msg}");
                 if to.signed_owner {
                     self.unavailable(&format!("the owner of this cache id ({name}) is not available: {msg}"))
@@ -737,6 +764,7 @@ impl Proxy {
         index: usize,
         req: &mut Option<Request<ReqBody>>,
         deadline: tokio::time::Instant,
+        fresh: bool,
     ) -> Attempt {
         let flight = match (self.track, req.as_ref()) {
             (true, Some(r)) => Some(flights::Flight {
@@ -753,19 +781,20 @@ impl Proxy {
         };
         let outstanding = Outstanding::new(local.clone(), index, flight);
         let generation = self.backends[index].generation();
-        match self.exchange(local, index, req, generation, deadline).await {
+        match self.exchange(local, index, req, generation, deadline, fresh).await {
             Ok((resp, tx, deadline)) => Attempt::Answered { resp, tx, deadline, outstanding, generation },
             Err(_) if self.backends[index].generation() != generation => Attempt::Aborted,
             Err(ExchangeError::Upstream(msg)) => Attempt::Failed(msg),
+            Err(ExchangeError::Unsent(msg)) => Attempt::Unsent(msg),
             Err(ExchangeError::ClientBody(msg)) => Attempt::ClientBody(msg),
             Err(ExchangeError::TimedOut) => Attempt::TimedOut,
             Err(ExchangeError::Aborted) => Attempt::Aborted,
         }
     }
 
-    /// One request (taken from `req` once a connection is ready) on a pooled (or new) connection to process `index`,
-    /// until a response head or `deadline` (on the connection's own timer); the sender and its timer come back with
-    /// the response.
+    /// One request (taken from `req` once a connection is ready) on a pooled (unless `fresh`) or new connection to
+    /// process `index`, until a response head or `deadline` (on the connection's own timer); the sender and its
+    /// timer come back with the response. A request the connection closed before writing goes back into `req`.
     async fn exchange(
         &self,
         local: &Local,
@@ -773,9 +802,10 @@ impl Proxy {
         req: &mut Option<Request<ReqBody>>,
         generation: u64,
         deadline: tokio::time::Instant,
+        fresh: bool,
     ) -> Result<(Response<Incoming>, SendRequest<ReqBody>, upstream::Deadline), ExchangeError> {
         let backend = &self.backends[index];
-        let mut c = match local.pool.checkout(index, backend.addr, &local.aborts[index], deadline).await {
+        let mut c = match local.pool.checkout(index, backend.addr, &local.aborts[index], deadline, fresh).await {
             Ok(c) => c,
             Err(upstream::ConnectError::Deadline { .. }) => return Err(ExchangeError::TimedOut),
             Err(e) => return Err(ExchangeError::Upstream(e.to_string())),
@@ -784,23 +814,33 @@ impl Proxy {
         if backend.generation() != generation {
             return Err(ExchangeError::Aborted);
         }
-        let Some(req) = req.take() else {
+        let Some(request) = req.take() else {
             return Err(ExchangeError::Upstream("the request was sent already".into()));
         };
         let sent = tokio::select! {
             biased;
-            r = c.tx.send_request(req) => r,
+            r = c.tx.try_send_request(request) => r,
             _ = c.deadline.as_mut() => return Err(ExchangeError::TimedOut),
         };
         match sent {
             Ok(resp) => Ok((resp, c.tx, c.deadline)),
-            // hyper closed the upstream connection without the body's end: the process never got a whole request.
-            Err(e) if request_body::from_client(&e) => Err(ExchangeError::ClientBody(chain(&e))),
-            Err(e) => Err(ExchangeError::Upstream(format!(
-                "{}{}",
-                chain(&e),
-                if c.reused { " (reused connection)" } else { "" }
-            ))),
+            Err(mut e) => {
+                if let Some(back) = e.take_message() {
+                    *req = Some(back);
+                    return Err(ExchangeError::Unsent(chain(e.error())));
+                }
+                let e = e.into_error();
+                exchange_failed(&e, c.reused)
+            }
         }
     }
+}
+
+/// Why an exchange whose request was written (in part or whole) gave no answer.
+fn exchange_failed<T>(e: &hyper::Error, reused: bool) -> Result<T, ExchangeError> {
+    if request_body::from_client(e) {
+        // hyper closed the upstream connection without the body's end: the process never got a whole request.
+        return Err(ExchangeError::ClientBody(chain(e)));
+    }
+    Err(ExchangeError::Upstream(format!("{}{}", chain(e), if reused { " (reused connection)" } else { "" })))
 }

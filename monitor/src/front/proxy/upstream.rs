@@ -73,16 +73,17 @@ impl Upstream {
         self.idle[index].lock().unwrap_or_else(PoisonError::into_inner).pop()
     }
 
-    /// A ready sender to process `index` at `addr`, its timer set to `deadline`: the most recently used idle one, or
-    /// a new connection (closed when `abort` moves); none after `deadline`.
+    /// A ready sender to process `index` at `addr`, its timer set to `deadline`: the most recently used idle one
+    /// (unless `fresh`), or a new connection (closed when `abort` moves); none after `deadline`.
     pub async fn checkout(
         &self,
         index: usize,
         addr: SocketAddr,
         abort: &watch::Sender<u64>,
         deadline: tokio::time::Instant,
+        fresh: bool,
     ) -> Result<Checkout, ConnectError> {
-        while let Some(mut idle) = self.pop(index) {
+        while let Some(mut idle) = if fresh { None } else { self.pop(index) } {
             if idle.tx.is_closed() || idle.since.elapsed() >= self.idle_timeout {
                 continue;
             }
