@@ -30,6 +30,9 @@ const DECODE_ROUNDS: usize = 8;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Readings<'a> {
     raw: &'a str,
+    /// The path's letters folded, when that is its only other reading (most paths with capitals): kept apart
+    /// from `more`, so such a path makes one allocation, not two.
+    folded: Option<String>,
     more: Vec<String>,
 }
 
@@ -41,21 +44,25 @@ impl Default for Readings<'_> {
 
 impl<'a> Readings<'a> {
     /// The root's one reading.
-    pub const ROOT: Readings<'static> = Readings { raw: "/", more: Vec::new() };
+    pub const ROOT: Readings<'static> = Readings { raw: "/", folded: None, more: Vec::new() };
 
     /// Every reading of `path` (a request's path, without its query).
     pub fn of(path: &'a str) -> Readings<'a> {
-        let mut r = Readings { raw: path, more: Vec::new() };
+        let mut r = Readings { raw: path, folded: None, more: Vec::new() };
         // Most paths take none of the steps but the last: one pass over the bytes tells.
-        let (mut odd, mut upper, mut prev) = (false, false, 0u8);
+        let (mut odd, mut upper, mut wide, mut prev) = (false, false, false, 0u8);
         for &c in path.as_bytes() {
             odd |= matches!(c, b';' | b'%' | b'\\') || (c == b'/' && prev == b'/');
-            upper |= c.is_ascii_uppercase() || c >= 0x80;
+            upper |= c.is_ascii_uppercase();
+            wide |= c >= 0x80;
             prev = c;
         }
         if !odd && !has_dot_segment(path) {
-            if upper {
-                r.grow(|s| [Some(s.to_lowercase()), None]);
+            if wide {
+                r.folded = Some(path.to_lowercase()).filter(|f| f != path);
+            } else if upper {
+                // ASCII only: folded byte by byte, as `to_lowercase` would fold it.
+                r.folded = Some(path.to_ascii_lowercase());
             }
             return r;
         }
@@ -105,12 +112,12 @@ impl<'a> Readings<'a> {
 
     /// Every reading, the path as it came first.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.raw).chain(self.more.iter().map(String::as_str))
+        std::iter::once(self.raw).chain(self.folded.as_deref()).chain(self.more.iter().map(String::as_str))
     }
 
     /// How many readings.
     pub fn len(&self) -> usize {
-        1 + self.more.len()
+        1 + usize::from(self.folded.is_some()) + self.more.len()
     }
 
     /// Never: the path as it came is one.

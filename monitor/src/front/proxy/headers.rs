@@ -72,6 +72,19 @@ pub(crate) fn names_protocol(upgrade: &HeaderValue, protocol: &str) -> bool {
     })
 }
 
+/// The most fields a head may hold for [`first`] to compare names rather than look one up.
+const SCAN_MAX: usize = 16;
+
+/// The first value of `name` in `h`. In a head of a few fields (as most are) the name is first looked for by
+/// comparing names, which costs less than hashing a name that is not one of the standard ones: most heads do not
+/// hold the fields asked for here.
+pub(crate) fn first<'a>(h: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
+    if h.keys_len() <= SCAN_MAX && !h.keys().any(|k| k == name) {
+        return None;
+    }
+    h.get(name)
+}
+
 /// A client's address as a header value, made once per connection.
 pub(crate) fn client_value(client: IpAddr) -> HeaderValue {
     // An address's text is always a valid header value.

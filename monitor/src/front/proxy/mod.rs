@@ -149,6 +149,10 @@ struct Outbound {
     retry: Option<Request<ReqBody>>,
     /// The Host field is the front door's (the client sent none): a retry to another process names that one.
     own_host: bool,
+    /// What each try's [`flights::Flight`] takes of the request's head, read once: its cache id (when tracked) and
+    /// declared body length.
+    cache_id: Option<HeaderValue>,
+    bytes_in: u64,
 }
 
 /// Where a request goes first, and what decides where its retry goes.
@@ -487,7 +491,7 @@ impl Proxy {
         let exempt = health || local.table.is_admin(&readings);
         let mut signed = here.signed;
         let mut cache_owner: Option<String> = None;
-        if let Some(v) = req.headers().get(&self.cache_header) {
+        if let Some(v) = headers::first(req.headers(), &self.cache_header) {
             let Ok(id) = v.to_str() else { return status(StatusCode::BAD_REQUEST, "bad cache id\n".into()) };
             match &self.tokens {
                 Some(t) => match t.verify(id) {
@@ -629,8 +633,15 @@ impl Proxy {
             *r.headers_mut() = parts.headers.clone();
             r
         });
+        let cache_id = match self.track {
+            true => headers::first(&parts.headers, &self.cache_header).cloned(),
+            false => None,
+        };
+        // A bodiless request declares no length but 0 (hyper refuses a Content-Length it cannot read).
+        let bytes_in = if bodiless { 0 } else { body::declared_length(&parts.headers) };
         let body = (!bodiless).then_some(body);
-        Ok((Outbound { req: Some(Request::from_parts(parts, Either::Right(Empty::new()))), retry, own_host }, body))
+        let req = Some(Request::from_parts(parts, Either::Right(Empty::new())));
+        Ok((Outbound { req, retry, own_host, cache_id, bytes_in }, body))
     }
 
     /// A request's body held before anything goes upstream: a malformed one is answered here (400, or 408 when it
@@ -662,7 +673,7 @@ impl Proxy {
         // One await for both tries: the future every request carries (and moves) holds one attempt, not two.
         loop {
             let pid = self.members[index].pid();
-            let outcome = self.attempt(local, index, &mut out.req, deadline, fresh).await;
+            let outcome = self.attempt(local, index, out, deadline, fresh).await;
             let (Attempt::Failed(e) | Attempt::Unsent(e)) = &outcome else { return (index, outcome) };
             if let Some(k) = self.kills.killed(pid) {
                 tracing::debug!(name = %self.members[index].name, pid, "upstream failed after the guard's kill: {e}");
@@ -747,7 +758,7 @@ impl Proxy {
         if self.tokens.is_none() && self.cluster.get().is_none() {
             return None;
         }
-        let id = headers.get(&self.cache_header)?.to_str().ok()?;
+        let id = headers::first(headers, &self.cache_header)?.to_str().ok()?;
         let token = match &self.tokens {
             Some(t) => t.sign(id),
             None => self.cluster.get()?.sign(id),
@@ -755,24 +766,24 @@ impl Proxy {
         HeaderValue::from_str(&token).ok()
     }
 
-    /// One try at process `index` with the request in `req` (taken once sent), counted as outstanding on it, until a
-    /// response head, an error, the deadline, or the memory guard's abort of that process (which closes the
+    /// One try at process `index` with the request in `out.req` (taken once sent), counted as outstanding on it,
+    /// until a response head, an error, the deadline, or the memory guard's abort of that process (which closes the
     /// connection: the exchange fails, and the moved generation says why).
     async fn attempt(
         &self,
         local: &Arc<Local>,
         index: usize,
-        req: &mut Option<Request<ReqBody>>,
+        out: &mut Outbound,
         deadline: tokio::time::Instant,
         fresh: bool,
     ) -> Attempt {
-        let flight = match (self.track, req.as_ref()) {
+        let flight = match (self.track, out.req.as_ref()) {
             (true, Some(r)) => Some(flights::Flight {
                 method: r.method().clone(),
                 uri: r.uri().clone(),
-                cache_id: r.headers().get(&self.cache_header).cloned(),
+                cache_id: out.cache_id.clone(),
                 started: std::time::Instant::now(),
-                bytes_in: body::declared_length(r.headers()),
+                bytes_in: out.bytes_in,
                 bytes_out: 0,
                 epoch: self.epoch(),
                 generation: self.backends[index].generation(),
@@ -781,7 +792,7 @@ impl Proxy {
         };
         let outstanding = Outstanding::new(local.clone(), index, flight);
         let generation = self.backends[index].generation();
-        match self.exchange(local, index, req, generation, deadline, fresh).await {
+        match self.exchange(local, index, &mut out.req, generation, deadline, fresh).await {
             Ok((resp, tx, deadline)) => Attempt::Answered { resp, tx, deadline, outstanding, generation },
             Err(_) if self.backends[index].generation() != generation => Attempt::Aborted,
             Err(ExchangeError::Upstream(msg)) => Attempt::Failed(msg),
