@@ -71,6 +71,9 @@ fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
     std::thread::sleep(Duration::from_secs(1));
     let still = agent.status();
     assert_eq!(still["group"]["error"].as_str(), Some(error.as_str()), "one clear reason, not a changing one");
+    wait_until("the failure's log line", Duration::from_secs(5), || {
+        (log_count(&agent, "sample failed") >= 1).then_some(())
+    });
     assert_eq!(log_count(&agent, "sample failed"), 1, "logged once, not per sample:\n{}", agent.stderr());
     web_still_works(&agent);
     let (code, health) = agent.get("/healthz");
@@ -89,6 +92,10 @@ fn a_removed_group_is_said_once_and_picked_up_when_created_again() {
     let pid = second.pid();
     let back = agent.wait_for(|s| s["group"]["error"].is_null() && process(s, pid).is_some(), Duration::from_secs(5));
     assert_eq!(back["policy"]["state"], "normal");
+    // The agent logs before it publishes, but its stderr reaches the test through a reader thread: wait for the line.
+    wait_until("the recovery's log line", Duration::from_secs(5), || {
+        (log_count(&agent, "group readable again") >= 1).then_some(())
+    });
     assert_eq!(log_count(&agent, "group readable again"), 1, "{}", agent.stderr());
     assert_eq!(log_count(&agent, "sample failed"), 1, "{}", agent.stderr());
     wait_until("the alert to resolve", Duration::from_secs(5), || (unreadable("resolved") == 1).then_some(()));
