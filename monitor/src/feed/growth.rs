@@ -207,8 +207,12 @@ impl RouteGrowth {
 /// characters or more (`123`, `a1b2c3`, a UUID; not `r4` or `v2`). The front door's boards fold with it too when they
 /// hash a path (`front::proxy::flights::Keys`).
 pub(crate) fn is_id(seg: &[u8]) -> bool {
-    let digits = seg.iter().filter(|b| b.is_ascii_digit()).count();
-    (digits > 0 && (digits == seg.len() || seg.len() >= 6)) || seg.len() >= 16
+    is_id_of(seg.len(), seg.iter().filter(|b| b.is_ascii_digit()).count())
+}
+
+/// [`is_id`] of a segment of `len` bytes, `digits` of them digits: for a caller that counted them on its own pass.
+pub(crate) fn is_id_of(len: usize, digits: usize) -> bool {
+    (digits > 0 && (digits == len || len >= 6)) || len >= 16
 }
 
 /// The route key of a request: its method and its path with the ids folded (`GET /Patient/:id`, see [`is_id`]).

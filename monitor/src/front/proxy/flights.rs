@@ -7,7 +7,7 @@
 //! a day at most. Nothing of a body is kept; the path is cut to [`InFlight::PATH_MAX`] when read.
 
 use crate::decision::snapshot::InFlight;
-use crate::feed::growth::{is_id, route_key, MAX_KEYS, OTHER};
+use crate::feed::growth::{is_id_of, route_key, MAX_KEYS, OTHER};
 use hyper::header::HeaderValue;
 use hyper::{Method, Uri};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -66,17 +66,27 @@ fn fnv(h: u64, bytes: &[u8]) -> u64 {
 }
 
 impl Keys {
-    /// The hash of `method` and `path` with its ids folded, as [`route_key`] folds them ([`is_id`]).
+    /// The hash of `method` and `path` with its ids folded, as [`route_key`] folds them
+    /// ([`crate::feed::growth::is_id`]): each segment `/` and its bytes, or `/:id`. One pass over the path: a
+    /// segment is hashed on as it is read, and the hash from before it taken back when it turns out an id.
     fn hash(&self, method: &Method, path: &str) -> u64 {
-        let mut h = fnv(self.seed, method.as_str().as_bytes());
-        for seg in path.as_bytes().split(|&b| b == b'/') {
-            let id = is_id(seg);
-            h = fnv(h, if id { b"/:id" } else { b"/" });
-            if !id {
-                h = fnv(h, seg);
+        let mut before = fnv(self.seed, method.as_str().as_bytes());
+        let (mut h, mut len, mut digits) = (fnv(before, b"/"), 0, 0);
+        for &b in path.as_bytes() {
+            if b == b'/' {
+                before = if is_id_of(len, digits) { fnv(before, b"/:id") } else { h };
+                (h, len, digits) = (fnv(before, b"/"), 0, 0);
+            } else {
+                h = fnv(h, &[b]);
+                len += 1;
+                digits += usize::from(b.is_ascii_digit());
             }
         }
-        h
+        if is_id_of(len, digits) {
+            fnv(before, b"/:id")
+        } else {
+            h
+        }
     }
 
     /// The index of the route key of `method` and `path` ([`route_key`]).
