@@ -22,6 +22,8 @@ pub(super) enum Outcome {
     NotRun(String),
     /// It ran: `status` None when it succeeded, else how it ended and the last lines of its stderr.
     Done {
+        /// The command line it ran with, its knobs as they were ([`command_line`]).
+        command: String,
         started: String,
         secs: f64,
         load: (String, String),
@@ -139,8 +141,8 @@ impl Run {
             .map(|(o, b)| match o {
                 Outcome::Pending => json!({"name": b.name, "kind": "pending"}),
                 Outcome::NotRun(reason) => json!({"name": b.name, "kind": "not_run", "reason": reason}),
-                Outcome::Done { started, secs, load, status, output } => json!({
-                    "name": b.name, "kind": "done", "started": started, "secs": secs, "load": [load.0, load.1],
+                Outcome::Done { command, started, secs, load, status, output } => json!({
+                    "name": b.name, "kind": "done", "command": command, "started": started, "secs": secs, "load": [load.0, load.1],
                     "status": status.as_ref().map(|(s, tail)| json!([s, tail])), "output": output,
                 }),
             })
@@ -175,6 +177,10 @@ impl Run {
             outcomes.push(match o["kind"].as_str() {
                 Some("not_run") => Outcome::NotRun(text(o, "reason")?),
                 Some("done") => Outcome::Done {
+                    // A run kept before commands were: the one its mode declares.
+                    command: o["command"]
+                        .as_str()
+                        .map_or_else(|| command_line(b, v["quick"].as_bool().unwrap_or(false)), str::to_string),
                     started: text(o, "started")?,
                     secs: o["secs"].as_f64().unwrap_or(0.0),
                     load: (
@@ -266,7 +272,7 @@ fn run_one(b: &Bench, quick: bool) -> Result<Outcome> {
             Some((status, lines[lines.len().saturating_sub(12)..].join("\n")))
         }
     };
-    Ok(Outcome::Done { started, secs, load, status, output })
+    Ok(Outcome::Done { command: command_line(b, quick), started, secs, load, status, output })
 }
 
 /// Copies a child's stream to this process's stderr as it comes (prefixed with the benchmark), and keeps it.
@@ -433,6 +439,7 @@ pub(super) mod tests {
     /// failed `status` (exit status, stderr's tail) if any.
     pub(in crate::bench) fn done(output: &str, status: Option<(&str, &str)>) -> Outcome {
         Outcome::Done {
+            command: String::new(),
             started: "2026-12-02 08:52 UTC".into(),
             secs: 183.0,
             load: ("1.33 1.11 1.56".into(), "1.13 1.16 1.50".into()),

@@ -203,18 +203,40 @@ fn probes(out: &str) -> Vec<Figure> {
 
 fn proxy(out: &str) -> Vec<Figure> {
     let mut v = Vec::new();
+    let counted = line(out, "instructions per request (valgrind").and_then(|l| l.split_once("): ")).map_or("", |p| p.1);
+    for (who, name) in [("monitor ", "monitor run"), ("bare hop ", "the bare hop"), ("nginx ", "nginx")] {
+        let n = counted.split(", ").find_map(|p| p.strip_prefix(who)).and_then(number_with_unit);
+        v.push(fig(format!("instructions per request (callgrind), {name}"), n));
+    }
     for l in out.lines().map(str::trim).filter(|l| l.starts_with("c=")) {
         let Some((c, rest)) = l.split_once(": ") else { continue };
         let added = rest.split_once("added p50 over direct: ").map_or("", |(_, a)| a.split(';').next().unwrap_or(""));
         v.push(fig(format!("monitor / nginx throughput at {c}"), ratio_after(rest, "monitor/nginx throughput ")));
         v.push(fig(format!("median of the rounds' monitor / nginx at {c}"), ratio_after(rest, "per-round ratios ")));
+        let nginx_part = rest.split_once("monitor/bare hop ").map_or(rest, |(n, _)| n);
+        v.push(fig(format!("lowest round's monitor / nginx at {c}"), ratio_after(nginx_part, "lowest ")));
+        v.push(fig(format!("highest round's monitor / nginx at {c}"), ratio_after(nginx_part, "highest ")));
+        v.push(fig(format!("goal monitor >= nginx at {c}"), verdict(nginx_part)));
+        v.push(fig(
+            format!("instructions per request, monitor / nginx (at {c})"),
+            ratio_after(nginx_part, "instructions "),
+        ));
         v.push(fig(format!("monitor's added p50 over direct at {c}"), value_after(added, "monitor ")));
         v.push(fig(format!("nginx's added p50 over direct at {c}"), value_after(added, "nginx ")));
         v.push(fig(format!("monitor / bare hop throughput at {c}"), ratio_after(rest, "monitor/bare hop ")));
         let hop = rest.split_once("monitor/bare hop ").map_or("", |(_, h)| h.split(',').next().unwrap_or(""));
         v.push(fig(format!("median of the rounds' monitor / bare hop at {c}"), ratio_after(hop, "per-round ratios ")));
+        let hop_part =
+            rest.split_once("monitor/bare hop ").map_or("", |(_, h)| h.split("byte relay/nginx").next().unwrap_or(""));
+        v.push(fig(format!("lowest round's monitor / bare hop at {c}"), ratio_after(hop_part, "lowest ")));
+        v.push(fig(
+            format!("instructions per request, monitor / bare hop (at {c})"),
+            ratio_after(hop_part, "instructions "),
+        ));
         let off = rest.split_once("memory per request on/off throughput ").map_or("", |(_, o)| o);
         v.push(fig(format!("memory per request on / off at {c}"), ratio_after(off, "per-round ratios ")));
+        v.push(fig(format!("lowest round's memory per request on / off at {c}"), ratio_after(off, "lowest ")));
+        v.push(fig(format!("goal on / off >= 0.98 at {c}"), verdict(off)));
         // `syscalls / context switches per request: monitor 9.10 / 2.05, bare hop 8.02 / 2.01, …` (perf).
         let counts = rest.split_once("syscalls / context switches per request: ").map_or("", |(_, a)| a);
         for (who, name) in [("monitor", "monitor"), ("bare hop", "the bare hop")] {
@@ -223,6 +245,13 @@ fn proxy(out: &str) -> Vec<Figure> {
         }
     }
     v
+}
+
+/// `met` or `not met`, from the first `goal >= …: met` in `text`.
+fn verdict(text: &str) -> Option<String> {
+    let rest = &text[text.find("goal >= ")?..];
+    let (_, after) = rest.split_once(": ")?;
+    [("not met", "not met"), ("met", "met")].iter().find(|(w, _)| after.starts_with(w)).map(|(_, v)| v.to_string())
 }
 
 fn proxy_instructions(out: &str) -> Vec<Figure> {

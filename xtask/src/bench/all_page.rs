@@ -49,12 +49,12 @@ pub(super) fn page(benches: &[Bench], run: &Run) -> String {
             "| [{}](#{}) | `{}` | {result} | {secs} |\n",
             b.title,
             anchor(b.title),
-            command_line(b, quick)
+            command(b, o, quick)
         ));
     }
     for (b, o) in benches.iter().zip(&run.outcomes) {
         s.push_str(&format!("\n## {}\n\n{}\n", b.title, b.about.trim_end()));
-        s.push_str(&format!("\nCommand: `{}`.\n\n", command_line(b, quick)));
+        s.push_str(&format!("\nCommand: `{}`.\n\n", command(b, o, quick)));
         s.push_str(&section(b, o));
     }
     s.push('\n');
@@ -62,12 +62,20 @@ pub(super) fn page(benches: &[Bench], run: &Run) -> String {
     s
 }
 
+/// The command a section names: the one it ran with, or (not run) the one the page's mode declares.
+fn command(b: &Bench, o: &Outcome, quick: bool) -> String {
+    match o {
+        Outcome::Done { command, .. } if !command.is_empty() => command.clone(),
+        _ => command_line(b, quick),
+    }
+}
+
 /// A benchmark's section after its command: what came of it.
 fn section(b: &Bench, o: &Outcome) -> String {
     match o {
         Outcome::Pending => "Not reached in this run.\n".to_string(),
         Outcome::NotRun(reason) => format!("**Not run**: {reason}.\n"),
-        Outcome::Done { started, secs, load, status: None, output } => {
+        Outcome::Done { started, secs, load, status: None, output, .. } => {
             let mut s = format!("Ran {started}, {secs:.0} s, load average {} before and {} after.\n\n", load.0, load.1);
             let figures = figures(b.name, output);
             if !figures.is_empty() {
@@ -82,7 +90,7 @@ fn section(b: &Bench, o: &Outcome) -> String {
             s.push_str(&markdown(output));
             s
         }
-        Outcome::Done { started, secs, load, status: Some((status, tail)), output } => {
+        Outcome::Done { started, secs, load, status: Some((status, tail)), output, .. } => {
             let mut s = format!(
                 "**Failed** ({status}), started {started}, after {secs:.0} s, load average {} before and {} after. \
                  The last lines it wrote to stderr:\n\n```text\n{tail}\n```\n",
@@ -127,8 +135,12 @@ pub(super) fn read(text: &str, benches: &[Bench]) -> Result<Run> {
         let body = &text[at + heading.len()..];
         let body = &body[..body.find("\n## ").unwrap_or(body.len())];
         let (_, after) = split(body, "\nCommand: `")?;
-        let (_, outcome) = split(after, "`.\n\n")?;
-        outcomes.push(read_outcome(outcome).with_context(|| format!("the section of {}", b.title))?);
+        let (ran, outcome) = split(after, "`.\n\n")?;
+        let mut outcome = read_outcome(outcome).with_context(|| format!("the section of {}", b.title))?;
+        if let Outcome::Done { command, .. } = &mut outcome {
+            *command = ran.to_string();
+        }
+        outcomes.push(outcome);
     }
     Ok(Run {
         head: Head {
@@ -171,12 +183,20 @@ fn read_outcome(text: &str) -> Result<Outcome> {
     let started = started.to_string();
     let Some(status) = status else {
         let (_, printed) = split(rest, PRINTED)?;
-        return Ok(Outcome::Done { started, secs, load, status: None, output: unmarkdown(printed) });
+        return Ok(Outcome::Done {
+            command: String::new(),
+            started,
+            secs,
+            load,
+            status: None,
+            output: unmarkdown(printed),
+        });
     };
     let (_, rest) = split(rest, "```text\n")?;
     let (tail, rest) = split(rest, "\n```\n")?;
     let output = rest.split_once(PRINTED_BEFORE).map_or_else(String::new, |(_, p)| unmarkdown(p));
-    Ok(Outcome::Done { started, secs, load, status: Some((status.to_string(), tail.to_string())), output })
+    let status = Some((status.to_string(), tail.to_string()));
+    Ok(Outcome::Done { command: String::new(), started, secs, load, status, output })
 }
 
 /// `text` split at the first `at`, which must be there.

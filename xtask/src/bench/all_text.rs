@@ -119,9 +119,9 @@ Knobs: `PROBES_BENCH_ROUNDS` (6), `PROBES_BENCH_SECS` (5), `PROBES_BENCH_CONNS` 
     Bench {
         name: "proxy",
         title: "Front door",
-        full: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "5")],
-        quick: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "3")],
-        tools: &["nginx", "wrk"],
+        full: &[("BENCH_SECONDS", "3"), ("BENCH_ROUNDS", "7")],
+        quick: &[("BENCH_SECONDS", "2"), ("BENCH_ROUNDS", "7")],
+        tools: &["nginx", "wrk", "valgrind", "callgrind_control", "curl"],
         v1: true,
         about: "\
 **The same two release fixture backends behind `monitor run`, nginx (`least_conn`, `keepalive 64`, 2 workers), a
@@ -132,13 +132,17 @@ retry, header rewriting or shedding) is the floor of the library the front door 
 Goal: throughput >= nginx's at every c, and added p50 over direct <= 25 µs at c = 1. Columns: CPU µs per request
 of the proxy's own processes (user + system, from /proc), and the machine's wake-up interrupts between cores per
 request (`RES` + `CAL` in /proc/interrupts): at c = 1 a request is a chain of four wake-ups, and where the kernel
-wakes a task on the other (halted) core, the request waits for it. The summary gives the means over rounds and the
-medians of the per-round monitor / nginx and monitor / bare hop ratios: at c = 1 a round in which the scheduler keeps a
-proxy beside its backend on one core (IPIs/req near 0.5 instead of 2) serves up to twice as many, and moves the means
-by more than the proxies differ. The same build with `[proxy] track_requests = false` (no requests in flight kept,
-no memory per request) runs in the same rounds on two backends of its own: `memory per request on/off` is what
-naming the victim's requests and measuring memory per request cost (goal >= 0.98). `BENCH_PROXY_BASELINE=
-/path/to/monitor` adds an older build to the same rounds.
+wakes a task on the other (halted) core, the request waits for it. Each round starts at another target, so none
+always runs first or right after the same one. The summary gives the means over rounds and, for each ratio, the
+median of the per-round ratios with the lowest and highest round beside it: at c = 1 a round in which the scheduler
+keeps a proxy beside its backend on one core (IPIs/req near 0.5 instead of 2) serves up to twice as many, and moves
+the means by more than the proxies differ. A goal is met only when the median meets it and no round falls more than
+10% under it; otherwise the line says `not met`. The same build with `[proxy] track_requests = false` (no requests
+in flight kept, no memory per request) runs in the same rounds on two backends of its own: `memory per request
+on/off` is what naming the victim's requests and measuring memory per request cost (goal >= 0.98). Beside every
+throughput ratio stands the ratio of instructions per request, counted by callgrind after the rounds
+(`BENCH_INSTR_REQUESTS` GETs, 500 by default; deterministic, as the next section explains).
+`BENCH_PROXY_BASELINE=/path/to/monitor` adds an older build to the same rounds.
 ",
     },
     Bench {

@@ -122,6 +122,25 @@ fn measure(t: &Target, n: u32) -> Result<f64> {
 }
 
 pub fn run() -> Result<()> {
+    let n: u32 = std::env::var("BENCH_REQUESTS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000).max(1);
+    let keep = std::env::var_os("BENCH_PROXY_KEEP").is_some();
+    println!(
+        "user-space instructions per request (valgrind --tool=callgrind), curl: {n} GETs of {PATH} on one \
+         connection after {WARMUP} warm-up; two fixture-backends (release)\n"
+    );
+    let rows = counts(n, keep)?;
+    let of = |name: &str| rows.iter().find(|r| r.0 == name).map_or(f64::NAN, |r| r.1);
+    let (nginx, hop) = (of("nginx"), of("bare hyper hop"));
+    println!("| target | instructions per request | / nginx | / bare hyper hop |\n| --- | ---: | ---: | ---: |");
+    for (name, per) in &rows {
+        println!("| {name} | {per:.0} | {:.2} | {:.2} |", per / nginx, per / hop);
+    }
+    Ok(())
+}
+
+/// Each target's instructions per request over `n` GETs (with `BENCH_PROXY_BASELINE`, the baseline build's too);
+/// `keep`: the dumps stay, and their folder is printed.
+pub(super) fn counts(n: u32, keep: bool) -> Result<Vec<(&'static str, f64)>> {
     if let Some(reason) = CgroupV1::unavailable_reason() {
         bail!("the proxy instruction benchmark runs its processes in a v1 memory cgroup: {reason}");
     }
@@ -130,7 +149,6 @@ pub fn run() -> Result<()> {
             bail!("{tool} is needed: apt-get install valgrind curl nginx");
         }
     }
-    let n: u32 = std::env::var("BENCH_REQUESTS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000).max(1);
     let bin = release_bins()?;
     let fixture = bin.join("fixture-backend");
     let cg = CgroupV1::create("bench-proxy-instr", Some(1 << 30));
@@ -197,20 +215,10 @@ pub fn run() -> Result<()> {
         // Programs start slowly under valgrind.
         wait_port_for(port, Duration::from_secs(120))?;
     }
-    println!(
-        "user-space instructions per request (valgrind --tool=callgrind), curl: {n} GETs of {PATH} on one \
-         connection after {WARMUP} warm-up; two fixture-backends (release)\n"
-    );
     let mut rows = Vec::new();
     for t in &targets {
         let per = measure(t, n).with_context(|| t.name)?;
         rows.push((t.name, per));
-    }
-    let of = |name: &str| rows.iter().find(|r| r.0 == name).map_or(f64::NAN, |r| r.1);
-    let (nginx, hop) = (of("nginx"), of("bare hyper hop"));
-    println!("| target | instructions per request | / nginx | / bare hyper hop |\n| --- | ---: | ---: | ---: |");
-    for (name, per) in &rows {
-        println!("| {name} | {per:.0} | {:.2} | {:.2} |", per / nginx, per / hop);
     }
     for mut t in targets {
         // SIGTERM first: monitor run drains and stops its processes.
@@ -220,10 +228,10 @@ pub fn run() -> Result<()> {
             t.child.kill();
         }
     }
-    if std::env::var_os("BENCH_PROXY_KEEP").is_some() {
+    if keep {
         println!("- the dumps are kept in {} (callgrind_annotate <folder>/callgrind.out.*)", base.display());
     } else {
         let _ = std::fs::remove_dir_all(&base);
     }
-    Ok(())
+    Ok(rows)
 }

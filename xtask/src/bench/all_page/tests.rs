@@ -35,6 +35,15 @@ fn run() -> Run {
     outcomes[3] =
         done("c=1: monitor/nginx throughput 0.92\n| a | b |\n", Some(("exit status: 101", "error: one\nerror: two")));
     outcomes[4] = done("", Some(("stopped after 90 min", "")));
+    for (o, b) in outcomes.iter_mut().zip(BENCHES) {
+        if let Outcome::Done { command, .. } = o {
+            *command = crate::bench::all::command_line(b, true);
+        }
+    }
+    // Run again with the full knobs on a quick page: its section names what it ran with.
+    if let Outcome::Done { command, .. } = &mut outcomes[4] {
+        *command = crate::bench::all::command_line(&BENCHES[4], false);
+    }
     Run {
         head: Head {
             started: "2026-12-02 08:52 UTC".into(),
@@ -58,6 +67,8 @@ fn a_page_reads_back_into_its_run() {
     assert_eq!(read(&text, BENCHES).expect("read back"), run);
     assert!(text.contains(&format!("{RUN}2026-12-02 08:52 UTC, build `bfd4da2`; {QUICK}")), "{text}");
     assert!(text.contains("\n## Sampler\n\n"), "{text}");
+    let full = format!("\nCommand: `{}`.\n", crate::bench::all::command_line(&BENCHES[4], false));
+    assert!(BENCHES[4].full != BENCHES[4].quick && text.contains(&full), "{text}");
     assert!(text.contains("**Not run**: needs nginx, wrk, not found on this machine.\n"), "{text}");
     assert!(text.contains("**Failed** (exit status: 101), started 2026-12-02 08:52 UTC, after 183 s"), "{text}");
     assert!(text.ends_with(TESTS_HOLD), "the bounds the tests hold close the page");
@@ -100,4 +111,51 @@ fn docs_benchmarks_md_is_what_the_generator_writes() {
             b.get(at)
         );
     }
+}
+
+/// The value of `knob` on a section's command line (`KNOB=value …`), else `default`.
+fn knob(command: &str, knob: &str, default: u64) -> u64 {
+    command
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(knob)?.strip_prefix('='))
+        .map_or(default, |v| v.parse().unwrap_or_else(|e| panic!("{knob}={v}: {e}")))
+}
+
+/// The number right after `key` in `output`.
+fn printed(output: &str, key: &str) -> Option<u64> {
+    let rest = &output[output.find(key)? + key.len()..];
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// Each section's command names the knobs its run used: the rounds, seconds and requests it printed are the ones
+/// its command line sets (or the benchmark's defaults when it sets none).
+#[test]
+fn each_sections_command_agrees_with_what_its_run_printed() {
+    let path = crate::util::root().join("docs/benchmarks.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let run = read(&text, BENCHES).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+    let mut checked = 0;
+    for (b, o) in BENCHES.iter().zip(&run.outcomes) {
+        let Outcome::Done { command, status: None, output, .. } = o else { continue };
+        let agree = |what: &str, knob_value: u64, key: &str| {
+            let seen = printed(output, key).unwrap_or_else(|| panic!("{}: no {key:?} in what it printed", b.name));
+            assert_eq!(seen, knob_value, "{}: `{command}` sets {what} {knob_value}, its run printed {seen}", b.name);
+        };
+        match b.name {
+            "proxy" => {
+                agree("rounds", knob(command, "BENCH_ROUNDS", 7), "means over ");
+                agree("seconds", knob(command, "BENCH_SECONDS", 5), "wrk -t1 -cC -d");
+                checked += 1;
+            }
+            "proxy-instructions" => {
+                agree("requests", knob(command, "BENCH_REQUESTS", 2000), "curl: ");
+                checked += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(checked > 0, "no section of docs/benchmarks.md to check");
+    // And a disagreement is found.
+    assert_eq!(knob("BENCH_SECONDS=3 BENCH_ROUNDS=3 cargo xtask bench proxy", "BENCH_ROUNDS", 7), 3);
+    assert_eq!(printed("means over 5 interleaved round(s):", "means over "), Some(5));
 }
