@@ -38,10 +38,7 @@ impl Door {
 
     /// Requests sent to a process a second time, per reason, since start.
     pub fn retries(&self) -> [(&'static str, u64); 2] {
-        [
-            (Retry::Unsent.as_str(), self.counts.retries[Retry::Unsent as usize].load(Ordering::Relaxed)),
-            (Retry::Failed.as_str(), self.counts.retries[Retry::Failed as usize].load(Ordering::Relaxed)),
-        ]
+        Retry::ALL.map(|r| (r.as_str(), self.counts.retries[r as usize].load(Ordering::Relaxed)))
     }
 
     /// The memory its requests grew their processes by, per route key.
@@ -55,10 +52,17 @@ impl Door {
 pub struct DoorCounts {
     pub shed: AtomicU64,
     pub forwarded: AtomicU64,
-    /// Requests sent a second time, by [`Retry`].
+    /// Requests sent a second time, by [`Retry`] ([`DoorCounts::retried`]).
     pub retries: [AtomicU64; 2],
     /// Memory per request, per route key (`[proxy] track_requests`).
     pub growth: super::growth::RouteGrowth,
+}
+
+impl DoorCounts {
+    /// Counts one request sent a second time, for `why`.
+    pub fn retried(&self, why: Retry) {
+        self.retries[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Why the front door sent a request a second time.
@@ -71,6 +75,8 @@ pub enum Retry {
 }
 
 impl Retry {
+    pub const ALL: [Retry; 2] = [Retry::Unsent, Retry::Failed];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Retry::Unsent => "unsent",

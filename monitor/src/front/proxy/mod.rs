@@ -685,7 +685,7 @@ impl Proxy {
             fresh = true;
             if matches!(outcome, Attempt::Unsent(_)) && out.req.is_some() {
                 tracing::debug!(name = %self.members[index].name, "sending again on a new connection: {e}");
-                self.counts.retries[Retry::Unsent as usize].fetch_add(1, Ordering::Relaxed);
+                self.counts.retried(Retry::Unsent);
                 continue;
             }
             let Some(mut r) = out.retry.take() else { return (index, outcome) };
@@ -694,7 +694,7 @@ impl Proxy {
             if next != index && out.own_host {
                 r.headers_mut().insert(HOST, self.backends[next].host.clone());
             }
-            self.counts.retries[Retry::Failed as usize].fetch_add(1, Ordering::Relaxed);
+            self.counts.retried(Retry::Failed);
             index = next;
             out.req = Some(r);
         }
